@@ -1,0 +1,15 @@
+// The pybind11 module deepinfer._C. Only registration lives here: each component
+// binds itself in its own bind_<component>.cc (the scheduler issue adds them).
+#include <pybind11/pybind11.h>
+
+#include "deepinfer/version.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "deepinfer C++ runtime components (scheduler, block manager, load plans)";
+  m.attr("ABI_VERSION") = deepinfer::kAbiVersion;
+  m.def(
+      "abi_version", []() { return deepinfer::kAbiVersion; },
+      "The ABI version compiled into this extension.");
+}

@@ -1,0 +1,34 @@
+"""The torch reference backend: every op, plain torch, runs anywhere; the oracle of all tests."""
+
+from deepinfer.kernels import registry
+
+
+def register_all() -> None:
+    """Register every reference op under the ``reference`` backend."""
+    from deepinfer.kernels.reference import (
+        attention, compressor, engram, indexer, linear, mhc, moe, norm, quant, rope)
+
+    table = {
+        "rms_norm": norm.rms_norm,
+        "apply_rope": rope.apply_rope,
+        "hc_coeffs": mhc.hc_coeffs,
+        "hc_collapse": mhc.hc_collapse,
+        "hc_expand": mhc.hc_expand,
+        "sparse_attention_sink": attention.sparse_attention_sink,
+        "linear": linear.linear,
+        "linear_quant_act": linear.linear_quant_act,
+        "grouped_linear": linear.grouped_linear,
+        "route_sqrtsoftplus": moe.route_sqrtsoftplus,
+        "expert_ffn": moe.expert_ffn,
+        "moe_routed_experts": moe.moe_routed_experts,
+        "index_scores": indexer.index_scores,
+        "select_candidate_blocks": indexer.select_candidate_blocks,
+        "topk_positions": indexer.topk_positions,
+        "compress_pool": compressor.compress_pool,
+        "engram_inject": engram.engram_inject,
+        "fake_quant_fp8_block32": quant.fake_quant_fp8_block32,
+        "fake_quant_fp4_ue8m0_block32": quant.fake_quant_fp4_ue8m0_block32,
+        "fake_quant_fp4_e4m3_block16": quant.fake_quant_fp4_e4m3_block16,
+    }
+    for op, fn in table.items():
+        registry.register(op, registry.REFERENCE, fn)

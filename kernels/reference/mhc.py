@@ -1,0 +1,50 @@
+"""Manifold-constrained hyper-connections (model-spec §2.3): coefficients, collapse, expand."""
+
+import torch
+
+
+def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor,
+              norm_eps: float, hc_eps: float, sinkhorn_iters: int
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(pre, post, comb) of one mHC site from its input streams.
+
+    Args:
+        x: (N, S, D) bf16 streams of N tokens (S = hc_mult).
+        fn: (2S + S*S, S*D) fp32 projection; scale: (3,) fp32; base: (2S + S*S,) fp32.
+    Returns:
+        pre (N, S) fp32 (sigmoid + hc_eps), post (N, S) fp32 (2 * sigmoid),
+        comb (N, S, S) fp32 with comb[n, i, j] mapping input stream i to output stream j,
+        doubly normalized by Sinkhorn (starting with a column normalization).
+    """
+    n_streams = x.shape[1]
+    v = x.flatten(1).float()  # (N, S*D), stream-major
+    r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + norm_eps)
+    m = (v @ fn.float().t()) * r  # (N, 2S + S*S)
+    s = n_streams
+    pre = torch.sigmoid(m[:, :s] * scale[0] + base[:s]) + hc_eps
+    post = 2 * torch.sigmoid(m[:, s:2 * s] * scale[1] + base[s:2 * s])
+    comb = (m[:, 2 * s:] * scale[2] + base[2 * s:]).view(-1, s, s)
+    comb = torch.softmax(comb, dim=-1) + hc_eps
+    comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)
+    for _ in range(sinkhorn_iters - 1):
+        comb = comb / (comb.sum(dim=-1, keepdim=True) + hc_eps)
+        comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)
+    return pre, post, comb
+
+
+def hc_collapse(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+    """(N, S, D) streams, (N, S) fp32 weights -> (N, D) in x's dtype: sum_i pre_i * x_i."""
+    return (pre.unsqueeze(-1) * x.float()).sum(dim=1).to(x.dtype)
+
+
+def hc_expand(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
+              comb: torch.Tensor) -> torch.Tensor:
+    """New streams Y_j = post_j * out + sum_i comb[i, j] * x_i.
+
+    Args:
+        out: (N, D) block output; x: (N, S, D) residual streams; post: (N, S); comb: (N, S, S).
+    Returns:
+        (N, S, D) in x's dtype.
+    """
+    mixed = torch.einsum("nij,nid->njd", comb, x.float())
+    return (post.unsqueeze(-1) * out.float().unsqueeze(1) + mixed).to(x.dtype)

@@ -1,0 +1,76 @@
+"""MoE routing (sqrtsoftplus, bias-steered top-k) and routed SwiGLU experts (model-spec §2.8)."""
+
+import torch
+
+from deepinfer.kernels.reference.linear import linear_quant_act
+
+
+def stable_topk(values: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest values per row; ties go to the lower index (deterministic)."""
+    order = torch.sort(values, dim=-1, descending=True, stable=True).indices
+    return order[..., :k]
+
+
+def route_sqrtsoftplus(x: torch.Tensor, gate_weight: torch.Tensor, bias: torch.Tensor,
+                       bias_vl: torch.Tensor | None, image_mask: torch.Tensor | None, topk: int,
+                       route_scale: float, gate_temp: float = 1.0, normalize: bool = True
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose experts per token.
+
+    Args:
+        x: (N, D) bf16. gate_weight: (E, D). bias, bias_vl: (E,) fp32 (selection only;
+        bias_vl for tokens inside image spans). image_mask: (N,) bool or None.
+    Returns:
+        weights (N, topk) fp32 from the unbiased scores, normalized by (sum + 1e-20) and
+        scaled by route_scale; expert ids (N, topk) int64.
+    """
+    scores = torch.sqrt(torch.nn.functional.softplus((x.float() @ gate_weight.float().t())
+                                                     / gate_temp))  # (N, E)
+    sel_bias = bias.float().expand_as(scores)
+    if image_mask is not None and bias_vl is not None:
+        sel_bias = torch.where(image_mask[:, None], bias_vl.float()[None, :], sel_bias)
+    idx = stable_topk(scores + sel_bias, topk)
+    w = scores.gather(1, idx)
+    if normalize and topk > 1:
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    return w * route_scale, idx
+
+
+def swiglu_limit(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Tensor:
+    """``silu(min(gate, limit)) * clamp(up, -limit, limit)`` in fp32."""
+    g = gate.float().clamp(max=limit)
+    u = up.float().clamp(-limit, limit)
+    return torch.nn.functional.silu(g) * u
+
+
+def expert_ffn(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+               limit: float, route_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """One SwiGLU expert; the routing weight multiplies the activation BEFORE ``w2``.
+
+    Args:
+        x: (N, D) bf16; w1, w3: (I, D); w2: (D, I); route_weight: (N,) fp32 or None.
+    Returns:
+        (N, D) bf16.
+    """
+    h = swiglu_limit(linear_quant_act(x, w1), linear_quant_act(x, w3), limit)
+    if route_weight is not None:
+        h = route_weight[:, None] * h
+    return linear_quant_act(h.to(x.dtype), w2)
+
+
+def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
+                       w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+                       limit: float) -> torch.Tensor:
+    """Sum of the chosen experts' outputs per token, fp32.
+
+    Args:
+        x: (N, D) bf16; expert_ids, weights: (N, K); w1, w3: (E, I, D); w2: (E, D, I).
+    Returns:
+        (N, D) fp32, experts added in expert-id order (independent of the batch).
+    """
+    out = torch.zeros(x.shape, dtype=torch.float32)
+    for e in torch.unique(expert_ids).tolist():
+        tok, slot = (expert_ids == e).nonzero(as_tuple=True)
+        y = expert_ffn(x[tok], w1[e], w3[e], w2[e], limit, weights[tok, slot])
+        out.index_add_(0, tok, y.float())
+    return out

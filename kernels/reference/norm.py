@@ -1,0 +1,18 @@
+"""RMSNorm (model-spec §2.1): fp32 statistics, weight multiplied in fp32, one cast at the end."""
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """``x * rsqrt(mean(x^2) + eps) * weight`` over the last dim.
+
+    Args:
+        x: (..., D) any float dtype.
+        weight: (D,) bf16 or fp32; promoted to fp32 before the multiply.
+        eps: 1e-20 for V4.1.
+    Returns:
+        (..., D) in x's dtype.
+    """
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (weight.float() * y).to(x.dtype)

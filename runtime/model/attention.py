@@ -1,0 +1,141 @@
+"""Attention of one V4.1 layer (model-spec §2.4, §2.7, §3): sliding window + compressed sparse.
+
+Per token: low-rank queries with RoPE; one shared K=V latent per token written FP8 into the
+window ring; on ratio > 0 layers, the selected compressed entries of the layer's KV source; one
+softmax over window rows, selected rows and the sink; inverse RoPE on the output; grouped
+low-rank output projection.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
+from deepinfer.kernels import formats
+from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.model.batch import ForwardBatch
+from deepinfer.runtime.model.cache import SequenceCache
+from deepinfer.runtime.model.compressor import Compressor
+from deepinfer.runtime.model.indexer import Indexer
+from deepinfer.runtime.model.params import Linear, Norm, f32_param
+from deepinfer.runtime.model.rope_tables import layer_inv_freq
+
+
+class Published:
+    """What index sources publish within one forward, per layer and sequence: top-k entry ids
+    (S, k) and the candidate mask (S, T) of the candidate source."""
+
+    def __init__(self) -> None:
+        self.topk: dict[tuple[int, int], torch.Tensor] = {}
+        self.candidates: dict[tuple[int, int], torch.Tensor] = {}
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: ModelSpec, layer: LayerSpec):
+        super().__init__()
+        self.spec, self.layer = spec, layer
+        d, h, dh = spec.hidden_size, spec.num_attention_heads, spec.head_dim
+        self.n_heads, self.head_dim = h, dh
+        self.wq_a = Linear(d, spec.q_lora_rank, quant_act=True)
+        self.q_norm = Norm(spec.q_lora_rank)
+        self.wq_b = Linear(spec.q_lora_rank, h * dh, quant_act=True)
+        self.wkv = Linear(d, dh, quant_act=True)
+        self.kv_norm = Norm(dh)
+        # The reference dequantizes wo_a and runs a bf16 per-group GEMM (no activation quant).
+        self.wo_a = Linear(h * dh // spec.o_groups, spec.o_groups * spec.o_lora_rank,
+                           quant_act=False)
+        self.wo_b = Linear(spec.o_groups * spec.o_lora_rank, d, quant_act=True)
+        self.attn_sink = f32_param(h)
+        if layer.owns_compressor:
+            self.compressor = Compressor(spec, layer)
+        if layer.owns_indexer:
+            self.indexer = Indexer(spec, layer)
+        self.register_buffer("inv_freq", layer_inv_freq(spec, layer.compress_ratio),
+                             persistent=False)
+
+    def forward(self, k: KernelSet, x: torch.Tensor, batch: ForwardBatch,
+                published: Published) -> torch.Tensor:
+        """(N, D) bf16 collapsed + normed input -> (N, D) bf16; appends to the caches."""
+        spec, layer = self.spec, self.layer
+        eps, pos, inv_freq = spec.rms_norm_eps, batch.positions, self.inv_freq
+        qr = k.rms_norm(k.linear_quant_act(x, self.wq_a.weight), self.q_norm.weight, eps)
+        q = k.linear_quant_act(qr, self.wq_b.weight).view(-1, self.n_heads, self.head_dim)
+        q = k.apply_rope(q, pos, inv_freq)
+        kv = k.rms_norm(k.linear_quant_act(x, self.wkv.weight), self.kv_norm.weight, eps)
+        kv = k.fake_quant_fp8_block32(k.apply_rope(kv, pos, inv_freq))
+        comp = self.compressor.project(k, x) if layer.owns_compressor else None
+        idx_q = self.indexer.queries(k, x, qr, pos, inv_freq) if layer.owns_indexer else None
+
+        out = torch.empty_like(q)
+        for b, cache in enumerate(batch.caches):
+            rows = batch.rows(b)
+            keys, indices = self._window_keys(kv[rows], pos[rows], cache)
+            if layer.compress_ratio > 0:
+                if comp is not None:
+                    self._append_entries(k, comp[0][rows],
+                                         None if comp[1] is None else comp[1][rows], cache)
+                sel = self._selection(k, b, rows, idx_q, pos[rows], cache, published)
+                entries = formats.unpack_compressed_kv(cache.compressed[layer.kv_source],
+                                                       self.head_dim, torch.bfloat16)
+                offset = keys.shape[0]
+                keys = torch.cat([keys, entries])
+                indices = torch.cat([indices, torch.where(sel >= 0, sel + offset, sel)], dim=1)
+            out[rows] = k.sparse_attention_sink(q[rows], keys, indices, self.attn_sink,
+                                                self.head_dim ** -0.5)
+        out = k.apply_rope(out, pos, inv_freq, inverse=True)
+        z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
+        return k.linear_quant_act(z.flatten(1), self.wo_b.weight)
+
+    def _window_keys(self, kv: torch.Tensor, pos: torch.Tensor,
+                     cache: SequenceCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Window rows visible to a chunk, and per-query row lists; writes the chunk to the ring.
+
+        Returns keys (P + S, Dh): the up to W-1 cached tokens before the chunk, then the chunk;
+        indices (S, P + S) int64, -1 where a row is outside the query's window [p-W+1, p].
+        """
+        w = self.spec.sliding_window
+        ring = cache.window[self.layer.layer_id]
+        start = int(pos[0])
+        prev_pos = torch.arange(max(0, start - w + 1), start)
+        prev = formats.unpack_window_kv(ring[prev_pos % w], self.head_dim, torch.bfloat16)
+        keys = torch.cat([prev, kv])
+        key_pos = torch.cat([prev_pos, pos])
+        visible = (key_pos[None, :] <= pos[:, None]) & (key_pos[None, :] > pos[:, None] - w)
+        cols = torch.arange(keys.shape[0]).expand(pos.shape[0], -1)
+        indices = torch.where(visible, cols, torch.full_like(cols, -1))
+        tail = slice(max(0, kv.shape[0] - w), kv.shape[0])
+        ring[pos[tail] % w] = formats.pack_window_kv(kv[tail])
+        return keys, indices
+
+    def _append_entries(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
+                        cache: SequenceCache) -> None:
+        """Compress the groups this chunk completes; append their index keys and FP4 entries."""
+        src = self.layer.layer_id
+        latents, groups = self.compressor.emit(k, kv, gate, cache)
+        if latents.shape[0] == 0:
+            return
+        group_pos = groups * self.layer.compress_ratio
+        keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
+        cache.index_keys[src] = torch.cat([cache.index_keys[src], keys])
+        entries = formats.pack_compressed_kv(k.apply_rope(latents, group_pos, self.inv_freq))
+        cache.compressed[src] = torch.cat([cache.compressed[src], entries])
+
+    def _selection(self, k: KernelSet, b: int, rows: slice,
+                   idx_q: tuple[torch.Tensor, torch.Tensor] | None, pos: torch.Tensor,
+                   cache: SequenceCache, published: Published) -> torch.Tensor:
+        """(S, k) compressed-entry ids this layer attends to: its own top-k if it is an index
+        source (always scored against its KV source's complete key cache), else the top-k
+        published by its index source in this forward."""
+        layer = self.layer
+        if idx_q is None:
+            return published.topk[(layer.index_source, b)]
+        candidates = None
+        if layer.candidate_source is not None:
+            candidates = published.candidates[(layer.candidate_source, b)]
+        sel, cand = self.indexer.select(k, idx_q[0][rows], idx_q[1][rows],
+                                        cache.index_keys[layer.kv_source], pos, candidates)
+        published.topk[(layer.layer_id, b)] = sel
+        if cand is not None:
+            published.candidates[(layer.layer_id, b)] = cand
+        return sel

@@ -1,0 +1,124 @@
+"""The DeepSeek-V4.1 text backbone (model-spec §2.2): embed -> mHC blocks -> norm -> fp32 head.
+
+Every op goes through the kernel registry (``KernelSet``), whose backend per op comes from the
+plan; the default is the torch reference. The vision tower and the DSpark stages are not built
+here (their checkpoint tensors are recognised and skipped by the loader).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepinfer.artifacts.model_spec import ModelSpec
+from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.model.attention import Published
+from deepinfer.runtime.model.batch import ForwardBatch
+from deepinfer.runtime.model.block import Block
+from deepinfer.runtime.model.engram_hash import (
+    compressed_context, engram_hash_ids, make_engram_hash_constants)
+from deepinfer.runtime.model.params import Norm
+
+
+class DeepseekV41(nn.Module):
+    """Parameter names equal the checkpoint's tensor names (without ``.scale`` companions)."""
+
+    def __init__(self, spec: ModelSpec, kernels: KernelSet | None = None,
+                 engram_token_map: torch.Tensor | None = None):
+        super().__init__()
+        self.spec = spec
+        self.kernels = kernels or KernelSet()
+        d = spec.hidden_size
+        self.embed = nn.Embedding(spec.vocab_size, d, dtype=torch.bfloat16)
+        self.embed.weight.requires_grad_(False)
+        self.layers = nn.ModuleList(Block(spec, layer) for layer in spec.backbone_layers)
+        self.norm = Norm(d)
+        self.head = nn.Linear(d, spec.vocab_size, bias=False, dtype=torch.bfloat16)
+        self.head.weight.requires_grad_(False)
+        self.engram_hash = None
+        if spec.engram_layer_ids:
+            self.engram_hash = make_engram_hash_constants(
+                spec.engram_layer_ids, spec.engram_max_ngram_size, spec.engram_n_heads,
+                spec.engram_vocab_size, spec.engram_compressed_vocab_size,
+                int(self._token_map(engram_token_map)[spec.engram_pad_token_id]))
+            if self.engram_hash.num_embeddings != spec.engram_num_embeddings:
+                raise ValueError(
+                    f"engram_num_embeddings {list(spec.engram_num_embeddings)} do not match the "
+                    f"hash primes' table sizes {list(self.engram_hash.num_embeddings)}")
+
+    def _token_map(self, token_map: torch.Tensor | None) -> torch.Tensor:
+        spec = self.spec
+        if token_map is None:
+            if spec.engram_compressed_vocab_size != spec.vocab_size:
+                raise ValueError("engram needs the tokenizer's normalized token map: "
+                                 f"engram_compressed_vocab_size {spec.engram_compressed_vocab_size}"
+                                 f" != vocab_size {spec.vocab_size}")
+            token_map = torch.arange(spec.vocab_size)
+        if token_map.shape != (spec.vocab_size,) or int(token_map.max()) >= \
+                spec.engram_compressed_vocab_size:
+            raise ValueError(f"engram token map must be ({spec.vocab_size},) with ids < "
+                             f"{spec.engram_compressed_vocab_size}")
+        self.register_buffer("token_map", token_map.to(torch.int64), persistent=False)
+        return self.token_map
+
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Assign dequantized checkpoint tensors (names as in the checkpoint, no ``.scale``)."""
+        self.load_state_dict(weights, strict=True, assign=True)
+
+    def _hash_ids(self, batch: ForwardBatch) -> torch.Tensor | None:
+        """(N, L_engram, n_ids) int64 table rows; advances each cache's engram history."""
+        if self.engram_hash is None:
+            return None
+        out = []
+        for b, cache in enumerate(batch.caches):
+            rows = batch.rows(b)
+            mask = None if batch.image_mask is None else batch.image_mask[rows][None]
+            ctx, hist = compressed_context(self.token_map, batch.input_ids[rows][None],
+                                           cache.engram_history[None], mask)
+            cache.engram_history = hist[0]
+            out.append(engram_hash_ids(ctx, self.engram_hash)[0])
+        return torch.cat(out)
+
+    @torch.no_grad()
+    def forward(self, batch: ForwardBatch, all_logits: bool = True) -> torch.Tensor:
+        """Run the new tokens of every sequence; caches advance in place.
+
+        Returns fp32 logits (N, vocab) for every new token, or (B, vocab) for each sequence's
+        last token when ``all_logits`` is False.
+        """
+        self._check(batch)
+        k, spec = self.kernels, self.spec
+        h = self.embed.weight[batch.input_ids]
+        if batch.image_embeds is not None:
+            h = h.clone()
+            h[batch.image_mask] = batch.image_embeds.to(h.dtype)
+        x = h.unsqueeze(1).expand(-1, spec.hc_mult, -1).contiguous()  # (N, S, D)
+        pre = torch.zeros(x.shape[0], spec.hc_mult)
+        pre[:, 0] = 1.0  # identity pre-mix: the first site reads stream 0
+        hash_ids = self._hash_ids(batch)
+        text_mask = None if batch.image_mask is None else ~batch.image_mask
+        published = Published()
+        for block in self.layers:
+            layer_id = block.attn.layer.layer_id
+            if hash_ids is not None and block.attn.layer.is_engram:
+                x = block.engram(k, x, hash_ids[:, spec.engram_slot(layer_id)], text_mask)
+            x, pre = block(k, x, pre, batch, published)
+        for cache, n in zip(batch.caches, batch.seq_lens, strict=True):
+            cache.num_tokens += n
+        if not all_logits:
+            x, pre = x[batch.last_rows], pre[batch.last_rows]
+        y = k.rms_norm(k.hc_collapse(x, pre), self.norm.weight, spec.rms_norm_eps)
+        return y.float() @ self.head.weight.float().t()
+
+    def _check(self, batch: ForwardBatch) -> None:
+        n = batch.input_ids.shape[0]
+        if sum(batch.seq_lens) != n or batch.positions.shape != (n,):
+            raise ValueError(f"batch has {n} tokens but seq_lens sum to {sum(batch.seq_lens)}")
+        if n and (int(batch.input_ids.min()) < 0 or int(batch.input_ids.max()) >=
+                  self.spec.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.spec.vocab_size})")
+        for b, cache in enumerate(batch.caches):
+            first = int(batch.positions[batch.rows(b)][0])
+            if first != cache.num_tokens:
+                raise ValueError(f"sequence {b}: chunk starts at position {first} but its cache "
+                                 f"holds {cache.num_tokens} tokens")

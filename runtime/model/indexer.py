@@ -1,0 +1,69 @@
+"""The indexer of Full and Reindex layers (model-spec §2.6): FP4 scores -> sorted top-k."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
+from deepinfer.kernels import formats
+from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.model.params import Linear, Norm
+
+
+class Indexer(nn.Module):
+    """Owns ``wq_b``/``weights_proj``; on KV-source layers also ``wk``/``k_norm`` (index keys)."""
+
+    def __init__(self, spec: ModelSpec, layer: LayerSpec):
+        super().__init__()
+        self.spec = spec
+        self.layer = layer
+        self.n_heads, self.head_dim = spec.index_n_heads, spec.index_head_dim
+        self.wq_b = Linear(spec.q_lora_rank, self.n_heads * self.head_dim, quant_act=True)
+        self.weights_proj = Linear(spec.hidden_size, self.n_heads, quant_act=False)
+        if layer.owns_index_keys:
+            self.wk = Linear(spec.head_dim, self.head_dim, quant_act=False)
+            self.k_norm = Norm(self.head_dim)
+
+    def index_key_records(self, k: KernelSet, latents: torch.Tensor, positions: torch.Tensor,
+                          inv_freq: torch.Tensor) -> torch.Tensor:
+        """(G, Dh) pre-RoPE latents -> (G, index_key_record_bytes) uint8 FP4 index keys."""
+        key = k.rms_norm(k.linear(latents, self.wk.weight), self.k_norm.weight,
+                         self.spec.rms_norm_eps)
+        return formats.pack_index_key(k.apply_rope(key, positions, inv_freq))
+
+    def queries(self, k: KernelSet, x: torch.Tensor, qr: torch.Tensor, positions: torch.Tensor,
+                inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """FP4-grid queries (N, Hi, Di) and scaled head weights (N, Hi) fp32 for all tokens."""
+        q = k.linear_quant_act(qr, self.wq_b.weight).view(-1, self.n_heads, self.head_dim)
+        q = k.fake_quant_fp4_ue8m0_block32(k.apply_rope(q, positions, inv_freq))
+        scale = (self.head_dim ** -0.5) * (self.n_heads ** -0.5)
+        w = k.linear(x, self.weights_proj.weight).float() * scale
+        return q, w
+
+    def select(self, k: KernelSet, q: torch.Tensor, head_w: torch.Tensor,
+               key_records: torch.Tensor, positions: torch.Tensor,
+               candidates: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Top-k of one sequence's queries over its KV source's index keys.
+
+        Args:
+            q, head_w: this sequence's rows of :meth:`queries`; key_records: (T, bytes) uint8.
+            positions: (S,) absolute positions; candidates: (S, T) bool mask published by the
+            candidate source, applied on Reindex layers that consume it.
+        Returns:
+            (S, min(index_topk, T)) int64 entry ids sorted ascending, -1 = none; and the
+            candidate mask if this layer is the candidate source (else None).
+        """
+        keys = formats.unpack_index_key(key_records, self.head_dim, torch.bfloat16)
+        num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
+        scores = k.index_scores(q, head_w, keys)
+        t = torch.arange(keys.shape[0])
+        scores = scores.masked_fill(t[None, :] >= num_visible[:, None], float("-inf"))
+        published = None
+        if self.layer.is_candidate_source:
+            published = k.select_candidate_blocks(scores, num_visible,
+                                                  self.spec.candidate_topk_blocks,
+                                                  self.spec.candidate_block_size)
+        if candidates is not None:
+            scores = scores.masked_fill(~candidates, float("-inf"))
+        return k.topk_positions(scores, self.spec.index_topk), published
