@@ -1,4 +1,4 @@
-"""Builds the C++ extension ``deepinfer._C`` from ``csrc/``; everything else is in pyproject.toml."""
+"""Builds the C++ extension ``deepinfer._C`` from ``csrc/``; the rest is in pyproject.toml."""
 
 from pathlib import Path
 

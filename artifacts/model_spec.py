@@ -196,19 +196,26 @@ class ModelSpec:
         return cls(**values, layers=layers)
 
 
-def builtin_tiny_config_path() -> Path:
-    """The tiny V4.1 config of model-spec §6.1 (what ``builtin:tiny`` means everywhere)."""
+# Built-in model configs: ``builtin:tiny`` is the tiny V4.1 of model-spec §6.1 (what tests and
+# the default topology use); ``builtin:v41-flash`` is the released config (no weights).
+BUILTIN_MODELS = {"tiny": "tiny", "v41-flash": "v41-flash"}
+
+
+def builtin_config_path(name: str) -> Path:
+    """Path of a built-in model's ``config.json`` (``name`` without the ``builtin:`` prefix)."""
     from importlib.resources import files
 
-    return Path(str(files("deepinfer.artifacts") / "builtin" / "tiny" / "config.json"))
+    if name not in BUILTIN_MODELS:
+        raise ConfigError(f"model 'builtin:{name}': unknown built-in model (expected one of "
+                          f"{', '.join('builtin:' + n for n in BUILTIN_MODELS)})")
+    return Path(str(files("deepinfer.artifacts") / "builtin" / BUILTIN_MODELS[name] /
+                    "config.json"))
 
 
 def load_model_spec(model: str) -> ModelSpec:
-    """``builtin:tiny``, a checkpoint directory, or a path to a ``config.json``."""
-    if model == "builtin:tiny":
-        return ModelSpec.from_json_file(builtin_tiny_config_path())
+    """``builtin:<name>``, a checkpoint directory, or a path to a ``config.json``."""
     if model.startswith("builtin:"):
-        raise ConfigError(f"model '{model}': unknown built-in model (expected 'builtin:tiny')")
+        return ModelSpec.from_json_file(builtin_config_path(model.removeprefix("builtin:")))
     return ModelSpec.from_json_file(model)
 
 

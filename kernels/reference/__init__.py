@@ -6,7 +6,17 @@ from deepinfer.kernels import registry
 def register_all() -> None:
     """Register every reference op under the ``reference`` backend."""
     from deepinfer.kernels.reference import (
-        attention, compressor, engram, indexer, linear, mhc, moe, norm, quant, rope)
+        attention,
+        compressor,
+        engram,
+        indexer,
+        linear,
+        mhc,
+        moe,
+        norm,
+        quant,
+        rope,
+    )
 
     table = {
         "rms_norm": norm.rms_norm,

@@ -17,12 +17,12 @@ def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tens
         (N, H, D) in q's dtype; a query with no valid row gets 0.
     """
     valid = indices >= 0  # (N, K)
-    rows = kv.float()[indices.clamp(min=0)]  # (N, K, D)
-    logits = torch.einsum("nhd,nkd->nhk", q.float(), rows) * softmax_scale
+    rows = kv.double()[indices.clamp(min=0)]  # (N, K, D); fp64 sums: order-independent
+    logits = torch.einsum("nhd,nkd->nhk", q.double(), rows) * softmax_scale
     logits = logits.masked_fill(~valid[:, None, :], float("-inf"))
     m = logits.amax(dim=-1, keepdim=True)  # (N, H, 1)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(logits - m)
-    denom = p.sum(-1, keepdim=True) + torch.exp(sink.float()[None, :, None] - m)
+    denom = p.sum(-1, keepdim=True) + torch.exp(sink.double()[None, :, None] - m)
     out = torch.einsum("nhk,nkd->nhd", p, rows) / denom
     return out.to(q.dtype)

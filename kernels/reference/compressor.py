@@ -13,4 +13,4 @@ def compress_pool(kv: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         (G, D) fp32 pooled latents.
     """
     w = torch.softmax(gate.float(), dim=1)
-    return (w * kv.float()).sum(dim=1)
+    return (w.double() * kv.double()).sum(dim=1).float()

@@ -16,8 +16,9 @@ def engram_inject(x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, wqk: 
     """
     h = x.float()
     dim = h.shape[-1]
-    rstd = torch.rsqrt(h.pow(2).mean(-1) + eps) * torch.rsqrt(key.pow(2).mean(-1) + eps)
-    dot = (h * wqk[None] * key).sum(-1) * rstd / dim ** 0.5  # (N, S)
+    rstd = (torch.rsqrt(h.double().pow(2).mean(-1).float() + eps)
+            * torch.rsqrt(key.double().pow(2).mean(-1).float() + eps))
+    dot = (h * wqk[None] * key).double().sum(-1).float() * rstd / dim ** 0.5  # (N, S)
     gate = torch.sigmoid(torch.sign(dot) * torch.sqrt(dot.abs().clamp(min=1e-6)))
     if text_mask is not None:
         gate = gate * text_mask[:, None].float()

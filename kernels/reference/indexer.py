@@ -14,8 +14,8 @@ def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor
     Returns:
         (N, T) fp32.
     """
-    dots = torch.einsum("nhd,td->nht", q.float(), keys.float()).relu()
-    return torch.einsum("nht,nh->nt", dots, head_weights.float())
+    dots = torch.einsum("nhd,td->nht", q.double(), keys.double()).relu()
+    return torch.einsum("nht,nh->nt", dots, head_weights.double()).float()  # fp64 sums
 
 
 def mask_invisible(scores: torch.Tensor, num_visible: torch.Tensor) -> torch.Tensor:

@@ -18,8 +18,9 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     """
     n_streams = x.shape[1]
     v = x.flatten(1).float()  # (N, S*D), stream-major
-    r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + norm_eps)
-    m = (v @ fn.float().t()) * r  # (N, 2S + S*S)
+    r = torch.rsqrt(v.double().pow(2).mean(-1, keepdim=True).float() + norm_eps)
+    m = (v.double() @ fn.double().t()).float() * r  # (N, 2S + S*S); fp64 sums
+
     s = n_streams
     pre = torch.sigmoid(m[:, :s] * scale[0] + base[:s]) + hc_eps
     post = 2 * torch.sigmoid(m[:, s:2 * s] * scale[1] + base[s:2 * s])
@@ -34,7 +35,7 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
 
 def hc_collapse(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     """(N, S, D) streams, (N, S) fp32 weights -> (N, D) in x's dtype: sum_i pre_i * x_i."""
-    return (pre.unsqueeze(-1) * x.float()).sum(dim=1).to(x.dtype)
+    return (pre.unsqueeze(-1).double() * x.double()).sum(dim=1).to(x.dtype)
 
 
 def hc_expand(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
@@ -46,5 +47,5 @@ def hc_expand(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
     Returns:
         (N, S, D) in x's dtype.
     """
-    mixed = torch.einsum("nij,nid->njd", comb, x.float())
-    return (post.unsqueeze(-1) * out.float().unsqueeze(1) + mixed).to(x.dtype)
+    mixed = torch.einsum("nij,nid->njd", comb.double(), x.double())
+    return (post.unsqueeze(-1).double() * out.double().unsqueeze(1) + mixed).to(x.dtype)

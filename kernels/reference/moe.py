@@ -24,8 +24,8 @@ def route_sqrtsoftplus(x: torch.Tensor, gate_weight: torch.Tensor, bias: torch.T
         weights (N, topk) fp32 from the unbiased scores, normalized by (sum + 1e-20) and
         scaled by route_scale; expert ids (N, topk) int64.
     """
-    scores = torch.sqrt(torch.nn.functional.softplus((x.float() @ gate_weight.float().t())
-                                                     / gate_temp))  # (N, E)
+    logits = (x.double() @ gate_weight.double().t()).float()  # fp64 sums, fp32 result
+    scores = torch.sqrt(torch.nn.functional.softplus(logits / gate_temp))  # (N, E)
     sel_bias = bias.float().expand_as(scores)
     if image_mask is not None and bias_vl is not None:
         sel_bias = torch.where(image_mask[:, None], bias_vl.float()[None, :], sel_bias)

@@ -14,5 +14,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         (..., D) in x's dtype.
     """
     xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    ms = xf.double().pow(2).mean(-1, keepdim=True).float()  # fp64 sum: order-independent
+    y = xf * torch.rsqrt(ms + eps)
     return (weight.float() * y).to(x.dtype)

@@ -18,7 +18,8 @@ Encodings:
                    returned one per uint8 (values 0..15); kernels.formats packs two per byte.
 
 Every dequantized value (code × scale) is exactly representable in bf16: e4m3 × 2^k has 4
-significant bits and e2m1 × e4m3 at most 6, against bf16's 8.
+significant bits and e2m1 × e4m3 at most 6, against bf16's 8 (bf16 shares fp32's exponent range,
+so only scales near 2^±127 that push a product out of range are exceptions).
 """
 
 import torch

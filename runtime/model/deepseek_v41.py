@@ -16,7 +16,10 @@ from deepinfer.runtime.model.attention import Published
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.block import Block
 from deepinfer.runtime.model.engram_hash import (
-    compressed_context, engram_hash_ids, make_engram_hash_constants)
+    compressed_context,
+    engram_hash_ids,
+    make_engram_hash_constants,
+)
 from deepinfer.runtime.model.params import Norm
 
 
@@ -37,14 +40,19 @@ class DeepseekV41(nn.Module):
         self.head.weight.requires_grad_(False)
         self.engram_hash = None
         if spec.engram_layer_ids:
+            self._init_engram_hash(engram_token_map)
+
+    def _init_engram_hash(self, engram_token_map: torch.Tensor | None) -> None:
+        spec = self.spec
+        with torch.device("cpu"):  # real tables even while the module tree is built on meta
             self.engram_hash = make_engram_hash_constants(
                 spec.engram_layer_ids, spec.engram_max_ngram_size, spec.engram_n_heads,
                 spec.engram_vocab_size, spec.engram_compressed_vocab_size,
                 int(self._token_map(engram_token_map)[spec.engram_pad_token_id]))
-            if self.engram_hash.num_embeddings != spec.engram_num_embeddings:
-                raise ValueError(
-                    f"engram_num_embeddings {list(spec.engram_num_embeddings)} do not match the "
-                    f"hash primes' table sizes {list(self.engram_hash.num_embeddings)}")
+        if self.engram_hash.num_embeddings != spec.engram_num_embeddings:
+            raise ValueError(
+                f"engram_num_embeddings {list(spec.engram_num_embeddings)} do not match the "
+                f"hash primes' table sizes {list(self.engram_hash.num_embeddings)}")
 
     def _token_map(self, token_map: torch.Tensor | None) -> torch.Tensor:
         spec = self.spec
@@ -108,7 +116,7 @@ class DeepseekV41(nn.Module):
         if not all_logits:
             x, pre = x[batch.last_rows], pre[batch.last_rows]
         y = k.rms_norm(k.hc_collapse(x, pre), self.norm.weight, spec.rms_norm_eps)
-        return y.float() @ self.head.weight.float().t()
+        return k.linear(y.float(), self.head.weight)  # fp32 logits
 
     def _check(self, batch: ForwardBatch) -> None:
         n = batch.input_ids.shape[0]

@@ -11,8 +11,9 @@ def layer_inv_freq(spec: ModelSpec, compress_ratio: int) -> torch.Tensor:
 
     The same table serves that layer's queries, window KV, compressed latents and indexer Q/K.
     """
-    if compress_ratio == 0:
-        return rope_inv_freq(spec.qk_rope_head_dim, spec.rope_theta)
-    yarn = Yarn(spec.rope_factor, spec.rope_original_max_position, spec.rope_beta_fast,
-                spec.rope_beta_slow)
-    return rope_inv_freq(spec.qk_rope_head_dim, spec.compress_rope_theta, yarn)
+    with torch.device("cpu"):  # a real table even while the module tree is built on meta
+        if compress_ratio == 0:
+            return rope_inv_freq(spec.qk_rope_head_dim, spec.rope_theta)
+        yarn = Yarn(spec.rope_factor, spec.rope_original_max_position, spec.rope_beta_fast,
+                    spec.rope_beta_slow)
+        return rope_inv_freq(spec.qk_rope_head_dim, spec.compress_rope_theta, yarn)
