@@ -28,6 +28,7 @@ from deepinfer.runtime.weights.names import SCALE_KINDS, expected_tensors
 from deepinfer.runtime.weights.shards import CONFIG_FILE, INDEX_FILE, shard_file_name
 from deepinfer.runtime.weights.synthetic import synthetic_checkpoint_tensors
 
+TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_SHARD_MAX_BYTES = 2 << 20
 """2 MiB: small on purpose, so that even the tiny model (~6.4 MiB) spans several shards."""
 
@@ -53,6 +54,7 @@ def write_checkpoint(config: str | Path | dict[str, Any], out_dir: str | Path, s
     if shard_max_bytes <= 0:
         raise ValueError(f"shard_max_bytes must be positive, got {shard_max_bytes}")
     config_text, spec = _load_config(config)
+    tokenizer_src = _tokenizer_beside(config)
     out_dir = Path(out_dir)
     _check_target(out_dir)
     tensors = synthetic_checkpoint_tensors(spec, seed=seed, include_dspark=include_dspark)
@@ -63,6 +65,8 @@ def write_checkpoint(config: str | Path | dict[str, Any], out_dir: str | Path, s
     tmp_dir.mkdir()
     try:
         (tmp_dir / CONFIG_FILE).write_text(config_text)
+        if tokenizer_src is not None:  # the released layout ships tokenizer.json beside config
+            shutil.copyfile(tokenizer_src, tmp_dir / TOKENIZER_FILE)
         weight_map: dict[str, str] = {}
         for k, names in enumerate(shards, start=1):
             file_name = shard_file_name(k, len(shards))
@@ -93,6 +97,20 @@ def _load_config(config: str | Path | dict[str, Any]) -> tuple[str, ModelSpec]:
     if path.is_dir():
         path = path / CONFIG_FILE
     return path.read_text(), spec
+
+
+def _tokenizer_beside(config: str | Path | dict[str, Any]) -> Path | None:
+    """The ``tokenizer.json`` next to the source config (built-in or on disk), if any."""
+    if isinstance(config, dict):
+        return None
+    name = str(config)
+    if name.startswith("builtin:"):
+        path = builtin_config_path(name.removeprefix("builtin:"))
+    else:
+        path = Path(config)
+    folder = path if path.is_dir() else path.parent
+    candidate = folder / TOKENIZER_FILE
+    return candidate if candidate.is_file() else None
 
 
 def _check_target(out_dir: Path) -> None:
