@@ -125,9 +125,11 @@ def test_rms_norm_vs_hf(dtype):
     # Same op sequence (upcast, mean(x^2), rsqrt(var + eps), multiply by the fp32 weight, one
     # cast) except that our mean(x^2) is accumulated in fp64 and rounded once, HF's in fp32 (a
     # 256-term fp32 sum: a few ulp). rsqrt halves that relative error and the two multiplies
-    # round identically, so fp32 outputs agree to 4 ulp (measured: <= 1 ulp, 0.4% of elements).
+    # round identically, so fp32 outputs agree to a few ulp (measured: <= 3 ulp, on 11% of the
+    # elements); 8 ulp leaves margin and still rejects e.g. a bf16 rounding of the normalized x
+    # before the weight multiply (HF41's deviation, 2^-9 relative).
     if dtype == torch.float32:
-        torch.testing.assert_close(got, expected, rtol=4 * EPS32, atol=0.0)
+        torch.testing.assert_close(got, expected, rtol=8 * EPS32, atol=0.0)
     else:
         _assert_bf16_neighbours(got, expected, max_fraction=1e-3)
     assert torch.count_nonzero(got[0]) == 0
@@ -259,14 +261,16 @@ def _hf_sink_attention(q, kv, indices, sink, scale):
     return out[0]  # (S, H, D)
 
 
-def _assert_attention_close(got, expected, dtype):
-    if dtype == torch.float32:
-        # fp32 both sides; only the summation order differs (einsum vs matmul, explicit
-        # exp/sum vs softmax with the sink inside the max): a few ulp of O(1) values.
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+def _assert_attention_close(got, expected, kv):
+    # HF runs in fp32 (logits GEMM, softmax, probs @ V), ours accumulates in fp64: HF's rounding
+    # error, i.e. a few ulp of the largest |V| entry, which the outputs are convex-ish
+    # combinations of (measured <= 1.1e-6 for |V| <= 4.5; 8 ulp of |V|max is ~4e-6).
+    atol = 8 * EPS32 * kv.float().abs().max().item()
+    if got.dtype == torch.float32:
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=atol)
     else:
-        # ours rounds its fp32 result to bf16 once: half a bf16 ulp, plus the fp32 noise above.
-        torch.testing.assert_close(got.float(), expected, rtol=BF16_REL, atol=1e-6)
+        # plus one rounding of ours to bf16: half a bf16 ulp <= 2^-8 relative
+        torch.testing.assert_close(got.float(), expected, rtol=BF16_REL + 1e-5, atol=atol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -288,7 +292,7 @@ def test_sink_attention_dense_causal_vs_hf(dtype):
         module, q.float().transpose(0, 1)[None], kv.float()[None, None], kv.float()[None, None],
         causal, d**-0.5)
     assert torch.equal(direct[0], expected)
-    _assert_attention_close(got, expected, dtype)
+    _assert_attention_close(got, expected, kv)
     # the sink is not negligible here (dropping it would fail the tolerance above)
     no_sink = attention.sparse_attention_sink(q.float(), kv.float(), indices,
                                               torch.full((h,), -1e30), d**-0.5)
@@ -314,7 +318,7 @@ def test_sink_attention_sparse_lists_vs_hf(dtype):
     got = attention.sparse_attention_sink(q, kv, indices, sink, d**-0.5)
     expected = _hf_sink_attention(q, kv, indices, sink, d**-0.5)
     assert torch.count_nonzero(got[5]) == 0 and torch.count_nonzero(expected[5]) == 0
-    _assert_attention_close(got, expected, dtype)
+    _assert_attention_close(got, expected, kv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,9 +369,9 @@ def test_hc_coeffs_vs_hf_hyperconnection(hc_eps):
                                     module.base.detach(), config.rms_norm_eps, config.hc_eps,
                                     config.hc_sinkhorn_iters)
     # HF normalizes the flattened streams before projecting (x*r) @ fn^T; ours/REF41 project
-    # then scale (x @ fn^T) * r. Same math, different fp32 rounding of m (measured <= 7e-7 in the
+    # then scale (x @ fn^T) * r. Same math, different fp32 rounding of m (measured <= 5e-7 in the
     # coefficients after sigmoid / softmax / 20 Sinkhorn rounds, all of which are at most
-    # 1-Lipschitz here). 5e-6 is ~7x that; the hc_eps=1e-2 case makes every eps placement
+    # 1-Lipschitz here). 5e-6 is 10x that; the hc_eps=1e-2 case makes every eps placement
     # (pre + eps, softmax + eps, the +eps of each Sinkhorn division) visible far above it.
     tol = dict(rtol=0.0, atol=5e-6)
     torch.testing.assert_close(pre, pre_hf, **tol)
@@ -449,7 +453,7 @@ def test_route_sqrtsoftplus_vs_hf_topk_router(n_experts, topk):
     # Same sqrt(softplus), gather, (sum + 1e-20), divide, * 1.5. The logits differ by HF's fp32
     # GEMM error (256 terms of |x w| ~ 0.05: ~1e-7 absolute; ours is fp64-accumulated), which
     # sqrt(softplus) and the normalization pass on at <= 1x relative; plus a few ulp from the
-    # order of the top-k sum. Measured <= 1e-6 relative; 1e-5 leaves margin.
+    # order of the top-k sum. Measured <= 3e-7 relative; 1e-5 leaves margin.
     torch.testing.assert_close(w, w_hf, rtol=1e-5, atol=0.0)
 
 
@@ -508,9 +512,11 @@ def test_routed_and_shared_experts_compose_vs_hf(limit):
         tok, slot = (ids == e).nonzero(as_tuple=True)
         h = moe.swiglu_limit(linear.linear(x32[tok], w1[e]), linear.linear(x32[tok], w3[e]), limit)
         got.index_add_(0, tok, linear.linear(weights[tok, slot, None] * h, w2[e]))
-    # All fp32; scaling before vs after the down projection and the accumulation order differ:
-    # rounding only, a few ulp of the O(1) outputs (measured ~1e-7 absolute).
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # HF is fp32 throughout; ours rounds each fp64-accumulated GEMM to fp32 and scales before
+    # instead of after the down projection: rounding only, HF's error dominating - a few ulp of
+    # the largest output (measured 2e-6 at |out| <= 9.4, i.e. ~2 ulp); allowed 16 ulp.
+    tol = dict(rtol=1e-5, atol=16 * EPS32 * expected.abs().max().item())
+    torch.testing.assert_close(got, expected, **tol)
 
     # shared expert (DeepseekV4MLP): same clamped SwiGLU, no routing weight
     mlp = hf.DeepseekV4MLP(config)
@@ -521,8 +527,9 @@ def test_routed_and_shared_experts_compose_vs_hf(limit):
         expected_shared = mlp(x32)
     h = moe.swiglu_limit(linear.linear(x32, w1[0]), linear.linear(x32, w3[0]), limit)
     got_shared = linear.linear(h, w2[0])
-    # identical op sequence (F.linear vs x @ W^T on the same fp32 operands): fp32 noise at most
-    torch.testing.assert_close(got_shared, expected_shared, rtol=1e-5, atol=1e-6)
+    # same op sequence; GEMM accumulation fp64 (ours) vs fp32 (HF): same tolerance as above
+    tol = dict(rtol=1e-5, atol=16 * EPS32 * expected_shared.abs().max().item())
+    torch.testing.assert_close(got_shared, expected_shared, **tol)
 
 
 @pytest.mark.parametrize("limit", [0.5, 10.0])
@@ -566,12 +573,16 @@ def test_grouped_linear_vs_hf(groups, in_per_group, out_per_group, dtype):
         expected = module(x.float())
     got = linear.grouped_linear(x, weight)
     assert got.dtype == dtype and got.shape == (40, groups, out_per_group)
+    # HF's fp32 bmm vs our fp64 accumulation: HF's dot-product rounding error, which scales with
+    # sum_i |x_i w_i| (~10 here); measured ~0.15 ulp of it, allowed 4 ulp.
+    dot_scale = torch.einsum("ngi,goi->ngo", x.float().abs(),
+                             weight.float().abs().view(groups, out_per_group, in_per_group))
+    atol = 4 * EPS32 * dot_scale.max().item()
     if dtype == torch.float32:
-        # fp32 einsum vs bmm over the same 64..128-term dot products: a few ulp (measured 0)
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got, expected, rtol=0.0, atol=atol)
     else:
-        # ours accumulates in fp32 and rounds once to bf16
-        torch.testing.assert_close(got.float(), expected, rtol=BF16_REL, atol=1e-6)
+        # plus one rounding of ours (fp64-exact before the cast) to bf16: <= 2^-8 relative
+        torch.testing.assert_close(got.float(), expected, rtol=BF16_REL, atol=atol)
 
 
 # ---------------------------------------------------------------------------------------------
