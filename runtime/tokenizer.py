@@ -21,7 +21,7 @@ from tokenizers import Regex, normalizers
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 BUILTIN_PREFIX = "builtin:"
-BUILTIN_MODELS = ("tiny",)
+BUILTIN_MODELS = ("tiny",)  # built-in models that ship a tokenizer (v41-flash is config only)
 
 _REPLACEMENT_CHAR = "\ufffd"
 # Shields a token that is exactly " " from Strip (it would become empty and merge with other
@@ -139,8 +139,9 @@ def load_tokenizer(model_path: str) -> Tokenizer:
         name = model_path[len(BUILTIN_PREFIX) :]
         if name not in BUILTIN_MODELS:
             raise TokenizerError(
-                f"{model_path}: unknown builtin model; expected one of "
+                f"{model_path}: no built-in tokenizer (built-in models with one: "
                 + ", ".join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)
+                + "); run the model from a checkpoint directory that has tokenizer.json"
             )
         builtin_dir = importlib.resources.files("deepinfer.artifacts") / "builtin" / name
         with importlib.resources.as_file(builtin_dir) as directory:
