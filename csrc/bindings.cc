@@ -6,10 +6,15 @@
 
 namespace py = pybind11;
 
+void bind_block_manager(py::module_& m);
+void bind_load_plan(py::module_& m);
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "deepinfer C++ runtime components (scheduler, block manager, load plans)";
   m.attr("ABI_VERSION") = deepinfer::kAbiVersion;
   m.def(
       "abi_version", []() { return deepinfer::kAbiVersion; },
       "The ABI version compiled into this extension.");
+  bind_block_manager(m);
+  bind_load_plan(m);
 }

@@ -4,6 +4,6 @@
 namespace deepinfer {
 
 // Bumped whenever a binding changes its signature; Python checks it on import.
-constexpr int kAbiVersion = 1;
+constexpr int kAbiVersion = 2;
 
 }  // namespace deepinfer
