@@ -1,0 +1,1 @@
+"""Planner passes: pure functions from model facts and measurements to placement decisions."""
