@@ -1,5 +1,6 @@
 // BlockManager: see deepinfer/block_manager.h for the contract.
 #include "deepinfer/block_manager.h"
+#include "deepinfer/str_cat.h"
 
 #include <algorithm>
 #include <sstream>
@@ -7,16 +8,6 @@
 #include <string>
 
 namespace deepinfer {
-namespace {
-
-template <typename... Args>
-std::string cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
-
-}  // namespace
 
 BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, int64_t num_state_slots)
     : num_blocks_(num_blocks), block_size_(block_size), num_state_slots_(num_state_slots) {

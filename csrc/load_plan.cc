@@ -1,5 +1,6 @@
 // Load plan builders: see deepinfer/load_plan.h for the segment format and layouts.
 #include "deepinfer/load_plan.h"
+#include "deepinfer/str_cat.h"
 
 #include <algorithm>
 #include <sstream>
@@ -9,13 +10,6 @@
 
 namespace deepinfer {
 namespace {
-
-template <typename... Args>
-std::string cat(const Args&... args) {
-  std::ostringstream os;
-  (os << ... << args);
-  return os.str();
-}
 
 void put(int32_t* out, int64_t index, int64_t block, int64_t begin, int64_t end, int64_t dst) {
   int32_t* s = out + index * kSegmentInts;

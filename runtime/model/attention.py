@@ -59,10 +59,10 @@ class Attention(nn.Module):
         """(N, D) bf16 collapsed + normed input -> (N, D) bf16; appends to the caches."""
         spec, layer = self.spec, self.layer
         eps, pos, inv_freq = spec.rms_norm_eps, batch.positions, self.inv_freq
-        qr = k.rms_norm(k.linear_quant_act(x, self.wq_a.weight), self.q_norm.weight, eps)
-        q = k.linear_quant_act(qr, self.wq_b.weight).view(-1, self.n_heads, self.head_dim)
+        qr = k.rms_norm(self.wq_a(k, x), self.q_norm.weight, eps)
+        q = self.wq_b(k, qr).view(-1, self.n_heads, self.head_dim)
         q = k.apply_rope(q, pos, inv_freq)
-        kv = k.rms_norm(k.linear_quant_act(x, self.wkv.weight), self.kv_norm.weight, eps)
+        kv = k.rms_norm(self.wkv(k, x), self.kv_norm.weight, eps)
         kv = k.fake_quant_fp8_block32(k.apply_rope(kv, pos, inv_freq))
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
         idx_q = self.indexer.queries(k, x, qr, pos, inv_freq) if layer.owns_indexer else None
@@ -85,7 +85,7 @@ class Attention(nn.Module):
                                                 self.head_dim ** -0.5)
         out = k.apply_rope(out, pos, inv_freq, inverse=True)
         z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
-        return k.linear_quant_act(z.flatten(1), self.wo_b.weight)
+        return self.wo_b(k, z.flatten(1))
 
     def _window_keys(self, kv: torch.Tensor, pos: torch.Tensor,
                      cache: SequenceCache) -> tuple[torch.Tensor, torch.Tensor]:

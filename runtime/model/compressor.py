@@ -33,9 +33,9 @@ class Compressor(nn.Module):
         ``kv`` and ``gate`` projections (weights promoted to fp32).
         """
         if self.ratio == 1:
-            return k.rms_norm(k.linear(x, self.wkv.weight), self.norm.weight, self.eps), None
+            return k.rms_norm(self.wkv(k, x), self.norm.weight, self.eps), None
         xf = x.float()
-        return k.linear(xf, self.wkv.weight), k.linear(xf, self.wgate.weight)
+        return self.wkv(k, xf), self.wgate(k, xf)
 
     def emit(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
              cache: SequenceCache) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,17 +28,17 @@ class Indexer(nn.Module):
     def index_key_records(self, k: KernelSet, latents: torch.Tensor, positions: torch.Tensor,
                           inv_freq: torch.Tensor) -> torch.Tensor:
         """(G, Dh) pre-RoPE latents -> (G, index_key_record_bytes) uint8 FP4 index keys."""
-        key = k.rms_norm(k.linear(latents, self.wk.weight), self.k_norm.weight,
+        key = k.rms_norm(self.wk(k, latents), self.k_norm.weight,
                          self.spec.rms_norm_eps)
         return formats.pack_index_key(k.apply_rope(key, positions, inv_freq))
 
     def queries(self, k: KernelSet, x: torch.Tensor, qr: torch.Tensor, positions: torch.Tensor,
                 inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """FP4-grid queries (N, Hi, Di) and scaled head weights (N, Hi) fp32 for all tokens."""
-        q = k.linear_quant_act(qr, self.wq_b.weight).view(-1, self.n_heads, self.head_dim)
+        q = self.wq_b(k, qr).view(-1, self.n_heads, self.head_dim)
         q = k.fake_quant_fp4_ue8m0_block32(k.apply_rope(q, positions, inv_freq))
         scale = (self.head_dim ** -0.5) * (self.n_heads ** -0.5)
-        w = k.linear(x, self.weights_proj.weight).float() * scale
+        w = self.weights_proj(k, x).float() * scale
         return q, w
 
     def select(self, k: KernelSet, q: torch.Tensor, head_w: torch.Tensor,

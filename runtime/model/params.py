@@ -8,6 +8,8 @@ quantized weights first quantize their input (Q8_32, model-spec §4.3).
 import torch
 from torch import nn
 
+from deepinfer.kernels.registry import KernelSet
+
 
 def _param(shape: tuple[int, ...], dtype: torch.dtype) -> nn.Parameter:
     return nn.Parameter(torch.empty(shape, dtype=dtype), requires_grad=False)
@@ -21,6 +23,12 @@ class Linear(nn.Module):
         super().__init__()
         self.weight = _param((out_features, in_features), dtype)
         self.quant_act = quant_act
+
+    def forward(self, k: KernelSet, x: torch.Tensor) -> torch.Tensor:
+        """(N, in) -> (N, out) in x's dtype; the input is Q8_32-quantized first if quant_act."""
+        if self.quant_act:
+            return k.linear_quant_act(x, self.weight)
+        return k.linear(x, self.weight)
 
 
 class Norm(nn.Module):
