@@ -1,0 +1,1 @@
+"""Built-in topologies (`deepinfer-compile` with no file uses tiny-cpu)."""

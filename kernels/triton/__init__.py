@@ -1,0 +1,1 @@
+"""Triton kernels (the main GPU backend); each beside its torch reference in ../reference."""
