@@ -15,7 +15,7 @@ from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
 from deepinfer.kernels import formats
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.batch import ForwardBatch
-from deepinfer.runtime.model.cache import SequenceCache
+from deepinfer.runtime.model.cache import CacheView
 from deepinfer.runtime.model.compressor import Compressor
 from deepinfer.runtime.model.indexer import Indexer
 from deepinfer.runtime.model.params import Linear, Norm, f32_param
@@ -76,7 +76,7 @@ class Attention(nn.Module):
                     self._append_entries(k, comp[0][rows],
                                          None if comp[1] is None else comp[1][rows], cache)
                 sel = self._selection(k, b, rows, idx_q, pos[rows], cache, published)
-                entries = formats.unpack_compressed_kv(cache.compressed[layer.kv_source],
+                entries = formats.unpack_compressed_kv(cache.entries(layer.kv_source),
                                                        self.head_dim, torch.bfloat16)
                 offset = keys.shape[0]
                 keys = torch.cat([keys, entries])
@@ -88,14 +88,14 @@ class Attention(nn.Module):
         return self.wo_b(k, z.flatten(1))
 
     def _window_keys(self, kv: torch.Tensor, pos: torch.Tensor,
-                     cache: SequenceCache) -> tuple[torch.Tensor, torch.Tensor]:
+                     cache: CacheView) -> tuple[torch.Tensor, torch.Tensor]:
         """Window rows visible to a chunk, and per-query row lists; writes the chunk to the ring.
 
         Returns keys (P + S, Dh): the up to W-1 cached tokens before the chunk, then the chunk;
         indices (S, P + S) int64, -1 where a row is outside the query's window [p-W+1, p].
         """
         w = self.spec.sliding_window
-        ring = cache.window[self.layer.layer_id]
+        ring = cache.window_ring(self.layer.layer_id)
         start = int(pos[0])
         prev_pos = torch.arange(max(0, start - w + 1), start)
         prev = formats.unpack_window_kv(ring[prev_pos % w], self.head_dim, torch.bfloat16)
@@ -109,7 +109,7 @@ class Attention(nn.Module):
         return keys, indices
 
     def _append_entries(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
-                        cache: SequenceCache) -> None:
+                        cache: CacheView) -> None:
         """Compress the groups this chunk completes; append their index keys and FP4 entries."""
         src = self.layer.layer_id
         latents, groups = self.compressor.emit(k, kv, gate, cache)
@@ -117,13 +117,12 @@ class Attention(nn.Module):
             return
         group_pos = groups * self.layer.compress_ratio
         keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
-        cache.index_keys[src] = torch.cat([cache.index_keys[src], keys])
         entries = formats.pack_compressed_kv(k.apply_rope(latents, group_pos, self.inv_freq))
-        cache.compressed[src] = torch.cat([cache.compressed[src], entries])
+        cache.append_entries(src, entries, keys)
 
     def _selection(self, k: KernelSet, b: int, rows: slice,
                    idx_q: tuple[torch.Tensor, torch.Tensor] | None, pos: torch.Tensor,
-                   cache: SequenceCache, published: Published) -> torch.Tensor:
+                   cache: CacheView, published: Published) -> torch.Tensor:
         """(S, k) compressed-entry ids this layer attends to: its own top-k if it is an index
         source (always scored against its KV source's complete key cache), else the top-k
         published by its index source in this forward."""
@@ -134,7 +133,8 @@ class Attention(nn.Module):
         if layer.candidate_source is not None:
             candidates = published.candidates[(layer.candidate_source, b)]
         sel, cand = self.indexer.select(k, idx_q[0][rows], idx_q[1][rows],
-                                        cache.index_keys[layer.kv_source], pos, candidates)
+                                        cache.index_key_records(layer.kv_source), pos,
+                                        candidates)
         published.topk[(layer.layer_id, b)] = sel
         if cand is not None:
             published.candidates[(layer.layer_id, b)] = cand

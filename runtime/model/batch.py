@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer.runtime.model.cache import SequenceCache
+from deepinfer.runtime.model.cache import CacheView
 
 
 @dataclass
@@ -20,12 +20,12 @@ class ForwardBatch:
     input_ids: torch.Tensor  # (N,) int64, all sequences' new tokens, concatenated
     positions: torch.Tensor  # (N,) int64 absolute positions
     seq_lens: list[int]  # new tokens per sequence (chunk sizes, >= 1)
-    caches: list[SequenceCache]  # one per sequence, updated in place by the forward
+    caches: list[CacheView]  # one per sequence, updated in place by the forward
     image_mask: torch.Tensor | None = None  # (N,) bool: token inside an image span
     image_embeds: torch.Tensor | None = None  # (num image tokens, D): overwrite their embeddings
 
     @classmethod
-    def build(cls, chunks: list[list[int]], caches: list[SequenceCache],
+    def build(cls, chunks: list[list[int]], caches: list[CacheView],
               image_masks: list[list[bool]] | None = None,
               image_embeds: torch.Tensor | None = None) -> ForwardBatch:
         """From per-sequence token lists; positions continue each cache."""

@@ -13,22 +13,43 @@ A :class:`SequenceCache` holds everything a sequence needs to continue from ``nu
 * ``engram_history``: int64 (max_ngram - 1,) compressed token ids of the last positions (-1 =
   before the start or an image-span token).
 
-The paged, block-allocated form of these caches is the runtime's business; this is the model's
-contract for what must persist between chunks.
+The model touches a cache only through the methods below (``window_ring``, ``entries``,
+``index_key_records``, ``num_entries``, ``append_entries``, ``partial``, ``set_partial``,
+``engram_history``, ``num_tokens``): the runtime's paged form (``runtime/cache_pool.py``, blocks
+and state slots) implements the same methods over shared pools.
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from deepinfer.artifacts.model_spec import ModelSpec
 
 
+class CacheView(Protocol):
+    """What the model reads and writes of one sequence's cache (see the module docstring)."""
+
+    num_tokens: int
+    engram_history: torch.Tensor
+
+    def window_ring(self, layer: int) -> torch.Tensor: ...
+    def num_entries(self, source_layer: int) -> int: ...
+    def entries(self, source_layer: int) -> torch.Tensor: ...
+    def index_key_records(self, source_layer: int) -> torch.Tensor: ...
+    def append_entries(self, source_layer: int, entries: torch.Tensor,
+                       keys: torch.Tensor) -> None: ...
+    def partial(self, source_layer: int) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def set_partial(self, source_layer: int, kv: torch.Tensor, gate: torch.Tensor) -> None: ...
+
+
 @dataclass
 class SequenceCache:
+    """The contiguous form: plain tensors per sequence (tests, the demo, one-at-a-time runs)."""
+
     num_tokens: int
     window: list[torch.Tensor]
     compressed: dict[int, torch.Tensor]
@@ -58,9 +79,37 @@ class SequenceCache:
             sliding_window=spec.sliding_window,
         )
 
+    def window_ring(self, layer: int) -> torch.Tensor:
+        """(W, window_record_bytes) uint8 ring of a backbone layer (writable view)."""
+        return self.window[layer]
+
     def num_entries(self, source_layer: int) -> int:
         """Compressed entries (completed groups) of a KV source layer."""
         return self.compressed[source_layer].shape[0]
+
+    def entries(self, source_layer: int) -> torch.Tensor:
+        """(T, compressed_record_bytes) uint8 FP4 entries of a KV source layer."""
+        return self.compressed[source_layer]
+
+    def index_key_records(self, source_layer: int) -> torch.Tensor:
+        """(T, index_key_record_bytes) uint8 FP4 index keys of a KV source layer."""
+        return self.index_keys[source_layer]
+
+    def append_entries(self, source_layer: int, entries: torch.Tensor,
+                       keys: torch.Tensor) -> None:
+        """Append (G, 288) entries and their (G, 68) index keys after the existing ones."""
+        s = source_layer
+        self.compressed[s] = torch.cat([self.compressed[s], entries])
+        self.index_keys[s] = torch.cat([self.index_keys[s], keys])
+
+    def partial(self, source_layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 (k, Dh) ``kv`` and ``gate`` of the incomplete group, k = num_tokens % ratio."""
+        return self.partial_kv[source_layer], self.partial_gate[source_layer]
+
+    def set_partial(self, source_layer: int, kv: torch.Tensor, gate: torch.Tensor) -> None:
+        """Replace the incomplete group's state (k < ratio rows)."""
+        self.partial_kv[source_layer] = kv.clone()
+        self.partial_gate[source_layer] = gate.clone()
 
     def clone(self) -> SequenceCache:
         """A deep copy (a forked sequence continues independently)."""

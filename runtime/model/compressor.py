@@ -7,7 +7,7 @@ from torch import nn
 
 from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
 from deepinfer.kernels.registry import KernelSet
-from deepinfer.runtime.model.cache import SequenceCache
+from deepinfer.runtime.model.cache import CacheView
 from deepinfer.runtime.model.params import Linear, Norm
 
 
@@ -38,7 +38,7 @@ class Compressor(nn.Module):
         return self.wkv(k, xf), self.wgate(k, xf)
 
     def emit(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
-             cache: SequenceCache) -> tuple[torch.Tensor, torch.Tensor]:
+             cache: CacheView) -> tuple[torch.Tensor, torch.Tensor]:
         """Latents of the groups one sequence's chunk completes; updates the partial state.
 
         Args:
@@ -51,12 +51,12 @@ class Compressor(nn.Module):
         if self.ratio == 1:
             return kv, first + torch.arange(kv.shape[0])
         src = self.layer_id
-        kv_all = torch.cat([cache.partial_kv[src], kv])
-        gate_all = torch.cat([cache.partial_gate[src], gate])
+        partial_kv, partial_gate = cache.partial(src)
+        kv_all = torch.cat([partial_kv, kv])
+        gate_all = torch.cat([partial_gate, gate])
         groups = kv_all.shape[0] // self.ratio
         done = groups * self.ratio
-        cache.partial_kv[src] = kv_all[done:].clone()
-        cache.partial_gate[src] = gate_all[done:].clone()
+        cache.set_partial(src, kv_all[done:], gate_all[done:])
         d = kv_all.shape[-1]
         pooled = k.compress_pool(kv_all[:done].view(groups, self.ratio, d),
                                  gate_all[:done].view(groups, self.ratio, d))
