@@ -16,6 +16,7 @@ def register_all() -> None:
         norm,
         quant,
         rope,
+        sampling,
     )
 
     table = {
@@ -39,6 +40,8 @@ def register_all() -> None:
         "fake_quant_fp8_block32": quant.fake_quant_fp8_block32,
         "fake_quant_fp4_ue8m0_block32": quant.fake_quant_fp4_ue8m0_block32,
         "fake_quant_fp4_e4m3_block16": quant.fake_quant_fp4_e4m3_block16,
+        "sample_tokens": sampling.sample_tokens,
+        "token_logprobs": sampling.token_logprobs,
     }
     for op, fn in table.items():
         registry.register(op, registry.REFERENCE, fn)

@@ -1,7 +1,7 @@
 """Checkpoint loading: name table, synthetic checkpoints, writer and validating reader."""
 
+from deepinfer.artifacts.weight_names import TensorSpec, expected_tensors, is_skipped_name
 from deepinfer.runtime.weights.errors import CheckpointError
-from deepinfer.runtime.weights.names import TensorSpec, expected_tensors, is_skipped_name
 from deepinfer.runtime.weights.reader import read_checkpoint, synthetic_weights, validate_checkpoint
 from deepinfer.runtime.weights.synthetic import (
     estimated_checkpoint_bytes,

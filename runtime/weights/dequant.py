@@ -17,17 +17,17 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from deepinfer.kernels.formats import (
-    dequantize_fp4_weight,
-    dequantize_fp8_rows,
-    dequantize_fp8_weight,
-)
-from deepinfer.runtime.weights.names import (
+from deepinfer.artifacts.weight_names import (
     KIND_FP4,
     KIND_FP8,
     KIND_FP8_ROWS,
     SCALE_KINDS,
     TensorSpec,
+)
+from deepinfer.kernels.formats import (
+    dequantize_fp4_weight,
+    dequantize_fp8_rows,
+    dequantize_fp8_weight,
 )
 
 _DEQUANTIZERS = {

@@ -21,15 +21,15 @@ from pathlib import Path
 import torch
 
 from deepinfer.artifacts.model_spec import ModelSpec
-from deepinfer.runtime.weights import shards
-from deepinfer.runtime.weights.dequant import dequantize_tensors
-from deepinfer.runtime.weights.errors import CheckpointError
-from deepinfer.runtime.weights.names import (
+from deepinfer.artifacts.weight_names import (
     TensorSpec,
     expected_tensors,
     is_dspark_name,
     is_skipped_name,
 )
+from deepinfer.runtime.weights import shards
+from deepinfer.runtime.weights.dequant import dequantize_tensors
+from deepinfer.runtime.weights.errors import CheckpointError
 from deepinfer.runtime.weights.shards import INDEX_FILE, TORCH_TO_SAFETENSORS
 from deepinfer.runtime.weights.synthetic import describe_spec, synthetic_checkpoint_tensors
 

@@ -26,8 +26,7 @@ import re
 import torch
 
 from deepinfer.artifacts.model_spec import ModelSpec
-from deepinfer.kernels.formats import quantize_fp4_weight, quantize_fp8_rows, quantize_fp8_weight
-from deepinfer.runtime.weights.names import (
+from deepinfer.artifacts.weight_names import (
     KIND_FP4,
     KIND_FP8,
     KIND_FP8_ROWS,
@@ -35,6 +34,7 @@ from deepinfer.runtime.weights.names import (
     TensorSpec,
     expected_tensors,
 )
+from deepinfer.kernels.formats import quantize_fp4_weight, quantize_fp8_rows, quantize_fp8_weight
 
 MAX_SYNTHETIC_BYTES = 2 << 30
 """Largest checkpoint (stored bytes) synthesize will build in memory."""

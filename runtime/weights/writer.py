@@ -23,8 +23,8 @@ import torch
 from safetensors.torch import save_file
 
 from deepinfer.artifacts.model_spec import ModelSpec, builtin_config_path, load_model_spec
+from deepinfer.artifacts.weight_names import SCALE_KINDS, expected_tensors
 from deepinfer.runtime.weights.errors import CheckpointError
-from deepinfer.runtime.weights.names import SCALE_KINDS, expected_tensors
 from deepinfer.runtime.weights.shards import CONFIG_FILE, INDEX_FILE, shard_file_name
 from deepinfer.runtime.weights.synthetic import synthetic_checkpoint_tensors
 

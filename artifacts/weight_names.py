@@ -11,6 +11,10 @@ have no ``model.`` prefix. Quantized matrices are stored as ``<base>.weight`` + 
 
 Scales are ``float8_e8m0fnu`` (ue8m0). Which tensors a layer owns follows its role in the schedule
 (model-spec §1.2, ``LayerSpec.mode``); this module only lists names and shapes, it reads no files.
+
+It lives in ``artifacts`` because it is part of the planner/runtime contract: the planner's shard
+map (``planner/passes/shard_map.py``) classifies these names and counts their bytes per rank, the
+runtime's checkpoint reader and writer use the same table.
 """
 
 from __future__ import annotations

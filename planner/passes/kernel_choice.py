@@ -1,0 +1,71 @@
+"""Kernel choice: one backend per registered op, recorded in the plan.
+
+CPU plans use ``reference`` for every op (the torch oracle, which runs anywhere). GPU plans use
+``triton`` on SM90 (Hopper) and SM100 (Blackwell) for the ops the Triton backend covers, and
+``reference`` elsewhere, each fallback with a warning (it is slow, not wrong).
+
+What Triton covers is read from two places, so that planning never needs triton installed (the
+planner runs on CPU machines, and importing ``kernels.triton`` would import triton):
+
+1. the registry: an op whose ``available_backends`` already lists ``triton`` (when some module
+   registered it in this process) is taken as covered;
+2. ``TRITON_CAPABILITIES``, a static table of op -> GPU archs listing the ops that have a
+   kernel in ``kernels/triton/`` (a test checks each one is defined there, by reading the source
+   without importing it). The Triton ``supports()`` predicates accept CUDA compute capability
+   >= 9, hence SM90 and SM100. Ops still missing (RMSNorm, RoPE, mHC, top-k, compressor, ...)
+   fall back to the reference with a warning until their kernels land and join the table.
+
+The runtime checks at load that each recorded backend imports and refuses otherwise, naming
+the plan field, so a stale table fails loudly at start, never silently.
+"""
+
+from __future__ import annotations
+
+from deepinfer.artifacts.model_spec import ModelSpec
+from deepinfer.kernels import registry
+from deepinfer.planner.topology import Topology
+
+__all__ = ["TRITON_ARCHS", "TRITON_CAPABILITIES", "plan_kernel_choice"]
+
+REFERENCE = registry.REFERENCE
+TRITON = "triton"
+TRITON_ARCHS = (90, 100)
+TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
+    "expert_ffn": TRITON_ARCHS,  # kernels/triton/moe_experts.py
+    "fake_quant_fp8_block32": TRITON_ARCHS,  # kernels/triton/quant_act.py
+    "index_scores": TRITON_ARCHS,  # kernels/triton/indexer.py
+    "linear_quant_act": TRITON_ARCHS,  # kernels/triton/gemm_fp8.py
+    "moe_routed_experts": TRITON_ARCHS,  # kernels/triton/moe_experts.py
+    "route_sqrtsoftplus": TRITON_ARCHS,  # kernels/triton/moe_routing.py
+    "sparse_attention_sink": TRITON_ARCHS,  # kernels/triton/attention.py
+}
+
+
+def plan_kernel_choice(spec: ModelSpec, topo: Topology) -> dict:
+    """Returns ``{"backend_by_op": {op: backend}, "source_by_op": {op: "cpu" | "registry" |
+    "static_table" | "fallback"}, "device", "sm_arch", "warnings": [...]}``, ops sorted.
+    ``spec`` is accepted for the pipeline's uniform signature (no op depends on it yet)."""
+    hw = topo.hardware
+    on_gpu = hw.device != "cpu" and hw.sm_arch > 0
+    backend_by_op: dict[str, str] = {}
+    source_by_op: dict[str, str] = {}
+    fallbacks = []
+    for op in registry.ops():
+        if not on_gpu:
+            backend_by_op[op], source_by_op[op] = REFERENCE, "cpu"
+        elif TRITON in registry.available_backends(op):
+            backend_by_op[op], source_by_op[op] = TRITON, "registry"
+        elif hw.sm_arch in TRITON_CAPABILITIES.get(op, ()):
+            backend_by_op[op], source_by_op[op] = TRITON, "static_table"
+        else:
+            backend_by_op[op], source_by_op[op] = REFERENCE, "fallback"
+            fallbacks.append(op)
+    warnings = [f"kernel op '{op}' has no triton kernel for sm_arch {hw.sm_arch}; it runs the "
+                "torch reference on the GPU (slow, not wrong)" for op in fallbacks]
+    return {
+        "backend_by_op": backend_by_op,
+        "source_by_op": source_by_op,
+        "device": hw.device,
+        "sm_arch": hw.sm_arch,
+        "warnings": warnings,
+    }

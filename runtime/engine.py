@@ -1,0 +1,287 @@
+"""The engine: replays a plan over a batch of requests, one scheduler step at a time.
+
+Per step (architecture.md §5, seed §4.1)::
+
+    schedule t (C++) ─► inputs t ─► launch forward+sample t ─► post-process t-1 ─► collect t
+                                     (worker, in flight)       (host, meanwhile)
+
+Post-processing (token commit, stop checks, detokenization, output update, scheduler commit)
+of step t-1 runs while step t is in flight; that is the zero-overhead pipeline, on by default
+(``pipeline=False`` runs it right after each step instead, with identical results). Because the
+scheduler plans step t before it learns what t-1 produced, a sequence that stops at t-1 may
+still have a row in step t: its result is dropped, as is any row whose sequence was reset
+(preempted for recompute) since it was scheduled — the scheduler's epochs tell them apart.
+Freed blocks are only handed out again by a later ``schedule``, after step t completed, and the
+inputs of an in-flight step are held by a deferred-release pool until it completes.
+
+Decode inputs come from tokens already sampled but not yet post-processed (``inflight``), so a
+step never waits for the host work of the one before it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from deepinfer import _C
+from deepinfer.runtime.cache_pool import CachePool
+from deepinfer.runtime.detokenizer import RequestDetokenizer
+from deepinfer.runtime.engine_stats import EngineStats
+from deepinfer.runtime.model.batch import ForwardBatch
+from deepinfer.runtime.model_loader import LoadedModel
+from deepinfer.runtime.outputs import RequestOutput
+from deepinfer.runtime.plan_loader import RuntimePlan
+from deepinfer.runtime.request_io import Request, load_image_embeds
+from deepinfer.runtime.worker import StepInputs, StepResult, Worker
+
+__all__ = ["Engine"]
+
+@dataclass
+class LiveRequest:
+    """Host state of one request between ``add`` and its finish."""
+
+    seq_id: int
+    request: Request
+    output: RequestOutput
+    detok: RequestDetokenizer
+    seed: int
+    image_mask: list[bool] | None = None  # per prompt position
+    image_embeds: torch.Tensor | None = None  # (image tokens, D) in prompt order
+    image_rows_before: list[int] | None = None  # image tokens before each prompt position
+    epoch: int = -1  # the scheduler epoch the host state below belongs to
+    inflight: list[int] = field(default_factory=list)  # sampled, not yet post-processed
+
+    def token_at(self, start: int, n: int) -> list[int]:
+        """Token ids of positions [start, start + n): prompt, then committed, then in-flight."""
+        prompt = self.request.prompt_token_ids
+        seq = list(prompt[start:start + n])
+        if len(seq) < n:
+            rest = self.output.token_ids + self.inflight
+            lo = max(0, start - len(prompt))
+            seq += rest[lo:lo + n - len(seq)]
+        if len(seq) != n:
+            raise RuntimeError(f"request {self.request.request_id}: positions {start}..{start + n}"
+                               f" scheduled but only {len(prompt) + len(self.output.token_ids)}"
+                               f" + {len(self.inflight)} tokens exist")
+        return seq
+
+
+class Engine:
+    """One rank's engine over a verified plan and a loaded model.
+
+    Args:
+        plan: the verified plan; loaded: spec, tokenizer and model with weights in place.
+        pipeline: overlap post-processing of step t-1 with step t (zero-overhead pipeline).
+        seed: engine seed; a request without its own seed uses ``seed + request.index``.
+        allreduce_max: elementwise MAX over the DP ranks for the scheduler's vote (None = one
+            rank).
+    """
+
+    def __init__(self, plan: RuntimePlan, loaded: LoadedModel, *, pipeline: bool = True,
+                 seed: int = 0, allreduce_max: Callable[[list[int]], list[int]] | None = None):
+        self.plan, self.spec, self.tokenizer = plan, loaded.spec, loaded.tokenizer
+        self.model = loaded.model
+        self.kernels = loaded.model.kernels
+        self.seed, self.allreduce_max = seed, allreduce_max
+        s = plan.scheduler
+        self.max_model_len = int(s["max_model_len_tokens"])
+        self.pool = CachePool(self.spec, s["num_blocks"], s["num_state_slots"],
+                              s["block_size_tokens"], device=plan.device)
+        self.scheduler = _C.Scheduler(_C.SchedulerConfig(
+            block_size=s["block_size_tokens"], num_blocks=s["num_blocks"],
+            num_state_slots=s["num_state_slots"], max_model_len=self.max_model_len,
+            max_num_seqs=s["max_num_seqs"], max_num_batched_tokens=s["max_num_batched_tokens"],
+            prefill_chunk_size=s["prefill_chunk_size_tokens"],
+            mode=getattr(_C.SchedulerMode, s["mode"].upper()),
+            prefill_watermark=s["prefill_watermark"],
+            vote_interval_steps=s["vote_interval_steps"], lookahead_tokens=s["lookahead_tokens"],
+            decode_buckets=plan.decode_buckets,
+            prefill_token_buckets=plan.prefill_token_buckets))
+        self.worker = Worker(self.model, self.kernels, pipeline=pipeline)
+        self.live: dict[int, LiveRequest] = {}
+        self.stats = EngineStats()
+        self._next_seq_id = 0
+        self._pending: StepInputs | None = None  # launched, not yet post-processed
+
+    # ---- requests ----------------------------------------------------------------------------
+    def add(self, request: Request) -> int:
+        """Queue a validated request; returns its sequence id. ValueError if it cannot run."""
+        p = request.params
+        detok = RequestDetokenizer(self.tokenizer, p, self.spec.eos_token_id,
+                                   num_prompt_tokens=len(request.prompt_token_ids),
+                                   max_model_len=self.max_model_len)
+        seed = p.resolved_seed(self.seed, request.index)
+        live = LiveRequest(self._next_seq_id, request,
+                           RequestOutput(request.request_id, list(request.prompt_token_ids),
+                                         logprobs=[] if p.logprobs is not None else None),
+                           detok, seed)
+        if request.images:
+            self._attach_images(live)
+        spans = [(img.begin, img.end) for img in request.images]
+        self.scheduler.add_request(live.seq_id, len(request.prompt_token_ids),
+                                   detok.max_output_tokens, spans, False,
+                                   temperature=p.temperature, top_p=p.top_p, top_k=max(p.top_k, 0),
+                                   min_p=p.min_p, seed=seed)
+        self._next_seq_id += 1
+        self.live[live.seq_id] = live
+        return live.seq_id
+
+    def _attach_images(self, live: LiveRequest) -> None:
+        n = len(live.request.prompt_token_ids)
+        mask = [False] * n
+        embeds = []
+        for img in live.request.images:
+            mask[img.begin:img.end] = [True] * img.num_tokens
+            embeds.append(load_image_embeds(img, self.spec.hidden_size))
+        before, acc = [], 0
+        for m in mask:
+            before.append(acc)
+            acc += m
+        before.append(acc)
+        live.image_mask, live.image_embeds, live.image_rows_before = mask, torch.cat(embeds), before
+
+    def has_work(self) -> bool:
+        return bool(self.live) or self._pending is not None
+
+    # ---- the step ----------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Schedule, launch and post-process one step; returns requests finished by it."""
+        t0 = time.perf_counter()
+        plan = self.scheduler.schedule(self.allreduce_max)
+        for seq_id in plan.preempted:  # reset for recompute: in-flight tokens are void
+            live = self.live.get(seq_id)
+            if live is not None:
+                live.epoch, live.inflight = -1, []
+        inputs = self._inputs(plan) if plan.num_rows else None
+        t1 = time.perf_counter()
+        if inputs is not None:
+            self.worker.launch(inputs)
+        finished = self._post_process(self._pending) if self._pending is not None else []
+        t2 = time.perf_counter()
+        self._pending = None
+        if inputs is not None:
+            self._record(inputs, self.worker.collect())
+            self._pending = inputs
+            if not self.worker.pipeline:
+                finished += self._post_process(inputs)
+                self._pending = None
+        t3 = time.perf_counter()
+        self.stats.step(plan, inputs, host_s=(t1 - t0) + (t2 - t1), step_s=t3 - t0,
+                        usage=self.scheduler.usage())
+        return finished
+
+    def _inputs(self, plan) -> StepInputs:
+        """Everything step ``plan`` needs, copied out of the scheduler's reusable buffers."""
+        n = plan.num_rows
+        seq_ids, epochs = np.array(plan.seq_ids[:n]), np.array(plan.epochs[:n])
+        start, count = np.array(plan.start_pos[:n]), np.array(plan.num_tokens[:n])
+        samples = np.array(plan.samples[:n]).astype(bool)
+        tables = torch.from_numpy(np.array(plan.block_tables[:n], dtype=np.int64))
+        slots = np.array(plan.state_slots[:n])
+        meta = self.scheduler.prepare_sample(seq_ids, epochs, np.array(plan.is_prefill[:n]),
+                                             count.astype(np.int32),
+                                             (start + count).astype(np.int32))
+        chunks, caches, masks, embeds = [], [], [], []
+        want_logprobs = np.zeros(n, dtype=bool)
+        for i in range(n):
+            live = self.live[int(seq_ids[i])]
+            if live.epoch != int(epochs[i]):  # first schedule, or reset for recompute
+                live.epoch, live.inflight = int(epochs[i]), []
+            s, c = int(start[i]), int(count[i])
+            chunks.append(live.token_at(s, c))
+            caches.append(self.pool.view(tables[i], int(slots[i]), s))
+            masks.append(self._image_rows(live, s, c, embeds))
+            want_logprobs[i] = live.request.params.logprobs is not None
+        any_image = any(any(m) for m in masks)
+        batch = ForwardBatch.build(chunks, caches, masks if any_image else None,
+                                   torch.cat(embeds) if embeds else None)
+        rows = np.flatnonzero(samples)
+        return StepInputs(
+            step_id=plan.step_id, is_prefill=bool(plan.phase == _C.Phase.PREFILL), batch=batch,
+            seq_ids=seq_ids, epochs=epochs, samples=samples, sample_rows=rows,
+            temperature=torch.from_numpy(np.array(meta.temperature)[rows]),
+            top_p=torch.from_numpy(np.array(meta.top_p)[rows]),
+            top_k=torch.from_numpy(np.array(meta.top_k)[rows].astype(np.int64)),
+            min_p=torch.from_numpy(np.array(meta.min_p)[rows]),
+            seeds=torch.from_numpy(np.array(meta.seeds)[rows]),
+            positions=torch.from_numpy(np.array(meta.offsets)[rows]),
+            num_top_logprobs=[int(self.live[int(seq_ids[r])].request.params.logprobs)
+                              if want_logprobs[r] else -1 for r in rows],
+            bucket=plan.bucket, num_padded_rows=plan.num_padded_rows)
+
+    def _image_rows(self, live: LiveRequest, start: int, n: int,
+                    embeds: list[torch.Tensor]) -> list[bool]:
+        if live.image_mask is None or start >= len(live.image_mask):
+            return [False] * n
+        end = min(start + n, len(live.image_mask))
+        mask = live.image_mask[start:end] + [False] * (start + n - end)
+        lo, hi = live.image_rows_before[start], live.image_rows_before[end]
+        if hi > lo:
+            embeds.append(live.image_embeds[lo:hi])
+        return mask
+
+    def _record(self, inputs: StepInputs, result: StepResult) -> None:
+        """Make step t's sampled tokens available as inputs of step t+1 (before post-processing)."""
+        inputs.result = result
+        for j, r in enumerate(inputs.sample_rows):
+            live = self.live.get(int(inputs.seq_ids[r]))
+            if live is not None and live.epoch == int(inputs.epochs[r]):
+                live.inflight.append(result.token_ids[j])
+
+    def _post_process(self, inputs: StepInputs) -> list[RequestOutput]:
+        """Commit step ``inputs``: tokens, stop checks, text; tell the scheduler; finish."""
+        result = inputs.result
+        n = len(inputs.seq_ids)
+        accepted, stop = np.zeros(n, dtype=np.int32), np.zeros(n, dtype=np.uint8)
+        done: list[RequestOutput] = []
+        for j, r in enumerate(inputs.sample_rows):
+            live = self.live.get(int(inputs.seq_ids[r]))
+            if live is None or live.epoch != int(inputs.epochs[r]) or not live.inflight:
+                continue  # finished or reset since it was scheduled: the scheduler drops it too
+            token = live.inflight.pop(0)
+            reason = live.detok.append(token)
+            live.output.token_ids = list(live.detok.token_ids)
+            if live.output.logprobs is not None:
+                live.output.logprobs.append(result.logprobs[j])
+            accepted[r] = 1
+            if reason is not None:
+                stop[r] = 1
+                done.append(self._finish(live, reason))
+        dropped = self.scheduler.commit(inputs.step_id, accepted, stop)
+        if any(accepted[r] for r in dropped):
+            raise RuntimeError(f"step {inputs.step_id}: the scheduler dropped rows "
+                               f"{[int(r) for r in dropped if accepted[r]]} the host committed")
+        for seq_id, reason in self.scheduler.take_finished():
+            live = self.live.get(seq_id)
+            if live is not None:
+                done.append(self._finish(live, _finish_reason(reason)))
+        return done
+
+    def _finish(self, live: LiveRequest, reason: str) -> RequestOutput:
+        del self.live[live.seq_id]
+        out = live.output
+        out.finish_reason = reason
+        out.token_ids = list(live.detok.token_ids)
+        out.text = live.detok.text
+        self.stats.finished(out)
+        return out.copy()
+
+    def abort_all(self, error: str) -> list[RequestOutput]:
+        """Finish every live request with reason ``error`` (an unrecoverable step failure)."""
+        out = []
+        for live in list(self.live.values()):
+            self.scheduler.abort(live.seq_id)
+            live.output.error = error
+            out.append(self._finish(live, "error"))
+        return out
+
+
+def _finish_reason(scheduler_reason: str) -> str:
+    """The scheduler's finish event -> the output's finish reason."""
+    return {"stop": "stop", "length": "length", "preempted": "preempted",
+            "prompt_done": "length"}[scheduler_reason]
+
