@@ -198,7 +198,7 @@ class ModelSpec:
 
 # Built-in model configs: ``builtin:tiny`` is the tiny V4.1 of model-spec §6.1 (what tests and
 # the default topology use); ``builtin:v41-flash`` is the released config (no weights).
-BUILTIN_MODELS = {"tiny": "tiny", "v41-flash": "v41-flash"}
+BUILTIN_MODELS = {"tiny": "tiny", "v41-flash": "v41-flash", "v41-flash-slice": "v41-flash-slice"}
 
 
 def builtin_config_path(name: str) -> Path:

@@ -62,12 +62,19 @@ class LLM:
         self.run(requests, lambda out: outputs.__setitem__(out.request_id, out))
         return [outputs[r.request_id].copy() for r in requests]
 
-    def run(self, requests: Sequence[Request],
-            on_finished: Callable[[RequestOutput], None]) -> None:
+    def run(self, requests: Sequence[Request], on_finished: Callable[[RequestOutput], None],
+            on_rejected: Callable[[Request, str], None] | None = None) -> None:
         """Queue ``requests`` and step until all finished; ``on_finished`` gets each output as
-        soon as its request finishes (a copy)."""
+        soon as its request finishes (a copy). A request the engine cannot run (e.g. longer than
+        the cache can ever hold) goes to ``on_rejected`` with the reason, or raises ValueError
+        when no ``on_rejected`` is given."""
         for r in requests:
-            self.engine.add(r)
+            try:
+                self.engine.add(r)
+            except ValueError as err:
+                if on_rejected is None:
+                    raise ValueError(f"request {r.request_id}: {err}") from None
+                on_rejected(r, str(err))
         while self.engine.has_work():
             for out in self.engine.step():
                 on_finished(out)

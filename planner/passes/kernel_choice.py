@@ -4,16 +4,13 @@ CPU plans use ``reference`` for every op (the torch oracle, which runs anywhere)
 ``triton`` on SM90 (Hopper) and SM100 (Blackwell) for the ops the Triton backend covers, and
 ``reference`` elsewhere, each fallback with a warning (it is slow, not wrong).
 
-What Triton covers is read from two places, so that planning never needs triton installed (the
-planner runs on CPU machines, and importing ``kernels.triton`` would import triton):
-
-1. the registry: an op whose ``available_backends`` already lists ``triton`` (when some module
-   registered it in this process) is taken as covered;
-2. ``TRITON_CAPABILITIES``, a static table of op -> GPU archs listing the ops that have a
-   kernel in ``kernels/triton/`` (a test checks each one is defined there, by reading the source
-   without importing it). The Triton ``supports()`` predicates accept CUDA compute capability
-   >= 9, hence SM90 and SM100. Ops still missing (RMSNorm, RoPE, mHC, top-k, compressor, ...)
-   fall back to the reference with a warning until their kernels land and join the table.
+What Triton covers is read from ``TRITON_CAPABILITIES`` only, a static table of op -> GPU archs
+listing the ops that have a kernel in ``kernels/triton/`` (a test checks each one is defined
+there, by reading the source without importing it). Planning therefore never needs triton
+installed, and a plan never depends on which modules happen to be imported in the planning
+process (plans must be byte-identical across runs). The Triton ``supports()`` predicates accept
+CUDA compute capability >= 9, hence SM90 and SM100. Ops still missing fall back to the
+reference with a warning until their kernels land and join the table.
 
 The runtime checks at load that each recorded backend imports and refuses otherwise, naming
 the plan field, so a stale table fails loudly at start, never silently.
@@ -42,7 +39,7 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
 
 
 def plan_kernel_choice(spec: ModelSpec, topo: Topology) -> dict:
-    """Returns ``{"backend_by_op": {op: backend}, "source_by_op": {op: "cpu" | "registry" |
+    """Returns ``{"backend_by_op": {op: backend}, "source_by_op": {op: "cpu" |
     "static_table" | "fallback"}, "device", "sm_arch", "warnings": [...]}``, ops sorted.
     ``spec`` is accepted for the pipeline's uniform signature (no op depends on it yet)."""
     hw = topo.hardware
@@ -53,8 +50,6 @@ def plan_kernel_choice(spec: ModelSpec, topo: Topology) -> dict:
     for op in registry.ops():
         if not on_gpu:
             backend_by_op[op], source_by_op[op] = REFERENCE, "cpu"
-        elif TRITON in registry.available_backends(op):
-            backend_by_op[op], source_by_op[op] = TRITON, "registry"
         elif hw.sm_arch in TRITON_CAPABILITIES.get(op, ()):
             backend_by_op[op], source_by_op[op] = TRITON, "static_table"
         else:

@@ -48,7 +48,7 @@ class CacheView(Protocol):
 
 @dataclass
 class SequenceCache:
-    """The contiguous form: plain tensors per sequence (tests, the demo, one-at-a-time runs)."""
+    """The contiguous form: plain tensors per sequence (tests, one-at-a-time runs)."""
 
     num_tokens: int
     window: list[torch.Tensor]

@@ -56,14 +56,12 @@ def test_other_arch_falls_back_everywhere():
     assert len(plan["warnings"]) == len(registry.ops())
 
 
-def test_registry_registration_wins(monkeypatch):
-    def backends(op):
-        return ["triton", "reference"] if op == "linear" else ["reference"]
-
-    monkeypatch.setattr(kernel_choice.registry, "available_backends", backends)
-    plan = plan_kernel_choice(TINY, topo("h200", 90))
-    assert (plan["backend_by_op"]["linear"], plan["source_by_op"]["linear"]) == \
-        ("triton", "registry")
+def test_registered_backends_do_not_change_the_plan(monkeypatch):
+    """What modules happen to have registered in this process must not change a plan."""
+    before = plan_kernel_choice(TINY, topo("h200", 90))
+    monkeypatch.setattr(kernel_choice.registry, "available_backends",
+                        lambda op: ["triton", "reference"])
+    assert plan_kernel_choice(TINY, topo("h200", 90)) == before
 
 
 def test_planning_does_not_import_triton():
