@@ -9,6 +9,7 @@ failure is a :class:`PlanError` naming ``plan.json`` and the plan field.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -111,6 +112,12 @@ def _check_hardware(plan: dict[str, Any], source: str) -> str:
         raise PlanError(source, "topology.hardware.device",
                         f"the plan is for {hardware['device']} GPUs but no CUDA device is "
                         "visible; compile a plan for this machine (hardware.device: cpu)")
+    name = torch.cuda.get_device_name()
+    kind = hardware["device"].lower()
+    if kind != "custom" and not re.search(rf"\b{re.escape(kind)}\b", name.lower()):
+        raise PlanError(source, "topology.hardware.device",
+                        f"the plan is for {hardware['device']} but this GPU is {name}; compile "
+                        "a plan for this machine")
     free_bytes, _ = torch.cuda.mem_get_info()
     cache = plan["cache"]
     needed = cache["num_blocks"] * cache["block_bytes"] + \
