@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "deepinfer/block_manager.h"
 
 namespace py = pybind11;
@@ -23,16 +25,23 @@ void bind_block_manager(py::module_& m) {
            py::arg("num_new_tokens") = 1)
       .def("append", &BlockManager::append, py::arg("seq_id"), py::arg("num_new_tokens") = 1,
            "Grows the sequence; returns the block ids added to its table.")
-      .def("can_fork", &BlockManager::can_fork, py::arg("parent_id"))
+      .def(
+          "can_fork",
+          [](const BlockManager& self, int64_t parent_id, std::optional<int64_t> num_tokens) {
+            return num_tokens ? self.can_fork(parent_id, *num_tokens) : self.can_fork(parent_id);
+          },
+          py::arg("parent_id"), py::arg("num_tokens") = py::none())
       .def(
           "fork",
-          [](BlockManager& self, int64_t parent_id, int64_t child_id) {
-            auto r = self.fork(parent_id, child_id);
+          [](BlockManager& self, int64_t parent_id, int64_t child_id,
+             std::optional<int64_t> num_tokens) {
+            auto r = num_tokens ? self.fork(parent_id, child_id, *num_tokens)
+                                : self.fork(parent_id, child_id);
             return py::make_tuple(r.block_copy ? py::cast(*r.block_copy) : py::none(),
                                   py::cast(r.slot_copy));
           },
-          py::arg("parent_id"), py::arg("child_id"),
-          "Returns ((src_block, dst_block) or None, (src_slot, dst_slot)): copies to perform.")
+          py::arg("parent_id"), py::arg("child_id"), py::arg("num_tokens") = py::none(),
+          "Forks the first num_tokens tokens (default: all). Returns ((src_block, dst_block) or None, (src_slot, dst_slot)): copies to perform.")
       .def("free", &BlockManager::free, py::arg("seq_id"))
       .def_property_readonly("num_blocks", &BlockManager::num_blocks)
       .def_property_readonly("num_usable_blocks", &BlockManager::num_usable_blocks)

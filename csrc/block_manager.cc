@@ -125,33 +125,46 @@ std::vector<int32_t> BlockManager::append(int64_t seq_id, int64_t num_new_tokens
 }
 
 bool BlockManager::can_fork(int64_t parent_id) const {
+  return can_fork(parent_id, get(parent_id, "can_fork").num_tokens);
+}
+
+bool BlockManager::can_fork(int64_t parent_id, int64_t num_tokens) const {
   const Sequence& parent = get(parent_id, "can_fork");
-  const int64_t need = parent.num_tokens % block_size_ != 0 ? 1 : 0;
+  if (num_tokens < 1 || num_tokens > parent.num_tokens) return false;
+  const int64_t need = num_tokens % block_size_ != 0 ? 1 : 0;
   return need + kReserveBlocks <= num_free_blocks() && !free_slots_.empty();
 }
 
 ForkResult BlockManager::fork(int64_t parent_id, int64_t child_id) {
-  get(parent_id, "fork");
+  return fork(parent_id, child_id, get(parent_id, "fork").num_tokens);
+}
+
+ForkResult BlockManager::fork(int64_t parent_id, int64_t child_id, int64_t num_tokens) {
+  const Sequence& parent = get(parent_id, "fork");
   if (has_sequence(child_id)) {
     throw std::invalid_argument(cat("fork: child sequence id ", child_id, " already exists"));
   }
-  if (!can_fork(parent_id)) {
+  if (num_tokens < 1 || num_tokens > parent.num_tokens) {
+    throw std::invalid_argument(cat("fork: num_tokens must be in [1, ", parent.num_tokens,
+                                    "] (the parent's tokens), got ", num_tokens));
+  }
+  if (!can_fork(parent_id, num_tokens)) {
     throw std::runtime_error(cat("fork: not enough free blocks or state slots to fork sequence ",
                                  parent_id, " (", num_free_blocks(), " free blocks, ",
                                  kReserveBlocks, " kept in reserve; ", num_free_state_slots(),
                                  " free state slots)"));
   }
-  const Sequence& parent = seqs_.at(parent_id);
   Sequence child;
-  child.num_tokens = parent.num_tokens;
-  child.blocks = parent.blocks;
+  child.num_tokens = num_tokens;
+  child.blocks.assign(parent.blocks.begin(), parent.blocks.begin() + blocks_for(num_tokens));
   ForkResult result;
-  const bool partial = parent.num_tokens % block_size_ != 0;
+  const bool partial = num_tokens % block_size_ != 0;
   const size_t shared = partial ? child.blocks.size() - 1 : child.blocks.size();
   for (size_t i = 0; i < shared; ++i) ++ref_counts_[child.blocks[i]];
   if (partial) {
+    const int32_t src = child.blocks.back();
     const int32_t dst = pop_block();
-    result.block_copy = std::make_pair(parent.blocks.back(), dst);
+    result.block_copy = std::make_pair(src, dst);
     child.blocks.back() = dst;
   }
   child.slot = free_slots_.back();
@@ -172,6 +185,11 @@ void BlockManager::free(int64_t seq_id) {
 
 const std::vector<int32_t>& BlockManager::block_table(int64_t seq_id) const {
   return get(seq_id, "block_table").blocks;
+}
+
+SequenceView BlockManager::view(int64_t seq_id) const {
+  const Sequence& seq = get(seq_id, "view");
+  return {seq.blocks, seq.slot, seq.num_tokens};
 }
 
 int32_t BlockManager::state_slot(int64_t seq_id) const { return get(seq_id, "state_slot").slot; }

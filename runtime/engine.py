@@ -156,10 +156,16 @@ class Engine:
             live = self.live.get(seq_id)
             if live is not None:
                 live.epoch, live.inflight = -1, []
+        for src, dst in np.array(plan.block_copies).reshape(-1, 2):  # forks: partial last blocks
+            self.pool.copy_block(int(src), int(dst))
+        for src, dst in np.array(plan.slot_copies).reshape(-1, 2):
+            self.pool.copy_slot(int(src), int(dst))
         inputs = self._inputs(plan) if plan.num_rows else None
         t1 = time.perf_counter()
         if inputs is not None:
             self.worker.launch(inputs)
+        elif self.model.has_ep_exchange:  # multi-rank: the EP group's exchanges need this rank
+            self.model.forward_idle()     # too, with no tokens (runtime/lockstep.py)
         finished = self._post_process(self._pending) if self._pending is not None else []
         t2 = time.perf_counter()
         self._pending = None

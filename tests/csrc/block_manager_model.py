@@ -82,25 +82,34 @@ class ModelBlockManager:
         seq.num_tokens += k
         return added
 
-    def can_fork(self, parent_id: int) -> bool:
-        need = 1 if self._get(parent_id).num_tokens % self.block_size else 0
+    def can_fork(self, parent_id: int, n: int | None = None) -> bool:
+        parent = self._get(parent_id)
+        n = parent.num_tokens if n is None else n
+        if not 1 <= n <= parent.num_tokens:
+            return False
+        need = 1 if n % self.block_size else 0
         return need + RESERVE <= len(self.free_blocks) and bool(self.free_slots)
 
-    def fork(self, parent_id: int, child_id: int):
+    def fork(self, parent_id: int, child_id: int, n: int | None = None):
+        """Forks the first n tokens (default all): full blocks shared, a partial one copied."""
         parent = self._get(parent_id)
+        n = parent.num_tokens if n is None else n
         if child_id in self.seqs:
             raise ValueError(f"child sequence id {child_id} already exists")
-        if not self.can_fork(parent_id):
+        if not 1 <= n <= parent.num_tokens:
+            raise ValueError("fork: num_tokens out of range")
+        if not self.can_fork(parent_id, n):
             raise RuntimeError("out of blocks or state slots")
-        blocks = list(parent.blocks)
-        partial = parent.num_tokens % self.block_size != 0
+        blocks = parent.blocks[: self._blocks_for(n)]
+        partial = n % self.block_size != 0
         for b in blocks[: len(blocks) - partial]:
             self.ref[b] += 1
         block_copy = None
         if partial:
+            src = blocks[-1]
             blocks[-1] = self._pop_block()
-            block_copy = (parent.blocks[-1], blocks[-1])
-        child = Seq(blocks, self.free_slots.pop(), parent.num_tokens)
+            block_copy = (src, blocks[-1])
+        child = Seq(blocks, self.free_slots.pop(), n)
         self.seqs[child_id] = child
         return block_copy, (parent.slot, child.slot)
 

@@ -85,8 +85,10 @@ def run_seed(seed: int) -> dict[str, int]:
         elif op == "fork":
             parent = pick_id()
             child = next_id if rng.random() < 0.9 else pick_id()
-            assert outcome(cpp.can_fork, parent) == outcome(py.can_fork, parent)
-            a, b = outcome(cpp.fork, parent, child), outcome(py.fork, parent, child)
+            # half the forks take a prefix of the parent (maybe out of range: an error)
+            n = None if rng.random() < 0.5 else rng.randint(0, 3 * bs)
+            assert outcome(cpp.can_fork, parent, n) == outcome(py.can_fork, parent, n)
+            a, b = outcome(cpp.fork, parent, child, n), outcome(py.fork, parent, child, n)
             if a[1] is None:
                 live.add(child)
                 next_id = max(next_id, child) + 1
@@ -214,4 +216,19 @@ def test_allocation_is_all_or_nothing():
         bm.allocate(2, 3)  # blocks are available but the slot is not: nothing is taken
     assert (bm.num_free_blocks(), bm.num_free_state_slots()) == before
     assert 2 not in bm
+    bm.check_integrity()
+
+
+def test_fork_prefix_shares_only_valid_tokens():
+    bm = _C.BlockManager(num_blocks=12, block_size=4, num_state_slots=4)
+    bm.allocate(1, 16)  # [1, 2, 3, 4]; say only 6 tokens are valid KV, the rest is room
+    block_copy, slot_copy = bm.fork(1, 2, num_tokens=6)
+    assert block_copy == (2, 5) and slot_copy == (1, 2)
+    assert bm.block_table(2) == [1, 5] and bm.num_tokens(2) == 6
+    assert [bm.ref_count(b) for b in (1, 2, 3, 4, 5)] == [2, 1, 1, 1, 1]
+    assert bm.fork(1, 3, num_tokens=8) == (None, (1, 3))  # block-aligned: nothing to copy
+    assert bm.block_table(3) == [1, 2]
+    with pytest.raises(ValueError, match=r"fork: num_tokens must be in \[1, 16\]"):
+        bm.fork(1, 4, num_tokens=17)
+    assert not bm.can_fork(1, 0)
     bm.check_integrity()

@@ -10,7 +10,9 @@
 //    append() may use the reserve.
 //  * fork() shares every full block of the parent by reference count; the partially filled last
 //    block (if any) is copied into a fresh block for the child. The child gets a new state slot.
-//    The caller (runtime) performs both copies that fork() returns.
+//    The caller (runtime) performs both copies that fork() returns. fork(parent, child,
+//    num_tokens) forks only the first num_tokens tokens (1 <= num_tokens <= the parent's): a
+//    table that reaches past the valid KV (decode look-ahead room) is not shared beyond it.
 //  * Free lists are LIFO stacks. Initially the stack top is block 1 (then 2, 3, ...); free()
 //    pushes a sequence's blocks last-to-first, so its first block is the next one handed out.
 //    The same rule holds for state slots. A Python model (tests/csrc/block_manager_model.py)
@@ -27,6 +29,14 @@
 #include <vector>
 
 namespace deepinfer {
+
+// A live sequence's table, slot and token count, from one lookup (scheduler hot path). The
+// reference is valid until the sequence is freed.
+struct SequenceView {
+  const std::vector<int32_t>& blocks;
+  int32_t slot;
+  int64_t num_tokens;
+};
 
 struct ForkResult {
   // (src_block, dst_block): copy the parent's partially filled last block; empty if it was full.
@@ -51,9 +61,11 @@ class BlockManager {
   // Grows the sequence by num_new_tokens; returns the blocks added to its table (maybe none).
   std::vector<int32_t> append(int64_t seq_id, int64_t num_new_tokens);
 
-  // Whether fork(parent, <new id>) would succeed now.
+  // Whether fork(parent, <new id>[, num_tokens]) would succeed now.
   bool can_fork(int64_t parent_id) const;
+  bool can_fork(int64_t parent_id, int64_t num_tokens) const;
   ForkResult fork(int64_t parent_id, int64_t child_id);
+  ForkResult fork(int64_t parent_id, int64_t child_id, int64_t num_tokens);
 
   // Releases the sequence's blocks (by reference count) and its state slot.
   void free(int64_t seq_id);
@@ -67,6 +79,7 @@ class BlockManager {
   int64_t num_sequences() const { return static_cast<int64_t>(seqs_.size()); }
   bool has_sequence(int64_t seq_id) const { return seqs_.count(seq_id) != 0; }
   const std::vector<int32_t>& block_table(int64_t seq_id) const;
+  SequenceView view(int64_t seq_id) const;
   int32_t state_slot(int64_t seq_id) const;
   int64_t num_tokens(int64_t seq_id) const;
   int32_t ref_count(int64_t block_id) const;

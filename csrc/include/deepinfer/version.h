@@ -4,6 +4,6 @@
 namespace deepinfer {
 
 // Bumped whenever a binding changes its signature; Python checks it on import.
-constexpr int kAbiVersion = 2;
+constexpr int kAbiVersion = 3;
 
 }  // namespace deepinfer
