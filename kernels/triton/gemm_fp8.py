@@ -1,0 +1,267 @@
+"""Dense FP8 GEMM with 32×32 ue8m0 weight tiles and Q8_32 activations (model-spec §4.3).
+
+    out[m, n] = sum_kb (sum_{k in kb} a[m, k] * w[n, k]) * 2^(ea[m, kb]-127) * 2^(ew[n//32, kb]-127)
+
+a = Q8_32 codes of the input (one ue8m0 exponent per row per 32 K, from quant_act), w = e4m3 weight
+codes with one ue8m0 exponent per 32×32 tile. The kernel walks K in steps of BK (a multiple of 32)
+and issues one e4m3 ``tl.dot`` per 32-wide scale block, promoting each block's fp32 partial product
+into the fp32 accumulator with its combined power-of-two scale (the DeepGEMM "promotion" scheme at
+32 granularity, which DeepGEMM itself only offers on SM100). Every product and scale is exact, so
+the result differs from the fp64 reference only by fp32 summation rounding before the final cast.
+
+A weight may also be a plain float tensor (the dequantized bf16 weights the runtime holds today):
+then the kernel dequantizes the activation block in registers (exact in bf16) and runs a bf16
+``tl.dot``; semantics are the same (Q8_32 input, exact weights).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
+
+SCALE_BLOCK = 32
+
+
+def is_interpreting() -> bool:
+    """True under TRITON_INTERPRET (CPU tests): bf16 dots are then computed in fp32."""
+    try:
+        return bool(triton.knobs.runtime.interpret)
+    except AttributeError:  # pragma: no cover - older triton
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class Fp8BlockWeight:
+    """A dense FP8 checkpoint weight, kept quantized for the FP8 GEMM.
+
+    codes: float8_e4m3fn (O, I); scale: float8_e8m0fnu or uint8 (ceil(O/32), ceil(I/32)),
+    tile (i, j) covering rows 32i..32i+31 and columns 32j..32j+31 (formats.quantize_fp8_weight).
+    """
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+    def dequantize(self) -> torch.Tensor:
+        from deepinfer.kernels.formats import dequantize_fp8_weight
+
+        return dequantize_fp8_weight(self.codes, self.scale)
+
+
+def pack_fp8_weight(w: torch.Tensor) -> Fp8BlockWeight:
+    """Re-encode a dequantized FP8 weight (O, I) as codes + 32×32 tile scales (load time, exact)."""
+    from deepinfer.kernels.formats import quantize_fp8_weight
+
+    codes, scale = quantize_fp8_weight(w.cpu())
+    return Fp8BlockWeight(codes.to(w.device), scale.to(w.device))
+
+
+@triton.jit
+def _gemm_q8_kernel(
+    a_ptr, a_scale_ptr,  # uint8 (M, K) e4m3 codes; uint8 (M, K/32) ue8m0
+    w_ptr, w_scale_ptr,  # uint8 (N, K) e4m3 codes + uint8 (ceil(N/32), ceil(K/32)); or float (N, K)
+    c_ptr,  # (M, N) output, any float dtype
+    ids_ptr,  # int64 (M, K / GATHER_COLS) table rows when GATHER_COLS > 0 (else unused)
+    M, N, K, k_per_split,
+    stride_am, stride_asm, stride_wn, stride_wsn, stride_cm, stride_idm,
+    W_FP8: tl.constexpr,  # True: e4m3 weight with tile scales; False: plain float weight
+    DOT_BF16: tl.constexpr,  # plain-weight path: bf16 dot (GPU) or fp32 dot (interpreter)
+    GATHER_COLS: tl.constexpr,  # > 0: A row m is the concatenation of table rows ids[m, :]
+    SPLIT_K: tl.constexpr,  # > 1: program_id(1) takes K range [s * k_per_split, +k_per_split)
+    # and stores fp32 partials to c_ptr + s * M * N (workspace), reduced by _splitk_sum_kernel
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    # Grouped program order: GROUP_M row tiles share each weight column tile in L2.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    group_size = GROUP_M * num_pid_n
+    first_m = (pid // group_size) * GROUP_M
+    rows_in_group = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows_in_group
+    pid_n = (pid % group_size) // rows_in_group
+
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, 32)
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+    rows_a = tl.where(mask_m, offs_m, 0).to(tl.int64)  # clamp instead of masking the loads
+    rows_w = tl.where(mask_n, offs_n, 0).to(tl.int64)
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + offs_k[None, :]  # [BM, 32]
+    w_ptrs = w_ptr + rows_w[None, :] * stride_wn + offs_k[:, None]  # [32, BN] (K-major)
+    a_scale_ptrs = a_scale_ptr + rows_a * stride_asm  # [BM]
+    if W_FP8:
+        w_scale_ptrs = w_scale_ptr + (rows_w // 32) * stride_wsn  # [BN]
+
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    k_begin = tl.program_id(1) * k_per_split
+    for k0 in range(k_begin, tl.minimum(k_begin + k_per_split, K), BK):
+        for kk in tl.static_range(0, BK, 32):  # one scale block per dot
+            kb = (k0 + kk) // 32
+            if GATHER_COLS > 0:  # engram: K block -> (table row ids[m, j], column c) of the table
+                j = (k0 + kk) // GATHER_COLS
+                col = (k0 + kk) % GATHER_COLS
+                trow = tl.load(ids_ptr + rows_a * stride_idm + j)
+                a = tl.load(a_ptr + trow[:, None] * stride_am + col + offs_k[None, :])
+                a = a.to(tl.float8e4nv, bitcast=True)
+                a_scale = ue8m0_to_f32(tl.load(a_scale_ptr + trow * stride_asm + col // 32))
+            else:
+                a = tl.load(a_ptrs + (k0 + kk)).to(tl.float8e4nv, bitcast=True)
+                a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + kb))
+            if W_FP8:
+                w = tl.load(w_ptrs + (k0 + kk)).to(tl.float8e4nv, bitcast=True)
+                w_scale = ue8m0_to_f32(tl.load(w_scale_ptrs + kb))
+                acc += tl.dot(a, w) * (a_scale[:, None] * w_scale[None, :])
+            else:
+                a_val = a.to(tl.float32) * a_scale[:, None]  # exact in bf16
+                w = tl.load(w_ptrs + (k0 + kk))
+                if DOT_BF16:
+                    acc = tl.dot(a_val.to(tl.bfloat16), w.to(tl.bfloat16), acc)
+                else:
+                    acc = tl.dot(a_val, w.to(tl.float32), acc, input_precision="ieee")
+
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+    if SPLIT_K > 1:
+        c_ptrs += tl.program_id(1).to(tl.int64) * M * N
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _splitk_sum_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr):
+    """c = sum of the SPLIT_K fp32 partials (M*N each, contiguous), in split order."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(ws_ptr + s * MN + offs, mask=mask, other=0.0)
+    tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def gemm_config(num_rows: int, w_fp8: bool, interpret: bool = False,
+                gather: bool = False) -> dict:
+    """Tile sizes: one config per shape class (no autotune, see kernels.md §3.3 rule 3).
+
+    Decode (M <= 64): BM=64 (one wgmma M), BN=64 to spread the weight over more SMs, BK=128
+    (four 32-wide scale blocks per stage), 6 stages in flight, plus split-K (choose_split_k)
+    when the N tiles alone cannot fill the SMs (e.g. N=1280: 20 tiles -> 6 splits).
+    Prefill: 128×128 tiles, BK=32 (one scale block per step) and 6 stages: with BK=128 the four
+    unrolled promotions spill registers at 128×128 (sm_90 res-usage, checked by the compile test).
+    The engram gather (row ids per K block) needs BN=64 at prefill for the same reason.
+    """
+    if interpret:
+        return dict(BM=16, BN=32, BK=64, GROUP_M=4, num_warps=4, num_stages=1)
+    if num_rows <= 64:
+        return dict(BM=64, BN=64, BK=128, GROUP_M=1, num_warps=4, num_stages=6)
+    return dict(BM=128, BN=64 if gather else 128, BK=32, GROUP_M=8, num_warps=8,
+                num_stages=6 if w_fp8 else 4)
+
+
+def choose_split_k(num_tiles: int, num_k: int, block_k: int, num_sms: int = 132) -> int:
+    """Decode split-K: enough K partitions for ~one program per SM, each >= 4 BK steps, <= 8."""
+    if num_tiles * 2 > num_sms:
+        return 1
+    return max(1, min(num_sms // num_tiles, num_k // (4 * block_k), 8))
+
+
+def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor,
+            out_dtype: torch.dtype, ids: torch.Tensor | None = None,
+            split_k: int | None = None) -> torch.Tensor:
+    """(M, K) Q8_32 codes/scales (from quant_act.quant_q8_32) x weight (N, K) -> (M, N) out_dtype.
+
+    With ``ids`` (M, J) int64, a_codes/a_scale are instead a Q8_32 table (R, C)/(R, C/32) and A's
+    row m is the concatenation of table rows ids[m, 0..J-1] (K = J * C), gathered in the K loop.
+    """
+    gather_cols = 0
+    if ids is not None:
+        gather_cols = a_codes.shape[1]
+        num_rows, num_k = ids.shape[0], ids.shape[1] * gather_cols
+    else:
+        num_rows, num_k = a_codes.shape
+    w_fp8 = isinstance(weight, Fp8BlockWeight)
+    w = weight.codes.view(torch.uint8) if w_fp8 else weight
+    w_scale = weight.scale.view(torch.uint8) if w_fp8 else w  # unused when not w_fp8
+    num_cols = w.shape[0]
+    assert w.shape[1] == num_k and w.stride(1) == 1, \
+        f"gemm_q8: weight {tuple(w.shape)} does not match K={num_k} (or is not row-major)"
+    cfg = gemm_config(num_rows, w_fp8, is_interpreting(), gather=ids is not None)
+    assert num_k % SCALE_BLOCK == 0, f"gemm_q8: K={num_k} must be a multiple of 32"
+    out = torch.empty((num_rows, num_cols), dtype=out_dtype, device=a_codes.device)
+    if num_rows == 0 or num_cols == 0:
+        return out
+    bk = cfg["BK"]
+    while num_k % bk or (gather_cols and gather_cols % bk):
+        bk //= 2  # K (and a table row) is a multiple of 32, so this stops at 32 at the latest
+    num_tiles = triton.cdiv(num_rows, cfg["BM"]) * triton.cdiv(num_cols, cfg["BN"])
+    if split_k is None:
+        split_k = choose_split_k(num_tiles, num_k, bk) if num_rows <= 64 else 1
+    k_per_split = triton.cdiv(num_k // bk, split_k) * bk
+    split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
+    target = out
+    if split_k > 1:
+        target = torch.empty((split_k, num_rows, num_cols), dtype=torch.float32,
+                             device=a_codes.device)
+    _gemm_q8_kernel[(num_tiles, split_k)](
+        a_codes, a_scale, w, w_scale, target, ids if ids is not None else a_scale,
+        num_rows, num_cols, num_k, k_per_split,
+        a_codes.stride(0), a_scale.stride(0), w.stride(0), w_scale.stride(0) if w_fp8 else 0,
+        num_cols if split_k > 1 else out.stride(0), ids.stride(0) if ids is not None else 0,
+        W_FP8=w_fp8, DOT_BF16=not is_interpreting(), GATHER_COLS=gather_cols, SPLIT_K=split_k,
+        BM=cfg["BM"], BN=cfg["BN"], BK=bk, GROUP_M=cfg["GROUP_M"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if split_k > 1:
+        assert out.is_contiguous()
+        block = 1024
+        _splitk_sum_kernel[(triton.cdiv(num_rows * num_cols, block),)](
+            target, out, num_rows * num_cols, SPLIT_K=split_k, BLOCK=block, num_warps=4)
+    return out
+
+
+def linear_quant_act(x: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor) -> torch.Tensor:
+    """Registered op: Q8_32-quantize x, then GEMM against an FP8 weight; (N, I) -> (N, O) x.dtype.
+
+    ``weight`` is an :class:`Fp8BlockWeight` (FP8 tensor-core path) or a plain float (O, I) tensor
+    holding exactly dequantized FP8/FP4 values (bf16 tensor-core path). Two launches: the fused
+    activation quantizer, then the GEMM.
+    """
+    assert x.dim() == 2 and x.shape[1] % SCALE_BLOCK == 0, \
+        f"linear_quant_act: x must be (N, I) with I % 32 == 0, got {tuple(x.shape)}"
+    a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
+    return gemm_q8(a_codes, a_scale, weight, x.dtype)
+
+
+def engram_gather_linear(table_codes: torch.Tensor, table_scale: torch.Tensor,
+                         hash_ids: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor,
+                         out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Registered op (reference ``engram_fused.engram_gather_linear``): the engram ``wkv``
+    projection of gathered FP8 table rows, one launch, no materialized (N, n_ids * C) activation.
+
+    Args:
+        table_codes: float8_e4m3fn (R, C), C % 32 == 0; table_scale: float8_e8m0fnu/uint8 (R, C/32)
+        (formats.quantize_fp8_rows layout); hash_ids: int64 (N, n_ids); weight: (O, n_ids * C).
+    Returns:
+        (N, O) out_dtype. A table row is already Q8_32 data with 32-column blocks, and
+        re-quantizing its dequantized values gives the same values, so feeding the table's own codes
+        and scales is exactly ``linear_quant_act(dequant(table)[ids].flatten(1), weight)``.
+    """
+    assert table_codes.shape[1] % SCALE_BLOCK == 0 and table_codes.stride(1) == 1
+    return gemm_q8(table_codes.view(torch.uint8), table_scale.view(torch.uint8), weight, out_dtype,
+                   ids=hash_ids.to(torch.int64).contiguous())
+
+
+def supports_linear_quant_act(spec: dict) -> bool:
+    """CUDA SM90+; ``in_features`` (optional) a multiple of 32; ``weight_format`` (optional) one of
+    "fp8_block32" (Fp8BlockWeight) or "dequantized" (plain float weight)."""
+    return (quant_act.is_cuda_sm90_plus(spec)
+            and spec.get("in_features", SCALE_BLOCK) % SCALE_BLOCK == 0
+            and spec.get("weight_format", "fp8_block32") in ("fp8_block32", "dequantized"))

@@ -1,0 +1,147 @@
+"""Indexer scores ``score[n, t] = sum_h w[n, h] * relu(q[n, h] . k[t])`` (model-spec §2.6).
+
+One program scores ``BN`` queries (``BN * Hi`` = 64 rows for the released 32 heads, so one
+warpgroup MMA tile) against ``KT`` tiles of ``BT`` keys, keeping its queries loaded. Keys are
+either float rows (the registered ``index_scores`` op) or 68-B FP4 index-key records
+(``index_scores_records``: D/2 e2m1 pair bytes | D/32 ue8m0 scales) dequantized in registers,
+with the visibility rule ``t < num_visible[n]`` applied in the epilogue (-inf elsewhere).
+As in the attention kernel the 128 channels are taken as an even and an odd half, so one record
+byte feeds both halves. Dots run in q's dtype (bf16 on the GPU: FP4-grid values are exact in
+bf16) with fp32 accumulation; the head reduction is fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer.kernels import formats
+from deepinfer.kernels.triton import attn_common
+from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
+
+BLOCK_KEYS = 128
+KEY_TILES = 8  # key tiles per program (q stays in registers/shared across them)
+ROWS_PER_PROGRAM = 64  # BN * Hi
+NUM_WARPS = 4
+
+
+@triton.jit
+def _index_scores_kernel(
+    q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, stride_k, vis_ptr, out_ptr,
+    stride_on, num_q, num_keys,
+    HI: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, BT: tl.constexpr, KT: tl.constexpr,
+    RECORDS: tl.constexpr, HAS_VIS: tl.constexpr, PREC: tl.constexpr,
+):
+    n0 = tl.program_id(0) * BN
+    t0 = tl.program_id(1) * (BT * KT)
+    r = tl.arange(0, BN * HI)
+    qn = n0 + r // HI
+    qmask = qn < num_q
+    j = tl.arange(0, D // 2)
+    q_rows = q_ptr + qn.to(tl.int64)[:, None] * stride_qn + (r % HI)[:, None] * stride_qh
+    q_e = tl.load(q_rows + 2 * j[None, :], mask=qmask[:, None], other=0.0)
+    q_o = tl.load(q_rows + 2 * j[None, :] + 1, mask=qmask[:, None], other=0.0)
+
+    w = tl.load(w_ptr + qn.to(tl.int64) * stride_wn + r % HI, mask=qmask, other=0.0)
+    w = w.to(tl.float32)
+    qn2 = n0 + tl.arange(0, BN)
+    if HAS_VIS:
+        vis = tl.load(vis_ptr + qn2, mask=qn2 < num_q, other=0)
+    for kt in range(0, tl.minimum(KT, tl.cdiv(num_keys - t0, BT))):
+        t = t0 + kt * BT + tl.arange(0, BT)
+        tmask = t < num_keys
+        k_rows = k_ptr + t.to(tl.int64)[:, None] * stride_k
+        if RECORDS:
+            byte = tl.load(k_rows + j[None, :], mask=tmask[:, None], other=0).to(tl.int32)
+            se = tl.load(k_rows + D // 2 + j[None, :] // 16, mask=tmask[:, None], other=127)
+            scale = ue8m0_to_f32(se.to(tl.int32))
+            k_e = e2m1_to_f32(byte & 15) * scale
+            k_o = e2m1_to_f32((byte >> 4) & 15) * scale
+        else:
+            k_e = tl.load(k_rows + 2 * j[None, :], mask=tmask[:, None], other=0.0)
+            k_o = tl.load(k_rows + 2 * j[None, :] + 1, mask=tmask[:, None], other=0.0)
+            k_e = k_e.to(tl.float32)
+            k_o = k_o.to(tl.float32)
+        s = tl.dot(q_e, tl.trans(k_e.to(q_e.dtype)), input_precision=PREC)
+        s = tl.dot(q_o, tl.trans(k_o.to(q_e.dtype)), s, input_precision=PREC)  # (BN*HI, BT)
+        s = tl.maximum(s, 0.0) * w[:, None]
+        score = tl.sum(tl.reshape(s, (BN, HI, BT)), axis=1)  # (BN, BT)
+        if HAS_VIS:
+            score = tl.where(t[None, :] < vis[:, None], score, float("-inf"))
+        out = out_ptr + qn2.to(tl.int64)[:, None] * stride_on + t[None, :]
+        tl.store(out, score, mask=(qn2 < num_q)[:, None] & tmask[None, :])
+
+
+def launch_meta(hi: int, d: int, records: bool, has_vis: bool,
+                q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
+    """Constexprs and launch options (shared with the SM90 compile test); fp32 q keeps fp32
+    dots ("ieee", not the GPU's default tf32)."""
+    return dict(HI=hi, D=d, BN=max(1, ROWS_PER_PROGRAM // hi), BT=BLOCK_KEYS,
+                KT=KEY_TILES if records else 1, RECORDS=records, HAS_VIS=has_vis,
+                PREC="ieee" if q_dtype == torch.float32 else "tf32", num_warps=NUM_WARPS,
+                num_stages=2)
+
+
+def _launch(q, w, keys, vis, records):
+    n, hi, d = q.shape
+    num_keys = keys.shape[0]
+    out = attn_common.alloc((n, num_keys), torch.float32, q.device)
+    if n == 0 or num_keys == 0:
+        return out
+    if q.stride(-1) != 1 or w.stride(-1) != 1 or keys.stride(-1) != 1:
+        raise ValueError("index scores: q, head weights and keys must be contiguous rows")
+    meta = launch_meta(hi, d, records, vis is not None, q.dtype)
+    grid = (triton.cdiv(n, meta["BN"]), triton.cdiv(num_keys, meta["BT"] * meta["KT"]))
+    _index_scores_kernel[grid](
+        q, q.stride(0), q.stride(1), w, w.stride(0), keys, keys.stride(0),
+        vis if vis is not None else w, out, out.stride(0), n, num_keys, **meta,
+    )
+    return out
+
+
+def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """Triton version of ``reference.indexer.index_scores``: (N, Hi, Di), (N, Hi), (T, Di)
+    -> (N, T) fp32."""
+    return _launch(q, head_weights, keys, None, False)
+
+
+def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_records: torch.Tensor,
+                         num_visible: torch.Tensor) -> torch.Tensor:
+    """Triton version of ``reference.attention_fused.index_scores_records``: scores over 68-B
+    index-key records, -inf where t >= num_visible[n]."""
+    if key_records.shape[-1] != formats.index_key_record_bytes(q.shape[-1]):
+        raise ValueError("index key records do not match the query head dim")
+    return _launch(q, head_weights, key_records, num_visible, True)
+
+
+def supports_index_scores(spec: dict[str, Any]) -> bool:
+    """index head_dim a power of two in [32, 256]; index heads a power of two <= 64."""
+    d = int(spec.get("index_head_dim", 128))
+    hi = int(spec.get("index_n_heads", 32))
+    return (cuda_sm90(spec) and 32 <= d <= 256 and d & (d - 1) == 0 and 1 <= hi <= 64
+            and hi & (hi - 1) == 0)
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    types = {"q_ptr": "*bf16", "w_ptr": "*fp32", "k_ptr": "*u8", "vis_ptr": "*i64",
+             "out_ptr": "*fp32"}
+    return [
+        dict(name="index_scores records Hi32 D128", module=__name__,
+             kernel="_index_scores_kernel", types=types,
+             meta=launch_meta(32, 128, True, True)),
+        dict(name="index_scores bf16 keys Hi32 D128", module=__name__,
+             kernel="_index_scores_kernel", types=dict(types, k_ptr="*bf16"),
+             meta=launch_meta(32, 128, False, False)),
+    ]
+
+
+def register_triton_indexer() -> None:
+    from deepinfer.kernels.reference import attention_fused
+
+    attn_common.register_with_reference("index_scores", index_scores, supports_index_scores)
+    attn_common.register_with_reference("index_scores_records", index_scores_records,
+                                        supports_index_scores,
+                                        attention_fused.index_scores_records)

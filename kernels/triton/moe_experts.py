@@ -1,0 +1,422 @@
+"""Routed SwiGLU experts as grouped GEMMs over MXFP4 (or FP8) weights (model-spec §2.8, §4.3).
+
+Semantics (reference ``moe.moe_routed_experts`` / ``expert_ffn``), per (token t, slot k) pair with
+expert e = ids[t, k] and routing weight r = weights[t, k]:
+    g = act(Q8_32(x_t) @ W1_e^T);  u = act(Q8_32(x_t) @ W3_e^T)         act = round to x.dtype
+    h = act(r * silu(min(g, limit)) * clamp(u, -limit, limit))
+    y_tk = act(Q8_32(h) @ W2_e^T);   out_t = sum over k of y_tk in increasing expert id (fp32)
+
+Three launches after the activation quantizer (quant_act), all grouped over experts:
+  1. ``_moe_gemm_kernel`` GATED: one program per (block of BM pairs of one expert, BN columns of I);
+     W1 and W3 tiles share the A tile; epilogue = rounding, SwiGLU with limit, routing weight,
+     and the Q8_32 quantization of h for the down projection (h is stored as e4m3 + ue8m0).
+  2. ``_moe_gemm_kernel`` not GATED: the down projection from h's codes, y stored per pair.
+  3. ``_moe_combine_kernel``: out_t = ordered fp32 sum of the token's top-k rows of y
+     (deterministic, the reference's expert-id order, no atomics).
+
+Weight formats (``ExpertWeights.fmt``), dequantized in the kernel's K loop:
+  "mxfp4"  int8 (E, O, I/2) two e2m1 per byte + ue8m0 (E, O, I/32): nibbles are widened to e4m3
+           bytes with integer ops (e2m1 ⊂ e4m3, exact) and fed to an FP8 ``tl.dot`` whose fp32
+           result gets the per-(row, 32 K) power-of-two scales (W4A8, MMA="fp8"), or dequantized
+           with the scale to bf16 for a bf16 dot (W4A16 style, MMA="bf16").
+  "fp8"    e4m3 (E, O, I) + ue8m0 (E, ceil(O/scale_rows), I/32): the lossless load-time re-encoding
+           of MXFP4 (``mxfp4_to_fp8``; 2× the bytes, no unpacking) with scale_rows=1, or a dense
+           32×32-tile FP8 weight (the shared expert) with scale_rows=32.
+  plain    a float tensor (E, O, I) of exactly dequantized values (bf16 dot).
+Pairs are grouped per expert by ``_align_pairs`` (device-side sort/scan, no host sync; the
+equivalent of vLLM's moe_align_block_size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
+
+FMT_MXFP4, FMT_FP8, FMT_PLAIN = 0, 1, 2
+# e4m3fn byte of each e2m1 nibble (0, .5, 1, 1.5, 2, 3, 4, 6, then the negatives; code 8 = -0)
+_E2M1_TO_E4M3_BYTES = (0x00, 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C,
+                       0x80, 0xB0, 0xB8, 0xBC, 0xC0, 0xC4, 0xC8, 0xCC)
+_ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+@dataclass(frozen=True)
+class ExpertWeights:
+    """One projection of E experts, kept quantized. See the module docstring for the layouts."""
+
+    data: torch.Tensor
+    scale: torch.Tensor
+    fmt: str  # "mxfp4" | "fp8"
+    scale_rows: int = 1  # rows per ue8m0 scale: 1 (per row), 32 (dense 32×32 tiles)
+
+    @property
+    def num_experts(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def out_features(self) -> int:
+        return self.data.shape[1]
+
+    @property
+    def in_features(self) -> int:
+        return self.data.shape[2] * (2 if self.fmt == "mxfp4" else 1)
+
+
+def pack_mxfp4_experts(w: torch.Tensor) -> ExpertWeights:
+    """(E, O, I) float -> MXFP4 ExpertWeights (formats.quantize_fp4_weight per expert)."""
+    from deepinfer.kernels.formats import quantize_fp4_weight
+
+    pairs = [quantize_fp4_weight(w[e].cpu()) for e in range(w.shape[0])]
+    return ExpertWeights(torch.stack([p for p, _ in pairs]).to(w.device),
+                         torch.stack([s for _, s in pairs]).view(torch.uint8).to(w.device), "mxfp4")
+
+
+def mxfp4_to_fp8(w: ExpertWeights) -> ExpertWeights:
+    """Lossless load-time re-encoding MXFP4 -> e4m3 codes with the same per-row ue8m0 scales.
+
+    Every e2m1 value (0, ±.5 … ±6) is an e4m3 value, so code × 2^(e-127) is unchanged bit for bit.
+    """
+    assert w.fmt == "mxfp4"
+    lut = torch.tensor(_E2M1_TO_E4M3_BYTES, dtype=torch.uint8, device=w.data.device)
+    packed = w.data.view(torch.uint8)
+    codes = torch.empty((*packed.shape[:-1], packed.shape[-1] * 2), dtype=torch.uint8,
+                        device=packed.device)
+    for e in range(packed.shape[0]):  # one expert at a time: int64 indices stay small
+        codes[e, :, 0::2] = lut[(packed[e] & 0xF).long()]  # column 2k: low nibble
+        codes[e, :, 1::2] = lut[(packed[e] >> 4).long()]
+    return ExpertWeights(codes.view(torch.float8_e4m3fn), w.scale, "fp8", 1)
+
+
+def fp8_block_experts(codes: torch.Tensor, scale: torch.Tensor) -> ExpertWeights:
+    """One dense FP8 weight (O, I) with 32×32 tile scales as a 1-expert ExpertWeights."""
+    return ExpertWeights(codes[None], scale.view(torch.uint8)[None], "fp8", 32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _round_act(v, ACT: tl.constexpr):
+    """fp32 -> the activation dtype and back (0 fp32, 1 bf16, 2 fp16): the reference's casts."""
+    if ACT == 1:
+        v = v.to(tl.bfloat16).to(tl.float32)
+    elif ACT == 2:
+        v = v.to(tl.float16).to(tl.float32)
+    return v
+
+
+@triton.jit
+def _e2m1_to_e4m3_bits(nib):
+    """e2m1 nibbles (int32, 0..15) -> e4m3fn bytes of the same value (exact: e2m1 ⊂ e4m3)."""
+    mag = nib & 7
+    # 0, .5 -> 0x00, 0x30; 1, 1.5, 2, 3, 4, 6 -> 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C
+    bits = tl.where(mag < 2, mag * 0x30, (mag << 2) + 0x30)
+    return (bits | ((nib & 8) << 4)).to(tl.uint8)
+
+
+@triton.jit
+def _load_w_block(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
+                  FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
+                  DOT_BF16: tl.constexpr, BN: tl.constexpr):
+    """One 32-wide K block of BN weight rows as the dot's B operand [32, BN], plus its scales [BN]
+    (ones when the scales were already folded into B or the weight is plain)."""
+    k_local = tl.arange(0, 32)
+    if FMT == 0:  # MXFP4: [BN, 16] packed bytes -> [BN, 16, 2] nibbles -> [BN, 32]
+        p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2 + tl.arange(0, 16)[None, :])
+        p = p.to(tl.int32) & 0xFF
+        nib = tl.reshape(tl.join(p & 0xF, p >> 4), (BN, 32))  # element 2j low, 2j+1 high nibble
+        w = tl.trans(_e2m1_to_e4m3_bits(nib).to(tl.float8e4nv, bitcast=True))
+    elif FMT == 1:
+        w = tl.load(w_ptr + rows_w[None, :] * stride_wn + k0 + k_local[:, None])
+        w = w.to(tl.float8e4nv, bitcast=True)
+    else:
+        w = tl.load(w_ptr + rows_w[None, :] * stride_wn + k0 + k_local[:, None]).to(tl.float32)
+    if FMT == 2:
+        scale = tl.full((BN,), 1.0, tl.float32)
+    else:
+        scale = ue8m0_to_f32(tl.load(s_ptr + (rows_w // SCALE_ROWS) * stride_sn + k0 // 32))
+        if not MMA_FP8:  # fold the exact power-of-two scale into the operand
+            w = w.to(tl.float32) * scale[None, :]
+            scale = tl.full((BN,), 1.0, tl.float32)
+    if not MMA_FP8:
+        if DOT_BF16:
+            w = w.to(tl.bfloat16)
+        else:
+            w = w.to(tl.float32)
+    return w, scale
+
+
+@triton.jit
+def _dot_block(acc, a, a_scale, w, w_scale, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr):
+    if MMA_FP8:
+        acc += tl.dot(a, w) * (a_scale[:, None] * w_scale[None, :])
+    else:
+        a_val = a.to(tl.float32) * a_scale[:, None]
+        if DOT_BF16:
+            acc = tl.dot(a_val.to(tl.bfloat16), w, acc)
+        else:
+            acc = tl.dot(a_val, w, acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
+def _moe_gemm_kernel(
+    a_ptr, a_scale_ptr,  # uint8 A codes (rows, K) + ue8m0 (rows, K/32)
+    w1_ptr, s1_ptr, w3_ptr, s3_ptr,  # expert weights (E, O, ...) and their scales (E, ., K/32)
+    sorted_pairs_ptr, block_expert_ptr,  # int32 (num_blocks*BM,), int32 (num_blocks,)
+    route_w_ptr,  # fp32 (num_pairs,) routing weights (GATED only)
+    out_ptr, out_scale_ptr,  # GATED: uint8 h codes (num_pairs, O) + ue8m0; else y (num_pairs, O)
+    num_pairs, O, K, a_row_div, limit,
+    stride_am, stride_asm, stride_we, stride_wn, stride_se, stride_sn, stride_om, stride_osm,
+    GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
+    DOT_BF16: tl.constexpr, ACT: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+):
+    block = tl.program_id(0)
+    expert = tl.load(block_expert_ptr + block)
+    if expert < 0:
+        return
+    pairs = tl.load(sorted_pairs_ptr + block * BM + tl.arange(0, BM))  # [BM]; padding = num_pairs
+    valid = pairs < num_pairs
+    pairs = tl.where(valid, pairs, 0)
+    rows_a = (pairs // a_row_div).to(tl.int64)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask_n = offs_n < O
+    rows_w = tl.where(mask_n, offs_n, 0)
+
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + tl.arange(0, 32)[None, :]
+    a_scale_ptrs = a_scale_ptr + rows_a * stride_asm
+    w1_base = w1_ptr + expert.to(tl.int64) * stride_we
+    s1_base = s1_ptr + expert.to(tl.int64) * stride_se
+    w3_base = w3_ptr + expert.to(tl.int64) * stride_we
+    s3_base = s3_ptr + expert.to(tl.int64) * stride_se
+
+    acc1 = tl.zeros((BM, BN), dtype=tl.float32)
+    acc3 = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        for kk in tl.static_range(0, BK, 32):
+            a = tl.load(a_ptrs + (k0 + kk)).to(tl.float8e4nv, bitcast=True)
+            a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + (k0 + kk) // 32))
+            w1, s1 = _load_w_block(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0 + kk,
+                                   FMT, SCALE_ROWS, MMA_FP8, DOT_BF16, BN)
+            acc1 = _dot_block(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16)
+            if GATED:
+                w3, s3 = _load_w_block(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0 + kk,
+                                       FMT, SCALE_ROWS, MMA_FP8, DOT_BF16, BN)
+                acc3 = _dot_block(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16)
+
+    pairs64 = pairs.to(tl.int64)
+    store_mask = valid[:, None] & mask_n[None, :]
+    if GATED:
+        g = tl.minimum(_round_act(acc1, ACT), limit)
+        u = tl.minimum(tl.maximum(_round_act(acc3, ACT), -limit), limit)
+        h = g / (1.0 + tl.exp(-g)) * u  # silu(g) * u, fp32
+        h = _round_act(tl.load(route_w_ptr + pairs)[:, None] * h, ACT)
+        # Q8_32 of h for the down projection: BN columns = BN/32 scale blocks per row
+        codes, e = q8_32_groups(tl.reshape(h, (BM, BN // 32, 32)), 2)
+        codes = tl.reshape(codes, (BM, BN))
+        tl.store(out_ptr + pairs64[:, None] * stride_om + offs_n[None, :],
+                 codes.to(tl.uint8, bitcast=True), mask=store_mask)
+        groups = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
+        tl.store(out_scale_ptr + pairs64[:, None] * stride_osm + groups[None, :],
+                 tl.reshape(e, (BM, BN // 32)).to(tl.uint8),
+                 mask=valid[:, None] & (groups[None, :] < O // 32))
+    else:
+        tl.store(out_ptr + pairs64[:, None] * stride_om + offs_n[None, :],
+                 acc1.to(out_ptr.dtype.element_ty), mask=store_mask)
+
+
+@triton.jit
+def _moe_combine_kernel(y_ptr, ids_ptr, out_ptr, D, stride_ym, stride_om,
+                        TOPK: tl.constexpr, KP: tl.constexpr, BLOCK_D: tl.constexpr):
+    """out[t] = sum over the token's TOPK rows of y, in increasing expert id, fp32 from 0."""
+    t = tl.program_id(0).to(tl.int64)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    slot = tl.arange(0, KP)
+    ids = tl.load(ids_ptr + t * TOPK + slot, mask=slot < TOPK, other=2**30).to(tl.int32)
+    other = tl.arange(0, KP)
+    other_ids = tl.load(ids_ptr + t * TOPK + other, mask=other < TOPK, other=2**30).to(tl.int32)
+    # rank of each slot by expert id (ids within a token are distinct; ties by slot for safety)
+    before = (other_ids[None, :] < ids[:, None]) | ((other_ids[None, :] == ids[:, None])
+                                                   & (other[None, :] < slot[:, None]))
+    rank = tl.sum(before.to(tl.int32), axis=1)  # [KP]
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for r in tl.static_range(TOPK):
+        s = tl.sum(tl.where(rank == r, slot, 0), axis=0)
+        y = tl.load(y_ptr + (t * TOPK + s) * stride_ym + offs_d, mask=mask_d, other=0.0)
+        acc += y.to(tl.float32)
+    tl.store(out_ptr + t * stride_om + offs_d, acc, mask=mask_d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------------
+
+
+def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group (token, slot) pairs by expert into blocks of block_m rows, without a host sync.
+
+    Returns sorted_pairs int32 (num_blocks * block_m,): pair ids (t * topk + k) expert by expert,
+    each expert padded to a multiple of block_m with the sentinel num_pairs; block_expert int32
+    (num_blocks,): the expert of each block, -1 past the last used block. num_blocks is the static
+    bound cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs).
+    Ids outside [0, num_experts) (another EP rank's experts) go to an extra bucket whose blocks
+    get expert -1, i.e. they are skipped.
+    """
+    flat = expert_ids.reshape(-1).to(torch.int64)
+    flat = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)
+    num_pairs = flat.numel()
+    num_blocks = triton.cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs)
+    counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=flat.device)
+    counts.index_add_(0, flat, torch.ones_like(flat))  # bincount would sync on its max
+    blocks_per_expert = (counts + block_m - 1) // block_m
+    block_end = torch.cumsum(blocks_per_expert, 0)
+    first_row = (block_end - blocks_per_expert) * block_m
+    first_pair = torch.cumsum(counts, 0) - counts
+    order = torch.argsort(flat, stable=True)
+    expert_of = flat[order]
+    rank = torch.arange(num_pairs, device=flat.device) - first_pair[expert_of]
+    sorted_pairs = torch.full((num_blocks * block_m,), num_pairs, dtype=torch.int32,
+                              device=flat.device)
+    sorted_pairs[first_row[expert_of] + rank] = order.to(torch.int32)
+    block_ids = torch.arange(num_blocks, device=flat.device)
+    block_expert = torch.searchsorted(block_end, block_ids, right=True)
+    block_expert = torch.where(block_expert < num_experts, block_expert, -1).to(torch.int32)
+    return sorted_pairs, block_expert
+
+
+def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
+               plain: bool = False) -> dict:
+    """One tile config per shape class. BM is the wgmma M (64) while an expert sees few rows
+    (decode: ~num_pairs / num_experts per expert), 128 otherwise. BK=32 (one scale block per
+    K step) with deep pipelining: the gated kernel holds two fp32 accumulators plus each step's
+    promoted partial product, and wider BK or BM×BN = 128×128 spill registers (sm_90 cubin
+    res-usage, checked by the compile test)."""
+    if interpret:
+        return dict(BM=16, BN=32, BK=32, num_warps=4, num_stages=1)
+    if num_pairs <= 16 * num_experts:
+        return dict(BM=64, BN=128, BK=32, num_warps=8, num_stages=4 if plain else 6)
+    return dict(BM=128, BN=64, BK=32, num_warps=8, num_stages=4 if plain else 6)
+
+
+def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """(data, scale, FMT, SCALE_ROWS) for a launch; plain tensors pass themselves as scale."""
+    if isinstance(w, ExpertWeights):
+        data = w.data.view(torch.uint8)
+        return data, w.scale.view(torch.uint8), (FMT_MXFP4 if w.fmt == "mxfp4" else FMT_FP8), \
+            w.scale_rows
+    return w, w, FMT_PLAIN, 1
+
+
+def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
+                limit: float, mma: str = "fp8", combine: bool = True,
+                skip_foreign_ids: bool = False) -> torch.Tensor:
+    """The grouped expert pipeline. mma: "fp8" (W4A8/W8A8 FP8 dots) or "bf16" (W4A16 style).
+
+    Returns (N, D) fp32 (combine=True) or the per-pair outputs (N * topk, D) in x.dtype.
+    skip_foreign_ids: pairs whose id is outside [0, E) (experts held by other EP ranks, with ids
+    local to this rank's slots) are skipped and their per-pair outputs are 0 (one extra memset).
+    """
+    num_tokens, dim = x.shape
+    topk = expert_ids.shape[1]
+    d1, s1, fmt, scale_rows = _weight_args(w1)
+    d3, s3, fmt3, _ = _weight_args(w3)
+    d2, s2, fmt2, scale_rows2 = _weight_args(w2)
+    assert fmt == fmt3 == fmt2, "moe: w1, w3 and w2 must share one format"
+    num_experts, inter = d1.shape[0], d1.shape[1]
+    assert dim % 32 == 0 and inter % 32 == 0, f"moe: D={dim} and I={inter} must be multiples of 32"
+    num_pairs = num_tokens * topk
+    out_shape = (num_tokens, dim) if combine else (num_pairs, dim)
+    if num_pairs == 0:
+        return torch.zeros(out_shape, dtype=torch.float32 if combine else x.dtype, device=x.device)
+    interpret = is_interpreting()
+    cfg = moe_config(num_pairs, num_experts, interpret, plain=fmt == FMT_PLAIN)
+    mma_fp8 = mma == "fp8" and fmt != FMT_PLAIN
+    dot_bf16 = not interpret
+    act = _ACT_CODES[x.dtype]
+    sorted_pairs, block_expert = _align_pairs(expert_ids, num_experts, cfg["BM"])
+    num_blocks = block_expert.numel()
+    route_w = weights.reshape(-1).to(torch.float32).contiguous()
+
+    a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
+    h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
+    h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
+    bk_up = cfg["BK"] if dim % cfg["BK"] == 0 else 32
+    _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
+        a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
+        num_pairs, inter, dim, topk, float(limit),
+        a_codes.stride(0), a_scale.stride(0), d1.stride(0), d1.stride(1),
+        s1.stride(0) if fmt != FMT_PLAIN else 0, s1.stride(1) if fmt != FMT_PLAIN else 0,
+        h_codes.stride(0), h_scale.stride(0),
+        GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
+        BM=cfg["BM"], BN=cfg["BN"], BK=bk_up, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"])
+
+    y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
+                                                          device=x.device)
+    bk_down = cfg["BK"] if inter % cfg["BK"] == 0 else 32
+    _moe_gemm_kernel[(num_blocks, triton.cdiv(dim, cfg["BN"]))](
+        h_codes, h_scale, d2, s2, d2, s2, sorted_pairs, block_expert, route_w, y, y,
+        num_pairs, dim, inter, 1, float(limit),
+        h_codes.stride(0), h_scale.stride(0), d2.stride(0), d2.stride(1),
+        s2.stride(0) if fmt != FMT_PLAIN else 0, s2.stride(1) if fmt != FMT_PLAIN else 0,
+        y.stride(0), 0,
+        GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
+        BM=cfg["BM"], BN=cfg["BN"], BK=bk_down, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"])
+    if not combine:
+        return y
+    out = torch.empty((num_tokens, dim), dtype=torch.float32, device=x.device)
+    block_d = min(1024, triton.next_power_of_2(dim))
+    _moe_combine_kernel[(num_tokens, triton.cdiv(dim, block_d))](
+        y, expert_ids.contiguous(), out, dim, y.stride(0), out.stride(0),
+        TOPK=topk, KP=max(2, triton.next_power_of_2(topk)), BLOCK_D=block_d, num_warps=4)
+    return out
+
+
+def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
+                       w1, w3, w2, limit: float) -> torch.Tensor:
+    """Registered op (reference ``moe.moe_routed_experts``): (N, D) x.dtype -> (N, D) fp32.
+
+    w1, w3: ExpertWeights (E, I, D) or float (E, I, D); w2: ExpertWeights (E, D, I) or float.
+    """
+    return run_experts(x, expert_ids, weights, w1, w3, w2, limit)
+
+
+def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,
+               route_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Registered op (reference ``moe.expert_ffn``, the shared expert): (N, D) -> (N, D) x.dtype.
+
+    Weights: float (I, D)/(D, I), gemm_fp8.Fp8BlockWeight, or 1-expert ExpertWeights.
+    """
+    from deepinfer.kernels.triton.gemm_fp8 import Fp8BlockWeight
+
+    def one(w):
+        if isinstance(w, Fp8BlockWeight):
+            return fp8_block_experts(w.codes, w.scale)
+        return w if isinstance(w, ExpertWeights) else w[None]
+
+    num_tokens = x.shape[0]
+    ids = torch.zeros((num_tokens, 1), dtype=torch.int32, device=x.device)
+    rw = (torch.ones(num_tokens, dtype=torch.float32, device=x.device) if route_weight is None
+          else route_weight.to(torch.float32))
+    return run_experts(x, ids, rw, one(w1), one(w3), one(w2), limit, combine=False)
+
+
+def supports_moe(spec: dict) -> bool:
+    """CUDA SM90+; ``hidden_size``/``moe_intermediate_size`` (optional) multiples of 32;
+    ``expert_format`` (optional) one of "mxfp4", "fp8", "dequantized"."""
+    return (quant_act.is_cuda_sm90_plus(spec)
+            and spec.get("hidden_size", 32) % 32 == 0
+            and spec.get("moe_intermediate_size", 32) % 32 == 0
+            and spec.get("expert_format", "mxfp4") in ("mxfp4", "fp8", "dequantized"))

@@ -1,0 +1,211 @@
+"""Top-k of the indexer (model-spec §2.6): position-sorted top-k and two-level candidate blocks.
+
+Blocked top-k + merge. Each (score, position) pair is packed into one int64 whose order is the
+reference order: high 32 bits = the score's fp32 bits mapped to an order-preserving signed int
+(-0.0 folded into +0.0), low 32 bits = 0xFFFFFFFF - position, so ties go to the lower position
+(``stable_topk``). A stage kernel takes a row's list in tiles of ``BT`` and keeps each tile's
+``KP`` largest packed keys (``tl.topk``, sorted); stages repeat over the survivors until one tile
+is left (1M scores, k = 512, BT = 4096: 4 stages). A final kernel decodes the survivors:
+
+* ``topk_positions``: the first min(k, T) survivors, -1 for -inf scores, sorted by position;
+* ``select_candidate_blocks``: stage 0 reduces each block of ``block_size`` scores to its max and
+  pins the block of the newest visible entry to +inf; the final kernel sets the mask of the
+  first min(num_blocks, #blocks) surviving blocks whose max is > -inf.
+
+The host wrapper only allocates buffers and launches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer.kernels.triton import attn_common
+from deepinfer.kernels.triton.attn_common import cuda_sm90
+
+TOPK_TILE = 4096  # scores per stage tile (at least 4 * KP)
+NUM_WARPS = 8
+
+MODE_SCORES = 0
+MODE_PACKED = 2
+
+_NEG_INF_KEY = -2139095041  # order key of -inf: 0xFF800000 ^ 0x7FFFFFFF as int32
+
+
+@triton.jit
+def _pack(score, pos):
+    """fp32 score, int position -> int64 key ordered as (score, -position)."""
+    b = (score + 0.0).to(tl.int32, bitcast=True)  # + 0.0 folds -0.0 into +0.0
+    key = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
+    return (key.to(tl.int64) << 32) | (4294967295 - pos.to(tl.int64))
+
+
+@triton.jit
+def _topk_stage_kernel(
+    in_ptr, stride_in, length, out_ptr, stride_out,
+    BT: tl.constexpr, KP: tl.constexpr, MODE: tl.constexpr,
+):
+    row = tl.program_id(0)
+    tile = tl.program_id(1)
+    i = tile * BT + tl.arange(0, BT)
+    in_row = in_ptr + row.to(tl.int64) * stride_in
+    pad = tl.full((BT,), -2147483648, tl.int32).to(tl.int64) << 32
+    if MODE == 0:
+        s = tl.load(in_row + i, mask=i < length, other=float("-inf"))
+        x = tl.where(i < length, _pack(s, i), pad)
+    else:
+        x = tl.load(in_row + i, mask=i < length, other=0)
+        x = tl.where(i < length, x, pad)
+    top = tl.topk(x, KP)  # (KP,) largest first
+    tl.store(out_ptr + row.to(tl.int64) * stride_out + tile * KP + tl.arange(0, KP), top)
+
+
+@triton.jit
+def _block_keys_kernel(in_ptr, stride_in, num_scores, vis_ptr, out_ptr, stride_out,
+                       num_blocks, BB: tl.constexpr, BS: tl.constexpr):
+    """Packed (block max, block index) keys; the newest visible entry's block pinned to +inf."""
+    row = tl.program_id(0)
+    i = tl.program_id(1) * BB + tl.arange(0, BB)
+    e = i[:, None] * BS + tl.arange(0, BS)[None, :]
+    in_row = in_ptr + row.to(tl.int64) * stride_in
+    s = tl.max(tl.load(in_row + e, mask=e < num_scores, other=float("-inf")), axis=1)
+    nvis = tl.load(vis_ptr + row)
+    newest = (nvis - 1) // BS  # nvis = 0 pins nothing (newest = -1)
+    s = tl.where((i == newest) & (nvis > 0), float("inf"), s)
+    tl.store(out_ptr + row.to(tl.int64) * stride_out + i, _pack(s, i), mask=i < num_blocks)
+
+
+@triton.jit
+def _topk_positions_final_kernel(in_ptr, stride_in, out_ptr, stride_out, k_out,
+                                 KP: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.arange(0, KP)
+    x = tl.load(in_ptr + row.to(tl.int64) * stride_in + c)  # sorted, largest first
+    valid = ((x >> 32) > -2139095041) & (c < k_out)
+    pos = 4294967295 - (x & 4294967295)
+    big = tl.full((KP,), 9223372036854775807, tl.int64)
+    srt = tl.sort(tl.where(valid, pos, big))  # valid positions ascending, then the -1 slots
+    tl.store(out_ptr + row.to(tl.int64) * stride_out + c, tl.where(srt == big, -1, srt),
+             mask=c < k_out)
+
+
+@triton.jit
+def _candidate_mask_kernel(in_ptr, stride_in, mask_ptr, stride_mask, num_scores, keep,
+                           BC: tl.constexpr, BS: tl.constexpr):
+    row = tl.program_id(0)
+    c = tl.program_id(1) * BC + tl.arange(0, BC)
+    x = tl.load(in_ptr + row.to(tl.int64) * stride_in + c)
+    valid = ((x >> 32) > -2139095041) & (c < keep)
+    blk = (4294967295 - (x & 4294967295)).to(tl.int32)
+    t = blk[:, None] * BS + tl.arange(0, BS)[None, :]
+    ones = tl.full((BC, BS), 1, tl.int8)
+    tl.store(mask_ptr + row.to(tl.int64) * stride_mask + t, ones,
+             mask=valid[:, None] & (t < num_scores))
+
+
+def _tile(kp: int) -> int:
+    return max(TOPK_TILE, 4 * kp)
+
+
+def stage_meta(kp: int, mode: int) -> dict[str, Any]:
+    """Constexprs and launch options of a stage (shared with the SM90 compile test)."""
+    return dict(BT=_tile(kp), KP=kp, MODE=mode, num_warps=NUM_WARPS, num_stages=1)
+
+
+MASK_ROWS = 256  # survivors per candidate-mask program
+BLOCK_KEY_TILE = 1024  # blocks per block-key program
+
+
+def _select(src: torch.Tensor, kp: int, mode: int) -> torch.Tensor:
+    """Run stages until one tile is left; returns (rows, KP) packed keys, largest first."""
+    rows = src.shape[0]
+    while True:
+        meta = stage_meta(kp, mode)
+        tiles = triton.cdiv(src.shape[1], meta["BT"])
+        out = attn_common.alloc((rows, tiles * kp), torch.int64, src.device)
+        _topk_stage_kernel[(rows, tiles)](src, src.stride(0), src.shape[1], out, out.stride(0),
+                                          **meta)
+        if tiles == 1:
+            return out
+        src, mode = out, MODE_PACKED
+
+
+def topk_positions(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Triton version of ``reference.indexer.topk_positions``: (N, T) fp32 -> (N, min(k, T))
+    int64 positions sorted ascending, -1 for picks with a -inf score."""
+    n, t = scores.shape
+    k_out = min(k, t)
+    out = attn_common.alloc((n, k_out), torch.int64, scores.device)
+    if n == 0 or k_out == 0:
+        return out
+    if scores.stride(-1) != 1:
+        raise ValueError("topk_positions: score rows must be contiguous")
+    kp = triton.next_power_of_2(k_out)
+    packed = _select(scores, kp, MODE_SCORES)
+    _topk_positions_final_kernel[(n,)](packed, packed.stride(0), out, out.stride(0), k_out,
+                                       KP=kp, num_warps=4)
+    return out
+
+
+def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num_blocks: int,
+                            block_size: int) -> torch.Tensor:
+    """Triton version of ``reference.indexer.select_candidate_blocks``: (N, T) bool mask of the
+    best ``num_blocks`` blocks (by max score; newest visible block pinned)."""
+    n, t = scores.shape
+    mask = torch.zeros(n, t, dtype=torch.bool, device=scores.device)
+    nb = triton.cdiv(t, block_size)
+    keep = min(num_blocks, nb)
+    if n == 0 or keep == 0:
+        return mask
+    if scores.stride(-1) != 1 or block_size & (block_size - 1):
+        raise ValueError("select_candidate_blocks: contiguous rows and a power-of-2 block size")
+    kp = triton.next_power_of_2(keep)
+    keys = attn_common.alloc((n, nb), torch.int64, scores.device)
+    bb = min(BLOCK_KEY_TILE, triton.next_power_of_2(nb))
+    _block_keys_kernel[(n, triton.cdiv(nb, bb))](scores, scores.stride(0), t, num_visible, keys,
+                                                 keys.stride(0), nb, BB=bb, BS=block_size,
+                                                 num_warps=4)
+    packed = _select(keys, kp, MODE_PACKED)
+    bc = min(MASK_ROWS, kp)
+    _candidate_mask_kernel[(n, kp // bc)](packed, packed.stride(0), mask.view(torch.int8),
+                                          mask.stride(0), t, keep, BC=bc, BS=block_size,
+                                          num_warps=4)
+    return mask
+
+
+def supports_topk(spec: dict[str, Any]) -> bool:
+    """k (index_topk or candidate_topk_blocks) <= 4096; T < 2^32; block size a power of 2."""
+    k = int(spec.get("index_topk", 512))
+    kb = int(spec.get("candidate_topk_blocks", 2048))
+    bs = int(spec.get("candidate_block_size", 8))
+    t = int(spec.get("num_entries", 1 << 20))
+    return cuda_sm90(spec) and k <= 4096 and kb <= 4096 and t < 2**32 and bs & (bs - 1) == 0
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    f = {"in_ptr": "*fp32", "out_ptr": "*i64"}
+    p = {"in_ptr": "*i64", "out_ptr": "*i64"}
+    return [
+        dict(name="topk stage scores k512", module=__name__, kernel="_topk_stage_kernel",
+             types=f, meta=stage_meta(512, MODE_SCORES)),
+        dict(name="topk stage packed k512", module=__name__, kernel="_topk_stage_kernel",
+             types=p, ci=False, meta=stage_meta(512, MODE_PACKED)),
+        dict(name="topk final k512", module=__name__, kernel="_topk_positions_final_kernel",
+             types=p, meta=dict(KP=512, num_warps=4)),
+        dict(name="candidate block keys x8", module=__name__, kernel="_block_keys_kernel",
+             types=dict(f, vis_ptr="*i64"), meta=dict(BB=BLOCK_KEY_TILE, BS=8, num_warps=4)),
+        dict(name="candidate stage packed 2048", module=__name__,
+             kernel="_topk_stage_kernel", types=p, meta=stage_meta(2048, MODE_PACKED)),
+        dict(name="candidate mask 2048x8", module=__name__, kernel="_candidate_mask_kernel",
+             types={"in_ptr": "*i64", "mask_ptr": "*i8"},
+             meta=dict(BC=MASK_ROWS, BS=8, num_warps=4)),
+    ]
+
+
+def register_triton_topk() -> None:
+    attn_common.register_with_reference("topk_positions", topk_positions, supports_topk)
+    attn_common.register_with_reference("select_candidate_blocks", select_candidate_blocks,
+                                        supports_topk)

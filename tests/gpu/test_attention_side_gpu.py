@@ -1,0 +1,266 @@
+"""Attention-side Triton kernels on the GPU at the released V4.1 shapes, against the references.
+
+Fresh random inputs each run; every output buffer the kernels allocate is poisoned first (NaN for
+float outputs, 0xFF bytes for records, a garbage value for integer outputs) through
+``attn_common.alloc``, so an element a kernel forgets to write fails. Errors are reported as
+``||out - ref|| / ||ref||`` (records: of their dequantized values, plus the fraction of differing
+bytes) with tolerances from the dtypes involved; run with ``-s`` to see the table and timings.
+
+    python -m pytest -q -m gpu -s tests/gpu/test_attention_side_gpu.py
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+triton = pytest.importorskip("triton")
+
+from deepinfer.kernels import formats  # noqa: E402
+from deepinfer.kernels.reference import attention as ref_attn  # noqa: E402
+from deepinfer.kernels.reference import attention_fused as ref_fused  # noqa: E402
+from deepinfer.kernels.reference import compressor as ref_comp  # noqa: E402
+from deepinfer.kernels.reference import compressor_fused as ref_comp_fused  # noqa: E402
+from deepinfer.kernels.reference import indexer as ref_idx  # noqa: E402
+from deepinfer.kernels.reference import quant, rope  # noqa: E402
+
+H, D, W, TOPK, HI, DI = 64, 512, 128, 512, 32, 128
+ROWS: list[tuple[str, str, float, float, str]] = []
+
+
+def _poison(shape, dtype, device):
+    if dtype.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    if dtype == torch.uint8:
+        return torch.full(shape, 0xFF, dtype=dtype, device=device)
+    return torch.full(shape, -7, dtype=dtype, device=device)
+
+
+@pytest.fixture(autouse=True)
+def poisoned(monkeypatch):
+    from deepinfer.kernels.triton import attn_common
+
+    monkeypatch.setattr(attn_common, "alloc", _poison)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def table():
+    yield
+    print("\n{:<44} {:>12} {:>10} {:>10}  {}".format("kernel", "rel err", "tol", "ms", "note"))
+    for name, err, tol, ms, note in ROWS:
+        print(f"{name:<44} {err:>12.3e} {tol:>10.1e} {ms:>10.3f}  {note}")
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not bool(torch.isfinite(out[torch.isfinite(ref)]).all()):
+        return math.inf
+    fin = torch.isfinite(ref)
+    if not torch.equal(fin, torch.isfinite(out)) or not torch.equal(out[~fin], ref[~fin]):
+        return math.inf
+    return float((out[fin] - ref[fin]).norm() / ref[fin].norm().clamp_min(1e-30))
+
+
+def _time_ms(fn, reps: int = 10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def _record(name: str, err: float, tol: float, ms: float, note: str = "") -> None:
+    ROWS.append((name, err, tol, ms, note))
+    assert err <= tol, f"{name}: rel err {err:.3e} > {tol:.1e} {note}"
+
+
+def _attn_inputs(n: int, dev: str):
+    q = torch.randn(n, H, D, device=dev).to(torch.bfloat16)
+    sink = torch.randn(H, device=dev)
+    window = formats.pack_window_kv(torch.randn(n * W, D, device=dev) * 2)
+    wi = (torch.arange(n, device=dev)[:, None] * W + torch.arange(W, device=dev)[None, :])
+    wi = torch.where(torch.rand(n, W, device=dev) < 0.1, -1, wi)  # some slots never written
+    t = 16384
+    comp = formats.pack_compressed_kv(torch.randn(t, D, device=dev))
+    ci = torch.randint(0, t, (n, TOPK), device=dev)
+    ci[:, TOPK - 37:] = -1
+    return q, sink, window, wi, comp, ci
+
+
+# Tolerance: q and the output are bf16, keys are exact in bf16, p is rounded to bf16 for the
+# PV dot (2^-9 relative) and the output to bf16 (2^-9): ~3e-3 relative in norm; 1e-2 allowed.
+ATTN_TOL = 1e-2
+
+
+@pytest.mark.parametrize("n", [64, 1024])  # decode batch of 64 / a 1024-token prefill chunk
+def test_sparse_attention_records(n):
+    from deepinfer.kernels.triton import attention as tri
+
+    q, sink, window, wi, comp, ci = _attn_inputs(n, "cuda")
+    out = tri.sparse_attention_sink_records(q, window, wi, comp, ci, sink, D ** -0.5)
+    want = ref_fused.sparse_attention_sink_records(q, window, wi, comp, ci, sink, D ** -0.5)
+    times = []
+    for split in (2, 4):  # report both output splits (compile-tested default: DV_SPLIT)
+        old = tri.DV_SPLIT
+        tri.DV_SPLIT = split
+        try:
+            times.append(_time_ms(lambda: tri.sparse_attention_sink_records(
+                q, window, wi, comp, ci, sink, D ** -0.5)))
+        finally:
+            tri.DV_SPLIT = old
+    _record(f"sparse_attention_sink_records N={n}", _rel(out, want), ATTN_TOL, times[0],
+            f"DV_SPLIT=2 {times[0]:.3f} ms, =4 {times[1]:.3f} ms")
+
+
+def test_sparse_attention_bf16_rows():
+    from deepinfer.kernels.triton import attention as tri
+
+    n = 64
+    q = torch.randn(n, H, D, device="cuda").to(torch.bfloat16)
+    kv = torch.randn(4096, D, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(-1, 4096, (n, W + TOPK), device="cuda")
+    idx[0] = -1  # no valid row -> exactly 0
+    sink = torch.randn(H, device="cuda")
+    out = tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
+    want = ref_attn.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
+    assert bool((out[0] == 0).all())
+    ms = _time_ms(lambda: tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5))
+    _record("sparse_attention_sink bf16 rows N=64", _rel(out, want), ATTN_TOL, ms)
+
+
+def _freq(dev):
+    return rope.rope_inv_freq(64, 160000.0, rope.Yarn(16.0, 65536, 32.0, 1.0)).to(dev)
+
+
+def _records_err(got, want, unpack, d):
+    bad = float((got != want).float().mean())
+    return _rel(unpack(got, d, torch.float32), unpack(want, d, torch.float32)), bad
+
+
+# Records: quantizers are exact; torch's CUDA rsqrt/sin/cos and the kernel's libdevice ones may
+# differ by an ulp, which flips a code only next to a rounding boundary: <= 1e-3 of the bytes,
+# and the dequantized rows within 1e-2 relative (an FP8 code step is ~6%, FP4 up to 33%, rare).
+REC_TOL, BYTE_TOL = 1e-2, 1e-3
+
+
+def test_window_kv_records_and_ring():
+    from deepinfer.kernels.triton import cache_write as tri
+
+    n, dev = 4096, "cuda"
+    x = (torch.randn(n, D, device=dev) * 3).to(torch.bfloat16)
+    w = (torch.rand(D, device=dev) + 0.5).to(torch.bfloat16)
+    pos = torch.arange(1000, 1000 + n, device=dev)
+    f = _freq(dev)
+    got = tri.window_kv_records(x, w, 1e-20, pos, f)
+    want = ref_fused.window_kv_records(x, w, 1e-20, pos, f)
+    err, bad = _records_err(got, want, formats.unpack_window_kv, D)
+    ms = _time_ms(lambda: tri.window_kv_records(x, w, 1e-20, pos, f))
+    _record("window_kv_records N=4096", err, REC_TOL, ms, f"bytes differing {bad:.1e}")
+    assert bad <= BYTE_TOL
+    ring = torch.full((W, formats.window_record_bytes(D)), 0xFF, dtype=torch.uint8, device=dev)
+    got_ring = tri.write_window_kv(x, w, 1e-20, pos, f, ring.clone())
+    want_ring = ref_fused.write_window_kv(x, w, 1e-20, pos, f, ring.clone())
+    err, bad = _records_err(got_ring, want_ring, formats.unpack_window_kv, D)
+    _record("write_window_kv ring W=128", err, REC_TOL, 0.0, f"bytes differing {bad:.1e}")
+    assert bad <= BYTE_TOL
+
+
+def test_compressed_and_index_key_records():
+    from deepinfer.kernels.triton import cache_write as tri
+
+    g, dev = 4096, "cuda"
+    f = _freq(dev)
+    pos = torch.arange(g, device=dev) * 2
+    lat = torch.randn(g, D, device=dev).to(torch.bfloat16)
+    got = tri.compressed_kv_records(lat, pos, f)
+    want = ref_fused.compressed_kv_records(lat, pos, f)
+    err, bad = _records_err(got, want, formats.unpack_compressed_kv, D)
+    ms = _time_ms(lambda: tri.compressed_kv_records(lat, pos, f))
+    _record("compressed_kv_records G=4096", err, REC_TOL, ms, f"bytes differing {bad:.1e}")
+    assert bad <= BYTE_TOL
+    xk = torch.randn(g, DI, device=dev).to(torch.bfloat16)
+    wk = (torch.rand(DI, device=dev) + 0.5).to(torch.bfloat16)
+    got = tri.index_key_records(xk, wk, 1e-20, pos, f)
+    want = ref_fused.index_key_records(xk, wk, 1e-20, pos, f)
+    err, bad = _records_err(got, want, formats.unpack_index_key, DI)
+    ms = _time_ms(lambda: tri.index_key_records(xk, wk, 1e-20, pos, f))
+    _record("index_key_records G=4096", err, REC_TOL, ms, f"bytes differing {bad:.1e}")
+    assert bad <= BYTE_TOL
+
+
+# Index scores: products of FP4-grid values are exact in bf16 x bf16 -> fp32; only the fp32
+# accumulation order differs from the fp64 reference: 1e-5 relative.
+SCORE_TOL = 1e-5
+
+
+def test_index_scores():
+    from deepinfer.kernels.triton import indexer as tri
+
+    n, t, dev = 64, 65536, "cuda"
+    q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, HI, DI, device=dev)).to(torch.bfloat16)
+    w = torch.randn(n, HI, device=dev) * (DI ** -0.5) * (HI ** -0.5)
+    keys = torch.randn(t, DI, device=dev)
+    rec = formats.pack_index_key(keys)
+    vis = torch.randint(0, t + 1, (n,), device=dev)
+    got = tri.index_scores_records(q, w, rec, vis)
+    deq = formats.unpack_index_key(rec, DI, torch.float32)
+    want = ref_idx.index_scores(q, w, deq)
+    want = want.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None], float("-inf"))
+    ms = _time_ms(lambda: tri.index_scores_records(q, w, rec, vis))
+    _record("index_scores_records N=64 T=65536", _rel(got, want), SCORE_TOL, ms)
+    keys_bf16 = deq.to(torch.bfloat16)
+    got = tri.index_scores(q, w, keys_bf16)
+    want = ref_idx.index_scores(q, w, keys_bf16)
+    ms = _time_ms(lambda: tri.index_scores(q, w, keys_bf16))
+    _record("index_scores bf16 keys N=64 T=65536", _rel(got, want), SCORE_TOL, ms)
+
+
+def test_topk_and_candidate_blocks():
+    """Integer outputs: exact equality required (random fp32 scores: no ties besides -inf)."""
+    from deepinfer.kernels.triton import topk as tri
+
+    n, t, dev = 8, 1 << 20, "cuda"
+    scores = torch.randn(n, t, device=dev)
+    vis = torch.tensor([0, 1, 7, 513, 4096, 100000, t - 1, t], device=dev)
+    scores = scores.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None],
+                                float("-inf"))
+    got = tri.topk_positions(scores, TOPK)
+    want = ref_idx.topk_positions(scores.cpu(), TOPK).to(dev)
+    ms = _time_ms(lambda: tri.topk_positions(scores, TOPK))
+    mism = int((got != want).sum())
+    _record("topk_positions N=8 T=1M k=512", float(mism), 0.0, ms, f"{mism} differing ids")
+    got = tri.select_candidate_blocks(scores, vis, 2048, 8)
+    want = ref_idx.select_candidate_blocks(scores.cpu(), vis.cpu(), 2048, 8).to(dev)
+    ms = _time_ms(lambda: tri.select_candidate_blocks(scores, vis, 2048, 8))
+    mism = int((got != want).sum())
+    _record("select_candidate_blocks N=8 T=1M 2048x8", float(mism), 0.0, ms,
+            f"{mism} differing mask entries")
+
+
+# Compressor: fp32 softmax + weighted sum of 2 tokens vs fp32/fp64 reference: 1e-6 relative.
+POOL_TOL = 1e-6
+
+
+def test_compress_pool():
+    from deepinfer.kernels.triton import compressor as tri
+
+    g, dev = 4096, "cuda"
+    kv = torch.randn(g, 2, D, device=dev)
+    gate = torch.randn(g, 2, D, device=dev) * 3
+    got = tri.compress_pool(kv, gate)
+    ms = _time_ms(lambda: tri.compress_pool(kv, gate))
+    _record("compress_pool G=4096 r=2", _rel(got, ref_comp.compress_pool(kv, gate)), POOL_TOL,
+            ms)
+    pk, pg = torch.randn(1, D, device=dev), torch.randn(1, D, device=dev)
+    ck, cg = torch.randn(4095, D, device=dev), torch.randn(4095, D, device=dev)
+    got = tri.compress_pool_chunk(pk, pg, ck, cg, 2)
+    want = ref_comp_fused.compress_pool_chunk(pk, pg, ck, cg, 2)
+    _record("compress_pool_chunk P=1 S=4095 r=2", _rel(got, want), POOL_TOL, 0.0)

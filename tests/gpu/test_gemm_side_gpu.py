@@ -1,0 +1,327 @@
+"""GEMM-side Triton kernels on the GPU at V4.1-Flash shapes: error vs the torch reference + speed.
+
+Run on the H200 with the interpreter OFF (tests/conftest.py defaults it on):
+    TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_gemm_side_gpu.py
+
+Every kernel gets fresh random inputs at real shapes; every buffer its wrapper allocates is
+NaN-poisoned first (float buffers NaN, uint8 buffers 0xFF = NaN in e4m3 and in ue8m0, integer
+buffers -1), so an element
+the kernel fails to write shows up as NaN/garbage in the error. Error = ‖out − ref‖ / ‖ref‖ (fp64).
+Tolerances follow the output dtype: the kernels' products and scales are exact and accumulate in
+fp32, so the dominant term is the final bf16 rounding (relative 2^-9 per element, ~2e-3 in norm):
+  quantizer        bitwise (0 mismatching bytes)
+  FP8 GEMM         5e-3  (bf16 output)
+  MoE              1e-2  (bf16 g/u/h/y roundings; a rounding flip can move one Q8_32 code of h)
+  router           ids: <= 0.2% of (token, slot) entries differ (fp32 vs fp64 logits, approximate
+                   exp/log on near-ties); weights 1e-4 on rows whose ids agree
+  mHC coeffs       abs 1e-4 (3xTF32 dot ~ fp32, 20 Sinkhorn rounds)
+  collapse/expand, engram, RMSNorm: 5e-3 (bf16 output)
+A table (kernel, shape, error, tolerance, time, TFLOP/s) is printed per test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+triton = pytest.importorskip("triton")
+
+V41_HIDDEN, V41_INTER, V41_EXPERTS, V41_TOPK, V41_HC = 5120, 2304, 384, 6, 4
+DECODE_TOKENS, PREFILL_TOKENS = 64, 4096
+
+
+@pytest.fixture(autouse=True)
+def _gpu_only():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+
+    if is_interpreting():
+        pytest.skip("TRITON_INTERPRET is on: run with TRITON_INTERPRET=0 to test the GPU kernels")
+    torch.manual_seed(0)
+
+
+@contextlib.contextmanager
+def nan_poisoned_allocations():
+    """Make torch.empty/empty_like return poisoned memory while a kernel wrapper runs."""
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def poison(t: torch.Tensor) -> torch.Tensor:
+        if t.dtype.is_floating_point:
+            t.fill_(float("nan"))
+        elif t.dtype == torch.uint8:
+            t.fill_(0xFF)
+        elif t.dtype != torch.bool:
+            t.fill_(-1)  # integer outputs (ids): never a valid value here
+        return t
+
+    torch.empty = lambda *a, **k: poison(real_empty(*a, **k))
+    torch.empty_like = lambda *a, **k: poison(real_empty_like(*a, **k))
+    try:
+        yield
+    finally:
+        torch.empty, torch.empty_like = real_empty, real_empty_like
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if torch.isnan(out).any():
+        return float("nan")
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=5, rep=50)
+
+
+def _row(name: str, shape: str, err: float, tol: float, ms: float | None = None,
+         flops: float | None = None) -> None:
+    tflops = f"{flops / (ms * 1e-3) / 1e12:8.1f}" if (ms and flops) else "       -"
+    time_us = f"{ms * 1e3:9.1f}" if ms else "        -"
+    print(f"\n| {name:<28} | {shape:<28} | err {err:9.2e} | tol {tol:7.1e} | {time_us} us |"
+          f" {tflops} TFLOP/s |", end="")
+    assert err == err and err <= tol, f"{name} {shape}: error {err} > {tol}"
+
+
+def _random_fp8_weight(out_features: int, in_features: int):
+    from deepinfer.kernels.triton.gemm_fp8 import Fp8BlockWeight
+
+    codes = (torch.randn(out_features, in_features, device="cuda") * 64).clamp(-448, 448)
+    codes = codes.to(torch.float8_e4m3fn)
+    tiles = (triton.cdiv(out_features, 32), triton.cdiv(in_features, 32))
+    scale = torch.randint(118, 122, tiles, dtype=torch.uint8, device="cuda")  # ~2^-8 .. 2^-5
+    return Fp8BlockWeight(codes, scale)
+
+
+def test_quant_q8_32_gpu():
+    from deepinfer.kernels.reference import quant
+    from deepinfer.kernels.triton import quant_act
+
+    x = torch.randn(PREFILL_TOKENS, V41_HIDDEN, device="cuda", dtype=torch.bfloat16) * 3
+    with nan_poisoned_allocations():
+        codes, scale_exp = quant_act.quant_q8_32(x)
+    ref_codes, ref_exp = quant.quant_fp8_ue8m0(x, 32)
+    bad = int((codes != ref_codes.view(torch.uint8)).sum()) + int((scale_exp != ref_exp).sum())
+    ms = _ms(lambda: quant_act.quant_q8_32(x))
+    _row("quant_q8_32 (mismatches)", f"{PREFILL_TOKENS}x{V41_HIDDEN} bf16", bad, 0, ms)
+
+
+@pytest.mark.parametrize("out_features,in_features", [(V41_INTER, V41_HIDDEN),
+                                                      (V41_HIDDEN, V41_INTER),
+                                                      (1280, V41_HIDDEN), (4096, 4096)])
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
+def test_linear_quant_act_gpu(num_tokens, out_features, in_features):
+    from deepinfer.kernels.reference import linear
+    from deepinfer.kernels.triton import gemm_fp8
+
+    x = torch.randn(num_tokens, in_features, device="cuda", dtype=torch.bfloat16)
+    w = _random_fp8_weight(out_features, in_features)
+    with nan_poisoned_allocations():
+        out = gemm_fp8.linear_quant_act(x, w)
+    ref = linear.linear_quant_act(x, w.dequantize().to(torch.bfloat16))
+    flops = 2.0 * num_tokens * out_features * in_features
+    shape = f"M{num_tokens} N{out_features} K{in_features}"
+    _row("linear_quant_act fp8 w", shape, _rel(out, ref), 5e-3,
+         _ms(lambda: gemm_fp8.linear_quant_act(x, w)), flops)
+    w_bf16 = w.dequantize().to(torch.bfloat16)
+    with nan_poisoned_allocations():
+        out_plain = gemm_fp8.linear_quant_act(x, w_bf16)
+    _row("linear_quant_act bf16 w", shape, _rel(out_plain, ref), 5e-3,
+         _ms(lambda: gemm_fp8.linear_quant_act(x, w_bf16)), flops)
+    a_codes, a_scale = gemm_fp8.quant_act.quant_q8_32(x)
+    _row("  gemm only (fp8 w)", shape, 0.0, 1.0,
+         _ms(lambda: gemm_fp8.gemm_q8(a_codes, a_scale, w, torch.bfloat16)), flops)
+    if num_tokens <= 64:  # what decode split-K buys (auto above vs forced off here)
+        with nan_poisoned_allocations():
+            no_split = gemm_fp8.gemm_q8(a_codes, a_scale, w, torch.bfloat16, split_k=1)
+        _row("  gemm only, split_k=1", shape, _rel(no_split, ref), 5e-3,
+             _ms(lambda: gemm_fp8.gemm_q8(a_codes, a_scale, w, torch.bfloat16, split_k=1)), flops)
+
+
+def test_route_gpu():
+    from deepinfer.kernels.reference import moe
+    from deepinfer.kernels.triton import moe_routing
+
+    x = torch.randn(PREFILL_TOKENS, V41_HIDDEN, device="cuda", dtype=torch.bfloat16)
+    gate = (torch.randn(V41_EXPERTS, V41_HIDDEN, device="cuda") * 0.02).to(torch.bfloat16)
+    bias = torch.randn(V41_EXPERTS, device="cuda") * 0.1
+    bias_vl = torch.randn(V41_EXPERTS, device="cuda") * 0.1
+    image_mask = torch.rand(PREFILL_TOKENS, device="cuda") > 0.8
+    args = (x, gate, bias, bias_vl, image_mask, V41_TOPK, 1.5, 1.0, True)
+    with nan_poisoned_allocations():
+        w, ids = moe_routing.route_sqrtsoftplus(*args)
+    ref_w, ref_ids = moe.route_sqrtsoftplus(*args)
+    bad = (ids != ref_ids).float().mean().item()
+    same = (ids == ref_ids).all(dim=1)
+    ms = _ms(lambda: moe_routing.route_sqrtsoftplus(*args))
+    shape = f"N{PREFILL_TOKENS} D{V41_HIDDEN} E{V41_EXPERTS}"
+    _row("route ids (mismatch frac)", shape, bad, 2e-3, ms,
+         2.0 * PREFILL_TOKENS * V41_HIDDEN * V41_EXPERTS)
+    _row("route weights", shape, _rel(w[same], ref_w[same]), 1e-4)
+
+
+def _random_mxfp4_experts(num_experts: int, out_features: int, in_features: int):
+    from deepinfer.kernels.triton.moe_experts import ExpertWeights
+
+    data = torch.randint(0, 256, (num_experts, out_features, in_features // 2), dtype=torch.uint8,
+                         device="cuda")
+    scale = torch.randint(119, 123, (num_experts, out_features, in_features // 32),
+                          dtype=torch.uint8, device="cuda")
+    return ExpertWeights(data.view(torch.int8), scale, "mxfp4")
+
+
+def _dequant_experts(w) -> torch.Tensor:
+    from deepinfer.kernels import formats
+
+    return torch.stack([formats.dequantize_fp4_weight(w.data[e], w.scale[e]).to(torch.bfloat16)
+                        for e in range(w.data.shape[0])])
+
+
+@pytest.fixture(scope="module")
+def v41_experts():
+    w1 = _random_mxfp4_experts(V41_EXPERTS, V41_INTER, V41_HIDDEN)
+    w3 = _random_mxfp4_experts(V41_EXPERTS, V41_INTER, V41_HIDDEN)
+    w2 = _random_mxfp4_experts(V41_EXPERTS, V41_HIDDEN, V41_INTER)
+    return w1, w3, w2
+
+
+def _routing(num_tokens: int, num_experts: int = V41_EXPERTS):
+    scores = torch.rand(num_tokens, num_experts, device="cuda")
+    ids = scores.topk(V41_TOPK, dim=1).indices
+    weights = torch.rand(num_tokens, V41_TOPK, device="cuda")
+    return ids, weights / weights.sum(1, keepdim=True) * 1.5
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 512])
+def test_moe_experts_accuracy_gpu(num_tokens):
+    """Real D and I; 16 experts so that the CPU reference (its accumulator is a CPU tensor) and
+    its dequantized weights stay small."""
+    from deepinfer.kernels.reference import moe
+    from deepinfer.kernels.triton import moe_experts
+
+    num_experts = 16
+    w1 = _random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN)
+    w3 = _random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN)
+    w2 = _random_mxfp4_experts(num_experts, V41_HIDDEN, V41_INTER)
+    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.5
+    ids, weights = _routing(num_tokens, num_experts)
+    ref = moe.moe_routed_experts(x.cpu(), ids.cpu(), weights.cpu(), _dequant_experts(w1).cpu(),
+                                 _dequant_experts(w3).cpu(), _dequant_experts(w2).cpu(), 10.0)
+    fp8 = [moe_experts.mxfp4_to_fp8(w) for w in (w1, w3, w2)]
+    for name, ws, mma in (("moe mxfp4 W4A8 (fp8 mma)", (w1, w3, w2), "fp8"),
+                          ("moe mxfp4 W4A16 (bf16 mma)", (w1, w3, w2), "bf16"),
+                          ("moe fp8-reencoded", fp8, "fp8")):
+        with nan_poisoned_allocations():
+            out = moe_experts.run_experts(x, ids, weights, *ws, 10.0, mma=mma)
+        _row(name, f"N{num_tokens} top{V41_TOPK}/{num_experts}", _rel(out.cpu(), ref), 1e-2)
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
+def test_moe_experts_speed_gpu(v41_experts, num_tokens):
+    from deepinfer.kernels.triton import moe_experts
+
+    w1, w3, w2 = v41_experts
+    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.5
+    ids, weights = _routing(num_tokens)
+    flops = 6.0 * num_tokens * V41_TOPK * V41_HIDDEN * V41_INTER
+    fp8 = [moe_experts.mxfp4_to_fp8(w) for w in (w1, w3, w2)]
+    for name, ws, mma in (("moe mxfp4 W4A8 (fp8 mma)", (w1, w3, w2), "fp8"),
+                          ("moe mxfp4 W4A16 (bf16 mma)", (w1, w3, w2), "bf16"),
+                          ("moe fp8-reencoded", fp8, "fp8")):
+        with nan_poisoned_allocations():
+            out = moe_experts.run_experts(x, ids, weights, *ws, 10.0, mma=mma)
+        finite = 0.0 if torch.isfinite(out).all() else float("nan")
+        _row(name, f"N{num_tokens} top{V41_TOPK}/{V41_EXPERTS}", finite, 1.0,
+             _ms(lambda ws=ws, mma=mma: moe_experts.run_experts(x, ids, weights, *ws, 10.0,
+                                                                mma=mma)), flops)
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])  # split-K / one pass
+def test_mhc_gpu(num_tokens):
+    from deepinfer.kernels.reference import mhc
+    from deepinfer.kernels.triton import mhc as tri_mhc
+
+    n, s, d = num_tokens, V41_HC, V41_HIDDEN
+    x = torch.randn(n, s, d, device="cuda", dtype=torch.bfloat16)
+    fn = torch.randn((2 + s) * s, s * d, device="cuda") * 0.01
+    scale = torch.tensor([0.5, 0.7, 1.3], device="cuda")
+    base = torch.randn((2 + s) * s, device="cuda") * 0.3
+    args = (x, fn, scale, base, 1e-20, 1e-6, 20)
+    with nan_poisoned_allocations():
+        pre, post, comb = tri_mhc.hc_coeffs(*args)
+    ref = mhc.hc_coeffs(*args)
+    err = max((o - r).abs().max().item() for o, r in zip((pre, post, comb), ref, strict=True))
+    _row("hc_coeffs (abs err)", f"N{n} S{s} D{d}", err, 1e-4, _ms(lambda: tri_mhc.hc_coeffs(*args)))
+    with nan_poisoned_allocations():
+        collapsed = tri_mhc.hc_collapse(x, pre)
+    _row("hc_collapse", f"N{n} S{s} D{d}", _rel(collapsed, mhc.hc_collapse(x, pre)), 5e-3,
+         _ms(lambda: tri_mhc.hc_collapse(x, pre)))
+    out = torch.randn(n, d, device="cuda", dtype=torch.bfloat16)
+    with nan_poisoned_allocations():
+        expanded = tri_mhc.hc_expand(out, x, post, comb)
+    _row("hc_expand", f"N{n} S{s} D{d}", _rel(expanded, mhc.hc_expand(out, x, post, comb)), 5e-3,
+         _ms(lambda: tri_mhc.hc_expand(out, x, post, comb)))
+
+
+def test_engram_and_norm_gpu():
+    from deepinfer.kernels.reference import engram, norm
+    from deepinfer.kernels.triton import engram as tri_engram
+    from deepinfer.kernels.triton import norm as tri_norm
+
+    n, s, d = PREFILL_TOKENS, V41_HC, V41_HIDDEN
+    x = torch.randn(n, s, d, device="cuda", dtype=torch.bfloat16)
+    key = torch.randn(n, s, d, device="cuda")
+    value = torch.randn(n, d, device="cuda")
+    wqk = torch.randn(s, d, device="cuda")
+    mask = torch.rand(n, device="cuda") > 0.1
+    with nan_poisoned_allocations():
+        out = tri_engram.engram_inject(x, key, value, wqk, 1e-20, mask)
+    _row("engram_inject", f"N{n} S{s} D{d}",
+         _rel(out, engram.engram_inject(x, key, value, wqk, 1e-20, mask)), 5e-3,
+         _ms(lambda: tri_engram.engram_inject(x, key, value, wqk, 1e-20, mask)))
+    h = torch.randn(n, d, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(d, device="cuda", dtype=torch.bfloat16)
+    with nan_poisoned_allocations():
+        y = tri_norm.rms_norm(h, weight, 1e-20)
+    _row("rms_norm", f"N{n} D{d}", _rel(y, norm.rms_norm(h, weight, 1e-20)), 5e-3,
+         _ms(lambda: tri_norm.rms_norm(h, weight, 1e-20)))
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
+def test_engram_gather_linear_gpu(num_tokens):
+    """Engram wkv: 24 gathered FP8 table rows of 256 (K = 6144) -> D * (S + 1) = 25600 outputs;
+    a 1M-row table stands in for the 384M-row one (same kernel, same access pattern)."""
+    from deepinfer.kernels.reference import engram_fused
+    from deepinfer.kernels.triton import gemm_fp8
+
+    num_rows, cols, num_ids = 1 << 20, 256, 24
+    out_features = V41_HIDDEN * (V41_HC + 1)
+    table_codes = (torch.randn(num_rows, cols, device="cuda") * 64).to(torch.float8_e4m3fn)
+    table_scale = torch.randint(118, 124, (num_rows, cols // 32), dtype=torch.uint8, device="cuda")
+    ids = torch.randint(0, num_rows, (num_tokens, num_ids), device="cuda")
+    w = _random_fp8_weight(out_features, num_ids * cols)
+    with nan_poisoned_allocations():
+        out = gemm_fp8.engram_gather_linear(table_codes, table_scale, ids, w)
+    ref = engram_fused.engram_gather_linear(table_codes, table_scale, ids,
+                                            w.dequantize().to(torch.bfloat16))
+    _row("engram_gather_linear", f"N{num_tokens} K{num_ids * cols} O{out_features}",
+         _rel(out, ref), 5e-3,
+         _ms(lambda: gemm_fp8.engram_gather_linear(table_codes, table_scale, ids, w)),
+         2.0 * num_tokens * out_features * num_ids * cols)
+
+
+def test_engram_hash_gpu():
+    from deepinfer.kernels.triton import engram as tri_engram
+    from deepinfer.runtime.model import engram_hash
+
+    constants = engram_hash.make_engram_hash_constants((1, 14), 4, 8, 16_000_000, 99092, 5)
+    ctx = torch.randint(-1, 99092, (8, 3 + 4096), device="cuda")
+    with nan_poisoned_allocations():
+        out = tri_engram.engram_hash_ids(ctx, constants)
+    bad = int((out != engram_hash.engram_hash_ids(ctx, constants)).sum())
+    _row("engram_hash_ids (mismatches)", "B8 S4096 L2 M4 H8", bad, 0,
+         _ms(lambda: tri_engram.engram_hash_ids(ctx, constants)))

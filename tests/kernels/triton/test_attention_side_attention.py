@@ -1,0 +1,97 @@
+"""Triton sparse attention with sink (kernels/triton/attention.py) against the torch reference.
+
+Interpreter runs on tiny shapes (D=64, a few heads); the SM90 compile gate uses the released
+shapes (64 heads x 512, window 128 + top-k 512 lists are runtime lengths).
+
+Tolerances: with fp32 q the kernel is fp32 end to end (the interpreter's fp32 dot is exact
+fp32), so it matches the fp64 reference to fp32 rounding of a 60-term softmax: atol 1e-5.
+With fp16 q the dots take fp16 operands (the dequantized keys are exact in fp16; the
+probabilities p in [0, 1] are rounded to fp16, 2^-11 relative) and the output is fp16: atol/rtol
+2e-3 (a few fp16 ulps of outputs of magnitude ~1).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from deepinfer.kernels import formats  # noqa: E402
+from deepinfer.kernels.reference import attention as ref  # noqa: E402
+from deepinfer.kernels.reference import attention_fused as ref_fused  # noqa: E402
+from deepinfer.kernels.triton import attention as tri  # noqa: E402
+
+D = 64
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float16: dict(atol=2e-3, rtol=2e-3)}
+
+
+def _indices(n: int, k: int, rows: int, gen: torch.Generator) -> torch.Tensor:
+    idx = torch.randint(-1, rows, (n, k), generator=gen)
+    idx[-1] = -1  # a query with no valid row: output must be exactly 0
+    return idx
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("heads", [8, 6])  # 6: a head block with masked heads
+def test_sparse_attention_sink_matches_reference(dtype, heads):
+    gen = torch.Generator().manual_seed(1)
+    n, m, k = 3, 40, 37
+    q = torch.randn(n, heads, D, generator=gen).to(dtype)
+    kv = torch.randn(m, D, generator=gen).to(dtype)
+    idx = _indices(n, k, m, gen)
+    sink = torch.randn(heads, generator=gen)
+    out = tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
+    want = ref.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), want.float(), **TOL[dtype])
+    assert bool((out[-1] == 0).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("with_compressed", [True, False])
+def test_sparse_attention_records_matches_reference(dtype, with_compressed):
+    gen = torch.Generator().manual_seed(2)
+    n, h, w, t = 3, 8, 16, 30
+    q = torch.randn(n, h, D, generator=gen).to(dtype)
+    window = formats.pack_window_kv(torch.randn(w, D, generator=gen) * 2)
+    wi = _indices(n, 10, w, gen)
+    sink = torch.randn(h, generator=gen)
+    comp, ci = None, None
+    if with_compressed:
+        comp = formats.pack_compressed_kv(torch.randn(t, D, generator=gen))
+        ci = _indices(n, 21, t, gen)
+        ci[-1, 3] = 5  # the last query sees only one compressed row
+    out = tri.sparse_attention_sink_records(q, window, wi, comp, ci, sink, D ** -0.5)
+    want = ref_fused.sparse_attention_sink_records(q, window, wi, comp, ci, sink, D ** -0.5)
+    torch.testing.assert_close(out.float(), want.float(), **TOL[dtype])
+
+
+@pytest.mark.parametrize("d,heads", [(256, 16), (512, 64)])
+def test_sparse_attention_records_production_tiling(d, heads):
+    """Head dims >= 128 take the production tiling the D=64 tests do not: several q.k slices
+    (DC) and an output split across programs (DV_SPLIT) that reloads its V slice."""
+    gen = torch.Generator().manual_seed(13)
+    n, w, t = 2, 8, 12
+    q = torch.randn(n, heads, d, generator=gen)
+    window = formats.pack_window_kv(torch.randn(w, d, generator=gen) * 2)
+    comp = formats.pack_compressed_kv(torch.randn(t, d, generator=gen))
+    wi = _indices(n, 6, w, gen)
+    ci = _indices(n, 9, t, gen).to(torch.int32)  # int32 lists are accepted too
+    sink = torch.randn(heads, generator=gen)
+    meta = tri.launch_meta(d, heads, tri.FMT_FP8, tri.FMT_FP4, True)
+    assert meta["DJ"] < d // 2 and meta["DC"] < d // 2
+    out = tri.sparse_attention_sink_records(q, window, wi, comp, ci, sink, d ** -0.5)
+    want = ref_fused.sparse_attention_sink_records(q, window, wi, comp, ci, sink, d ** -0.5)
+    torch.testing.assert_close(out, want, **TOL[torch.float32])
+
+
+def test_sparse_attention_sm90_compiles():
+    sys.path.insert(0, str(Path(__file__).parent))
+    from aot_attention_side import SM90_SHARED_LIMIT, compile_cases
+
+    for r in compile_cases("attention"):
+        print(r)
+        assert r["shared"] < SM90_SHARED_LIMIT, r
+        assert r["wgmma"] > 0, r  # 64-head tiles must reach Hopper's warpgroup MMA

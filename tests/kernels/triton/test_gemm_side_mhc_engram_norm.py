@@ -1,0 +1,187 @@
+"""mHC coefficients/collapse/expand, engram injection, RMSNorm (kernels/triton/mhc.py, engram.py,
+norm.py) and the backend registration.
+
+Tolerances (fp32 kernels vs the fp64-summing references, D <= 128):
+  * hc_coeffs: pre/post/comb abs 2e-6. Values are O(1); the fp32 dot over K = S*D and 20 Sinkhorn
+    rounds of fp32 divisions accumulate a few ulp (measured ~1e-7).
+  * hc_collapse / hc_expand / engram / rms_norm on fp32: rel 1e-6 (S or D fp32 terms);
+    fp16 outputs: at most one fp16 rounding step apart (abs 2^-10 relative to |y|).
+"""
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from deepinfer.kernels import registry  # noqa: E402
+from deepinfer.kernels.reference import engram, mhc, norm  # noqa: E402
+from deepinfer.kernels.triton import engram as tri_engram  # noqa: E402
+from deepinfer.kernels.triton import mhc as tri_mhc  # noqa: E402
+from deepinfer.kernels.triton import norm as tri_norm  # noqa: E402
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("split", [None, 3])  # one program per token block, or split-K + finalize
+def test_hc_coeffs(split):
+    g = torch.Generator().manual_seed(1)
+    num_tokens, s, dim = 19, 4, 64
+    x = torch.randn(num_tokens, s, dim, generator=g)
+    fn = torch.randn((2 + s) * s, s * dim, generator=g) * 0.05
+    scale = torch.tensor([0.5, 0.7, 1.3])
+    base = torch.randn((2 + s) * s, generator=g) * 0.3
+    out = tri_mhc.hc_coeffs(x, fn, scale, base, 1e-20, 1e-6, 20, split=split)
+    ref = mhc.hc_coeffs(x, fn, scale, base, 1e-20, 1e-6, 20)
+    for o, r, name in zip(out, ref, ("pre", "post", "comb"), strict=True):
+        assert o.shape == r.shape and o.dtype == torch.float32, name
+        assert (o - r).abs().max().item() < 2e-6, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_hc_collapse_expand(dtype):
+    g = torch.Generator().manual_seed(2)
+    num_tokens, s, dim = 5, 4, 96
+    x = torch.randn(num_tokens, s, dim, generator=g).to(dtype)
+    pre, post = torch.rand(num_tokens, s, generator=g), torch.rand(num_tokens, s, generator=g) * 2
+    comb = torch.rand(num_tokens, s, s, generator=g)
+    out = torch.randn(num_tokens, dim, generator=g).to(dtype)
+    tol = 1e-6 if dtype == torch.float32 else 1e-3
+    collapsed = tri_mhc.hc_collapse(x, pre)
+    assert collapsed.dtype == dtype and _rel(collapsed, mhc.hc_collapse(x, pre)) < tol
+    expanded = tri_mhc.hc_expand(out, x, post, comb)
+    assert expanded.dtype == dtype and _rel(expanded, mhc.hc_expand(out, x, post, comb)) < tol
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_engram_inject(with_mask):
+    g = torch.Generator().manual_seed(3)
+    num_tokens, s, dim = 6, 4, 96
+    x = torch.randn(num_tokens, s, dim, generator=g)
+    key = torch.randn(num_tokens, s, dim, generator=g)
+    value = torch.randn(num_tokens, dim, generator=g)
+    wqk = torch.randn(s, dim, generator=g)
+    mask = (torch.rand(num_tokens, generator=g) > 0.4) if with_mask else None
+    out = tri_engram.engram_inject(x, key, value, wqk, 1e-20, mask)
+    assert _rel(out, engram.engram_inject(x, key, value, wqk, 1e-20, mask)) < 1e-6
+
+
+@pytest.mark.parametrize("dtype,dim", [(torch.float32, 96), (torch.float16, 2048 + 64)])
+def test_rms_norm(dtype, dim):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 2, dim, generator=g).to(dtype)
+    weight = torch.randn(dim, generator=g)
+    out = tri_norm.rms_norm(x, weight, 1e-20)
+    ref = norm.rms_norm(x, weight, 1e-20)
+    assert out.dtype == dtype and out.shape == ref.shape
+    assert _rel(out, ref) < (1e-6 if dtype == torch.float32 else 1e-3)
+
+
+def test_register_triton_backend(monkeypatch):
+    from deepinfer.kernels.triton import HAS_TRITON, register_triton_backend
+
+    assert HAS_TRITON
+    registry.ops()  # load the reference backend, then register into a copy (no leak elsewhere)
+    monkeypatch.setattr(registry, "_REGISTRY",
+                        {op: dict(regs) for op, regs in registry._REGISTRY.items()})
+    names = register_triton_backend()
+    mine = {"fake_quant_fp8_block32", "linear_quant_act", "route_sqrtsoftplus",
+            "moe_routed_experts", "expert_ffn", "hc_coeffs", "hc_collapse", "hc_expand",
+            "engram_inject", "rms_norm"}
+    assert mine <= set(names)
+    h200 = {"device": "cuda", "capability": (9, 0)}
+    assert "engram_gather_linear" in names
+    assert registry.available_backends("engram_gather_linear") == ["triton", "reference"]
+    for op in mine:
+        assert registry.available_backends(op)[0] == "triton"
+        assert registry.choose_backend(op, h200) == "triton"
+        assert registry.choose_backend(op, {"device": "cpu"}) == "reference"
+    assert registry.choose_backend("linear_quant_act", {**h200, "in_features": 48}) == "reference"
+
+
+def test_engram_hash_ids_matches_runtime():
+    from deepinfer.runtime.model import engram_hash
+
+    g = torch.Generator().manual_seed(5)
+    for layers, order, heads, vocab, compressed, pad in (((1, 14), 4, 8, 16_000_000, 99092, 5),
+                                                         ((3,), 3, 3, 1000, 50, 2)):
+        constants = engram_hash.make_engram_hash_constants(layers, order, heads, vocab,
+                                                           compressed, pad)
+        ctx = torch.randint(-1, compressed, (3, order - 1 + 13), generator=g)
+        ctx[0, : order - 1] = -1  # sequence start
+        out = tri_engram.engram_hash_ids(ctx, constants)
+        assert torch.equal(out, engram_hash.engram_hash_ids(ctx, constants))  # bitwise
+
+
+# --- SM90 compile gate -----------------------------------------------------------------------
+
+V41_HIDDEN, V41_HC = 5120, 4
+
+
+def test_sm90_compile(sm90_compile):
+    ccfg = tri_mhc.coeffs_config()
+    cases = [
+        {"id": "hc_coeffs_s4_d5120", "module": "deepinfer.kernels.triton.mhc",
+         "kernel": "_hc_coeffs_kernel",
+         "signature": {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32",
+                       "base_ptr": "*fp32", "pre_ptr": "*fp32", "post_ptr": "*fp32",
+                       "comb_ptr": "*fp32", "ws_ptr": "*fp32", "N": "i32", "K": "i32",
+                       "k_per_split": "i32", "stride_xn": "i32", "stride_fn": "i32",
+                       "norm_eps": "fp32", "hc_eps": "fp32"},
+         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 16,
+                        "PRECISION": "tf32x3", "BM": ccfg["BM"], "BK": ccfg["BK"]},
+         "num_warps": ccfg["num_warps"], "num_stages": ccfg["num_stages"], "no_spill": True,
+         "divisible": ["K", "k_per_split"]},
+        {"id": "hc_coeffs_s4_d5120_split1_fused_epilogue", "module": "deepinfer.kernels.triton.mhc",
+         "kernel": "_hc_coeffs_kernel",
+         "signature": {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32",
+                       "base_ptr": "*fp32", "pre_ptr": "*fp32", "post_ptr": "*fp32",
+                       "comb_ptr": "*fp32", "ws_ptr": "*fp32", "N": "i32", "K": "i32",
+                       "k_per_split": "i32", "stride_xn": "i32", "stride_fn": "i32",
+                       "norm_eps": "fp32", "hc_eps": "fp32"},
+         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 1,
+                        "PRECISION": "tf32x3", "BM": ccfg["BM"], "BK": ccfg["BK"]},
+         "num_warps": ccfg["num_warps"], "num_stages": ccfg["num_stages"], "no_spill": True,
+         "divisible": ["K", "k_per_split"]},
+        {"id": "hc_finalize_s4_split16", "module": "deepinfer.kernels.triton.mhc",
+         "kernel": "_hc_finalize_kernel",
+         "signature": {"ws_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32",
+                       "pre_ptr": "*fp32", "post_ptr": "*fp32", "comb_ptr": "*fp32", "N": "i32",
+                       "K": "i32", "norm_eps": "fp32", "hc_eps": "fp32"},
+         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 16,
+                        "BM": ccfg["BM"]},
+         "num_warps": 4, "num_stages": 1},
+        {"id": "hc_expand_s4", "module": "deepinfer.kernels.triton.mhc",
+         "kernel": "_hc_expand_kernel",
+         "signature": {"out_ptr": "*bf16", "x_ptr": "*bf16", "post_ptr": "*fp32",
+                       "comb_ptr": "*fp32", "y_ptr": "*bf16", "D": "i32", "stride_on": "i32",
+                       "stride_xn": "i32", "stride_xs": "i32"},
+         "constexprs": {"S": V41_HC, "BLOCK_D": 512}, "num_warps": 4, "num_stages": 1},
+        {"id": "hc_collapse_s4", "module": "deepinfer.kernels.triton.mhc",
+         "kernel": "_hc_collapse_kernel",
+         "signature": {"x_ptr": "*bf16", "pre_ptr": "*fp32", "out_ptr": "*bf16", "D": "i32",
+                       "stride_xn": "i32", "stride_xs": "i32", "stride_on": "i32"},
+         "constexprs": {"S": V41_HC, "BLOCK_D": 1024}, "num_warps": 4, "num_stages": 1},
+        {"id": "engram_inject_s4", "module": "deepinfer.kernels.triton.engram",
+         "kernel": "_engram_inject_kernel",
+         "signature": {"x_ptr": "*bf16", "key_ptr": "*fp32", "value_ptr": "*fp32",
+                       "wqk_ptr": "*fp32", "mask_ptr": "*i8", "y_ptr": "*bf16", "D": "i32",
+                       "stride_xn": "i32", "stride_xs": "i32", "stride_kn": "i32",
+                       "stride_ks": "i32", "stride_vn": "i32", "stride_ws": "i32", "eps": "fp32"},
+         "constexprs": {"HAS_MASK": True, "S": V41_HC, "BLOCK_D": 512}, "num_warps": 4,
+         "num_stages": 1},
+        {"id": "engram_hash_l2_m4_h8", "module": "deepinfer.kernels.triton.engram",
+         "kernel": "_engram_hash_kernel",
+         "signature": {"ctx_ptr": "*i64", "mult_ptr": "*i64", "prime_ptr": "*i64",
+                       "offset_ptr": "*i64", "out_ptr": "*i64", "num_positions": "i32", "S": "i32",
+                       "stride_cb": "i32", "pad_id": "i64"},
+         "constexprs": {"L": 2, "M": 4, "H": 8, "HP": 8, "BP": 64}, "num_warps": 4,
+         "num_stages": 1},
+        {"id": "rms_norm_2048", "module": "deepinfer.kernels.triton.norm",
+         "kernel": "_rms_norm_kernel",
+         "signature": {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "D": "i32",
+                       "stride_x": "i32", "stride_y": "i32", "eps": "fp32"},
+         "constexprs": {"BLOCK_D": 2048}, "num_warps": 8, "num_stages": 1},
+    ]
+    sm90_compile(cases)

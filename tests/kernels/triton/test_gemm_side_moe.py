@@ -1,0 +1,210 @@
+"""MoE router and grouped expert GEMMs (kernels/triton/moe_routing.py, moe_experts.py).
+
+Tolerances:
+  * router ids: bitwise. Inputs are dyadic (x in 1/8 steps, gate in 1/16 steps, D=64), so every
+    logit is exact in fp32 and the selection cannot depend on summation order; duplicated gate rows
+    with equal bias force exact ties (lower expert id first). Weights: rel 1e-6 (fp32 exp/log/sqrt
+    of the interpreter vs torch, a few ulp).
+  * experts: W1/W3/W2 products and all scales are exact and Q8_32 of h is recomputed in the
+    kernel epilogue; the only difference from the fp64 reference is fp32 summation over D, I <= 96,
+    which can move an h value across a Q8_32 rounding boundary (rare): rel 1e-5 on fp32 outputs.
+"""
+
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from deepinfer.kernels import formats  # noqa: E402
+from deepinfer.kernels.reference import moe  # noqa: E402
+from deepinfer.kernels.triton import moe_experts, moe_routing  # noqa: E402
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("with_image,gate_temp,normalize", [(False, 1.0, True), (True, 0.7, True),
+                                                             (False, 1.0, False)])
+def test_route_sqrtsoftplus(with_image, gate_temp, normalize):
+    g = torch.Generator().manual_seed(11)
+    num_tokens, dim, num_experts, topk = 21, 64, 48, 6
+    x = torch.randint(-8, 9, (num_tokens, dim), generator=g) / 8.0
+    gate = torch.randint(-4, 5, (num_experts, dim), generator=g) / 16.0
+    bias = torch.randint(-3, 4, (num_experts,), generator=g) / 4.0
+    gate[10:20] = gate[0:10]  # exact ties between experts e and e + 10
+    bias[10:20] = bias[0:10]
+    bias_vl = torch.randint(-3, 4, (num_experts,), generator=g) / 4.0 if with_image else None
+    image_mask = (torch.rand(num_tokens, generator=g) > 0.5) if with_image else None
+    args = (x, gate, bias, bias_vl, image_mask, topk, 1.5, gate_temp, normalize)
+    w, ids = moe_routing.route_sqrtsoftplus(*args)
+    ref_w, ref_ids = moe.route_sqrtsoftplus(*args)
+    assert ids.dtype == torch.int64 and torch.equal(ids, ref_ids)
+    assert w.dtype == torch.float32 and _rel(w, ref_w) < 1e-6
+
+
+def _experts(num_experts: int, inter: int, dim: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    w1 = torch.randn(num_experts, inter, dim, generator=g) * 0.1
+    w3 = torch.randn(num_experts, inter, dim, generator=g) * 0.1
+    w2 = torch.randn(num_experts, dim, inter, generator=g) * 0.1
+    packed = [moe_experts.pack_mxfp4_experts(w) for w in (w1, w3, w2)]
+
+    def dequant(p):
+        return torch.stack([formats.dequantize_fp4_weight(p.data[e], p.scale[e])
+                            for e in range(num_experts)])
+
+    return packed, [dequant(p) for p in packed]
+
+
+@pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "fp8_reencoded", "plain"])
+def test_moe_routed_experts(variant):
+    num_tokens, dim, inter, num_experts, topk = 7, 64, 64, 6, 3
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(num_tokens, dim, generator=g)
+    ids = torch.stack([torch.randperm(num_experts, generator=g)[:topk] for _ in range(num_tokens)])
+    weights = torch.rand(num_tokens, topk, generator=g)
+    packed, dequant = _experts(num_experts, inter, dim, seed=6)
+    limit = 0.7  # small enough that both clamps are exercised
+    ref = moe.moe_routed_experts(x, ids, weights, *dequant, limit)
+    if variant == "mxfp4_fp8mma":
+        out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="fp8")
+    elif variant == "mxfp4_bf16mma":
+        out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="bf16")
+    elif variant == "fp8_reencoded":
+        out = moe_experts.moe_routed_experts(
+            x, ids, weights, *[moe_experts.mxfp4_to_fp8(p) for p in packed], limit)
+    else:
+        out = moe_experts.moe_routed_experts(x, ids, weights, *dequant, limit)
+    assert out.dtype == torch.float32 and out.shape == ref.shape
+    assert _rel(out, ref) < 1e-5
+
+
+def test_mxfp4_to_fp8_is_lossless():
+    packed, dequant = _experts(2, 32, 64, seed=8)
+    fp8 = moe_experts.mxfp4_to_fp8(packed[0])
+    scales = formats.ue8m0_to_float(fp8.scale).repeat_interleave(32, -1)
+    values = fp8.data.to(torch.float32) * scales
+    assert torch.equal(values, dequant[0])
+
+
+def test_expert_ffn_shared_fp8_weights():
+    from deepinfer.kernels.triton.gemm_fp8 import Fp8BlockWeight
+
+    g = torch.Generator().manual_seed(9)
+    dim, inter = 64, 96
+    x = torch.randn(5, dim, generator=g).half()
+    ws = [formats.quantize_fp8_weight(torch.randn(*s, generator=g) * 0.1)
+          for s in ((inter, dim), (inter, dim), (dim, inter))]
+    deq = [formats.dequantize_fp8_weight(c, s).half() for c, s in ws]
+    route_weight = torch.rand(5, generator=g)
+    ref = moe.expert_ffn(x, *deq, 10.0, route_weight)
+    out = moe_experts.expert_ffn(x, *[Fp8BlockWeight(c, s) for c, s in ws], 10.0, route_weight)
+    assert out.dtype == torch.float16
+    assert _rel(out, ref) < 2e-3  # fp16 intermediates: one fp16 rounding (2^-11) can flip
+
+
+def test_skip_foreign_ids_per_pair_outputs():
+    """EP use: ids outside [0, E) are other ranks' experts; their per-pair rows come back 0."""
+    num_tokens, dim, inter, num_experts, topk = 5, 64, 32, 4, 2
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(num_tokens, dim, generator=g)
+    ids = torch.tensor([[0, 5], [2, -1], [7, 1], [3, 0], [1, 2]])
+    weights = torch.rand(num_tokens, topk, generator=g)
+    packed, dequant = _experts(num_experts, inter, dim, seed=14)
+    y = moe_experts.run_experts(x, ids, weights, *packed, 10.0, combine=False,
+                                skip_foreign_ids=True).view(num_tokens, topk, dim)
+    for t in range(num_tokens):
+        for k in range(topk):
+            e = int(ids[t, k])
+            if 0 <= e < num_experts:
+                ref = moe.expert_ffn(x[t:t + 1], dequant[0][e], dequant[1][e], dequant[2][e], 10.0,
+                                     weights[t, k:k + 1])
+                assert _rel(y[t, k:k + 1], ref) < 1e-5
+            else:
+                assert torch.equal(y[t, k], torch.zeros(dim))
+
+
+def test_align_pairs_groups_by_expert():
+    ids = torch.tensor([[3, 1], [1, 0], [3, 2], [1, 3]])
+    sorted_pairs, block_expert = moe_experts._align_pairs(ids, num_experts=5, block_m=2)
+    # pairs by expert: 0:[3] 1:[1,2,6] 2:[5] 3:[0,4,7]; 8 = padding
+    assert block_expert.tolist()[:6] == [0, 1, 1, 2, 3, 3]
+    assert all(b == -1 for b in block_expert.tolist()[6:])
+    assert sorted_pairs.tolist()[:12] == [3, 8, 1, 2, 6, 8, 5, 8, 0, 4, 7, 8]
+
+
+# --- SM90 compile gate -----------------------------------------------------------------------
+
+V41_HIDDEN, V41_INTER, V41_EXPERTS, V41_TOPK = 5120, 2304, 384, 6
+
+
+def _moe_case(name, gated, fmt, mma_fp8, scale_rows, num_pairs) -> dict:
+    cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN)
+    w_ty = {moe_experts.FMT_MXFP4: "*u8", moe_experts.FMT_FP8: "*u8",
+            moe_experts.FMT_PLAIN: "*bf16"}[fmt]
+    s_ty = "*u8" if fmt != moe_experts.FMT_PLAIN else w_ty
+    sig = {"a_ptr": "*u8", "a_scale_ptr": "*u8", "w1_ptr": w_ty, "s1_ptr": s_ty,
+           "w3_ptr": w_ty, "s3_ptr": s_ty, "sorted_pairs_ptr": "*i32",
+           "block_expert_ptr": "*i32", "route_w_ptr": "*fp32",
+           "out_ptr": "*u8" if gated else "*bf16", "out_scale_ptr": "*u8" if gated else "*bf16",
+           "num_pairs": "i32", "O": "i32", "K": "i32", "a_row_div": "i32", "limit": "fp32",
+           "stride_am": "i32", "stride_asm": "i32", "stride_we": "i32", "stride_wn": "i32",
+           "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
+    ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": mma_fp8,
+          "DOT_BF16": True, "ACT": 1, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
+    return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
+            "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"], "expect_wgmma": True,
+            "no_spill": True, "divisible": ["O", "K"]}
+
+
+def test_sm90_compile(sm90_compile):
+    decode, prefill = 64 * V41_TOPK, 8192 * V41_TOPK  # (token, slot) pairs
+    fp4, fp8, plain = moe_experts.FMT_MXFP4, moe_experts.FMT_FP8, moe_experts.FMT_PLAIN
+    # Default: the largest-shared-memory variant of each config class (~4 s of CPU per compile);
+    # DI_FULL_TEST=1 compiles the whole {up, down} x {w4a8, w4a16, fp8} x {decode, prefill} grid.
+    cases = [_moe_case("moe_up_mxfp4_w4a8_decode", True, fp4, True, 1, decode),
+             _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, True, 1, prefill),
+             _moe_case("moe_up_fp8_decode", True, fp8, True, 1, decode),
+             _moe_case("moe_down_mxfp4_w4a16_prefill", False, fp4, False, 1, prefill),
+             _moe_case("moe_up_plain_bf16_prefill", True, plain, False, 1, prefill)]
+    if os.environ.get("DI_FULL_TEST") == "1":
+        for phase, pairs in (("decode", decode), ("prefill", prefill)):
+            for gated in (True, False):
+                stage = "up" if gated else "down"
+                cases += [_moe_case(f"full_{stage}_w4a8_{phase}", gated, fp4, True, 1, pairs),
+                          _moe_case(f"full_{stage}_w4a16_{phase}", gated, fp4, False, 1, pairs),
+                          _moe_case(f"full_{stage}_fp8_{phase}", gated, fp8, True, 1, pairs)]
+        cases.append(_moe_case("full_up_shared_fp8_32x32", True, fp8, True, 32, 64))
+        cases.append(_moe_case("full_up_plain_bf16_decode", True, plain, False, 1, decode))
+    cases.append({"id": "moe_combine_top6", "module": "deepinfer.kernels.triton.moe_experts",
+                  "kernel": "_moe_combine_kernel",
+                  "signature": {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*fp32", "D": "i32",
+                                "stride_ym": "i32", "stride_om": "i32"},
+                  "constexprs": {"TOPK": V41_TOPK, "KP": 8, "BLOCK_D": 1024},
+                  "num_warps": 4, "num_stages": 1})
+    for phase, tokens in (("decode", 64), ("prefill", 8192)):
+        rcfg = moe_routing.route_config(tokens, V41_EXPERTS)
+        cases.append({"id": f"route_scores_384x5120_{phase}",
+                      "module": "deepinfer.kernels.triton.moe_routing",
+                      "kernel": "_route_scores_kernel",
+                      "signature": {"x_ptr": "*bf16", "gate_ptr": "*bf16", "scores_ptr": "*fp32",
+                                    "N": "i32", "E": "i32", "D": "i32", "stride_xm": "i32",
+                                    "stride_ge": "i32", "stride_sm": "i32", "gate_temp": "fp32"},
+                      "constexprs": {"DOT_BF16": True, "BM": rcfg["BM"], "BE": rcfg["BE"],
+                                     "BK": rcfg["BK"]},
+                      "num_warps": rcfg["num_warps"], "num_stages": rcfg["num_stages"],
+                      "expect_wgmma": phase == "prefill", "no_spill": True,
+                      "divisible": ["D", "E"]})
+    cases.append({"id": "route_topk_384_top6", "module": "deepinfer.kernels.triton.moe_routing",
+                  "kernel": "_route_topk_kernel",
+                  "signature": {"scores_ptr": "*fp32", "bias_ptr": "*fp32", "bias_vl_ptr": "*fp32",
+                                "image_mask_ptr": "*i8", "weights_ptr": "*fp32", "ids_ptr": "*i64",
+                                "N": "i32", "E": "i32", "stride_sm": "i32", "route_scale": "fp32"},
+                  "constexprs": {"HAS_IMAGE": True, "NORMALIZE": True, "TOPK": V41_TOPK, "KP": 8,
+                                 "BT": rcfg["BT"], "E_PAD": rcfg["E_PAD"]},
+                  "num_warps": rcfg["topk_warps"], "num_stages": 1, "no_spill": True})
+    sm90_compile(cases)
