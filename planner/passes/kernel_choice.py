@@ -28,13 +28,21 @@ REFERENCE = registry.REFERENCE
 TRITON = "triton"
 TRITON_ARCHS = (90, 100)
 TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
+    "compress_pool": TRITON_ARCHS,  # kernels/triton/compressor.py
+    "engram_inject": TRITON_ARCHS,  # kernels/triton/engram.py
     "expert_ffn": TRITON_ARCHS,  # kernels/triton/moe_experts.py
     "fake_quant_fp8_block32": TRITON_ARCHS,  # kernels/triton/quant_act.py
+    "hc_coeffs": TRITON_ARCHS,  # kernels/triton/mhc.py
+    "hc_collapse": TRITON_ARCHS,  # kernels/triton/mhc.py
+    "hc_expand": TRITON_ARCHS,  # kernels/triton/mhc.py
     "index_scores": TRITON_ARCHS,  # kernels/triton/indexer.py
     "linear_quant_act": TRITON_ARCHS,  # kernels/triton/gemm_fp8.py
     "moe_routed_experts": TRITON_ARCHS,  # kernels/triton/moe_experts.py
+    "rms_norm": TRITON_ARCHS,  # kernels/triton/norm.py
     "route_sqrtsoftplus": TRITON_ARCHS,  # kernels/triton/moe_routing.py
+    "select_candidate_blocks": TRITON_ARCHS,  # kernels/triton/topk.py
     "sparse_attention_sink": TRITON_ARCHS,  # kernels/triton/attention.py
+    "topk_positions": TRITON_ARCHS,  # kernels/triton/topk.py
 }
 
 
