@@ -10,12 +10,14 @@ succeeded, 3 some lines were rejected (each with its reason, in the output and o
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib.resources import files
 from pathlib import Path
 
 from deepinfer.artifacts.model_spec import ConfigError
 from deepinfer.artifacts.plan_schema import PlanError
+from deepinfer.runtime.launcher import is_rank_process, launch_ranks, plan_world_size
 from deepinfer.runtime.progress import ProgressLine
 from deepinfer.runtime.request_io import (
     PromptLimits,
@@ -62,8 +64,13 @@ def _default_params(args: argparse.Namespace) -> SamplingParams:
                                     source="command line")
 
 
+def _prog() -> str:
+    """``deepinfer-run``, or ``deepinfer-run (rank R)`` in one rank of a multi-rank plan."""
+    return f"deepinfer-run (rank {os.environ['RANK']})" if is_rank_process() else "deepinfer-run"
+
+
 def _fail(message: str) -> int:
-    print(f"deepinfer-run: {message}", file=sys.stderr)
+    print(f"{_prog()}: {message}", file=sys.stderr)
     return 2
 
 
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except Exception as err:  # an internal error: say so briefly, exit 1 (not a user mistake)
-        print(f"deepinfer-run: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        print(f"{_prog()}: internal error: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
 
 
@@ -88,6 +95,10 @@ def _main(argv: list[str] | None) -> int:
         defaults = _default_params(args)
         lines = input_path.read_text(encoding="utf-8").splitlines()
         done_ids = read_finished_ids(args.output) if args.resume else set()
+        if not is_rank_process():  # multi-rank plan: start its ranks (runtime/launcher.py)
+            world_size = plan_world_size(args.plan_dir)
+            if world_size > 1:
+                return launch_ranks(sys.argv[1:] if argv is None else list(argv), world_size)
         from deepinfer.runtime.llm import LLM
 
         llm = LLM(args.plan_dir, pipeline=not args.no_pipeline, seed=args.seed)
@@ -105,6 +116,8 @@ def _run(llm, items, args: argparse.Namespace, source: str) -> int:
     requests, rejections = [], []
     for item in items:
         (rejections if isinstance(item, Rejection) else requests).append(item)
+    if llm.dist is not None and llm.dist.rank != 0:  # multi-rank: rank 0 writes every result
+        return _run_other_rank(llm, requests)
     out = ResultsWriter(args.output, resume=args.resume) if args.output else _Stdout()
     progress = ProgressLine(len(requests))
     tokens = [0, 0]  # finished requests, output tokens
@@ -127,7 +140,7 @@ def _run(llm, items, args: argparse.Namespace, source: str) -> int:
         for r in rejections:
             reject(r)
         try:
-            llm.run(requests, finished, engine_rejected)
+            llm.run(_own_share(llm, requests), finished, engine_rejected, collect_on_rank0=True)
         except KeyboardInterrupt:
             progress.finish(len(rejections))
             print(f"deepinfer-run: interrupted; {tokens[0]} finished requests are in the output "
@@ -136,8 +149,27 @@ def _run(llm, items, args: argparse.Namespace, source: str) -> int:
     progress.finish(len(rejections))
     if args.stats:
         for key, value in llm.engine.stats.summary().items():
-            print(f"deepinfer-run: {key} = {value}", file=sys.stderr)
+            print(f"{_prog()}: {key} = {value}", file=sys.stderr)
     return 3 if rejections else 0
+
+
+# ---- multi-rank (runtime/lockstep.py) -----------------------------------------------------------
+def _own_share(llm, requests: list) -> list:
+    """This DP rank's requests: input line index % dp == dp rank (every rank reads the whole
+    input the same way; results do not depend on the split)."""
+    d = llm.dist
+    return requests if d is None else [r for r in requests if r.index % d.dp_size == d.dp_rank]
+
+
+def _run_other_rank(llm, requests: list) -> int:
+    """A rank other than 0: runs its share; its results and rejections go to rank 0."""
+    try:
+        llm.run(_own_share(llm, requests), lambda out: None, lambda req, reason: None,
+                collect_on_rank0=True)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+# ---- end multi-rank -----------------------------------------------------------------------------
 
 
 class _Stdout:

@@ -7,6 +7,13 @@
 ``generate`` validates every prompt first (``api.normalize_prompts``: the same rules as the JSONL
 input), copies the sampling parameters per request, runs the engine until every request has
 finished, and returns copies of the outputs in prompt order — never objects the engine reuses.
+
+A multi-rank plan (``rank_groups.world_size`` > 1) needs one ``LLM`` per rank, in processes
+started as ranks (``torchrun --nproc-per-node N``, or ``deepinfer-run``, which starts them
+itself); elsewhere the constructor raises PlanError naming ``rank_groups.world_size``. Each
+rank loads only its weights (the plan's shard map), and ``generate`` / ``run`` are then
+collective: every rank calls them — with its own prompts, possibly none — and gets its own
+outputs (``runtime/lockstep.py``).
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ from pathlib import Path
 
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.api import PromptInput, normalize_prompts
+from deepinfer.runtime.distributed import RankContext, init_distributed
 from deepinfer.runtime.engine import Engine
-from deepinfer.runtime.model_loader import load_model
+from deepinfer.runtime.lockstep import run_lockstep
 from deepinfer.runtime.outputs import RequestOutput
 from deepinfer.runtime.plan_loader import RuntimePlan, load_runtime_plan
 from deepinfer.runtime.request_io import Request
 from deepinfer.runtime.sampling_params import SamplingParams
+from deepinfer.runtime.shard_loader import load_rank_model
 
 __all__ = ["LLM"]
 
@@ -38,9 +47,13 @@ class LLM:
 
     def __init__(self, plan_dir: str | Path, *, pipeline: bool = True, seed: int = 0):
         self.plan: RuntimePlan = load_runtime_plan(plan_dir)
+        self.dist: RankContext | None = init_distributed(self.plan)  # None: a one-rank plan
         kernels = KernelSet(self.plan.kernels)
-        self.loaded = load_model(self.plan.model_path, self.plan.weights, seed=0, kernels=kernels)
-        self.engine = Engine(self.plan, self.loaded, pipeline=pipeline, seed=seed)
+        rank = 0 if self.dist is None else self.dist.rank
+        self.loaded = load_rank_model(self.plan, rank, kernels,
+                                      None if self.dist is None else self.dist.ep_exchange, seed=0)
+        self.engine = Engine(self.plan, self.loaded, pipeline=pipeline, seed=seed,
+                             allreduce_max=None if self.dist is None else self.dist.allreduce_max)
 
     @property
     def tokenizer(self):
@@ -63,11 +76,17 @@ class LLM:
         return [outputs[r.request_id].copy() for r in requests]
 
     def run(self, requests: Sequence[Request], on_finished: Callable[[RequestOutput], None],
-            on_rejected: Callable[[Request, str], None] | None = None) -> None:
+            on_rejected: Callable[[Request, str], None] | None = None, *,
+            collect_on_rank0: bool = False) -> None:
         """Queue ``requests`` and step until all finished; ``on_finished`` gets each output as
         soon as its request finishes (a copy). A request the engine cannot run (e.g. longer than
         the cache can ever hold) goes to ``on_rejected`` with the reason, or raises ValueError
-        when no ``on_rejected`` is given."""
+        when no ``on_rejected`` is given. Multi-rank: collective (see the module docstring);
+        ``collect_on_rank0`` hands every rank's outputs and rejections to rank 0's callbacks."""
+        if self.dist is not None:
+            run_lockstep(self.engine, self.dist, requests, on_finished, on_rejected,
+                         to_rank0=collect_on_rank0)
+            return
         for r in requests:
             try:
                 self.engine.add(r)

@@ -35,14 +35,16 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ImageSpan:
-    """Prompt positions ``[begin, end)`` whose embeddings come from ``embeds_path``.
+    """Prompt positions ``[begin, end)`` whose embeddings come from ``embeds_path`` or, through
+    the Python API, directly from ``embeds``.
 
     The file is safetensors with one tensor named ``embeds``, shape (end - begin, hidden_size).
     """
 
     begin: int
     end: int
-    embeds_path: Path
+    embeds_path: Path | None
+    embeds: torch.Tensor | None = field(default=None, compare=False)  # in-memory (API only)
 
     @property
     def num_tokens(self) -> int:
@@ -165,10 +167,11 @@ def _images(value: Any, ids: tuple[int, ...], has_text: bool,
     spans: list[ImageSpan] = []
     for k, image in enumerate(value):
         name = f"images[{k}]"
-        if not isinstance(image, Mapping) or set(image) != set(IMAGE_FIELDS):
+        in_memory = isinstance(image, Mapping) and set(image) == {"span", "embeds"}
+        if not isinstance(image, Mapping) or (set(image) != set(IMAGE_FIELDS) and not in_memory):
             raise RequestError(f"{name} must be an object with exactly the fields "
-                               f"{', '.join(IMAGE_FIELDS)}")
-        span, path = image["span"], image["embeds_path"]
+                               f"{', '.join(IMAGE_FIELDS)} (or, from Python, span and embeds)")
+        span, path = image["span"], image.get("embeds_path")
         if (not isinstance(span, list | tuple) or len(span) != 2
                 or not all(isinstance(x, int) and not isinstance(x, bool) for x in span)):
             raise RequestError(f"{name}.span must be [begin, end] (integers), got {span!r}")
@@ -182,6 +185,13 @@ def _images(value: Any, ids: tuple[int, ...], has_text: bool,
         if off:
             raise RequestError(f"{name}: prompt_token_ids[{off[0]}] = {ids[off[0]]} inside the "
                                f"span is not the image token {limits.image_token_id}")
+        if in_memory:
+            embeds = image["embeds"]
+            if not isinstance(embeds, torch.Tensor) or embeds.dim() != 2 \
+                    or embeds.shape[0] != end - begin:
+                raise RequestError(f"{name}.embeds must be a ({end - begin}, hidden_size) tensor")
+            spans.append(ImageSpan(begin, end, None, embeds))
+            continue
         if not isinstance(path, str) or not path:
             raise RequestError(f"{name}.embeds_path must be a non-empty string")
         resolved = limits.base_dir / path
@@ -196,6 +206,12 @@ def load_image_embeds(image: ImageSpan, hidden_size: int) -> torch.Tensor:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    if image.embeds is not None:
+        if tuple(image.embeds.shape) != (image.num_tokens, hidden_size):
+            raise RequestError(f"image span [{image.begin}, {image.end}): embeds must have shape "
+                               f"{(image.num_tokens, hidden_size)}, got "
+                               f"{tuple(image.embeds.shape)}")
+        return image.embeds
     try:
         tensors = load_file(str(image.embeds_path))
     except (OSError, SafetensorError) as err:

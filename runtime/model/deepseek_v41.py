@@ -32,7 +32,9 @@ class DeepseekV41(nn.Module):
         self.spec = spec
         self.kernels = kernels or KernelSet()
         d = spec.hidden_size
-        self.embed = nn.Embedding(spec.vocab_size, d, dtype=torch.bfloat16)
+        # _weight: skip the random init, whose meta-device normal_ costs seconds of imports
+        self.embed = nn.Embedding(spec.vocab_size, d, dtype=torch.bfloat16,
+                                  _weight=torch.empty(spec.vocab_size, d, dtype=torch.bfloat16))
         self.embed.weight.requires_grad_(False)
         self.layers = nn.ModuleList(Block(spec, layer) for layer in spec.backbone_layers)
         self.norm = Norm(d)
@@ -72,6 +74,22 @@ class DeepseekV41(nn.Module):
     def load_weights(self, weights: dict[str, torch.Tensor]) -> None:
         """Assign dequantized checkpoint tensors (names as in the checkpoint, no ``.scale``)."""
         self.load_state_dict(weights, strict=True, assign=True)
+
+    # ---- multi-rank (expert parallelism, model/moe.py) ----------------------------------------
+    @property
+    def has_ep_exchange(self) -> bool:
+        """True when the MoE layers exchange tokens with the other ranks of an EP group."""
+        return any(block.ffn.exchange is not None for block in self.layers)
+
+    @torch.no_grad()
+    def forward_idle(self) -> None:
+        """Take part in every MoE layer's EP exchange with no tokens: what a DP rank with
+        nothing scheduled runs while its EP group runs a forward (one MoE call per block, as in
+        ``forward``)."""
+        empty = torch.empty(0, self.spec.hidden_size, dtype=torch.bfloat16)
+        for block in self.layers:
+            block.ffn(self.kernels, empty, None)
+    # ---- end multi-rank ------------------------------------------------------------------------
 
     def _hash_ids(self, batch: ForwardBatch) -> torch.Tensor | None:
         """(N, L_engram, n_ids) int64 table rows; advances each cache's engram history."""

@@ -1,12 +1,56 @@
-"""MoE of one layer (model-spec §2.8): sqrtsoftplus router, routed SwiGLU experts, shared expert."""
+"""MoE of one layer (model-spec §2.8): sqrtsoftplus router, routed SwiGLU experts, shared expert.
+
+Built plainly, the module holds every logical expert in its own slot (``experts[e]`` = expert
+e, the checkpoint's naming) and the routed part is the registered ``moe_routed_experts`` op.
+
+Expert parallelism (architecture §7): after :meth:`MoE.set_slots` the module holds only its
+rank's physical expert slots — ``experts[j]`` is physical slot ``slot_offset + j`` and holds a
+copy of logical expert ``slot_logical[j]`` (the plan's ``weight_shards.ranks[r].expert_slots``;
+with redundant experts a logical expert has several slots). One forward:
+
+  Step 1  route the rank's own tokens: (n, K) logical ids + weights (the unchanged math).
+  Step 2  ``exchange.gather``: the EP group's tokens, rank-major, N_g rows (every rank of the
+          group takes part, also with n = 0: a DP rank with nothing to run joins with none).
+  Step 3  replica choice: pick k of group row g goes to physical slot
+          ``log2phy[e][(g + k) % logcnt[e]]`` — deterministic, spread over the replicas, and
+          irrelevant to the result (replicas are bit-identical copies, and a row's expert
+          output does not depend on which other rows share the GEMM).
+  Step 4  each rank runs its local slots over the (row, pick) pairs routed to them:
+          y (N_g, K, D) fp32 holding the bf16 expert outputs, zero for other ranks' pairs.
+  Step 5  ``exchange.reduce`` sums y over the group — exactly one rank contributes each pair,
+          so the sum is exact — and each rank keeps its own rows.
+  Step 6  combine: a token's picks are added in increasing logical expert id, in fp32, from
+          zero: the order of the reference ``moe_routed_experts``, so the EP result equals the
+          single-rank one bit for bit, whatever the EP size, placement or DP split.
+
+Combining per (token, pick) rather than per (token, rank) costs K rows per token in the
+exchange instead of one, and buys that exact equality (fp64 partial sums per rank would only
+match up to a last-bit rounding of the fp32 result).
+"""
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import torch
 from torch import nn
 
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.params import Linear, f32_param
+
+
+class TokenExchange(Protocol):
+    """The EP group's exchange (``runtime/distributed.py``); every rank calls it in lockstep."""
+
+    def gather(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, slice]:
+        """(n, D) bf16, (n, K) int64, (n, K) fp32 -> the group's (N_g, D), (N_g, K), (N_g, K)
+        rank-major, and this rank's rows in them."""
+        ...
+
+    def reduce(self, y: torch.Tensor) -> None:
+        """Sum (N_g, K, D) fp32 over the group, in place."""
+        ...
 
 
 class Expert(nn.Module):
@@ -30,22 +74,123 @@ class MoE(nn.Module):
     def __init__(self, dim: int, inter: int, n_experts: int, top_k: int, route_scale: float,
                  gate_temp: float, normalize: bool, swiglu_limit: float):
         super().__init__()
+        self.dim, self.inter, self.n_experts = dim, inter, n_experts
         self.gate = Gate(dim, n_experts)
         self.experts = nn.ModuleList(Expert(dim, inter) for _ in range(n_experts))
         self.shared_experts = Expert(dim, inter)
         self.top_k, self.route_scale, self.gate_temp = top_k, route_scale, gate_temp
         self.normalize, self.limit = normalize, swiglu_limit
+        self.slot_offset = 0  # physical slot id of experts[0]
+        self.slot_logical: list[int] = list(range(n_experts))  # logical expert of experts[j]
+        self.log2phy: torch.Tensor | None = None  # (E, max replicas) int64, -1 padded
+        self.logcnt: torch.Tensor | None = None  # (E,) int64 replicas per logical expert
+        self.exchange: TokenExchange | None = None
+
+    def set_slots(self, slot_offset: int, slot_logical: list[int], log2phy: list[list[int]],
+                  logcnt: list[int], exchange: TokenExchange | None = None) -> None:
+        """Hold only physical slots ``slot_offset + j`` (copies of ``slot_logical[j]``).
+
+        Call on the model built on the meta device, before loading weights: the expert list
+        is rebuilt (empty) on the gate's device. ``log2phy[e]`` lists the physical slots of
+        logical expert e (the first ``logcnt[e]`` entries count). A single rank holding every
+        expert once, in order, keeps the plain path (the fused ``moe_routed_experts`` op).
+        """
+        if len(log2phy) != self.n_experts or len(logcnt) != self.n_experts:
+            raise ValueError(f"log2phy/logcnt must have {self.n_experts} rows (logical experts), "
+                             f"got {len(log2phy)}/{len(logcnt)}")
+        if any(not 0 <= e < self.n_experts for e in slot_logical):
+            raise ValueError(f"slot_logical {slot_logical} names experts outside "
+                             f"[0, {self.n_experts})")
+        for j, e in enumerate(slot_logical):
+            if slot_offset + j not in log2phy[e][:logcnt[e]]:
+                raise ValueError(f"physical slot {slot_offset + j} holds logical expert {e}, "
+                                 f"but log2phy[{e}] = {log2phy[e][:logcnt[e]]} does not list it")
+        with torch.device(self.gate.weight.device):
+            self.experts = nn.ModuleList(Expert(self.dim, self.inter) for _ in slot_logical)
+        self.slot_offset, self.slot_logical = slot_offset, list(slot_logical)
+        plain = (exchange is None and slot_offset == 0
+                 and self.slot_logical == list(range(self.n_experts))
+                 and all(c == 1 for c in logcnt))
+        if plain:
+            self.log2phy = self.logcnt = self.exchange = None
+            return
+        width = max(logcnt)
+        self.log2phy = torch.tensor([row[:width] + [-1] * (width - len(row[:width]))
+                                     for row in log2phy], dtype=torch.int64, device="cpu")
+        self.logcnt = torch.tensor(logcnt, dtype=torch.int64, device="cpu")
+        self.exchange = exchange
 
     def forward(self, k: KernelSet, x: torch.Tensor,
                 image_mask: torch.Tensor | None) -> torch.Tensor:
         """(N, D) bf16 -> (N, D) bf16: routed experts + shared expert, accumulated in fp32."""
-        weights, ids = k.route_sqrtsoftplus(x, self.gate.weight, self.gate.bias,
-                                           self.gate.bias_vl, image_mask, self.top_k,
-                                           self.route_scale, self.gate_temp, self.normalize)
+        if self.log2phy is None:
+            return self._forward_plain(k, x, image_mask)
+        return self._forward_slots(k, x, image_mask)
+
+    def _route(self, k: KernelSet, x: torch.Tensor,
+               image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.shape[0] == 0:
+            return (torch.empty(0, self.top_k, dtype=torch.float32),
+                    torch.empty(0, self.top_k, dtype=torch.int64))
+        return k.route_sqrtsoftplus(x, self.gate.weight, self.gate.bias, self.gate.bias_vl,
+                                    image_mask, self.top_k, self.route_scale, self.gate_temp,
+                                    self.normalize)
+
+    def _shared(self, k: KernelSet, x: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
+        s = self.shared_experts
+        y = routed + k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit).float()
+        return y.to(x.dtype)
+
+    def _forward_plain(self, k: KernelSet, x: torch.Tensor,
+                       image_mask: torch.Tensor | None) -> torch.Tensor:
+        weights, ids = self._route(k, x, image_mask)
         w1 = torch.stack([e.w1.weight for e in self.experts])
         w3 = torch.stack([e.w3.weight for e in self.experts])
         w2 = torch.stack([e.w2.weight for e in self.experts])
-        y = k.moe_routed_experts(x, ids, weights, w1, w3, w2, self.limit)
-        s = self.shared_experts
-        y = y + k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit).float()
-        return y.to(x.dtype)
+        return self._shared(k, x, k.moe_routed_experts(x, ids, weights, w1, w3, w2, self.limit))
+
+    def _forward_slots(self, k: KernelSet, x: torch.Tensor,
+                       image_mask: torch.Tensor | None) -> torch.Tensor:
+        weights, ids = self._route(k, x, image_mask)  # Step 1
+        if self.exchange is None:
+            xs, ids_g, w_g, mine = x, ids, weights, slice(0, x.shape[0])
+        else:
+            xs, ids_g, w_g, mine = self.exchange.gather(x, ids, weights)  # Step 2
+        y = self._local_slots(k, xs, self.physical_slots(ids_g), w_g)  # Steps 3, 4
+        if self.exchange is not None and y.numel():
+            self.exchange.reduce(y)  # Step 5 (N_g is the same on every rank of the group)
+        y = y[mine]
+        if x.shape[0] == 0:
+            return x.new_empty(0, self.dim)
+        return self._shared(k, x, combine_in_expert_order(y, ids))  # Step 6
+
+    def physical_slots(self, ids: torch.Tensor) -> torch.Tensor:
+        """(N_g, K) logical ids -> physical slots: replica ``(row + pick) % logcnt[e]``."""
+        assert self.log2phy is not None and self.logcnt is not None
+        n, top_k = ids.shape
+        spread = torch.arange(n)[:, None] + torch.arange(top_k)[None, :]
+        return self.log2phy[ids, spread % self.logcnt[ids]]
+
+    def _local_slots(self, k: KernelSet, x: torch.Tensor, phys: torch.Tensor,
+                     weights: torch.Tensor) -> torch.Tensor:
+        """(N_g, K, D) fp32: this rank's slots' outputs for the pairs routed to them, else 0."""
+        y = torch.zeros(*phys.shape, self.dim, dtype=torch.float32)
+        for j, expert in enumerate(self.experts):
+            tok, pick = (phys == self.slot_offset + j).nonzero(as_tuple=True)
+            if tok.numel():
+                y[tok, pick] = k.expert_ffn(x[tok], expert.w1.weight, expert.w3.weight,
+                                            expert.w2.weight, self.limit,
+                                            weights[tok, pick]).float()
+        return y
+
+
+def combine_in_expert_order(y: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """(n, K, D) per-pick outputs, (n, K) distinct logical ids -> (n, D) fp32, each token's
+    picks added from zero in increasing expert id (the reference ``moe_routed_experts`` order)."""
+    n = ids.shape[0]
+    order = torch.argsort(ids, dim=1)
+    rows = torch.arange(n)
+    out = torch.zeros(n, y.shape[-1], dtype=torch.float32)
+    for pick in range(ids.shape[1]):
+        out += y[rows, order[:, pick]]
+    return out

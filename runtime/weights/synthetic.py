@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 
 import torch
 
@@ -85,18 +86,23 @@ def synthetic_checkpoint_tensors(spec: ModelSpec, seed: int = 0,
             f"refusing to synthesize {describe_spec(spec)}: its checkpoint would take "
             f"{total / 2**30:.1f} GiB, above the {MAX_SYNTHETIC_BYTES / 2**30:.0f} GiB limit for "
             "in-memory synthetic weights (use a small config such as builtin:tiny)")
+    out = synthetic_tensors(specs.values(), seed)
+    return {name: out[name] for name in specs}
+
+
+def synthetic_tensors(specs: Iterable[TensorSpec], seed: int) -> dict[str, torch.Tensor]:
+    """The synthetic values of some tensors (a quantized weight brings its scale along). A
+    tensor's values depend only on ``(seed, name)``, so any subset equals the full checkpoint's."""
     out: dict[str, torch.Tensor] = {}
-    for t in specs.values():
-        if t.kind in SCALE_KINDS:
-            continue  # made together with its weight
+    for t in specs:
+        if t.name in out or t.kind in SCALE_KINDS:
+            continue  # a scale is made together with its weight
         quantize = _QUANTIZERS.get(t.kind)
         if quantize is None:
             out[t.name] = _sample(t, seed).to(t.dtype)
-            continue
-        weight, scale = quantize(_sample(t, seed))
-        out[t.name] = weight
-        out[t.scale_name] = scale
-    return {name: out[name] for name in specs}
+        else:
+            out[t.name], out[t.scale_name] = quantize(_sample(t, seed))
+    return out
 
 
 def tensor_seed(seed: int, name: str) -> int:
