@@ -37,7 +37,7 @@ from deepinfer.planner.passes.cache_layout import activation_bytes_per_token, bl
 from deepinfer.planner.passes.shard_map import weight_summary
 from deepinfer.planner.topology import Topology
 
-__all__ = ["expected_distinct", "plan_cost_model"]
+__all__ = ["expected_distinct", "plan_cost_model", "step_cost"]
 
 
 def expected_distinct(num_picks: float, num_items: int) -> float:
@@ -68,7 +68,7 @@ def _kv_bytes_and_flops_per_row(spec: ModelSpec, context: float, cp: int) -> dic
     return {"kv_bytes": kv, "attention_flops": attn, "indexer_flops": idx}
 
 
-def _step(spec: ModelSpec, topo: Topology, placement: dict, rows: int, context: float,
+def step_cost(spec: ModelSpec, topo: Topology, placement: dict, rows: int, context: float,
           dp_per_ep_group: int, kv_readers: int) -> dict:
     """Bytes, FLOPs and times of one step with ``rows`` query rows on one rank; the cache is
     read ``kv_readers`` times (once per sequence in decode: a sequence's verify rows share one
@@ -128,13 +128,13 @@ def plan_cost_model(spec: ModelSpec, topo: Topology, cache_layout: dict, placeme
     per_seq = blocks_per_sequence(int(context + 0.5), cache_layout["block_size_tokens"], p.cp)
     fit = min(cache_layout["num_usable_blocks"] // per_seq, cache_layout["num_state_slots"] - 1)
     batch = max(1, min(sched.max_num_seqs, fit, sched.max_num_batched_tokens // (1 + draft)))
-    decode = _step(spec, topo, placement, batch * (1 + draft), context, dp_per_ep_group, batch)
+    decode = step_cost(spec, topo, placement, batch * (1 + draft), context, dp_per_ep_group, batch)
     decode["batch_seqs"] = batch
     decode["tokens_per_s"] = (batch * p.dp / decode["step_time_s"]
                               if decode["step_time_s"] else None)
 
     rows = sched.max_num_batched_tokens
-    prefill = _step(spec, topo, placement, rows, w.prompt_len_tokens / 2, dp_per_ep_group, rows)
+    prefill = step_cost(spec, topo, placement, rows, w.prompt_len_tokens / 2, dp_per_ep_group, rows)
     prefill["tokens_per_s"] = (rows * p.dp / prefill["step_time_s"]
                                if prefill["step_time_s"] else None)
     return {
