@@ -30,27 +30,12 @@ import torch
 from deepinfer.artifacts.model_spec import ModelSpec
 from deepinfer.artifacts.plan_dir import read_plan
 from deepinfer.planner.passes.cost_model import step_cost
-from deepinfer.planner.topology import (
-    CacheSection,
-    EplbSection,
-    HardwareSection,
-    ModelSection,
-    ParallelSection,
-    SchedulerSection,
-    SpeculativeSection,
-    Topology,
-    WorkloadSection,
-)
-
-SECTIONS = {"model": ModelSection, "hardware": HardwareSection, "parallel": ParallelSection,
-            "cache": CacheSection, "scheduler": SchedulerSection,
-            "speculative": SpeculativeSection, "eplb": EplbSection, "workload": WorkloadSection}
+from deepinfer.planner.topology import Topology
 
 
 def topology_of(plan: dict) -> Topology:
     """The plan's normalized topology back as the planner's dataclasses."""
-    t = plan["topology"]
-    return Topology(**{k: cls(**t[k]) for k, cls in SECTIONS.items()}, source=t["source"])
+    return Topology.from_dict(plan["topology"])
 
 
 def spec_of(plan: dict) -> ModelSpec:

@@ -7,7 +7,7 @@ field names. ``docs/topology.md`` documents the file format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 __all__ = [
     "CacheSection",
@@ -131,6 +131,14 @@ class Topology:
     workload: WorkloadSection = field(default_factory=WorkloadSection)
     source: str = "<memory>"
     base_dir: str = "."
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Topology:
+        """Rebuild from ``dataclasses.asdict`` output (the ``topology`` a plan records)."""
+        sections = {f.name: f.type for f in fields(cls) if f.name not in ("source", "base_dir")}
+        kinds = {name: globals()[kind] for name, kind in sections.items()}
+        return cls(**{name: kinds[name](**data[name]) for name in sections},
+                   source=data.get("source", "<plan>"), base_dir=data.get("base_dir", "."))
 
     @property
     def world_size(self) -> int:

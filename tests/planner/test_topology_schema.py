@@ -207,3 +207,13 @@ def test_config_json_is_a_valid_json_file_for_the_slice():
     # the slice's config ships beside the topologies (package data)
     path = model_config_path("builtin:v41-flash-slice")
     assert json.loads(path.read_text())["text_config"]["num_hidden_layers"] == 8
+
+
+@pytest.mark.parametrize("name", ["tiny-cpu", "v41-flash-h200x8"])
+def test_topology_round_trips_through_the_plan_record(name):
+    import dataclasses
+
+    from deepinfer.planner.topology import Topology
+
+    topo = load_topology(f"builtin:{name}")
+    assert Topology.from_dict(dataclasses.asdict(topo)) == topo
