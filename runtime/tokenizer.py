@@ -18,10 +18,14 @@ import tokenizers
 import torch
 from tokenizers import Regex, normalizers
 
+from deepinfer.artifacts.model_spec import load_model_spec
+
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "config.json"
 BUILTIN_PREFIX = "builtin:"
-BUILTIN_MODELS = ("tiny",)  # built-in models that ship a tokenizer (v41-flash is config only)
+BUILTIN_MODELS = ("tiny",)  # built-in models that ship a tokenizer file
+# Released-size built-ins (config only): their tokenizer is built by synthetic_tokenizer.py.
+SYNTHETIC_TOKENIZER_MODELS = ("v41-flash", "v41-flash-slice")
 
 _REPLACEMENT_CHAR = "\ufffd"
 # Shields a token that is exactly " " from Strip (it would become empty and merge with other
@@ -134,13 +138,20 @@ def _special_ids_from_config(config_path: Path) -> dict[str, int | None]:
 
 
 def load_tokenizer(model_path: str) -> Tokenizer:
-    """``"builtin:tiny"`` -> the shipped tiny tokenizer; anything else is a checkpoint directory."""
+    """``"builtin:tiny"`` -> the shipped tiny tokenizer; ``"builtin:v41-flash"`` and
+    ``"builtin:v41-flash-slice"`` -> a synthetic tokenizer of their config (no real one ships);
+    anything else is a checkpoint directory, which must bring its ``tokenizer.json``."""
     if model_path.startswith(BUILTIN_PREFIX):
         name = model_path[len(BUILTIN_PREFIX) :]
+        if name in SYNTHETIC_TOKENIZER_MODELS:
+            # Imported here: synthetic_tokenizer builds on this module.
+            from deepinfer.runtime.synthetic_tokenizer import synthetic_tokenizer
+
+            return synthetic_tokenizer(load_model_spec(model_path))
         if name not in BUILTIN_MODELS:
             raise TokenizerError(
                 f"{model_path}: no built-in tokenizer (built-in models with one: "
-                + ", ".join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS)
+                + ", ".join(BUILTIN_PREFIX + m for m in BUILTIN_MODELS + SYNTHETIC_TOKENIZER_MODELS)
                 + "); run the model from a checkpoint directory that has tokenizer.json"
             )
         builtin_dir = importlib.resources.files("deepinfer.artifacts") / "builtin" / name
