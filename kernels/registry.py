@@ -62,6 +62,15 @@ def resolve(op: str, backend: str = REFERENCE) -> Callable[..., Any]:
     return reg.fn
 
 
+def backend_supports(op: str, backend: str, spec: dict[str, Any]) -> bool:
+    """Whether ``backend``'s ``supports(spec)`` holds for ``op`` (no predicate: always)."""
+    _ensure_reference()
+    reg = _REGISTRY.get(op, {}).get(backend)
+    if reg is None:
+        raise KernelNotFound(f"kernel op '{op}' has no '{backend}' backend")
+    return reg.supports is None or bool(reg.supports(spec))
+
+
 def choose_backend(op: str, spec: dict[str, Any]) -> str:
     """The highest-priority backend whose ``supports(spec)`` holds (reference always does)."""
     _ensure_reference()

@@ -41,6 +41,7 @@ class CachePool:
         self.spec = spec
         self.block_size_tokens = block_size_tokens
         self.num_blocks, self.num_state_slots = num_blocks, num_state_slots
+        self.device = torch.device(device)
         u8 = dict(dtype=torch.uint8, device=device)
         self.ratio = {s: spec.layers[s].compress_ratio for s in spec.kv_source_layer_ids}
         for s, r in self.ratio.items():
@@ -63,7 +64,8 @@ class CachePool:
 
     def view(self, block_table: torch.Tensor, slot: int, num_tokens: int) -> PagedSequenceCache:
         """The cache of a sequence holding ``num_tokens`` tokens in ``block_table`` (int64 block
-        ids, enough for the tokens of the coming step) and state slot ``slot``."""
+        ids, enough for the tokens of the coming step; copied to the pool's device unless it is
+        there already, as the engine's tables are) and state slot ``slot``."""
         if slot <= 0 or slot >= self.num_state_slots:
             raise ValueError(f"state slot {slot} outside 1..{self.num_state_slots - 1}")
         if num_tokens == 0:
@@ -98,7 +100,7 @@ class PagedSequenceCache:
 
     def __init__(self, pool: CachePool, block_table: torch.Tensor, slot: int, num_tokens: int):
         self.pool, self.slot, self.num_tokens = pool, slot, num_tokens
-        self.block_table = block_table.to(torch.int64)
+        self.block_table = block_table.to(device=pool.device, dtype=torch.int64)  # (blocks,)
         self._num_entries = {s: num_tokens // r for s, r in pool.ratio.items()}
 
     @property
@@ -131,13 +133,13 @@ class PagedSequenceCache:
         s, per_block = source_layer, self.pool.entries_per_block[source_layer]
         if entries.shape[0] == 0:
             return
-        first = self._num_entries[s]
-        ids = torch.arange(first, first + entries.shape[0])
-        block_index = torch.div(ids, per_block, rounding_mode="floor")
-        if int(block_index[-1]) >= self.block_table.shape[0]:
-            raise RuntimeError(f"sequence in slot {self.slot}: entry {int(ids[-1])} of layer {s} "
-                               f"needs block {int(block_index[-1])} but its table has "
+        first, last = self._num_entries[s], self._num_entries[s] + entries.shape[0] - 1
+        if last // per_block >= self.block_table.shape[0]:  # host ints: no device read-back
+            raise RuntimeError(f"sequence in slot {self.slot}: entry {last} of layer {s} "
+                               f"needs block {last // per_block} but its table has "
                                f"{self.block_table.shape[0]} blocks")
+        ids = torch.arange(first, last + 1, device=entries.device)
+        block_index = torch.div(ids, per_block, rounding_mode="floor")
         blocks, rows = self.block_table[block_index], ids % per_block
         self.pool.entries[s][blocks, rows] = entries
         self.pool.index_keys[s][blocks, rows] = keys

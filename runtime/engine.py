@@ -30,7 +30,9 @@ import torch
 from deepinfer import _C
 from deepinfer.runtime.cache_pool import CachePool
 from deepinfer.runtime.detokenizer import RequestDetokenizer
+from deepinfer.runtime.device import plan_device, sampling_columns, to_device
 from deepinfer.runtime.engine_stats import EngineStats
+from deepinfer.runtime.kernel_backends import PlannedKernels
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model_loader import LoadedModel
 from deepinfer.runtime.outputs import RequestOutput
@@ -86,11 +88,15 @@ class Engine:
         self.plan, self.spec, self.tokenizer = plan, loaded.spec, loaded.tokenizer
         self.model = loaded.model
         self.kernels = loaded.model.kernels
+        self.device = plan_device(plan.device)
+        if self.model.device != self.device:
+            raise ValueError(f"the model is on {self.model.device} but the plan runs on "
+                             f"{self.device}; load it with LLM (or model.to_device)")
         self.seed, self.allreduce_max = seed, allreduce_max
         s = plan.scheduler
         self.max_model_len = int(s["max_model_len_tokens"])
         self.pool = CachePool(self.spec, s["num_blocks"], s["num_state_slots"],
-                              s["block_size_tokens"], device=plan.device)
+                              s["block_size_tokens"], device=self.device)
         self.scheduler = _C.Scheduler(_C.SchedulerConfig(
             block_size=s["block_size_tokens"], num_blocks=s["num_blocks"],
             num_state_slots=s["num_state_slots"], max_model_len=self.max_model_len,
@@ -103,7 +109,9 @@ class Engine:
             prefill_token_buckets=plan.prefill_token_buckets))
         self.worker = Worker(self.model, self.kernels, pipeline=pipeline)
         self.live: dict[int, LiveRequest] = {}
-        self.stats = EngineStats()
+        fallback_calls = self.kernels.fallback_calls \
+            if isinstance(self.kernels, PlannedKernels) else {}
+        self.stats = EngineStats(kernel_fallback_calls=fallback_calls)
         self._next_seq_id = 0
         self._pending: StepInputs | None = None  # launched, not yet post-processed
 
@@ -181,12 +189,18 @@ class Engine:
         return finished
 
     def _inputs(self, plan) -> StepInputs:
-        """Everything step ``plan`` needs, copied out of the scheduler's reusable buffers."""
+        """Everything step ``plan`` needs, copied out of the scheduler's reusable buffers.
+
+        Host -> device, once per step: the block tables (one (rows, max blocks) copy), the
+        token ids + positions + last rows (one packed copy, ``ForwardBatch.build``), the
+        sampling parameters and sampling rows (two packed columns); state slots stay host ints
+        (they index the pools directly).
+        """
         n = plan.num_rows
         seq_ids, epochs = np.array(plan.seq_ids[:n]), np.array(plan.epochs[:n])
         start, count = np.array(plan.start_pos[:n]), np.array(plan.num_tokens[:n])
         samples = np.array(plan.samples[:n]).astype(bool)
-        tables = torch.from_numpy(np.array(plan.block_tables[:n], dtype=np.int64))
+        tables = to_device(np.array(plan.block_tables[:n], dtype=np.int64), self.device)
         slots = np.array(plan.state_slots[:n])
         meta = self.scheduler.prepare_sample(seq_ids, epochs, np.array(plan.is_prefill[:n]),
                                              count.astype(np.int32),
@@ -204,17 +218,19 @@ class Engine:
             want_logprobs[i] = live.request.params.logprobs is not None
         any_image = any(any(m) for m in masks)
         batch = ForwardBatch.build(chunks, caches, masks if any_image else None,
-                                   torch.cat(embeds) if embeds else None)
+                                   torch.cat(embeds) if embeds else None, device=self.device)
         rows = np.flatnonzero(samples)
+        (temperature, top_p, min_p), (top_k, seeds, positions, rows_dev) = sampling_columns(
+            [np.array(meta.temperature)[rows], np.array(meta.top_p)[rows],
+             np.array(meta.min_p)[rows]],
+            [np.array(meta.top_k)[rows], np.array(meta.seeds)[rows],
+             np.array(meta.offsets)[rows], rows], self.device)
         return StepInputs(
             step_id=plan.step_id, is_prefill=bool(plan.phase == _C.Phase.PREFILL), batch=batch,
             seq_ids=seq_ids, epochs=epochs, samples=samples, sample_rows=rows,
-            temperature=torch.from_numpy(np.array(meta.temperature)[rows]),
-            top_p=torch.from_numpy(np.array(meta.top_p)[rows]),
-            top_k=torch.from_numpy(np.array(meta.top_k)[rows].astype(np.int64)),
-            min_p=torch.from_numpy(np.array(meta.min_p)[rows]),
-            seeds=torch.from_numpy(np.array(meta.seeds)[rows]),
-            positions=torch.from_numpy(np.array(meta.offsets)[rows]),
+            sample_rows_device=rows_dev,
+            temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seeds=seeds,
+            positions=positions,
             num_top_logprobs=[int(self.live[int(seq_ids[r])].request.params.logprobs)
                               if want_logprobs[r] else -1 for r in rows],
             bucket=plan.bucket, num_padded_rows=plan.num_padded_rows)

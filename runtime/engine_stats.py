@@ -29,6 +29,9 @@ class EngineStats:
     forward_s: float = 0.0
     max_cache_usage: float = 0.0
     step_ms: list[float] = field(default_factory=list)
+    # op -> calls that ran the reference although the plan says triton (the kernel's supports()
+    # rejects the model's shapes; runtime/kernel_backends.py); the KernelSet's live counts
+    kernel_fallback_calls: dict[str, int] = field(default_factory=dict)
 
     def step(self, plan: Any, inputs: Any, *, host_s: float, step_s: float, usage: float) -> None:
         """Record one step (``plan``: the scheduler's StepPlan; ``inputs``: None if empty)."""
@@ -55,7 +58,7 @@ class EngineStats:
         self.num_prompt_tokens += output.num_prompt_tokens
         self.num_output_tokens += output.num_output_tokens
 
-    def summary(self) -> dict[str, float | int]:
+    def summary(self) -> dict[str, Any]:
         """Plain numbers for the CLI summary and the results (JSON-able)."""
         waste = self.padding_rows / max(1, self.padding_rows + self.scheduled_rows)
         return {
@@ -66,4 +69,6 @@ class EngineStats:
             "preemptions": self.preemptions, "decode_padding_waste": round(waste, 4),
             "host_s": round(self.host_s, 4), "forward_s": round(self.forward_s, 4),
             "wall_s": round(self.step_s, 4), "max_cache_usage": round(self.max_cache_usage, 4),
+            **({"kernel_fallback_calls": dict(self.kernel_fallback_calls)}
+               if self.kernel_fallback_calls else {}),
         }

@@ -14,6 +14,11 @@ itself); elsewhere the constructor raises PlanError naming ``rank_groups.world_s
 rank loads only its weights (the plan's shard map), and ``generate`` / ``run`` are then
 collective: every rank calls them — with its own prompts, possibly none — and gets its own
 outputs (``runtime/lockstep.py``).
+
+Device: the model, the cache pool and every per-step tensor live on the plan's device
+(``RuntimePlan.device``; ``runtime/device.py``). The kernel backend per op is the plan's
+``kernels.backend_by_op`` (``runtime/kernel_backends.py``: Triton registered when the plan names
+it, refused with a PlanError naming that field when it cannot run here).
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.api import PromptInput, normalize_prompts
+from deepinfer.runtime.device import plan_device
 from deepinfer.runtime.distributed import RankContext, init_distributed
 from deepinfer.runtime.engine import Engine
+from deepinfer.runtime.kernel_backends import planned_kernels
 from deepinfer.runtime.lockstep import run_lockstep
 from deepinfer.runtime.outputs import RequestOutput
 from deepinfer.runtime.plan_loader import RuntimePlan, load_runtime_plan
@@ -48,10 +54,15 @@ class LLM:
     def __init__(self, plan_dir: str | Path, *, pipeline: bool = True, seed: int = 0):
         self.plan: RuntimePlan = load_runtime_plan(plan_dir)
         self.dist: RankContext | None = init_distributed(self.plan)  # None: a one-rank plan
-        kernels = KernelSet(self.plan.kernels)
+        device = plan_device(self.plan.device)  # after init: a rank's current GPU
+        kernels = planned_kernels(self.plan.kernels, self.plan.spec, device, self.plan.source,
+                                  int(self.plan.scheduler["max_model_len_tokens"]))
         rank = 0 if self.dist is None else self.dist.rank
         self.loaded = load_rank_model(self.plan, rank, kernels,
                                       None if self.dist is None else self.dist.ep_exchange, seed=0)
+        # The loader builds on meta and assigns host tensors; this is the one host -> device
+        # move of the weights (a no-op on CPU).
+        self.loaded.model.to_device(device)
         self.engine = Engine(self.plan, self.loaded, pipeline=pipeline, seed=seed,
                              allreduce_max=None if self.dist is None else self.dist.allreduce_max)
 

@@ -3,7 +3,10 @@
 ``model``: ``builtin:tiny`` or a checkpoint directory in the released layout (model-spec §4).
 ``weights``: ``auto`` (read the checkpoint; built-in models have none, so synthetic) or
 ``synthetic`` (seeded weights built in memory, no files). The module tree is built on the meta
-device and the dequantized tensors are assigned straight into it.
+device (:func:`build_model`) and the checkpoint tensors are assigned into it as stored: FP8
+matrices and engram tables as codes + ue8m0 scales, routed experts as MXFP4 stacks
+(``runtime/model/params.py``, ``expert_slots.py``). Nothing is dequantized at load; the ops
+dequantize on the fly, exactly, so results equal the fully dequantized model's bit for bit.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import torch
 from deepinfer.artifacts.model_spec import ModelSpec, load_model_spec
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
+from deepinfer.runtime.model.params import Fp8RowTable, model_bytes
 from deepinfer.runtime.tokenizer import Tokenizer, build_engram_token_map, load_tokenizer
-from deepinfer.runtime.weights import read_checkpoint, synthetic_weights
+from deepinfer.runtime.weights import read_stored_tensors, synthetic_stored_tensors
 
 WEIGHT_SOURCES = ("auto", "synthetic")
 
@@ -27,6 +31,26 @@ class LoadedModel:
     spec: ModelSpec
     tokenizer: Tokenizer
     model: DeepseekV41
+
+    def model_bytes(self) -> int:
+        """Resident weight bytes (quantized tensors as stored): ``params.model_bytes``."""
+        return model_bytes(self.model)
+
+
+def build_model(spec: ModelSpec, kernels: KernelSet | None = None,
+                engram_token_map: torch.Tensor | None = None) -> DeepseekV41:
+    """The module tree on the meta device, with the holders that keep weights as stored.
+
+    The engram tables become ``Fp8RowTable``s (FP8 rows + scales; ``weight[ids]`` gathers,
+    then dequantizes). Linear and expert holders take their form from the loaded tensors.
+    """
+    with torch.device("meta"):
+        net = DeepseekV41(spec, kernels, engram_token_map=engram_token_map)
+        for block in net.layers:
+            if hasattr(block, "engram"):
+                rows, dim = block.engram.embed.weight.shape
+                block.engram.embed = Fp8RowTable(rows, dim)
+    return net
 
 
 def engram_token_map(spec: ModelSpec, tok: Tokenizer) -> torch.Tensor:
@@ -59,10 +83,9 @@ def load_model(model: str, weights: str = "auto", seed: int = 0,
     tok = load_tokenizer(model)
     token_map = engram_token_map(spec, tok) if spec.engram_layer_ids else None
     if weights == "synthetic" or model.startswith("builtin:"):
-        tensors = synthetic_weights(spec, seed)
+        tensors = synthetic_stored_tensors(spec, seed)
     else:
-        tensors = read_checkpoint(Path(model), spec)
-    with torch.device("meta"):
-        net = DeepseekV41(spec, kernels, engram_token_map=token_map)
+        tensors = read_stored_tensors(Path(model), spec)
+    net = build_model(spec, kernels, token_map)
     net.load_weights(tensors)
     return LoadedModel(spec, tok, net)

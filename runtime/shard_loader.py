@@ -3,18 +3,21 @@
   Step 1  assignments (plan data only): which checkpoint tensor fills which parameter of this
           rank's model. ``rules`` classify every name of the tensor table (first ``fnmatch``
           match, as the planner recorded them): ``replicated`` by name; ``expert`` only through
-          the rank's ``expert_slots`` ``[layer, slot, logical]`` — parameter
+          the rank's ``expert_slots`` ``[layer, slot, logical]`` — slot
           ``layers.L.ffn.experts.{slot - first slot}.*`` <- ``layers.L.ffn.experts.{logical}.*``
-          (a logical expert may fill several slots); ``engram_rows`` when the rank's row range is
-          the whole table (row-sharded engram is not supported yet: PlanError naming the field);
-          ``skipped`` not at all.
+          (a logical expert may fill several slots; the slots are one MXFP4 stack per
+          projection, ``runtime/model/expert_slots.py``); ``engram_rows`` when the rank's row
+          range is the whole table (row-sharded engram is not supported yet: PlanError naming
+          the field); ``skipped`` not at all.
   Step 2  coverage, before any tensor data is read: every parameter of the rank's model (built
-          on the meta device, MoE reduced to the rank's slots) is assigned exactly once, and
-          every source tensor (with its ``.scale``) is in the checkpoint with the table's dtype
-          and shape. All problems are reported together in one CheckpointError.
+          on the meta device, MoE reduced to the rank's slots) is assigned exactly once (a
+          ``.scale`` travels with its weight), and every source tensor (with its ``.scale``) is
+          in the checkpoint with the table's dtype and shape. All problems are reported together
+          in one CheckpointError.
   Step 3  read (checkpoint directory) or generate (``weights: synthetic``: each tensor from
           its own seeded generator, the same values as the full synthetic checkpoint) only
-          those tensors, dequantize, and assign them into place.
+          those tensors, check their scales, and assign them into place as stored (FP8 codes +
+          scales, MXFP4 expert stacks; nothing is dequantized).
 
 A single-rank plan takes the same path with every slot. The MoE routes with the placement the
 weights follow (``weight_shards.expert_phase``) in both phases: when the planner's decode
@@ -37,11 +40,11 @@ from deepinfer.artifacts.weight_names import SCALE_KINDS, TensorSpec, expected_t
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
 from deepinfer.runtime.model.moe import TokenExchange
-from deepinfer.runtime.model_loader import LoadedModel, engram_token_map
+from deepinfer.runtime.model_loader import LoadedModel, build_model, engram_token_map
 from deepinfer.runtime.plan_loader import RuntimePlan
 from deepinfer.runtime.tokenizer import load_tokenizer
 from deepinfer.runtime.weights import shards
-from deepinfer.runtime.weights.dequant import dequantize_tensors
+from deepinfer.runtime.weights.dequant import check_scales
 from deepinfer.runtime.weights.errors import CheckpointError
 from deepinfer.runtime.weights.shards import INDEX_FILE, TORCH_TO_SAFETENSORS
 from deepinfer.runtime.weights.synthetic import (
@@ -174,8 +177,7 @@ def load_rank_model(plan: RuntimePlan, rank: int, kernels: KernelSet | None = No
     token_map = engram_token_map(spec, tok) if spec.engram_layer_ids else None
     shard = rank_shard(plan, rank)
     placement = plan.plan["expert_placement"][plan.plan["weight_shards"]["expert_phase"]]
-    with torch.device("meta"):
-        net = DeepseekV41(spec, kernels, engram_token_map=token_map)
+    net = build_model(spec, kernels, token_map)
     for block in net.layers:
         layer = block.attn.layer.layer_id
         block.ffn.set_slots(shard.slot_offset, shard.slot_logical[layer],
@@ -191,17 +193,29 @@ def load_rank_model(plan: RuntimePlan, rank: int, kernels: KernelSet | None = No
                               f"problem(s):\n{lines}", problems)
     stored = _synthetic(shard, spec, seed) if synthetic else _read(Path(model_path), shard)
     try:
-        weights = dequantize_tensors(stored, shard.sources.values())
-    except ValueError as exc:  # a corrupt scale, named by dequantize_tensors
+        check_scales(stored, shard.sources.values())
+    except ValueError as exc:  # a corrupt scale, named by check_scales
         raise CheckpointError(f"checkpoint {model_path}: {exc}") from None
-    net.load_state_dict({target: weights[src] for target, src in shard.targets.items()},
-                        strict=True, assign=True)
+    net.load_state_dict(_state(shard, stored), strict=True, assign=True)
     return LoadedModel(spec, tok, net)
 
 
+def _state(shard: RankShard, stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The model's state dict: each target's source tensor, and its ``.scale`` when stored
+    quantized (a logical expert's tensors go to every slot holding a copy of it)."""
+    state: dict[str, torch.Tensor] = {}
+    for target, src in shard.targets.items():
+        state[target] = stored[src]
+        scale_name = shard.sources[src].scale_name
+        if scale_name is not None:
+            state[target.removesuffix(".weight") + ".scale"] = stored[scale_name]
+    return state
+
+
 def _model_coverage(net: DeepseekV41, shard: RankShard) -> list[str]:
-    """Every parameter (and persistent buffer) of ``net`` assigned exactly once."""
-    params = set(net.state_dict(keep_vars=True))
+    """Every parameter (and persistent buffer) of ``net`` assigned exactly once; the model's
+    ``.scale`` entries come with their weights (``_state``)."""
+    params = {n for n in net.state_dict(keep_vars=True) if not n.endswith(".scale")}
     problems = [f"parameter {n} of the rank's model gets no tensor from the shard map"
                 for n in sorted(params - set(shard.targets))]
     problems += [f"the shard map assigns {n}, which the rank's model does not have"

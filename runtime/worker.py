@@ -5,6 +5,9 @@ so the host's post-processing of step t-1 overlaps the forward); ``collect`` wai
 inputs of a launched step are held in a deferred-release pool until the step completes, so
 nothing the in-flight work may still read (token tensors, block tables, cache views, sampling
 arrays) is freed or reused underneath it.
+
+On a CUDA plan the forward and sampling run on the device; the step's only device -> host copy
+is the sampled token ids (one ``tolist``), plus the requested logprobs when a row asks.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ class StepInputs:
     epochs: np.ndarray  # (rows,) int64
     samples: np.ndarray  # (rows,) bool
     sample_rows: np.ndarray  # (sampling rows,) int64 indices into rows
-    temperature: torch.Tensor
+    sample_rows_device: torch.Tensor  # the same on the model's device
+    temperature: torch.Tensor  # (sampling rows,) each, on the model's device
     top_p: torch.Tensor
     top_k: torch.Tensor
     min_p: torch.Tensor
@@ -80,8 +84,12 @@ class Worker:
     def __init__(self, model: DeepseekV41, kernels: KernelSet, *, pipeline: bool = True):
         self.model, self.kernels, self.pipeline = model, kernels, pipeline
         self.deferred = DeferredReleasePool()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="deepinfer-worker") \
-            if pipeline else None
+        device = model.device
+        # The forward thread's current CUDA device is the model's (a rank's GPU), as the
+        # caller's is: kernels launch on the current device's stream.
+        init = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="deepinfer-worker",
+                                            initializer=init) if pipeline else None
         self._future: Future[StepResult] | None = None
         self._inputs: StepInputs | None = None
 
@@ -108,15 +116,17 @@ class Worker:
     def _run(self, inputs: StepInputs) -> StepResult:
         t0 = time.perf_counter()
         logits = self.model(inputs.batch, all_logits=False)  # (rows, vocab) fp32
-        rows = torch.from_numpy(inputs.sample_rows)
-        picked = logits[rows]
-        if picked.shape[0] == 0:
+        if len(inputs.sample_rows) == 0:
             return StepResult([], [], time.perf_counter() - t0)
+        picked = logits if len(inputs.sample_rows) == logits.shape[0] else \
+            logits[inputs.sample_rows_device]  # sample_rows ascending: equal length = all rows
         tokens = self.kernels.sample_tokens(picked, inputs.temperature, inputs.top_p,
                                             inputs.top_k, inputs.min_p, inputs.seeds,
                                             inputs.positions)
-        logprobs = token_logprobs_of(self.kernels, picked, tokens, inputs.num_top_logprobs)
-        return StepResult(tokens.tolist(), logprobs, time.perf_counter() - t0)
+        token_ids = tokens.tolist()  # the step's device -> host copy
+        logprobs = token_logprobs_of(self.kernels, picked, tokens, inputs.num_top_logprobs,
+                                     token_ids)
+        return StepResult(token_ids, logprobs, time.perf_counter() - t0)
 
     def close(self) -> None:
         if self._executor is not None:
@@ -124,17 +134,24 @@ class Worker:
 
 
 def token_logprobs_of(kernels: KernelSet, logits: torch.Tensor, token_ids: torch.Tensor,
-                      num_top: list[int]) -> list[TokenLogprobs | None]:
-    """Per-row logprobs of the sampled tokens (None where the row did not ask)."""
+                      num_top: list[int], host_token_ids: list[int] | None = None
+                      ) -> list[TokenLogprobs | None]:
+    """Per-row logprobs of the sampled tokens (None where the row did not ask).
+
+    Computed on the logits' device; the results come back to the host in one copy each.
+    """
     wanted = [i for i, k in enumerate(num_top) if k >= 0]
     out: list[TokenLogprobs | None] = [None] * len(num_top)
     if not wanted:
         return out
-    idx = torch.tensor(wanted)
+    if host_token_ids is None:
+        host_token_ids = token_ids.tolist()
+    idx = torch.tensor(wanted, dtype=torch.int64).to(logits.device)
     sampled, top_ids, top_lp = kernels.token_logprobs(logits[idx], token_ids[idx],
                                                       max(num_top[i] for i in wanted))
+    sampled, top_ids, top_lp = sampled.tolist(), top_ids.tolist(), top_lp.tolist()
     for j, i in enumerate(wanted):
         k = num_top[i]
-        top = list(zip(top_ids[j, :k].tolist(), top_lp[j, :k].tolist(), strict=True))
-        out[i] = TokenLogprobs(int(token_ids[i]), float(sampled[j]), top)
+        top = list(zip(top_ids[j][:k], top_lp[j][:k], strict=True))
+        out[i] = TokenLogprobs(int(host_token_ids[i]), float(sampled[j]), top)
     return out

@@ -20,7 +20,7 @@ def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor
 
 def mask_invisible(scores: torch.Tensor, num_visible: torch.Tensor) -> torch.Tensor:
     """-inf where entry t >= num_visible[n] (its group is not complete for query n)."""
-    t = torch.arange(scores.shape[-1])
+    t = torch.arange(scores.shape[-1], device=scores.device)
     return scores.masked_fill(t[None, :] >= num_visible[:, None], float("-inf"))
 
 
@@ -37,15 +37,15 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
     """
     n, t = scores.shape
     nb = -(-t // block_size)
-    padded = torch.full((n, nb * block_size), float("-inf"))
+    padded = torch.full((n, nb * block_size), float("-inf"), device=scores.device)
     padded[:, :t] = scores
     blk = padded.view(n, nb, block_size).amax(-1)  # (N, nb)
     newest = torch.div(num_visible - 1, block_size, rounding_mode="floor")
     has_any = num_visible > 0
-    rows = torch.arange(n)[has_any]
+    rows = torch.arange(n, device=scores.device)[has_any]
     blk[rows, newest[has_any]] = float("inf")
     keep = stable_topk(blk, min(num_blocks, nb))  # (N, kb)
-    kept = torch.zeros(n, nb, dtype=torch.bool)
+    kept = torch.zeros(n, nb, dtype=torch.bool, device=scores.device)
     kept.scatter_(1, keep, blk.gather(1, keep) > float("-inf"))
     return kept.repeat_interleave(block_size, dim=1)[:, :t]
 

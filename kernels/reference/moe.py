@@ -1,8 +1,13 @@
-"""MoE routing (sqrtsoftplus, bias-steered top-k) and routed SwiGLU experts (model-spec §2.8)."""
+"""MoE routing (sqrtsoftplus, bias-steered top-k) and routed SwiGLU experts (model-spec §2.8).
+
+Expert weights are plain tensors or the containers of ``kernels/quantized.py``; routed experts
+in ``Mxfp4ExpertWeights`` are dequantized one expert at a time, only those a batch routes to.
+"""
 
 import torch
 
-from deepinfer.kernels.reference.linear import linear_quant_act
+from deepinfer.kernels.quantized import Mxfp4ExpertWeights
+from deepinfer.kernels.reference.linear import Weight, linear_quant_act
 
 
 def stable_topk(values: torch.Tensor, k: int) -> torch.Tensor:
@@ -43,12 +48,13 @@ def swiglu_limit(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Te
     return torch.nn.functional.silu(g) * u
 
 
-def expert_ffn(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
+def expert_ffn(x: torch.Tensor, w1: Weight, w3: Weight, w2: Weight,
                limit: float, route_weight: torch.Tensor | None = None) -> torch.Tensor:
     """One SwiGLU expert; the routing weight multiplies the activation BEFORE ``w2``.
 
     Args:
-        x: (N, D) bf16; w1, w3: (I, D); w2: (D, I); route_weight: (N,) fp32 or None.
+        x: (N, D) bf16; w1, w3: (I, D); w2: (D, I), each a plain tensor, an ``Fp8BlockWeight``
+        (the shared expert) or a 1-expert ``Mxfp4ExpertWeights``; route_weight: (N,) fp32 or None.
     Returns:
         (N, D) bf16.
     """
@@ -59,18 +65,25 @@ def expert_ffn(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Te
 
 
 def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
-                       w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor,
-                       limit: float) -> torch.Tensor:
+                       w1: torch.Tensor | Mxfp4ExpertWeights, w3: torch.Tensor | Mxfp4ExpertWeights,
+                       w2: torch.Tensor | Mxfp4ExpertWeights, limit: float) -> torch.Tensor:
     """Sum of the chosen experts' outputs per token, fp32.
 
     Args:
-        x: (N, D) bf16; expert_ids, weights: (N, K); w1, w3: (E, I, D); w2: (E, D, I).
+        x: (N, D) bf16; expert_ids, weights: (N, K); w1, w3: (E, I, D); w2: (E, D, I), plain
+        tensors or ``Mxfp4ExpertWeights`` (only the routed experts are dequantized).
     Returns:
         (N, D) fp32, experts added in expert-id order (independent of the batch).
     """
-    out = torch.zeros(x.shape, dtype=torch.float32)
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     for e in torch.unique(expert_ids).tolist():
         tok, slot = (expert_ids == e).nonzero(as_tuple=True)
-        y = expert_ffn(x[tok], w1[e], w3[e], w2[e], limit, weights[tok, slot])
+        y = expert_ffn(x[tok], one_expert(w1, e), one_expert(w3, e), one_expert(w2, e), limit,
+                       weights[tok, slot])
         out.index_add_(0, tok, y.float())
     return out
+
+
+def one_expert(w: torch.Tensor | Mxfp4ExpertWeights, e: int) -> Weight:
+    """Expert e of a stack: (O, I) of a tensor, a 1-expert view of a container."""
+    return w.select(e) if isinstance(w, Mxfp4ExpertWeights) else w[e]

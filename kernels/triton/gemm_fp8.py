@@ -17,12 +17,12 @@ then the kernel dequantizes the activation block in registers (exact in bf16) an
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.quantized import Fp8BlockWeight
 from deepinfer.kernels.triton import quant_act
 from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
 
@@ -35,27 +35,6 @@ def is_interpreting() -> bool:
         return bool(triton.knobs.runtime.interpret)
     except AttributeError:  # pragma: no cover - older triton
         return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@dataclass(frozen=True)
-class Fp8BlockWeight:
-    """A dense FP8 checkpoint weight, kept quantized for the FP8 GEMM.
-
-    codes: float8_e4m3fn (O, I); scale: float8_e8m0fnu or uint8 (ceil(O/32), ceil(I/32)),
-    tile (i, j) covering rows 32i..32i+31 and columns 32j..32j+31 (formats.quantize_fp8_weight).
-    """
-
-    codes: torch.Tensor
-    scale: torch.Tensor
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.codes.shape
-
-    def dequantize(self) -> torch.Tensor:
-        from deepinfer.kernels.formats import dequantize_fp8_weight
-
-        return dequantize_fp8_weight(self.codes, self.scale)
 
 
 def pack_fp8_weight(w: torch.Tensor) -> Fp8BlockWeight:
@@ -189,6 +168,8 @@ def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight
     else:
         num_rows, num_k = a_codes.shape
     w_fp8 = isinstance(weight, Fp8BlockWeight)
+    if w_fp8:
+        assert weight.scale.element_size() == 1, "gemm_q8: FP8 weight scales must be ue8m0 bytes"
     w = weight.codes.view(torch.uint8) if w_fp8 else weight
     w_scale = weight.scale.view(torch.uint8) if w_fp8 else w  # unused when not w_fp8
     num_cols = w.shape[0]

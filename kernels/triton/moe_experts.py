@@ -35,6 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
 from deepinfer.kernels.triton import quant_act
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
 from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
@@ -311,6 +312,8 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
 
 def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     """(data, scale, FMT, SCALE_ROWS) for a launch; plain tensors pass themselves as scale."""
+    if isinstance(w, Mxfp4ExpertWeights):  # the runtime's resident form (kernels/quantized.py)
+        return w.packed.view(torch.uint8), w.scale.view(torch.uint8), FMT_MXFP4, 1
     if isinstance(w, ExpertWeights):
         data = w.data.view(torch.uint8)
         return data, w.scale.view(torch.uint8), (FMT_MXFP4 if w.fmt == "mxfp4" else FMT_FP8), \
@@ -399,12 +402,10 @@ def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,
 
     Weights: float (I, D)/(D, I), gemm_fp8.Fp8BlockWeight, or 1-expert ExpertWeights.
     """
-    from deepinfer.kernels.triton.gemm_fp8 import Fp8BlockWeight
-
     def one(w):
         if isinstance(w, Fp8BlockWeight):
             return fp8_block_experts(w.codes, w.scale)
-        return w if isinstance(w, ExpertWeights) else w[None]
+        return w if isinstance(w, ExpertWeights | Mxfp4ExpertWeights) else w[None]
 
     num_tokens = x.shape[0]
     ids = torch.zeros((num_tokens, 1), dtype=torch.int32, device=x.device)

@@ -143,7 +143,7 @@ def topk_positions(scores: torch.Tensor, k: int) -> torch.Tensor:
         return out
     if scores.stride(-1) != 1:
         raise ValueError("topk_positions: score rows must be contiguous")
-    kp = triton.next_power_of_2(k_out)
+    kp = max(2, triton.next_power_of_2(k_out))  # tl.topk / tl.sort need >= 2 elements
     packed = _select(scores, kp, MODE_SCORES)
     _topk_positions_final_kernel[(n,)](packed, packed.stride(0), out, out.stride(0), k_out,
                                        KP=kp, num_warps=4)
@@ -162,7 +162,7 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
         return mask
     if scores.stride(-1) != 1 or block_size & (block_size - 1):
         raise ValueError("select_candidate_blocks: contiguous rows and a power-of-2 block size")
-    kp = triton.next_power_of_2(keep)
+    kp = max(2, triton.next_power_of_2(keep))  # tl.topk / tl.sort need >= 2 elements
     keys = attn_common.alloc((n, nb), torch.int64, scores.device)
     bb = min(BLOCK_KEY_TILE, triton.next_power_of_2(nb))
     _block_keys_kernel[(n, triton.cdiv(nb, bb))](scores, scores.stride(0), t, num_visible, keys,

@@ -70,7 +70,8 @@ class Attention(nn.Module):
         out = torch.empty_like(q)
         for b, cache in enumerate(batch.caches):
             rows = batch.rows(b)
-            keys, indices = self._window_keys(kv[rows], pos[rows], cache)
+            keys, indices = self._window_keys(kv[rows], pos[rows], batch.start_positions[b],
+                                              cache)
             if layer.compress_ratio > 0:
                 if comp is not None:
                     self._append_entries(k, comp[0][rows],
@@ -87,22 +88,22 @@ class Attention(nn.Module):
         z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
         return self.wo_b(k, z.flatten(1))
 
-    def _window_keys(self, kv: torch.Tensor, pos: torch.Tensor,
+    def _window_keys(self, kv: torch.Tensor, pos: torch.Tensor, start: int,
                      cache: CacheView) -> tuple[torch.Tensor, torch.Tensor]:
         """Window rows visible to a chunk, and per-query row lists; writes the chunk to the ring.
 
+        Args: kv (S, Dh), pos (S,) of the chunk, whose first position is ``start`` (host int).
         Returns keys (P + S, Dh): the up to W-1 cached tokens before the chunk, then the chunk;
         indices (S, P + S) int64, -1 where a row is outside the query's window [p-W+1, p].
         """
         w = self.spec.sliding_window
         ring = cache.window_ring(self.layer.layer_id)
-        start = int(pos[0])
-        prev_pos = torch.arange(max(0, start - w + 1), start)
+        prev_pos = torch.arange(max(0, start - w + 1), start, device=kv.device)
         prev = formats.unpack_window_kv(ring[prev_pos % w], self.head_dim, torch.bfloat16)
         keys = torch.cat([prev, kv])
         key_pos = torch.cat([prev_pos, pos])
         visible = (key_pos[None, :] <= pos[:, None]) & (key_pos[None, :] > pos[:, None] - w)
-        cols = torch.arange(keys.shape[0]).expand(pos.shape[0], -1)
+        cols = torch.arange(keys.shape[0], device=kv.device).expand(pos.shape[0], -1)
         indices = torch.where(visible, cols, torch.full_like(cols, -1))
         tail = slice(max(0, kv.shape[0] - w), kv.shape[0])
         ring[pos[tail] % w] = formats.pack_window_kv(kv[tail])

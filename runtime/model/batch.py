@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,6 +15,9 @@ class ForwardBatch:
 
     Sequence b contributes ``seq_lens[b]`` consecutive tokens at flat rows
     ``starts[b] .. starts[b] + seq_lens[b] - 1`` with positions ``caches[b].num_tokens + 0, 1, ..``.
+    The tensors live on the model's device; the per-sequence bookkeeping (``seq_lens``,
+    ``starts``, ``start_positions``) stays on the host, so the model never reads a device
+    tensor back to learn a length or a position.
     """
 
     input_ids: torch.Tensor  # (N,) int64, all sequences' new tokens, concatenated
@@ -23,38 +26,64 @@ class ForwardBatch:
     caches: list[CacheView]  # one per sequence, updated in place by the forward
     image_mask: torch.Tensor | None = None  # (N,) bool: token inside an image span
     image_embeds: torch.Tensor | None = None  # (num image tokens, D): overwrite their embeddings
+    start_positions: list[int] = field(default_factory=list)  # host: first position per sequence
+    id_range: tuple[int, int] | None = None  # host: (min, max) token id, None = empty batch
+    last_rows: torch.Tensor | None = None  # (B,) int64 flat row of each sequence's last token
+    starts: list[int] = field(init=False)  # host: first flat row per sequence
+
+    def __post_init__(self) -> None:
+        if not self.start_positions:
+            self.start_positions = [int(c.num_tokens) for c in self.caches]
+        if self.id_range is None and self.input_ids.numel():
+            self.id_range = (int(self.input_ids.min()), int(self.input_ids.max()))  # one sync
+        self.starts = _starts(self.seq_lens)
+        if self.last_rows is None:
+            last = [s + n - 1 for s, n in zip(self.starts, self.seq_lens, strict=True)]
+            self.last_rows = torch.tensor(last, dtype=torch.int64).to(self.device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.input_ids.device
 
     @classmethod
     def build(cls, chunks: list[list[int]], caches: list[CacheView],
               image_masks: list[list[bool]] | None = None,
-              image_embeds: torch.Tensor | None = None) -> ForwardBatch:
-        """From per-sequence token lists; positions continue each cache."""
+              image_embeds: torch.Tensor | None = None,
+              device: torch.device | str = "cpu") -> ForwardBatch:
+        """From per-sequence token lists; positions continue each cache. Built on the host,
+        copied to ``device`` (token ids, positions, last rows, image mask and embeddings)."""
         if len(chunks) != len(caches):
             raise ValueError(f"{len(chunks)} chunks but {len(caches)} caches")
         if any(len(c) == 0 for c in chunks):
             raise ValueError("every sequence in a batch needs at least one new token")
-        ids = torch.tensor([t for c in chunks for t in c], dtype=torch.int64)
-        pos = torch.cat([torch.arange(len(c)) + cache.num_tokens
-                         for c, cache in zip(chunks, caches, strict=True)])
+        starts = [int(cache.num_tokens) for cache in caches]
+        lens = [len(c) for c in chunks]
+        flat = [t for c in chunks for t in c]
+        n = len(flat)
+        # ids, positions and last rows in one host buffer: one copy to the device
+        host = torch.empty(2 * n + len(chunks), dtype=torch.int64)
+        host[:n] = torch.tensor(flat, dtype=torch.int64)
+        host[n:2 * n] = torch.cat([torch.arange(k) + s for k, s in zip(lens, starts, strict=True)])
+        host[2 * n:] = torch.tensor([s + k - 1 for s, k in zip(_starts(lens), lens, strict=True)])
+        packed = host.to(device)
         mask = None
         if image_masks is not None:
-            mask = torch.tensor([m for ms in image_masks for m in ms], dtype=torch.bool)
-        return cls(ids, pos, [len(c) for c in chunks], caches, mask, image_embeds)
-
-    @property
-    def starts(self) -> list[int]:
-        out, acc = [], 0
-        for n in self.seq_lens:
-            out.append(acc)
-            acc += n
-        return out
+            mask = torch.tensor([m for ms in image_masks for m in ms], dtype=torch.bool).to(device)
+        if image_embeds is not None:
+            image_embeds = image_embeds.to(device)
+        return cls(packed[:n], packed[n:2 * n], lens, caches, mask, image_embeds, starts,
+                   (min(flat), max(flat)), packed[2 * n:])
 
     def rows(self, b: int) -> slice:
         """Flat rows of sequence b."""
         start = self.starts[b]
         return slice(start, start + self.seq_lens[b])
 
-    @property
-    def last_rows(self) -> torch.Tensor:
-        """(B,) flat row of each sequence's last new token."""
-        return torch.tensor([s + n - 1 for s, n in zip(self.starts, self.seq_lens, strict=True)])
+
+def _starts(seq_lens: list[int]) -> list[int]:
+    """First flat row of each sequence (exclusive prefix sums of ``seq_lens``)."""
+    out, acc = [], 0
+    for n in seq_lens:
+        out.append(acc)
+        acc += n
+    return out

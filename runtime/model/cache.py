@@ -60,22 +60,23 @@ class SequenceCache:
     sliding_window: int = field(default=0)
 
     @classmethod
-    def empty(cls, spec: ModelSpec) -> SequenceCache:
-        """A fresh cache for a sequence that has seen no token."""
+    def empty(cls, spec: ModelSpec, device: torch.device | str = "cpu") -> SequenceCache:
+        """A fresh cache on ``device`` for a sequence that has seen no token."""
         w_bytes = spec.window_record_bytes
         srcs = spec.kv_source_layer_ids
         d = spec.head_dim
+        u8 = dict(dtype=torch.uint8, device=device)
+        grouped = [s for s in srcs if spec.layers[s].compress_ratio > 1]
         return cls(
             num_tokens=0,
-            window=[torch.zeros(spec.sliding_window, w_bytes, dtype=torch.uint8)
+            window=[torch.zeros(spec.sliding_window, w_bytes, **u8)
                     for _ in range(spec.num_hidden_layers)],
-            compressed={s: torch.zeros(0, spec.compressed_record_bytes, dtype=torch.uint8)
-                        for s in srcs},
-            index_keys={s: torch.zeros(0, spec.index_key_record_bytes, dtype=torch.uint8)
-                        for s in srcs},
-            partial_kv={s: torch.zeros(0, d) for s in srcs if spec.layers[s].compress_ratio > 1},
-            partial_gate={s: torch.zeros(0, d) for s in srcs if spec.layers[s].compress_ratio > 1},
-            engram_history=torch.full((spec.engram_max_ngram_size - 1,), -1, dtype=torch.int64),
+            compressed={s: torch.zeros(0, spec.compressed_record_bytes, **u8) for s in srcs},
+            index_keys={s: torch.zeros(0, spec.index_key_record_bytes, **u8) for s in srcs},
+            partial_kv={s: torch.zeros(0, d, device=device) for s in grouped},
+            partial_gate={s: torch.zeros(0, d, device=device) for s in grouped},
+            engram_history=torch.full((spec.engram_max_ngram_size - 1,), -1, dtype=torch.int64,
+                                      device=device),
             sliding_window=spec.sliding_window,
         )
 

@@ -49,7 +49,7 @@ class Compressor(nn.Module):
         """
         first = cache.num_entries(self.layer_id)
         if self.ratio == 1:
-            return kv, first + torch.arange(kv.shape[0])
+            return kv, first + torch.arange(kv.shape[0], device=kv.device)
         src = self.layer_id
         partial_kv, partial_gate = cache.partial(src)
         kv_all = torch.cat([partial_kv, kv])
@@ -61,4 +61,4 @@ class Compressor(nn.Module):
         pooled = k.compress_pool(kv_all[:done].view(groups, self.ratio, d),
                                  gate_all[:done].view(groups, self.ratio, d))
         latents = k.rms_norm(pooled.to(torch.bfloat16), self.norm.weight, self.eps)
-        return latents, first + torch.arange(groups)
+        return latents, first + torch.arange(groups, device=kv.device)

@@ -7,6 +7,8 @@ here (their checkpoint tensors are recognised and skipped by the loader).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
@@ -16,8 +18,8 @@ from deepinfer.runtime.model.attention import Published
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.block import Block
 from deepinfer.runtime.model.engram_hash import (
-    compressed_context,
-    engram_hash_ids,
+    BLOCKED,
+    hash_windows,
     make_engram_hash_constants,
 )
 from deepinfer.runtime.model.params import Norm
@@ -75,6 +77,21 @@ class DeepseekV41(nn.Module):
         """Assign dequantized checkpoint tensors (names as in the checkpoint, no ``.scale``)."""
         self.load_state_dict(weights, strict=True, assign=True)
 
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    def to_device(self, device: torch.device | str) -> DeepseekV41:
+        """Move every parameter and buffer (also the non-persistent RoPE tables and token map)
+        and the engram hash constants to ``device``; a no-op for tensors already there."""
+        self.to(device)
+        if self.engram_hash is not None:
+            h = self.engram_hash
+            self.engram_hash = dataclasses.replace(
+                h, primes=h.primes.to(device), offsets=h.offsets.to(device),
+                multipliers=h.multipliers.to(device))
+        return self
+
     # ---- multi-rank (expert parallelism, model/moe.py) ----------------------------------------
     @property
     def has_ep_exchange(self) -> bool:
@@ -86,24 +103,36 @@ class DeepseekV41(nn.Module):
         """Take part in every MoE layer's EP exchange with no tokens: what a DP rank with
         nothing scheduled runs while its EP group runs a forward (one MoE call per block, as in
         ``forward``)."""
-        empty = torch.empty(0, self.spec.hidden_size, dtype=torch.bfloat16)
+        empty = torch.empty(0, self.spec.hidden_size, dtype=torch.bfloat16, device=self.device)
         for block in self.layers:
             block.ffn(self.kernels, empty, None)
     # ---- end multi-rank ------------------------------------------------------------------------
 
     def _hash_ids(self, batch: ForwardBatch) -> torch.Tensor | None:
-        """(N, L_engram, n_ids) int64 table rows; advances each cache's engram history."""
+        """(N, L_engram, n_ids) int64 table rows; advances each cache's engram history.
+
+        All sequences at once, without reading the device back: ``flat`` is every sequence's
+        history (M-1 ids) followed by its chunk's compressed ids; row r of sequence b looks
+        back over ``flat[r + b(M-1) : r + b(M-1) + M]`` (the index is built on the host).
+        """
         if self.engram_hash is None:
             return None
-        out = []
+        m1 = self.spec.engram_max_ngram_size - 1
+        compressed = self.token_map[batch.input_ids]
+        if batch.image_mask is not None:
+            compressed = compressed.masked_fill(batch.image_mask, BLOCKED)
+        parts = []
         for b, cache in enumerate(batch.caches):
-            rows = batch.rows(b)
-            mask = None if batch.image_mask is None else batch.image_mask[rows][None]
-            ctx, hist = compressed_context(self.token_map, batch.input_ids[rows][None],
-                                           cache.engram_history[None], mask)
-            cache.engram_history = hist[0]
-            out.append(engram_hash_ids(ctx, self.engram_hash)[0])
-        return torch.cat(out)
+            parts += [cache.engram_history.to(torch.int64), compressed[batch.rows(b)]]
+        flat = torch.cat(parts)  # (B * (M-1) + N,)
+        base = torch.repeat_interleave(torch.arange(len(batch.seq_lens)) * m1,
+                                       torch.tensor(batch.seq_lens))
+        index = (base + torch.arange(base.shape[0]))[:, None] + torch.arange(m1 + 1)[None, :]
+        windows = flat[index.to(flat.device)]  # (N, M)
+        for b, cache in enumerate(batch.caches):
+            end = batch.starts[b] + batch.seq_lens[b] + (b + 1) * m1  # end of its part of flat
+            cache.engram_history = flat[end - m1:end].clone()
+        return hash_windows(windows, self.engram_hash)
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, all_logits: bool = True) -> torch.Tensor:
@@ -119,7 +148,7 @@ class DeepseekV41(nn.Module):
             h = h.clone()
             h[batch.image_mask] = batch.image_embeds.to(h.dtype)
         x = h.unsqueeze(1).expand(-1, spec.hc_mult, -1).contiguous()  # (N, S, D)
-        pre = torch.zeros(x.shape[0], spec.hc_mult)
+        pre = torch.zeros(x.shape[0], spec.hc_mult, device=x.device)
         pre[:, 0] = 1.0  # identity pre-mix: the first site reads stream 0
         hash_ids = self._hash_ids(batch)
         text_mask = None if batch.image_mask is None else ~batch.image_mask
@@ -137,14 +166,18 @@ class DeepseekV41(nn.Module):
         return k.linear(y.float(), self.head.weight)  # fp32 logits
 
     def _check(self, batch: ForwardBatch) -> None:
+        """Shapes, device and token ids from the batch's host bookkeeping; the positions with
+        one read-back of each sequence's first position (a host sync on CUDA)."""
         n = batch.input_ids.shape[0]
         if sum(batch.seq_lens) != n or batch.positions.shape != (n,):
             raise ValueError(f"batch has {n} tokens but seq_lens sum to {sum(batch.seq_lens)}")
-        if n and (int(batch.input_ids.min()) < 0 or int(batch.input_ids.max()) >=
-                  self.spec.vocab_size):
+        if batch.device != self.device:
+            raise ValueError(f"the batch is on {batch.device} but the model on {self.device}")
+        if n and (batch.id_range[0] < 0 or batch.id_range[1] >= self.spec.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.spec.vocab_size})")
+        firsts = batch.positions[batch.starts].tolist() if n else []
         for b, cache in enumerate(batch.caches):
-            first = int(batch.positions[batch.rows(b)][0])
-            if first != cache.num_tokens:
+            first = firsts[b]
+            if first != cache.num_tokens or first != batch.start_positions[b]:
                 raise ValueError(f"sequence {b}: chunk starts at position {first} but its cache "
                                  f"holds {cache.num_tokens} tokens")

@@ -156,9 +156,11 @@ def make_engram_hash_constants(
     )
 
 
-def empty_history(batch_size: int, max_ngram_size: int) -> torch.Tensor:
+def empty_history(batch_size: int, max_ngram_size: int,
+                  device: torch.device | str = "cpu") -> torch.Tensor:
     """History for sequences that start now: ``(batch_size, max_ngram_size - 1) int64`` of -1."""
-    return torch.full((batch_size, max_ngram_size - 1), BLOCKED, dtype=torch.int64)
+    return torch.full((batch_size, max_ngram_size - 1), BLOCKED, dtype=torch.int64,
+                      device=device)
 
 
 def compressed_context(
@@ -232,33 +234,56 @@ def engram_hash_ids(context_ids: torch.Tensor, constants: EngramHashConstants) -
 
     # windows[b, s, i] = context[b, s + i]; look-back k is window index M-1-k.
     windows = context_ids.unfold(1, num_lookback, 1)  # (B, S, M)
-    lookback = windows.flip(-1)  # (B, S, M): [..., k] = id at p - k
-    is_blocked = torch.cumsum((lookback == BLOCKED).to(torch.int64), dim=-1) > 0
-    tok = lookback.masked_fill(is_blocked, constants.pad_id)  # (B, S, M), all >= 0
-
     # Overflow guard: every product tok * mult must stay below 2**63 (the multiplier bound
     # promises this only for ids below compressed_vocab_size).
-    max_tok = int(tok.max())
+    max_tok = int(_lookback_tokens(windows, constants.pad_id).max())
     max_mult = int(constants.multipliers.max())
     if max_tok > _INT64_MAX // max_mult:
         raise ValueError(f"compressed id {max_tok} too large for the hash multipliers")
+    return hash_windows(windows, constants, check=True)
 
-    device = context_ids.device
+
+def hash_windows(windows: torch.Tensor, constants: EngramHashConstants,
+                 check: bool = False) -> torch.Tensor:
+    """The hash ids of :func:`engram_hash_ids` from each position's look-back window.
+
+    Args:
+        windows: ``(..., M) int64``; ``windows[..., i]`` is the compressed id of position
+            ``p - (M - 1) + i`` (``BLOCKED`` = not looked back at). Unchecked: ids must be
+            ``BLOCKED`` or in ``[0, compressed_vocab_size)``, as ``token_map`` and histories
+            built from it are; then no product overflows, and nothing here reads the device
+            back (no host sync).
+        check: assert that no rolling hash went negative (an int64 overflow; one host sync).
+    Returns:
+        ``(..., L, (M - 1) * H) int64`` table rows (offsets included).
+    """
+    num_lookback = constants.max_ngram_size
+    tok = _lookback_tokens(windows, constants.pad_id)  # (..., M), all >= 0
+    device = windows.device
     multipliers = constants.multipliers.to(device)
     primes = constants.primes.to(device)
     offsets = constants.offsets.to(device)
     per_layer = []
-    for l in range(num_layers):
-        products = tok * multipliers[l]  # (B, S, M)
+    for l in range(len(constants.layer_ids)):
+        products = tok * multipliers[l]  # (..., M)
         roll = products[..., 0]
         rolls = []
         for n in range(1, num_lookback):
             roll = torch.bitwise_xor(roll, products[..., n])
             rolls.append(roll)
-        rolls_t = torch.stack(rolls, dim=-1)  # (B, S, M-1)
+        rolls_t = torch.stack(rolls, dim=-1)  # (..., M-1)
         # A negative roll would mean int64 overflow (and a remainder the reference never sees);
-        # XOR of non-negative products is non-negative, so this only backs up the guard above.
-        assert bool((rolls_t >= 0).all()), "engram rolling hash went negative (int64 overflow)"
-        ids = torch.remainder(rolls_t.unsqueeze(-1), primes[l])  # (B, S, M-1, H)
-        per_layer.append(ids.flatten(-2) + offsets[l])  # (B, S, (M-1)*H)
-    return torch.stack(per_layer, dim=2)
+        # XOR of non-negative products is non-negative, so this only backs up the guard.
+        if check:
+            assert bool((rolls_t >= 0).all()), "engram rolling hash went negative (int64 overflow)"
+        ids = torch.remainder(rolls_t.unsqueeze(-1), primes[l])  # (..., M-1, H)
+        per_layer.append(ids.flatten(-2) + offsets[l])  # (..., (M-1)*H)
+    return torch.stack(per_layer, dim=-2)
+
+
+def _lookback_tokens(windows: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """``(..., M)`` windows -> ``(..., M)`` ids by look-back distance ``k`` (``[..., k]`` = id at
+    ``p - k``), ``pad_id`` from the first blocked look-back on."""
+    lookback = windows.flip(-1)
+    is_blocked = torch.cumsum((lookback == BLOCKED).to(torch.int64), dim=-1) > 0
+    return lookback.masked_fill(is_blocked, pad_id)

@@ -57,7 +57,7 @@ class Indexer(nn.Module):
         keys = formats.unpack_index_key(key_records, self.head_dim, torch.bfloat16)
         num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
         scores = k.index_scores(q, head_w, keys)
-        t = torch.arange(keys.shape[0])
+        t = torch.arange(keys.shape[0], device=scores.device)
         scores = scores.masked_fill(t[None, :] >= num_visible[:, None], float("-inf"))
         published = None
         if self.layer.is_candidate_source:

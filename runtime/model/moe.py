@@ -1,10 +1,14 @@
 """MoE of one layer (model-spec §2.8): sqrtsoftplus router, routed SwiGLU experts, shared expert.
 
-Built plainly, the module holds every logical expert in its own slot (``experts[e]`` = expert
-e, the checkpoint's naming) and the routed part is the registered ``moe_routed_experts`` op.
+The routed experts live in :class:`ExpertSlots`: per projection one stack over the module's
+slots, kept as stored — ``Mxfp4ExpertWeights`` (packed e2m1 [E, O, I/2] + ue8m0 [E, O, I/32]) —
+and dequantized by the ops only for the experts a batch routes to. Its state dict keeps the
+checkpoint's per-expert names (``experts.{j}.w1.weight`` / ``.scale``: slot j of the stack).
+Built plainly, slot e holds logical expert e and the routed part is the registered
+``moe_routed_experts`` op over the whole stacks.
 
 Expert parallelism (architecture §7): after :meth:`MoE.set_slots` the module holds only its
-rank's physical expert slots — ``experts[j]`` is physical slot ``slot_offset + j`` and holds a
+rank's physical expert slots — slot j is physical slot ``slot_offset + j`` and holds a
 copy of logical expert ``slot_logical[j]`` (the plan's ``weight_shards.ranks[r].expert_slots``;
 with redundant experts a logical expert has several slots). One forward:
 
@@ -36,6 +40,7 @@ import torch
 from torch import nn
 
 from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.model.expert_slots import ExpertSlots
 from deepinfer.runtime.model.params import Linear, f32_param
 
 
@@ -54,6 +59,8 @@ class TokenExchange(Protocol):
 
 
 class Expert(nn.Module):
+    """The shared expert: three FP8 projections (``Fp8BlockWeight`` once loaded)."""
+
     def __init__(self, dim: int, inter: int):
         super().__init__()
         self.w1 = Linear(dim, inter, quant_act=True)
@@ -76,22 +83,23 @@ class MoE(nn.Module):
         super().__init__()
         self.dim, self.inter, self.n_experts = dim, inter, n_experts
         self.gate = Gate(dim, n_experts)
-        self.experts = nn.ModuleList(Expert(dim, inter) for _ in range(n_experts))
+        self.experts = ExpertSlots(n_experts, dim, inter)
         self.shared_experts = Expert(dim, inter)
         self.top_k, self.route_scale, self.gate_temp = top_k, route_scale, gate_temp
         self.normalize, self.limit = normalize, swiglu_limit
-        self.slot_offset = 0  # physical slot id of experts[0]
-        self.slot_logical: list[int] = list(range(n_experts))  # logical expert of experts[j]
-        self.log2phy: torch.Tensor | None = None  # (E, max replicas) int64, -1 padded
-        self.logcnt: torch.Tensor | None = None  # (E,) int64 replicas per logical expert
+        self.slot_offset = 0  # physical slot id of slot 0 of ``experts``
+        self.slot_logical: list[int] = list(range(n_experts))  # logical expert of slot j
+        # non-persistent buffers: they follow the model's device (on the host until it moves)
+        self.register_buffer("log2phy", None, persistent=False)  # (E, max replicas) int64, -1 pad
+        self.register_buffer("logcnt", None, persistent=False)  # (E,) int64 replicas per expert
         self.exchange: TokenExchange | None = None
 
     def set_slots(self, slot_offset: int, slot_logical: list[int], log2phy: list[list[int]],
                   logcnt: list[int], exchange: TokenExchange | None = None) -> None:
         """Hold only physical slots ``slot_offset + j`` (copies of ``slot_logical[j]``).
 
-        Call on the model built on the meta device, before loading weights: the expert list
-        is rebuilt (empty) on the gate's device. ``log2phy[e]`` lists the physical slots of
+        Call on the model built on the meta device, before loading weights: the expert slots
+        are rebuilt (empty) on the gate's device. ``log2phy[e]`` lists the physical slots of
         logical expert e (the first ``logcnt[e]`` entries count). A single rank holding every
         expert once, in order, keeps the plain path (the fused ``moe_routed_experts`` op).
         """
@@ -106,7 +114,7 @@ class MoE(nn.Module):
                 raise ValueError(f"physical slot {slot_offset + j} holds logical expert {e}, "
                                  f"but log2phy[{e}] = {log2phy[e][:logcnt[e]]} does not list it")
         with torch.device(self.gate.weight.device):
-            self.experts = nn.ModuleList(Expert(self.dim, self.inter) for _ in slot_logical)
+            self.experts = ExpertSlots(len(slot_logical), self.dim, self.inter)
         self.slot_offset, self.slot_logical = slot_offset, list(slot_logical)
         plain = (exchange is None and slot_offset == 0
                  and self.slot_logical == list(range(self.n_experts))
@@ -130,8 +138,8 @@ class MoE(nn.Module):
     def _route(self, k: KernelSet, x: torch.Tensor,
                image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if x.shape[0] == 0:
-            return (torch.empty(0, self.top_k, dtype=torch.float32),
-                    torch.empty(0, self.top_k, dtype=torch.int64))
+            return (torch.empty(0, self.top_k, dtype=torch.float32, device=x.device),
+                    torch.empty(0, self.top_k, dtype=torch.int64, device=x.device))
         return k.route_sqrtsoftplus(x, self.gate.weight, self.gate.bias, self.gate.bias_vl,
                                     image_mask, self.top_k, self.route_scale, self.gate_temp,
                                     self.normalize)
@@ -144,10 +152,9 @@ class MoE(nn.Module):
     def _forward_plain(self, k: KernelSet, x: torch.Tensor,
                        image_mask: torch.Tensor | None) -> torch.Tensor:
         weights, ids = self._route(k, x, image_mask)
-        w1 = torch.stack([e.w1.weight for e in self.experts])
-        w3 = torch.stack([e.w3.weight for e in self.experts])
-        w2 = torch.stack([e.w2.weight for e in self.experts])
-        return self._shared(k, x, k.moe_routed_experts(x, ids, weights, w1, w3, w2, self.limit))
+        ex = self.experts
+        return self._shared(k, x, k.moe_routed_experts(x, ids, weights, ex.w1, ex.w3, ex.w2,
+                                                       self.limit))
 
     def _forward_slots(self, k: KernelSet, x: torch.Tensor,
                        image_mask: torch.Tensor | None) -> torch.Tensor:
@@ -168,18 +175,20 @@ class MoE(nn.Module):
         """(N_g, K) logical ids -> physical slots: replica ``(row + pick) % logcnt[e]``."""
         assert self.log2phy is not None and self.logcnt is not None
         n, top_k = ids.shape
-        spread = torch.arange(n)[:, None] + torch.arange(top_k)[None, :]
-        return self.log2phy[ids, spread % self.logcnt[ids]]
+        log2phy, logcnt = self.log2phy.to(ids.device), self.logcnt.to(ids.device)
+        spread = (torch.arange(n, device=ids.device)[:, None]
+                  + torch.arange(top_k, device=ids.device)[None, :])
+        return log2phy[ids, spread % logcnt[ids]]
 
     def _local_slots(self, k: KernelSet, x: torch.Tensor, phys: torch.Tensor,
                      weights: torch.Tensor) -> torch.Tensor:
         """(N_g, K, D) fp32: this rank's slots' outputs for the pairs routed to them, else 0."""
-        y = torch.zeros(*phys.shape, self.dim, dtype=torch.float32)
-        for j, expert in enumerate(self.experts):
+        y = torch.zeros(*phys.shape, self.dim, dtype=torch.float32, device=x.device)
+        for j in range(len(self.experts)):
             tok, pick = (phys == self.slot_offset + j).nonzero(as_tuple=True)
             if tok.numel():
-                y[tok, pick] = k.expert_ffn(x[tok], expert.w1.weight, expert.w3.weight,
-                                            expert.w2.weight, self.limit,
+                slot = self.experts[j]  # 1-expert views: only this slot is dequantized
+                y[tok, pick] = k.expert_ffn(x[tok], slot.w1, slot.w3, slot.w2, self.limit,
                                             weights[tok, pick]).float()
         return y
 
@@ -189,8 +198,8 @@ def combine_in_expert_order(y: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     picks added from zero in increasing expert id (the reference ``moe_routed_experts`` order)."""
     n = ids.shape[0]
     order = torch.argsort(ids, dim=1)
-    rows = torch.arange(n)
-    out = torch.zeros(n, y.shape[-1], dtype=torch.float32)
+    rows = torch.arange(n, device=y.device)
+    out = torch.zeros(n, y.shape[-1], dtype=torch.float32, device=y.device)
     for pick in range(ids.shape[1]):
         out += y[rows, order[:, pick]]
     return out

@@ -2,7 +2,13 @@
 
 from deepinfer.artifacts.weight_names import TensorSpec, expected_tensors, is_skipped_name
 from deepinfer.runtime.weights.errors import CheckpointError
-from deepinfer.runtime.weights.reader import read_checkpoint, synthetic_weights, validate_checkpoint
+from deepinfer.runtime.weights.reader import (
+    read_checkpoint,
+    read_stored_tensors,
+    synthetic_stored_tensors,
+    synthetic_weights,
+    validate_checkpoint,
+)
 from deepinfer.runtime.weights.synthetic import (
     estimated_checkpoint_bytes,
     synthetic_checkpoint_tensors,
@@ -16,7 +22,9 @@ __all__ = [
     "expected_tensors",
     "is_skipped_name",
     "read_checkpoint",
+    "read_stored_tensors",
     "synthetic_checkpoint_tensors",
+    "synthetic_stored_tensors",
     "synthetic_weights",
     "validate_checkpoint",
     "write_checkpoint",

@@ -1,4 +1,8 @@
-"""Checkpoint tensors -> the weights the model consumes: quantized matrices dequantized to bf16.
+"""Checkpoint tensors -> bf16/fp32: the fully dequantized form, and the load-time scale check.
+
+The model holds quantized tensors as stored (``kernels/quantized.py``), so loading only runs
+:func:`check_scales`; :func:`dequantize_tensors` is the bf16 form the quantized model must match
+bit for bit (``read_checkpoint`` / ``synthetic_weights``, tests):
 
     fp8      e4m3 [O, I]  + ue8m0 [ceil(O/32), ceil(I/32)]  -> bfloat16 [O, I]
     fp4      int8 [O, I/2] + ue8m0 [O, I/32]                 -> bfloat16 [O, I]
@@ -24,17 +28,14 @@ from deepinfer.artifacts.weight_names import (
     SCALE_KINDS,
     TensorSpec,
 )
-from deepinfer.kernels.formats import (
-    dequantize_fp4_weight,
-    dequantize_fp8_rows,
-    dequantize_fp8_weight,
-)
+from deepinfer.kernels import formats
 
 _DEQUANTIZERS = {
-    KIND_FP8: dequantize_fp8_weight,
-    KIND_FP4: dequantize_fp4_weight,
-    KIND_FP8_ROWS: dequantize_fp8_rows,
+    KIND_FP8: formats.dequantize_fp8_weight,
+    KIND_FP4: formats.dequantize_fp4_weight,
+    KIND_FP8_ROWS: formats.dequantize_fp8_rows,
 }
+_UE8M0_NAN_BYTE = 255
 WEIGHT_DTYPE = torch.bfloat16
 """dtype of every dequantized matrix."""
 
@@ -65,3 +66,19 @@ def dequantize_tensors(stored: Mapping[str, torch.Tensor],
                 raise ValueError(f"tensor {spec.name}: {exc}") from None
         out[spec.name] = tensor
     return out
+
+
+def check_scales(stored: Mapping[str, torch.Tensor], specs: Iterable[TensorSpec]) -> None:
+    """Reject corrupt ue8m0 scales (byte 255 = NaN) among the ``.scale`` tensors of ``specs``.
+
+    The one data check of loading: the model keeps the scales as stored and the ops do not
+    check them per call. Raises ValueError naming the weight, as ``dequantize_tensors`` does.
+    """
+    for spec in specs:
+        if spec.kind not in SCALE_KINDS:
+            continue
+        scale = stored[spec.name]
+        if bool((scale.view(torch.uint8) == _UE8M0_NAN_BYTE).any()):
+            weight = spec.name.removesuffix(".scale") + ".weight"
+            raise ValueError(f"tensor {weight}: scale byte 255 is NaN in ue8m0; the checkpoint "
+                             "data is corrupt")

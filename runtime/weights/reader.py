@@ -1,13 +1,16 @@
-"""Read a sharded safetensors checkpoint into dequantized backbone weights, validating it first.
+"""Read a sharded safetensors checkpoint's backbone tensors, validating it first.
 
 Invariant: no tensor data is read until the whole checkpoint has been checked against
 ``expected_tensors``. Step 1 parses ``model.safetensors.index.json``; Step 2 parses every shard
 header (8-byte length + JSON, no data) and checks each file is as long as its header declares;
 Step 3 compares names, dtypes and shapes with the name table. Every problem found is collected,
-and if there is any, one CheckpointError lists them all. Only then Step 4 loads and dequantizes.
+and if there is any, one CheckpointError lists them all. Only then Step 4 loads.
 
-The result maps ``<base>.weight`` (and unquantized names) to tensors: fp8/fp4 matrices and engram
-tables as bfloat16 (exact), BF16 and F32 tensors unchanged; ``.scale`` tensors are merged away.
+Two result forms, both name -> tensor in name-table order:
+  stored       (``read_stored_tensors`` / ``synthetic_stored_tensors``, what the loaders use)
+               every tensor as on disk, ``.scale`` tensors included, scales checked (no NaN);
+  dequantized  (``read_checkpoint`` / ``synthetic_weights``, the bf16 oracle of the tests)
+               fp8/fp4 matrices and engram tables as bfloat16 (exact), ``.scale`` merged away.
 Vision, aligner and image-embedding tensors are skipped; DSpark ``mtp.*`` tensors are checked and
 returned only with ``include_dspark=True`` (and skipped otherwise).
 """
@@ -28,22 +31,23 @@ from deepinfer.artifacts.weight_names import (
     is_skipped_name,
 )
 from deepinfer.runtime.weights import shards
-from deepinfer.runtime.weights.dequant import dequantize_tensors
+from deepinfer.runtime.weights.dequant import check_scales, dequantize_tensors
 from deepinfer.runtime.weights.errors import CheckpointError
 from deepinfer.runtime.weights.shards import INDEX_FILE, TORCH_TO_SAFETENSORS
 from deepinfer.runtime.weights.synthetic import describe_spec, synthetic_checkpoint_tensors
 
 
-def read_checkpoint(ckpt_dir: str | Path, spec: ModelSpec,
-                    include_dspark: bool = False) -> dict[str, torch.Tensor]:
-    """Validate the checkpoint in ``ckpt_dir`` against ``spec``, then load and dequantize it.
+def read_stored_tensors(ckpt_dir: str | Path, spec: ModelSpec,
+                        include_dspark: bool = False) -> dict[str, torch.Tensor]:
+    """Validate the checkpoint in ``ckpt_dir`` against ``spec``, then load it as stored.
 
     Returns:
-        name -> tensor for every backbone tensor (plus ``mtp.*`` with ``include_dspark``), in
-        name-table order; quantized weights as bfloat16 of their logical [O, I] shape.
+        name -> tensor for every backbone tensor (plus ``mtp.*`` with ``include_dspark``) in its
+        on-disk dtype and shape, ``.scale`` tensors included, in name-table order.
     Raises:
         CheckpointError listing every problem (missing index or shard, truncated shard, missing,
-        unexpected, mis-shaped or mis-typed tensor), before any tensor data is read.
+        unexpected, mis-shaped or mis-typed tensor), before any tensor data is read; or naming
+        a corrupt scale (ue8m0 byte 255) after reading.
     """
     ckpt_dir = Path(ckpt_dir)
     report = _inspect(ckpt_dir, spec, include_dspark)
@@ -56,9 +60,19 @@ def read_checkpoint(ckpt_dir: str | Path, spec: ModelSpec,
     for shard_name, names in report.names_by_shard.items():
         stored.update(shards.load_tensors(ckpt_dir / shard_name, names))
     try:
-        return dequantize_tensors(stored, report.wanted.values())
+        check_scales(stored, report.wanted.values())
     except ValueError as exc:
         raise CheckpointError(f"checkpoint {ckpt_dir}: {exc}") from None
+    return {name: stored[name] for name in report.wanted}
+
+
+def read_checkpoint(ckpt_dir: str | Path, spec: ModelSpec,
+                    include_dspark: bool = False) -> dict[str, torch.Tensor]:
+    """``read_stored_tensors`` dequantized: quantized weights as bfloat16 of their logical
+    [O, I] shape, no ``.scale`` names (the bf16 oracle form; the loaders keep tensors as stored).
+    """
+    return dequantize_tensors(read_stored_tensors(ckpt_dir, spec, include_dspark),
+                              wanted_tensors(spec, include_dspark).values())
 
 
 def validate_checkpoint(ckpt_dir: str | Path, spec: ModelSpec,
@@ -70,9 +84,17 @@ def validate_checkpoint(ckpt_dir: str | Path, spec: ModelSpec,
     return _inspect(Path(ckpt_dir), spec, include_dspark).problems
 
 
+def synthetic_stored_tensors(spec: ModelSpec, seed: int = 0,
+                             include_dspark: bool = False) -> dict[str, torch.Tensor]:
+    """The in-memory path (``weights: synthetic``): what ``read_stored_tensors`` would return for
+    a checkpoint written by ``write_checkpoint(config, dir, seed)``, bit for bit, without files."""
+    stored = synthetic_checkpoint_tensors(spec, seed=seed, include_dspark=include_dspark)
+    return {name: stored[name] for name in wanted_tensors(spec, include_dspark)}
+
+
 def synthetic_weights(spec: ModelSpec, seed: int = 0,
                       include_dspark: bool = False) -> dict[str, torch.Tensor]:
-    """The in-memory path (``weights: synthetic``): what ``read_checkpoint`` would return for a
+    """``synthetic_stored_tensors`` dequantized: what ``read_checkpoint`` would return for a
     checkpoint written by ``write_checkpoint(config, dir, seed)``, bit for bit, without files."""
     stored = synthetic_checkpoint_tensors(spec, seed=seed, include_dspark=include_dspark)
     return dequantize_tensors(stored, wanted_tensors(spec, include_dspark).values())

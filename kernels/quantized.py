@@ -1,0 +1,233 @@
+"""Quantized checkpoint weights as the ops take them: codes + scales, kept as stored (§4.3).
+
+One type per stored format, shared by the reference and the Triton backends (no triton import):
+
+    Fp8BlockWeight       codes float8_e4m3fn [O, I]       scale ue8m0 [ceil(O/32), ceil(I/32)]
+    Mxfp4ExpertWeights   packed uint8/int8 [E, O, I/2]    scale ue8m0 [E, O, I/32]
+    Fp8Rows              codes float8_e4m3fn [R, C]       scale ue8m0 [R, C/32]
+
+Scales are ``float8_e8m0fnu`` or their uint8 bytes (``Fp8BlockWeight`` also takes float32
+powers of two); layouts are those of ``formats.quantize_fp8_weight`` / ``quantize_fp4_weight`` /
+``quantize_fp8_rows``, i.e. the checkpoint's (routed experts stacked along E, one checkpoint
+tensor per expert). ``dequantize()`` is exact and gives the bits ``runtime/weights/dequant.py``
+gives (fp32 products of a code and a power of two, cast to bf16). It checks shapes only: a NaN
+scale byte (255) is the loader's to reject, so no call here synchronizes with the device.
+Containers are frozen and cheap to build (``Linear.weight`` builds one per access).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from deepinfer.kernels.reference import quant
+
+WEIGHT_DTYPE = torch.bfloat16
+"""dtype of every dequantized weight (the values are exact in bf16)."""
+FP8_TILE = 32
+FP4_BLOCK = 32
+ROWS_BLOCK = 32
+_UE8M0_DTYPES = (torch.float8_e8m0fnu, torch.uint8)
+
+
+def _scale_bytes(scale: torch.Tensor) -> torch.Tensor:
+    """ue8m0 scales (float8_e8m0fnu or uint8) -> their uint8 bytes (same storage)."""
+    return scale.view(torch.uint8) if scale.dtype == torch.float8_e8m0fnu else scale
+
+
+def _require(ok: bool, what: str, message: str) -> None:
+    if not ok:
+        raise ValueError(f"{what}: {message}")
+
+
+@dataclass(frozen=True)
+class Fp8BlockWeight:
+    """A dense FP8 weight with one power-of-two scale per 32×32 tile.
+
+    codes: float8_e4m3fn [O, I]; scale: float8_e8m0fnu / uint8 (ue8m0 bytes) or float32 (powers
+    of two) [ceil(O/32), ceil(I/32)]; tile (i, j) covers rows 32i.. and columns 32j.. .
+    """
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+
+    def __post_init__(self) -> None:
+        what = "Fp8BlockWeight"
+        _require(self.codes.dim() == 2 and self.codes.dtype == torch.float8_e4m3fn, what,
+                 f"codes must be float8_e4m3fn [O, I], got {self.codes.dtype} "
+                 f"{tuple(self.codes.shape)}")
+        rows, cols = self.codes.shape
+        tiles = (-(-rows // FP8_TILE), -(-cols // FP8_TILE))
+        _require(tuple(self.scale.shape) == tiles, what,
+                 f"scale shape {tuple(self.scale.shape)}, expected {tiles} for codes "
+                 f"{(rows, cols)}")
+        _require(self.scale.dtype in (*_UE8M0_DTYPES, torch.float32), what,
+                 f"scale must be float8_e8m0fnu, uint8 or float32, got {self.scale.dtype}")
+
+    @property
+    def shape(self) -> torch.Size:
+        """Logical (O, I)."""
+        return self.codes.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
+
+    @property
+    def nbytes(self) -> int:
+        """Resident bytes: codes + scales."""
+        return self.codes.nbytes + self.scale.nbytes
+
+    def to(self, device: torch.device | str) -> Fp8BlockWeight:
+        return Fp8BlockWeight(self.codes.to(device), self.scale.to(device))
+
+    def scale_f32(self) -> torch.Tensor:
+        """float32 [ceil(O/32), ceil(I/32)] tile scales."""
+        if self.scale.dtype == torch.float32:
+            return self.scale
+        return quant.ue8m0_decode(_scale_bytes(self.scale))
+
+    def dequantize(self) -> torch.Tensor:
+        """bf16 [O, I]: ``code[r, c] * scale[r // 32, c // 32]`` (exact)."""
+        rows, cols = self.codes.shape
+        per_elem = self.scale_f32().repeat_interleave(FP8_TILE, 0)[:rows]
+        per_elem = per_elem.repeat_interleave(FP8_TILE, 1)[:, :cols]
+        return (self.codes.to(torch.float32) * per_elem).to(WEIGHT_DTYPE)
+
+
+@dataclass(frozen=True)
+class Mxfp4ExpertWeights:
+    """One projection (w1, w2 or w3) of E routed experts in MXFP4.
+
+    packed: uint8 (or the checkpoint's int8) [E, O, I/2], byte k of a row holding column 2k in
+    its low nibble and 2k+1 in its high nibble (e2m1: bit 3 sign, bits 0..2 index into
+    0, .5, 1, 1.5, 2, 3, 4, 6); scale: float8_e8m0fnu / uint8 [E, O, I/32], one per row per 32
+    input columns. Expert e is checkpoint tensor ``experts.{e}.wN.weight`` / ``.scale``.
+    """
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+
+    def __post_init__(self) -> None:
+        what = "Mxfp4ExpertWeights"
+        _require(self.packed.dim() == 3 and self.packed.dtype in (torch.uint8, torch.int8), what,
+                 f"packed must be uint8/int8 [E, O, I/2], got {self.packed.dtype} "
+                 f"{tuple(self.packed.shape)}")
+        e, rows, half = self.packed.shape
+        _require((2 * half) % FP4_BLOCK == 0, what,
+                 f"I = {2 * half} must be a multiple of {FP4_BLOCK}")
+        expected = (e, rows, 2 * half // FP4_BLOCK)
+        _require(tuple(self.scale.shape) == expected and self.scale.dtype in _UE8M0_DTYPES, what,
+                 f"scale must be ue8m0 {expected}, got {self.scale.dtype} "
+                 f"{tuple(self.scale.shape)}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """Logical (E, O, I)."""
+        e, rows, half = self.packed.shape
+        return (e, rows, 2 * half)
+
+    @property
+    def num_experts(self) -> int:
+        return self.packed.shape[0]
+
+    @property
+    def out_features(self) -> int:
+        return self.packed.shape[1]
+
+    @property
+    def in_features(self) -> int:
+        return 2 * self.packed.shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.packed.device
+
+    @property
+    def nbytes(self) -> int:
+        """Resident bytes: packed codes + scales."""
+        return self.packed.nbytes + self.scale.nbytes
+
+    def to(self, device: torch.device | str) -> Mxfp4ExpertWeights:
+        return Mxfp4ExpertWeights(self.packed.to(device), self.scale.to(device))
+
+    def select(self, experts: int | slice | torch.Tensor) -> Mxfp4ExpertWeights:
+        """The experts ``experts`` (an int keeps the E axis: a 1-expert container; an int or a
+        slice gives views, an index tensor a copy of only those experts)."""
+        if isinstance(experts, int):
+            experts = slice(experts, experts + 1)
+        return Mxfp4ExpertWeights(self.packed[experts], self.scale[experts])
+
+    def dequantize(self) -> torch.Tensor:
+        """bf16 [E, O, I]: ``e2m1(nibble) * 2^(scale - 127)`` (exact)."""
+        packed = self.packed.view(torch.uint8) if self.packed.dtype == torch.int8 else self.packed
+        nibbles = torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2)  # [E, O, I]
+        return quant.dequant_fp4_ue8m0(nibbles, _scale_bytes(self.scale), FP4_BLOCK,
+                                       dtype=torch.float32).to(WEIGHT_DTYPE)
+
+
+@dataclass(frozen=True)
+class Fp8Rows:
+    """An engram table kept as stored: codes float8_e4m3fn [R, C], scale ue8m0 [R, C/32]
+    (one per row per 32 columns). ``table[ids]`` gathers rows, then dequantizes only those."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+
+    def __post_init__(self) -> None:
+        what = "Fp8Rows"
+        _require(self.codes.dim() == 2 and self.codes.dtype == torch.float8_e4m3fn
+                 and self.codes.shape[1] % ROWS_BLOCK == 0, what,
+                 f"codes must be float8_e4m3fn [R, C] with C % {ROWS_BLOCK} == 0, got "
+                 f"{self.codes.dtype} {tuple(self.codes.shape)}")
+        expected = (self.codes.shape[0], self.codes.shape[1] // ROWS_BLOCK)
+        _require(tuple(self.scale.shape) == expected and self.scale.dtype in _UE8M0_DTYPES, what,
+                 f"scale must be ue8m0 {expected}, got {self.scale.dtype} "
+                 f"{tuple(self.scale.shape)}")
+
+    @property
+    def shape(self) -> torch.Size:
+        """Logical (R, C)."""
+        return self.codes.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.codes.nbytes + self.scale.nbytes
+
+    def to(self, device: torch.device | str) -> Fp8Rows:
+        return Fp8Rows(self.codes.to(device), self.scale.to(device))
+
+    def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` (int64, any shape) -> bf16 [*ids.shape, C] (exact)."""
+        codes = self.codes.view(torch.uint8)[ids].view(torch.float8_e4m3fn)  # gather as bytes
+        scale = _scale_bytes(self.scale)[ids]
+        return quant.dequant_fp8_ue8m0(codes, scale, ROWS_BLOCK,
+                                       dtype=torch.float32).to(WEIGHT_DTYPE)
+
+    def dequantize(self) -> torch.Tensor:
+        """bf16 [R, C] (exact)."""
+        return quant.dequant_fp8_ue8m0(self.codes, _scale_bytes(self.scale), ROWS_BLOCK,
+                                       dtype=torch.float32).to(WEIGHT_DTYPE)
+
+
+QuantizedWeight = Fp8BlockWeight | Mxfp4ExpertWeights | Fp8Rows
+
+
+def dense(weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertWeights) -> torch.Tensor:
+    """The plain matrix of a weight: a tensor as is, a container dequantized (bf16, exact).
+
+    A 1-expert ``Mxfp4ExpertWeights`` gives its [O, I] matrix (the form ``expert_ffn`` takes).
+    """
+    if isinstance(weight, Fp8BlockWeight):
+        return weight.dequantize()
+    if isinstance(weight, Mxfp4ExpertWeights):
+        if weight.num_experts != 1:
+            raise ValueError(f"dense: a matrix needs a 1-expert Mxfp4ExpertWeights, got "
+                             f"{weight.num_experts} experts")
+        return weight.dequantize()[0]
+    return weight

@@ -1,0 +1,144 @@
+"""The plan's kernel choice (``kernels.backend_by_op``) -> the ``KernelSet`` the model calls.
+
+  Step 1  Triton: when the plan names ``triton`` for any op, register the Triton backend
+          (``kernels.triton.register_triton_backend``). Refused, with a PlanError naming
+          ``kernels.backend_by_op.<op>``, when the device is not CUDA, triton does not import, or
+          the op has no Triton kernel here.
+  Step 2  Every recorded (op, backend) resolves, or a PlanError names the field.
+  Step 3  Shapes, once at load: each non-reference op's ``supports()`` is asked with the specs of
+          every call the model makes (``model_call_specs``: the shapes are fixed by the ModelSpec;
+          only token counts vary, and no predicate reads them). An op rejected for some call
+          runs the reference for all its calls: a warning at load names the op and the
+          rejected spec, and every such call is counted (``PlannedKernels.fallback_calls``,
+          in the engine stats as ``kernel_fallback_calls``).
+
+Why at load and not per call: the plan stays the one source of the choice (the runtime only
+narrows a ``triton`` entry to the reference where the kernel cannot take the model's shapes,
+never the reverse), the choice is the same for every step (a decode step can be captured as a
+CUDA graph), and no Python predicate runs per op call.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from deepinfer.artifacts.model_spec import ModelSpec
+from deepinfer.artifacts.plan_schema import PlanError
+from deepinfer.kernels import registry
+from deepinfer.kernels.registry import REFERENCE, KernelNotFound, KernelSet
+
+__all__ = ["PlannedKernels", "model_call_specs", "planned_kernels"]
+
+TRITON = "triton"
+FIELD = "kernels.backend_by_op"
+
+
+class PlannedKernels(KernelSet):
+    """The plan's backend per op, with the load-time reference fallbacks counted per call.
+
+    Attributes:
+        fallbacks: op -> why the plan's ``triton`` entry runs the reference instead.
+        fallback_calls: op -> calls that ran the reference because of that (live counts).
+    """
+
+    def __init__(self, choice: dict[str, str], fallbacks: dict[str, str] | None = None):
+        super().__init__(choice)
+        self.fallbacks = dict(fallbacks or {})
+        self.fallback_calls = dict.fromkeys(self.fallbacks, 0)
+        for op in self.fallbacks:
+            self._cache[op] = self._counted(op, registry.resolve(op, REFERENCE))
+
+    def backend_of(self, op: str) -> str:
+        return REFERENCE if op in self.fallbacks else super().backend_of(op)
+
+    def _counted(self, op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.fallback_calls[op] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+
+def planned_kernels(choice: dict[str, str], spec: ModelSpec, device: str | torch.device,
+                    source: str = "plan.json", max_model_len: int | None = None
+                    ) -> PlannedKernels:
+    """Steps 1-3 of the module docstring for ``choice`` (the plan's ``backend_by_op``)."""
+    device = torch.device(device)
+    triton_ops = sorted(op for op, backend in choice.items() if backend == TRITON)
+    if triton_ops:
+        _register_triton(triton_ops, device, source)
+    for op, backend in sorted(choice.items()):  # Step 2
+        try:
+            registry.resolve(op, backend)
+        except KernelNotFound as exc:
+            raise PlanError(source, f"{FIELD}.{op}", str(exc)) from None
+    fallbacks: dict[str, str] = {}
+    kernel_ops = sorted(op for op, backend in choice.items() if backend != REFERENCE)
+    call_specs = model_call_specs(spec, device, max_model_len) if kernel_ops else {}
+    for op in kernel_ops:  # Step 3
+        for call in call_specs.get(op, call_specs["*"]):
+            if not registry.backend_supports(op, choice[op], call):
+                fallbacks[op] = f"its {choice[op]} supports() rejects the model's call {call}"
+                break
+    for op, why in fallbacks.items():
+        warnings.warn(f"{source}: {FIELD}.{op} is {choice[op]} but {why}; that op runs the torch "
+                      "reference (counted in the engine stats as kernel_fallback_calls)",
+                      stacklevel=2)
+    return PlannedKernels(choice, fallbacks)
+
+
+def _register_triton(ops: list[str], device: torch.device, source: str) -> None:
+    field = f"{FIELD}.{ops[0]}"
+    if device.type != "cuda":
+        raise PlanError(source, field,
+                        f"{len(ops)} op(s) ({', '.join(ops)}) are recorded as triton, which "
+                        f"needs a CUDA device, but the plan's device is {device.type}; compile "
+                        "the plan for this machine (topology hardware.device: cpu)")
+    from deepinfer.kernels import triton as triton_backend
+
+    if not triton_backend.HAS_TRITON:
+        raise PlanError(source, field,
+                        f"{len(ops)} op(s) are recorded as triton but triton does not import in "
+                        "this process; install triton or recompile the plan")
+    registered = set(triton_backend.register_triton_backend())
+    missing = [op for op in ops if op not in registered]
+    if missing:
+        raise PlanError(source, f"{FIELD}.{missing[0]}",
+                        f"recorded as triton but kernels/triton registers no kernel for "
+                        f"{', '.join(missing)}; recompile the plan with this deepinfer")
+
+
+def model_call_specs(spec: ModelSpec, device: str | torch.device,
+                     max_model_len: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The spec dict of every distinct call the model makes, per op (``"*"``: the common part,
+    for ops called with it alone). Keys are those the ``supports()`` predicates read."""
+    device = torch.device(device)
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
+    ratios = sorted({spec.layers[s].compress_ratio for s in spec.kv_source_layer_ids})
+    max_len = max_model_len or spec.max_position_embeddings
+    base: dict[str, Any] = {
+        "device": device.type, "capability": capability, "cc_major": capability[0],
+        "dtype": torch.bfloat16, "hidden_size": spec.hidden_size, "hc_mult": spec.hc_mult,
+        "head_dim": spec.head_dim, "rope_dim": spec.qk_rope_head_dim,
+        "index_head_dim": spec.index_head_dim, "index_n_heads": spec.index_n_heads,
+        "index_topk": spec.index_topk, "candidate_topk_blocks": spec.candidate_topk_blocks,
+        "candidate_block_size": spec.candidate_block_size,
+        "num_entries": max_len // min(ratios, default=1),
+        "n_routed_experts": spec.n_routed_experts,
+        "moe_intermediate_size": spec.moe_intermediate_size,
+        # as stored in memory (kernels/quantized.py containers, which the wrappers take)
+        "weight_format": "fp8_block32", "expert_format": "mxfp4",
+    }
+    n_ids = (spec.engram_max_ngram_size - 1) * spec.engram_n_heads
+    gemm_in = sorted({spec.hidden_size, spec.q_lora_rank, spec.o_groups * spec.o_lora_rank,
+                      spec.moe_intermediate_size, n_ids * spec.engram_head_dim})
+    specs = {"*": [base]}
+    # Q8_32 GEMMs (attention, indexer wq_b, experts, engram wkv) and the quantizer's dims.
+    specs["linear_quant_act"] = [{**base, "in_features": i} for i in gemm_in]
+    specs["fake_quant_fp8_block32"] = [{**base, "dim": d} for d in (*gemm_in, spec.head_dim)]
+    specs["compress_pool"] = [{**base, "compress_ratio": r} for r in ratios if r > 1] or [base]
+    return specs

@@ -1,0 +1,158 @@
+"""The routed experts of one MoE layer, held as stored: one stack per projection over the slots.
+
+    w1, w3   Mxfp4ExpertWeights: packed uint8 [E, I, D/2] + ue8m0 [E, I, D/32]
+    w2       Mxfp4ExpertWeights: packed uint8 [E, D, I/2] + ue8m0 [E, D, I/32]
+
+E is the number of slots the module holds (every expert, or one EP rank's physical slots).
+The state dict names slot j's tensors like the checkpoint names one expert's:
+``{j}.w1.weight`` (packed [O, I/2], a view of the stack) and ``{j}.w1.scale``. Loading stacks
+the per-expert tensors into one allocation per projection (the checkpoint's int8 bytes are
+viewed as uint8); per-expert tensors without scales (the fully dequantized form) give plain
+bf16 stacks [E, O, I] instead, which the ops take as well, with the same results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from deepinfer.kernels.quantized import FP4_BLOCK, Mxfp4ExpertWeights
+from deepinfer.runtime.model.params import SCALE_DTYPE, frozen
+
+PROJECTIONS = ("w1", "w2", "w3")
+Stack = Mxfp4ExpertWeights | torch.Tensor
+
+
+@dataclass(frozen=True)
+class ExpertSlot:
+    """One slot's projections as ``expert_ffn`` takes them: 1-expert ``Mxfp4ExpertWeights``
+    (views of the stacks), or bf16 (O, I) tensors."""
+
+    w1: Stack
+    w2: Stack
+    w3: Stack
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.uint8 else t.view(torch.uint8)
+
+
+class ExpertSlots(nn.Module):
+    def __init__(self, num_slots: int, dim: int, inter: int):
+        super().__init__()
+        self.num_slots = num_slots
+        self.shapes = {"w1": (inter, dim), "w2": (dim, inter), "w3": (inter, dim)}  # (O, I)
+        for w, (rows, cols) in self.shapes.items():
+            self.register_parameter(f"{w}_weight", frozen(
+                torch.empty(num_slots, rows, cols // 2, dtype=torch.uint8)))
+            self.register_parameter(f"{w}_scale", frozen(
+                torch.empty(num_slots, rows, cols // FP4_BLOCK, dtype=SCALE_DTYPE)))
+
+    def __len__(self) -> int:
+        return self.num_slots
+
+    def stack(self, w: str) -> Stack:
+        """Projection ``w`` of every slot: ``Mxfp4ExpertWeights`` [E, O, I], or bf16 [E, O, I]."""
+        weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
+        return weight if scale is None else Mxfp4ExpertWeights(weight, scale)
+
+    @property
+    def w1(self) -> Stack:
+        return self.stack("w1")
+
+    @property
+    def w2(self) -> Stack:
+        return self.stack("w2")
+
+    @property
+    def w3(self) -> Stack:
+        return self.stack("w3")
+
+    def __getitem__(self, j: int) -> ExpertSlot:
+        def one(w: str) -> Stack:
+            s = self.stack(w)
+            return s.select(j) if isinstance(s, Mxfp4ExpertWeights) else s[j]
+
+        return ExpertSlot(one("w1"), one("w2"), one("w3"))
+
+    def __setitem__(self, j: int, slot: ExpertSlot) -> None:
+        """Copy ``slot`` (another module's ``[e]``, same form) into slot j."""
+        for w in PROJECTIONS:
+            src, dst = getattr(slot, w), self.stack(w)
+            if isinstance(dst, Mxfp4ExpertWeights) != isinstance(src, Mxfp4ExpertWeights):
+                raise ValueError(f"slot {j}.{w}: cannot copy {type(src).__name__} into "
+                                 f"{type(dst).__name__}")
+            if isinstance(dst, Mxfp4ExpertWeights):
+                _bytes(dst.packed[j]).copy_(_bytes(src.packed[0]))
+                _bytes(dst.scale[j]).copy_(_bytes(src.scale[0]))
+            else:
+                dst[j].copy_(src)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        for j in range(self.num_slots):
+            for w in PROJECTIONS:
+                weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
+                destination[f"{prefix}{j}.{w}.weight"] = weight[j].detach()
+                if scale is not None:
+                    destination[f"{prefix}{j}.{w}.scale"] = scale[j].detach()
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs) -> None:
+        """Stack slot j's ``{j}.wN.weight`` (+ ``.scale``) tensors; MXFP4 if any scale is given,
+        else plain. Any problem is reported (missing, unexpected, shape) and nothing changes."""
+        names = {f"{j}.{w}.{part}" for j in range(self.num_slots) for w in PROJECTIONS
+                 for part in ("weight", "scale")}
+        ours = [k for k in state_dict if k.startswith(prefix)]
+        unexpected_keys.extend(k for k in ours if k[len(prefix):] not in names)
+        quantized = any(k.endswith(".scale") for k in ours)
+        stacks, missing, problems = self._gather(state_dict, prefix, quantized)
+        missing_keys.extend(missing)
+        error_msgs.extend(problems)
+        if missing or problems:
+            return
+        held = self._parameters["w1_weight"]
+        to_held = not local_metadata.get("assign_to_params_buffers", False) and not held.is_meta
+        for w in PROJECTIONS:
+            for part in ("weight", "scale"):
+                ts = stacks.get(f"{w}_{part}")
+                if ts is None:
+                    self._parameters[f"{w}_{part}"] = None
+                    continue
+                t = torch.stack(ts)
+                t = t.view(SCALE_DTYPE) if part == "scale" else t
+                self._parameters[f"{w}_{part}"] = frozen(t.to(held.device) if to_held else t)
+
+    def _gather(self, state_dict, prefix: str, quantized: bool
+                ) -> tuple[dict[str, list[torch.Tensor]], list[str], list[str]]:
+        """Per ``{w}_weight`` / ``{w}_scale`` the slots' tensors (uint8 bytes when quantized),
+        the missing keys, and the problems (shape or scale mismatch)."""
+        parts = ("weight", "scale") if quantized else ("weight",)
+        stacks: dict[str, list[torch.Tensor]] = {f"{w}_{p}": [] for w in PROJECTIONS for p in parts}
+        missing: list[str] = []
+        problems: list[str] = []
+        for w, (rows, cols) in self.shapes.items():
+            want = (rows, cols // 2) if quantized else (rows, cols)
+            for j in range(self.num_slots):
+                key = f"{prefix}{j}.{w}."
+                got = {p: state_dict.get(key + p) for p in parts}
+                missing += [key + p for p, t in got.items() if t is None]
+                if any(t is None for t in got.values()):
+                    continue
+                if tuple(got["weight"].shape) != want:
+                    problems.append(f"size mismatch for {key}weight: got "
+                                    f"{tuple(got['weight'].shape)}, the model has {want}")
+                    continue
+                if not quantized:
+                    stacks[f"{w}_weight"].append(got["weight"])
+                    continue
+                weight, scale = _bytes(got["weight"]), _bytes(got["scale"])
+                try:
+                    Mxfp4ExpertWeights(weight[None], scale[None])
+                except ValueError as exc:
+                    problems.append(f"{key}weight/scale: {exc}")
+                    continue
+                stacks[f"{w}_weight"].append(weight)
+                stacks[f"{w}_scale"].append(scale)
+        return stacks, missing, problems
