@@ -72,6 +72,23 @@ class CachePool:
             self.engram_history[slot] = -1
         return PagedSequenceCache(self, block_table, slot, num_tokens)
 
+    def flat_window(self) -> torch.Tensor:
+        """uint8 (slots * L * W, window_record_bytes) view of every window ring: the record of
+        position p of layer l in slot s is row ``(s * L + l) * W + p % W`` (writable)."""
+        return self.window.view(-1, self.window.shape[-1])
+
+    def flat_entries(self, source_layer: int) -> torch.Tensor:
+        """uint8 (blocks * per_block, compressed_record_bytes) view of a KV source's entries:
+        entry e of a sequence is row ``block_table[e // per_block] * per_block + e % per_block``."""
+        pool = self.entries[source_layer]
+        return pool.view(-1, pool.shape[-1])
+
+    def flat_index_keys(self, source_layer: int) -> torch.Tensor:
+        """uint8 (blocks * per_block, index_key_record_bytes) view of a KV source's index keys,
+        addressed like :meth:`flat_entries`."""
+        pool = self.index_keys[source_layer]
+        return pool.view(-1, pool.shape[-1])
+
     def copy_block(self, src: int, dst: int) -> None:
         """Copy one block of every pool (a fork's partially filled last block)."""
         for pool in (*self.entries.values(), *self.index_keys.values()):

@@ -9,6 +9,7 @@ low-rank output projection.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
@@ -17,6 +18,7 @@ from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.cache import CacheView
 from deepinfer.runtime.model.compressor import Compressor
+from deepinfer.runtime.model.decode_rows import DecodeRows, attend_records
 from deepinfer.runtime.model.indexer import Indexer
 from deepinfer.runtime.model.params import Linear, Norm, f32_param
 from deepinfer.runtime.model.rope_tables import layer_inv_freq
@@ -24,11 +26,22 @@ from deepinfer.runtime.model.rope_tables import layer_inv_freq
 
 class Published:
     """What index sources publish within one forward, per layer and sequence: top-k entry ids
-    (S, k) and the candidate mask (S, T) of the candidate source."""
+    (S, k) and the candidate mask (S, T) of the candidate source. Also the per-row pool
+    addressing of a decode step (:class:`DecodeRows`), built by the first layer, shared by all."""
 
     def __init__(self) -> None:
         self.topk: dict[tuple[int, int], torch.Tensor] = {}
         self.candidates: dict[tuple[int, int], torch.Tensor] = {}
+        self.topk_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, index_topk)
+        self.candidate_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, T)
+        self._decode_rows: DecodeRows | None = None
+        self._decode_built = False
+
+    def decode_rows(self, batch: ForwardBatch) -> DecodeRows | None:
+        """``DecodeRows.build(batch)``, once per forward (None: not a paged decode step)."""
+        if not self._decode_built:
+            self._decode_rows, self._decode_built = DecodeRows.build(batch), True
+        return self._decode_rows
 
 
 class Attention(nn.Module):
@@ -67,6 +80,72 @@ class Attention(nn.Module):
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
         idx_q = self.indexer.queries(k, x, qr, pos, inv_freq) if layer.owns_indexer else None
 
+        decode = published.decode_rows(batch)
+        if decode is not None:
+            out = self._decode(k, q, kv, comp, idx_q, batch, published, decode)
+        else:
+            out = self._per_sequence(k, q, kv, comp, idx_q, batch, published)
+        out = k.apply_rope(out, pos, inv_freq, inverse=True)
+        z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
+        return self.wo_b(k, z.flatten(1))
+
+    def _decode(self, k: KernelSet, q: torch.Tensor, kv: torch.Tensor,
+                comp: tuple[torch.Tensor, torch.Tensor | None] | None,
+                idx_q: tuple[torch.Tensor, torch.Tensor] | None, batch: ForwardBatch,
+                published: Published, decode: DecodeRows) -> torch.Tensor:
+        """Attention of a decode step over the paged pools, all N rows at once.
+
+        Step 1: the N new window records go to ring slot ``p % W`` of each row's state slot.
+        Step 2 (still per sequence): the compressed entries this token completes.
+        Step 3: the top-k of every row (:meth:`_decode_selection`).
+        Step 4: per-row lists into the flattened pools, (N, W) window + (N, index_topk)
+        compressed, and one attention op. Returns (N, H, Dh) like q.
+        """
+        layer, pool = self.layer, decode.pool
+        window_idx = decode.window(layer.layer_id)  # (N, W), last column = the new position
+        flat_window = pool.flat_window()
+        flat_window[window_idx[:, -1]] = formats.pack_window_kv(kv)
+        entries = entry_idx = None
+        if layer.compress_ratio > 0:
+            if comp is not None:
+                for b, cache in enumerate(batch.caches):
+                    rows = batch.rows(b)
+                    self._append_entries(k, comp[0][rows],
+                                         None if comp[1] is None else comp[1][rows], cache)
+            entry_ids = self._decode_selection(k, idx_q, batch, published, decode)
+            entries = pool.flat_entries(layer.kv_source)
+            entry_idx = decode.compressed(layer.kv_source, entry_ids)
+        return attend_records(k, q, flat_window, window_idx, entries, entry_idx,
+                              self.attn_sink, self.head_dim ** -0.5)
+
+    def _decode_selection(self, k: KernelSet, idx_q: tuple[torch.Tensor, torch.Tensor] | None,
+                          batch: ForwardBatch, published: Published,
+                          decode: DecodeRows) -> torch.Tensor:
+        """(N, index_topk) entry ids (-1 padded) of a decode step: its own top-k over each
+        row's visible index keys if this layer is an index source, else the published one."""
+        layer = self.layer
+        if idx_q is None:
+            return published.topk_rows[layer.index_source]
+        candidates = None
+        if layer.candidate_source is not None:
+            candidates = published.candidate_rows[layer.candidate_source]
+        sel, cand = self.indexer.select_rows(
+            k, idx_q[0], idx_q[1], decode.pool.flat_index_keys(layer.kv_source),
+            decode.visible_entries(layer.kv_source), batch.positions, candidates)
+        sel = F.pad(sel, (0, self.spec.index_topk - sel.shape[1]), value=-1)
+        published.topk_rows[layer.layer_id] = sel
+        if cand is not None:
+            published.candidate_rows[layer.layer_id] = cand
+        return sel
+
+    def _per_sequence(self, k: KernelSet, q: torch.Tensor, kv: torch.Tensor,
+                      comp: tuple[torch.Tensor, torch.Tensor | None] | None,
+                      idx_q: tuple[torch.Tensor, torch.Tensor] | None, batch: ForwardBatch,
+                      published: Published) -> torch.Tensor:
+        """Attention of any batch (prefill chunks, contiguous caches), one sequence at a time:
+        window keys of the chunk (which sees its own earlier tokens), appends, top-k, one
+        attention op per sequence over unpacked rows. Returns (N, H, Dh) like q."""
+        layer, pos = self.layer, batch.positions
         out = torch.empty_like(q)
         for b, cache in enumerate(batch.caches):
             rows = batch.rows(b)
@@ -84,9 +163,7 @@ class Attention(nn.Module):
                 indices = torch.cat([indices, torch.where(sel >= 0, sel + offset, sel)], dim=1)
             out[rows] = k.sparse_attention_sink(q[rows], keys, indices, self.attn_sink,
                                                 self.head_dim ** -0.5)
-        out = k.apply_rope(out, pos, inv_freq, inverse=True)
-        z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
-        return self.wo_b(k, z.flatten(1))
+        return out
 
     def _window_keys(self, kv: torch.Tensor, pos: torch.Tensor, start: int,
                      cache: CacheView) -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,9 +55,38 @@ class Indexer(nn.Module):
             candidate mask if this layer is the candidate source (else None).
         """
         keys = formats.unpack_index_key(key_records, self.head_dim, torch.bfloat16)
+        return self._topk(k, k.index_scores(q, head_w, keys), positions, candidates)
+
+    def select_rows(self, k: KernelSet, q: torch.Tensor, head_w: torch.Tensor,
+                    key_pool: torch.Tensor, key_rows: torch.Tensor, positions: torch.Tensor,
+                    candidates: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`select` for N decode rows at once, each over its own keys in a shared pool.
+
+        Args:
+            q, head_w: (N, Hi, Di), (N, Hi) of :meth:`queries`; key_pool: uint8 (R, bytes)
+            flattened index-key pool; key_rows: (N, T) rows of it, entry t of row n at
+            ``key_rows[n, t]`` (-1 where t >= the row's visible count); positions: (N,);
+            candidates: (N, T) bool mask published by the candidate source, or None.
+        Returns:
+            as :meth:`select` with S = N: (N, min(index_topk, T)) and the (N, T) mask or None.
+
+        The registered ``index_scores`` op scores every query against shared keys, so this
+        scores all N queries against all N*T gathered keys and keeps each row's own block
+        (composed: no per-row-keys op yet; N times the work of a dedicated kernel). Scores of
+        the -1 slots (garbage rows) are replaced by -inf by the visibility mask.
+        """
+        n, t = key_rows.shape
+        records = key_pool[key_rows.clamp(min=0)].flatten(0, 1)  # (N*T, bytes)
+        keys = formats.unpack_index_key(records, self.head_dim, torch.bfloat16)
+        own = torch.arange(n, device=q.device)
+        scores = k.index_scores(q, head_w, keys).view(n, n, t)[own, own]  # (N, T)
+        return self._topk(k, scores, positions, candidates)
+
+    def _topk(self, k: KernelSet, scores: torch.Tensor, positions: torch.Tensor,
+              candidates: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(S, T) fp32 scores -> visibility mask, candidate blocks, sorted top-k (see select)."""
         num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
-        scores = k.index_scores(q, head_w, keys)
-        t = torch.arange(keys.shape[0], device=scores.device)
+        t = torch.arange(scores.shape[-1], device=scores.device)
         scores = scores.masked_fill(t[None, :] >= num_visible[:, None], float("-inf"))
         published = None
         if self.layer.is_candidate_source:

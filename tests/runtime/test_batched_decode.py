@@ -1,0 +1,208 @@
+"""Batched decode attention and indexer over the paged pools (``runtime/model/decode_rows.py``).
+
+The batched path (all rows of a decode step, per-row index lists into the flattened pools) must
+give the same logits, bit for bit (``torch.equal``), as the per-sequence path: on contiguous
+caches and on the paged caches with the batched path switched off. Pools start as garbage and
+block tables are shuffled, as in test_cache_pool.py, so a wrong row or a read of a record the
+sequence did not write changes the logits.
+"""
+
+import pytest
+import torch
+
+from deepinfer.artifacts.model_spec import load_model_spec
+from deepinfer.kernels.reference import attention_fused
+from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.cache_pool import CachePool
+from deepinfer.runtime.model import attention as attention_mod
+from deepinfer.runtime.model import decode_rows
+from deepinfer.runtime.model.batch import ForwardBatch
+from deepinfer.runtime.model.cache import SequenceCache
+from deepinfer.runtime.model.decode_rows import (
+    DecodeRows,
+    compressed_rows,
+    window_rows,
+)
+from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
+from deepinfer.runtime.weights import synthetic_weights
+
+BLOCK_TOKENS = 4
+# fresh (row 0: its window lists start with -1), window wrapped several times, once, not at all
+PROMPTS = (1, 26, 13, 5)
+SLOTS = (4, 3, 1, 6)
+DECODE_STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def model() -> DeepseekV41:
+    spec = load_model_spec("builtin:tiny")
+    with torch.device("meta"):
+        m = DeepseekV41(spec)
+    m.load_weights(synthetic_weights(spec, 0))
+    return m
+
+
+def garbage_pool(spec, num_blocks: int, num_slots: int) -> CachePool:
+    """Every pool byte random (as test_cache_pool.py): reading an unwritten record shows."""
+    pool = CachePool(spec, num_blocks, num_slots, BLOCK_TOKENS)
+    g = torch.Generator().manual_seed(7)
+    for t in (pool.window, *pool.entries.values(), *pool.index_keys.values()):
+        t.copy_(torch.randint(0, 256, t.shape, generator=g, dtype=torch.uint8))
+    for t in (*pool.partial_kv.values(), *pool.partial_gate.values()):
+        t.copy_(torch.randn(t.shape, generator=g))
+    return pool
+
+
+def test_window_rows_hand_checked():
+    # L = 2 layers, W = 4, layer 1: row = (slot * 2 + 1) * 4 + q % 4 for q in [p - 3, p]
+    rows = window_rows(torch.tensor([2, 1]), torch.tensor([1, 10]), num_layers=2, window=4,
+                       layer=1)
+    assert rows.tolist() == [[-1, -1, 20, 21],  # q = -2, -1 (padding), 0, 1
+                             [15, 12, 13, 14]]  # q = 7, 8, 9, 10: the ring wraps after 7
+
+
+def test_compressed_rows_hand_checked():
+    tables = torch.tensor([[5, 2, 0], [3, 7, 1]])  # row 0 padded with the sentinel
+    ids = torch.tensor([[0, 3, -1], [4, 1, 5]])
+    # per_block 2: e -> tables[e // 2] * 2 + e % 2
+    assert compressed_rows(tables, ids, 2).tolist() == [[10, 5, -1], [2, 7, 3]]
+
+
+class Run:
+    """Sequences continuing on one cache kind: contiguous, or paged over a garbage pool."""
+
+    def __init__(self, model, prompts, paged: bool):
+        spec = model.spec
+        g = torch.Generator().manual_seed(13)
+        self.model, self.paged = model, paged
+        self.pool = None
+        if paged:
+            self.pool = garbage_pool(spec, num_blocks=48, num_slots=7)
+            self.pool.window[0] = 0xFF  # sentinel slot: NaN codes and scales
+        blocks = torch.randperm(47, generator=g) + 1
+        self.tables = [blocks[i * 11:(i + 1) * 11] for i in range(len(prompts))]
+        self.caches = [SequenceCache.empty(spec) for _ in prompts]
+        self.done = [0] * len(prompts)
+
+    def cache(self, b):
+        if self.paged:
+            return self.pool.view(self.tables[b], SLOTS[b], self.done[b])
+        return self.caches[b]
+
+    def step(self, chunks: dict[int, list[int]]) -> torch.Tensor:
+        caches = [self.cache(b) for b in chunks]
+        for b, c in chunks.items():
+            self.done[b] += len(c)
+        return self.model(ForwardBatch.build(list(chunks.values()), caches))
+
+
+def decode_traffic(model, run: Run) -> list[torch.Tensor]:
+    """Prefill prompts 1-3 as chunks, then decode every sequence together (sequence 0 starts
+    at position 0 inside the decode batch); logits of each step."""
+    g = torch.Generator().manual_seed(21)
+    ids = [torch.randint(3, 500, (n + DECODE_STEPS,), generator=g).tolist() for n in PROMPTS]
+    out = [run.step({b: ids[b][:PROMPTS[b]] for b in range(1, 4)})]
+    first = [0, *PROMPTS[1:]]  # token index of each first decode step
+    for t in range(DECODE_STEPS):
+        out.append(run.step({b: [ids[b][first[b] + t]] for b in range(len(PROMPTS))}))
+    return out
+
+
+def test_batched_decode_equals_per_sequence(model, monkeypatch):
+    contiguous = decode_traffic(model, Run(model, PROMPTS, paged=False))
+    with monkeypatch.context() as m:  # the paged caches through the per-sequence path
+        m.setattr(DecodeRows, "build", classmethod(lambda cls, batch: None))
+        per_sequence = decode_traffic(model, Run(model, PROMPTS, paged=True))
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].shape[0])  # rows of q
+        return decode_rows.attend_records(*args, **kwargs)
+
+    monkeypatch.setattr(attention_mod, "attend_records", counted)
+    batched = decode_traffic(model, Run(model, PROMPTS, paged=True))
+    num_layers = model.spec.num_hidden_layers
+    assert calls == [len(PROMPTS)] * (num_layers * DECODE_STEPS)  # every decode step batched
+    for step, (want, mid, got) in enumerate(zip(contiguous, per_sequence, batched, strict=True)):
+        assert torch.equal(mid, want), f"step {step}: paged per-sequence"
+        assert torch.equal(got, want), f"step {step}: batched, max |diff| " \
+                                       f"{(got - want).abs().max().item()}"
+
+
+def test_rows_address_what_the_sequence_wrote(model):
+    """The lists of a decode step point at the records of exactly the visible positions."""
+    w = model.spec.sliding_window
+    run = Run(model, PROMPTS, paged=True)
+    decode_traffic(model, run)
+    caches = [run.cache(b) for b in range(len(PROMPTS))]
+    batch = ForwardBatch.build([[7]] * len(caches), caches)
+    rows = DecodeRows.build(batch)
+    flat = run.pool.flat_window()
+    for layer in (0, 5):
+        idx = rows.window(layer)
+        for b, cache in enumerate(caches):
+            p = cache.num_tokens
+            q = torch.arange(p - w + 1, p + 1)
+            valid = q >= 0
+            assert torch.equal(idx[b] >= 0, valid)
+            ring = cache.window_ring(layer)
+            assert torch.equal(flat[idx[b][valid]], ring[q[valid] % w])
+    src = 4  # ratio 1: entry e = token e
+    ids = torch.tensor([[0, 3, 17, -1]] * len(caches))
+    ids[[0, 3], 2] = -1  # the shorter sequences hold fewer entries
+    idx = rows.compressed(src, ids)
+    entries = run.pool.flat_entries(src)
+    for b, cache in enumerate(caches):
+        keep = ids[b] >= 0
+        assert torch.equal(entries[idx[b][keep]], cache.entries(src)[ids[b][keep]])
+        assert (idx[b][~keep] == -1).all()
+    for src in (1, 4):  # ratio 2 and 1: the indexer's key lists
+        visible = rows.visible_entries(src)
+        keys = run.pool.flat_index_keys(src)
+        for b, cache in enumerate(caches):
+            p, n = cache.num_tokens, cache.num_entries(src)  # entry n is this step's append
+            count = (p + 1) // run.pool.ratio[src]
+            assert (visible[b, :count] >= 0).all() and (visible[b, count:] == -1).all()
+            assert torch.equal(keys[visible[b, :n]], cache.index_key_records(src))
+
+
+def test_not_built_outside_paged_decode(model):
+    spec = model.spec
+    pool = garbage_pool(spec, num_blocks=8, num_slots=3)
+    one = pool.view(torch.tensor([1, 2]), 1, 0)
+    assert DecodeRows.build(ForwardBatch.build([[5, 6]], [one])) is None  # a prefill chunk
+    other = SequenceCache.empty(spec)
+    assert DecodeRows.build(ForwardBatch.build([[5], [6]], [one, other])) is None
+    assert DecodeRows.build(ForwardBatch.build([[5]], [one])) is not None
+
+
+def test_kernel_backend_reads_the_pools_in_place(model, monkeypatch):
+    """A records kernel gets the whole flattened pools and the lists unchanged; here the fused
+    reference stands in for the Triton kernel (slot 0, which no sequence owns, is zero as in
+    the engine: a -1 row is clamped to pool row 0 by the reference, never by the kernel)."""
+    seen = []
+
+    def pool_kernel(q, window, wi, comp, ci, sink, scale):
+        seen.append((window.shape[0], wi.shape, None if ci is None else ci.shape))
+        return attention_fused.sparse_attention_sink_records(q, window, wi, comp, ci, sink,
+                                                             scale)
+
+    class PoolKernels(KernelSet):  # the reference everywhere, pool_kernel for the records op
+        def backend_of(self, op):
+            return "pool-test" if op == decode_rows.RECORDS_OP else super().backend_of(op)
+
+        def __getattr__(self, op):
+            return pool_kernel if op == decode_rows.RECORDS_OP else super().__getattr__(op)
+
+    want = decode_traffic(model, Run(model, PROMPTS, paged=False))
+    monkeypatch.setattr(model, "kernels", PoolKernels())
+    run = Run(model, PROMPTS, paged=True)
+    run.pool.window[0] = 0
+    got = decode_traffic(model, run)
+    spec = model.spec
+    rows = run.pool.flat_window().shape[0]
+    n = len(PROMPTS)
+    assert (rows, (n, spec.sliding_window), (n, spec.index_topk)) in seen
+    assert len(seen) == spec.num_hidden_layers * DECODE_STEPS
+    for step, (a, b) in enumerate(zip(want, got, strict=True)):
+        assert torch.equal(b, a), f"step {step}"
