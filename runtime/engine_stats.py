@@ -29,6 +29,7 @@ class EngineStats:
     forward_s: float = 0.0
     max_cache_usage: float = 0.0
     step_ms: list[float] = field(default_factory=list)
+    decode_step_ms: list[float] = field(default_factory=list)  # wall time of decode steps
     # op -> calls that ran the reference although the plan says triton (the kernel's supports()
     # rejects the model's shapes; runtime/kernel_backends.py); the KernelSet's live counts
     kernel_fallback_calls: dict[str, int] = field(default_factory=dict)
@@ -49,6 +50,7 @@ class EngineStats:
             self.num_prefill_steps += 1
         else:
             self.num_decode_steps += 1
+            self.decode_step_ms.append(step_s * 1e3)
             rows = len(inputs.seq_ids)
             self.scheduled_rows += rows
             self.padding_rows += max(0, inputs.num_padded_rows - rows)
