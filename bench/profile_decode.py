@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 def _model_check():
     spec = importlib.util.spec_from_file_location("h200_model_check", HERE / "h200_model_check.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
 
