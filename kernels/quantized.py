@@ -42,15 +42,36 @@ def _require(ok: bool, what: str, message: str) -> None:
 
 
 @dataclass(frozen=True)
-class Fp8BlockWeight:
+class _Fp8CodesAndScales:
+    """What the two FP8 containers share: e4m3 ``codes`` (the logical shape) and ue8m0 ``scale``."""
+
+    codes: torch.Tensor
+    scale: torch.Tensor
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
+
+    @property
+    def nbytes(self) -> int:
+        """Resident bytes: codes + scales."""
+        return self.codes.nbytes + self.scale.nbytes
+
+    def to(self, device: torch.device | str):
+        return type(self)(self.codes.to(device), self.scale.to(device))
+
+
+@dataclass(frozen=True)
+class Fp8BlockWeight(_Fp8CodesAndScales):
     """A dense FP8 weight with one power-of-two scale per 32×32 tile.
 
     codes: float8_e4m3fn [O, I]; scale: float8_e8m0fnu / uint8 (ue8m0 bytes) or float32 (powers
     of two) [ceil(O/32), ceil(I/32)]; tile (i, j) covers rows 32i.. and columns 32j.. .
     """
-
-    codes: torch.Tensor
-    scale: torch.Tensor
 
     def __post_init__(self) -> None:
         what = "Fp8BlockWeight"
@@ -64,23 +85,6 @@ class Fp8BlockWeight:
                  f"{(rows, cols)}")
         _require(self.scale.dtype in (*_UE8M0_DTYPES, torch.float32), what,
                  f"scale must be float8_e8m0fnu, uint8 or float32, got {self.scale.dtype}")
-
-    @property
-    def shape(self) -> torch.Size:
-        """Logical (O, I)."""
-        return self.codes.shape
-
-    @property
-    def device(self) -> torch.device:
-        return self.codes.device
-
-    @property
-    def nbytes(self) -> int:
-        """Resident bytes: codes + scales."""
-        return self.codes.nbytes + self.scale.nbytes
-
-    def to(self, device: torch.device | str) -> Fp8BlockWeight:
-        return Fp8BlockWeight(self.codes.to(device), self.scale.to(device))
 
     def scale_f32(self) -> torch.Tensor:
         """float32 [ceil(O/32), ceil(I/32)] tile scales."""
@@ -168,12 +172,9 @@ class Mxfp4ExpertWeights:
 
 
 @dataclass(frozen=True)
-class Fp8Rows:
+class Fp8Rows(_Fp8CodesAndScales):
     """An engram table kept as stored: codes float8_e4m3fn [R, C], scale ue8m0 [R, C/32]
     (one per row per 32 columns). ``table[ids]`` gathers rows, then dequantizes only those."""
-
-    codes: torch.Tensor
-    scale: torch.Tensor
 
     def __post_init__(self) -> None:
         what = "Fp8Rows"
@@ -185,22 +186,6 @@ class Fp8Rows:
         _require(tuple(self.scale.shape) == expected and self.scale.dtype in _UE8M0_DTYPES, what,
                  f"scale must be ue8m0 {expected}, got {self.scale.dtype} "
                  f"{tuple(self.scale.shape)}")
-
-    @property
-    def shape(self) -> torch.Size:
-        """Logical (R, C)."""
-        return self.codes.shape
-
-    @property
-    def device(self) -> torch.device:
-        return self.codes.device
-
-    @property
-    def nbytes(self) -> int:
-        return self.codes.nbytes + self.scale.nbytes
-
-    def to(self, device: torch.device | str) -> Fp8Rows:
-        return Fp8Rows(self.codes.to(device), self.scale.to(device))
 
     def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (int64, any shape) -> bf16 [*ids.shape, C] (exact)."""

@@ -10,6 +10,7 @@ succeeded, 3 some lines were rejected (each with its reason, in the output and o
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from importlib.resources import files
@@ -26,6 +27,7 @@ from deepinfer.runtime.request_io import (
     ResultsWriter,
     read_finished_ids,
     read_requests,
+    result_record,
 )
 from deepinfer.runtime.sampling_params import SamplingParams, SamplingParamsError
 from deepinfer.runtime.tokenizer import TokenizerError
@@ -176,8 +178,6 @@ class _Stdout:
     """The results writer's interface over stdout (no resume, no fsync)."""
 
     def write_output(self, output) -> None:
-        from deepinfer.runtime.request_io import result_record
-
         self._line(result_record(output))
 
     def write_rejection(self, rejection: Rejection) -> None:
@@ -185,8 +185,6 @@ class _Stdout:
 
     @staticmethod
     def _line(record) -> None:
-        import json
-
         sys.stdout.write(json.dumps(record, ensure_ascii=False) + "\n")
         sys.stdout.flush()
 

@@ -57,7 +57,7 @@ class LiveRequest:
     epoch: int = -1  # the scheduler epoch the host state below belongs to
     inflight: list[int] = field(default_factory=list)  # sampled, not yet post-processed
 
-    def token_at(self, start: int, n: int) -> list[int]:
+    def tokens_at(self, start: int, n: int) -> list[int]:
         """Token ids of positions [start, start + n): prompt, then committed, then in-flight."""
         prompt = self.request.prompt_token_ids
         seq = list(prompt[start:start + n])
@@ -212,7 +212,7 @@ class Engine:
             if live.epoch != int(epochs[i]):  # first schedule, or reset for recompute
                 live.epoch, live.inflight = int(epochs[i]), []
             s, c = int(start[i]), int(count[i])
-            chunks.append(live.token_at(s, c))
+            chunks.append(live.tokens_at(s, c))
             caches.append(self.pool.view(tables[i], int(slots[i]), s))
             masks.append(self._image_rows(live, s, c, embeds))
             want_logprobs[i] = live.request.params.logprobs is not None

@@ -5,8 +5,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from planner_topos import GIB, RELEASED_8
 
-from deepinfer.artifacts.model_spec import load_model_spec
 from deepinfer.planner.errors import TopologyError
 from deepinfer.planner.passes.cache_layout import plan_cache_layout
 from deepinfer.planner.passes.shard_map import weight_bytes_per_rank
@@ -19,27 +19,11 @@ from deepinfer.planner.topology import (
     Topology,
 )
 
-GIB = 2**30
-H200 = HardwareSection(device="h200", memory_bytes=139 * GIB, hbm_bytes_per_s=4.8e12,
-                       bf16_flops_per_s=989e12, fp8_flops_per_s=1979e12, sm_arch=90,
-                       gpus_per_node=8, nodes=1)
-RELEASED_8 = Topology(model=ModelSection("builtin:v41-flash"), hardware=H200,
-                      parallel=ParallelSection(dp=8, ep=8, engram=8))
 # Released fixed per-sequence state: 40 windows x 128 x 528 B, 3 ratio-2 compressor rings of
 # 2 x 2 x 512 x 4 B, engram history 3 x int32.
 RELEASED_SLOT_BYTES = 40 * 128 * 528 + 3 * 8192 + 12
 # bf16 live activations per token: 2 x (2*4*5120 + 2*64*512 + 1280 + 8*1024 + 32*128 + 3*7*2304)
 RELEASED_ACT_BYTES = 2 * (40960 + 65536 + 1280 + 8192 + 4096 + 48384)
-
-
-@pytest.fixture(scope="module")
-def released():
-    return load_model_spec("builtin:v41-flash")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model_spec("builtin:tiny")
 
 
 @pytest.fixture(scope="module")

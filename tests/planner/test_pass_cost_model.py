@@ -5,6 +5,7 @@ import json
 from dataclasses import replace
 
 import pytest
+from planner_topos import RELEASED_8
 
 from deepinfer.artifacts.model_spec import load_model_spec
 from deepinfer.planner.passes.cache_layout import plan_cache_layout
@@ -12,25 +13,11 @@ from deepinfer.planner.passes.cost_model import expected_distinct, plan_cost_mod
 from deepinfer.planner.passes.expert_placement import plan_expert_placement
 from deepinfer.planner.passes.shard_map import weight_bytes_per_rank, weight_summary
 from deepinfer.planner.topology import (
-    HardwareSection,
     ModelSection,
-    ParallelSection,
     SchedulerSection,
     Topology,
     WorkloadSection,
 )
-
-GIB = 2**30
-H200 = HardwareSection(device="h200", memory_bytes=139 * GIB, hbm_bytes_per_s=4.8e12,
-                       bf16_flops_per_s=989e12, fp8_flops_per_s=1979e12, sm_arch=90,
-                       gpus_per_node=8, nodes=1)
-RELEASED_8 = Topology(model=ModelSection("builtin:v41-flash"), hardware=H200,
-                      parallel=ParallelSection(dp=8, ep=8, engram=8))
-
-
-@pytest.fixture(scope="module")
-def released():
-    return load_model_spec("builtin:v41-flash")
 
 
 def plan(spec, topo):

@@ -6,7 +6,6 @@ import json
 import pytest
 import torch
 
-from deepinfer.artifacts.model_spec import load_model_spec
 from deepinfer.planner.errors import TopologyError
 from deepinfer.planner.passes.expert_placement import ep_num_nodes, plan_expert_placement
 from deepinfer.planner.passes.place_experts import place_experts, uniform_load
@@ -20,11 +19,6 @@ from deepinfer.planner.topology import (
 
 # tiny: 8 backbone MoE layers x 8 routed experts; 2 DSpark stages x 4 experts
 LOAD = [[(7 * layer + 13 * e) % 23 + e * layer for e in range(8)] for layer in range(8)]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model_spec("builtin:tiny")
 
 
 def topo(tmp_path=None, dp=2, ep=2, gpus_per_node=2, nodes=1, **eplb) -> Topology:

@@ -2,9 +2,7 @@
 segment bounds against the C++ builders of deepinfer._C."""
 
 import numpy as np
-import pytest
 
-from deepinfer.artifacts.model_spec import load_model_spec
 from deepinfer.planner.passes.cache_layout import plan_cache_layout
 from deepinfer.planner.passes.load_plan_templates import plan_load_templates
 from deepinfer.planner.passes.shard_map import weight_bytes_per_rank
@@ -14,16 +12,6 @@ from deepinfer.planner.topology import CacheSection, ModelSection, ParallelSecti
 def layout(spec, **topo_fields):
     topo = Topology(model=ModelSection("builtin:tiny"), **topo_fields)
     return plan_cache_layout(spec, topo, weight_bytes_per_rank(spec, topo))
-
-
-@pytest.fixture(scope="module")
-def released():
-    return load_model_spec("builtin:v41-flash")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model_spec("builtin:tiny")
 
 
 def test_released_templates_by_hand(released):

@@ -5,8 +5,8 @@ import json
 from dataclasses import replace
 
 import pytest
+from planner_topos import GIB, H200
 
-from deepinfer.artifacts.model_spec import load_model_spec
 from deepinfer.artifacts.weight_names import expected_tensors
 from deepinfer.planner.passes.expert_placement import plan_expert_placement
 from deepinfer.planner.passes.shard_map import (
@@ -25,10 +25,6 @@ from deepinfer.planner.topology import (
     Topology,
 )
 
-GIB = 2**30
-H200 = HardwareSection(device="h200", memory_bytes=139 * GIB, hbm_bytes_per_s=4.8e12,
-                       bf16_flops_per_s=989e12, fp8_flops_per_s=1979e12, sm_arch=90,
-                       gpus_per_node=8, nodes=1)
 # One released routed expert: w1, w3 [2304, 5120] and w2 [5120, 2304] in FP4, two codes per byte
 # (5,898,240 B each) + one ue8m0 scale per 32 input columns (368,640 B each).
 RELEASED_EXPERT_BYTES = 3 * (2304 * 5120 // 2 + 2304 * 5120 // 32)
@@ -37,16 +33,6 @@ ENGRAM_ROWS = (384006168, 384016682)
 ENGRAM_ROW_BYTES = 256 + 256 // 32
 # tiny expert: 3 x (64 * 256 / 2 + 64 * 256 / 32) bytes
 TINY_EXPERT_BYTES = 3 * (64 * 256 // 2 + 64 * 256 // 32)
-
-
-@pytest.fixture(scope="module")
-def released():
-    return load_model_spec("builtin:v41-flash")
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model_spec("builtin:tiny")
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ a TopologyError naming the topology file, the field and both values."""
 import dataclasses
 
 import pytest
+from planner_topos import GIB, h200
 
-from deepinfer.artifacts.model_spec import load_model_spec
 from deepinfer.planner.errors import TopologyError
 from deepinfer.planner.passes.shard_map import weight_bytes_per_rank
 from deepinfer.planner.passes.validate import index_tile_tokens, validate_topology
@@ -20,28 +20,11 @@ from deepinfer.planner.topology import (
     Topology,
 )
 
-GIB = 2**30
 SOURCE = "topo.yaml"
-
-
-def h200(gpus_per_node: int = 8, nodes: int = 1) -> HardwareSection:
-    return HardwareSection(device="h200", memory_bytes=139 * GIB, hbm_bytes_per_s=4.8e12,
-                           bf16_flops_per_s=989e12, fp8_flops_per_s=1979e12, sm_arch=90,
-                           gpus_per_node=gpus_per_node, nodes=nodes)
 
 
 def cpu(ranks: int = 1) -> HardwareSection:
     return HardwareSection(device="cpu", gpus_per_node=ranks, nodes=1)
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_model_spec("builtin:tiny")
-
-
-@pytest.fixture(scope="module")
-def released():
-    return load_model_spec("builtin:v41-flash")
 
 
 def tiny_topo(**sections) -> Topology:

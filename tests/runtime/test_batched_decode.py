@@ -9,11 +9,10 @@ sequence did not write changes the logits.
 
 import pytest
 import torch
+from paged_helpers import garbage_pool, tiny_model
 
-from deepinfer.artifacts.model_spec import load_model_spec
 from deepinfer.kernels.reference import attention_fused
 from deepinfer.kernels.registry import KernelSet
-from deepinfer.runtime.cache_pool import CachePool
 from deepinfer.runtime.model import attention as attention_mod
 from deepinfer.runtime.model import decode_rows
 from deepinfer.runtime.model.batch import ForwardBatch
@@ -24,9 +23,7 @@ from deepinfer.runtime.model.decode_rows import (
     window_rows,
 )
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
-from deepinfer.runtime.weights import synthetic_weights
 
-BLOCK_TOKENS = 4
 # fresh (row 0: its window lists start with -1), window wrapped several times, once, not at all
 PROMPTS = (1, 26, 13, 5)
 SLOTS = (4, 3, 1, 6)
@@ -35,22 +32,8 @@ DECODE_STEPS = 12
 
 @pytest.fixture(scope="module")
 def model() -> DeepseekV41:
-    spec = load_model_spec("builtin:tiny")
-    with torch.device("meta"):
-        m = DeepseekV41(spec)
-    m.load_weights(synthetic_weights(spec, 0))
-    return m
+    return tiny_model()
 
-
-def garbage_pool(spec, num_blocks: int, num_slots: int) -> CachePool:
-    """Every pool byte random (as test_cache_pool.py): reading an unwritten record shows."""
-    pool = CachePool(spec, num_blocks, num_slots, BLOCK_TOKENS)
-    g = torch.Generator().manual_seed(7)
-    for t in (pool.window, *pool.entries.values(), *pool.index_keys.values()):
-        t.copy_(torch.randint(0, 256, t.shape, generator=g, dtype=torch.uint8))
-    for t in (*pool.partial_kv.values(), *pool.partial_gate.values()):
-        t.copy_(torch.randn(t.shape, generator=g))
-    return pool
 
 
 def test_window_rows_hand_checked():
