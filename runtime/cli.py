@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="engine seed: requests without a seed use seed + line index")
     p.add_argument("--no-pipeline", action="store_true",
                    help="post-process each step after it instead of during the next one")
+    p.add_argument("--no-cuda-graphs", action="store_true",
+                   help="run decode steps eagerly instead of replaying the plan's CUDA graphs")
     p.add_argument("--stats", action="store_true", help="print engine statistics at the end")
     return p
 
@@ -103,7 +105,8 @@ def _main(argv: list[str] | None) -> int:
                 return launch_ranks(sys.argv[1:] if argv is None else list(argv), world_size)
         from deepinfer.runtime.llm import LLM
 
-        llm = LLM(args.plan_dir, pipeline=not args.no_pipeline, seed=args.seed)
+        llm = LLM(args.plan_dir, pipeline=not args.no_pipeline, seed=args.seed,
+                  cuda_graphs=not args.no_cuda_graphs)
     except USER_ERRORS as err:
         return _fail(str(err))
     except (OSError, UnicodeDecodeError) as err:

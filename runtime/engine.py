@@ -29,6 +29,7 @@ import torch
 
 from deepinfer import _C
 from deepinfer.runtime.cache_pool import CachePool
+from deepinfer.runtime.decode_graphs import DecodeGraphs
 from deepinfer.runtime.detokenizer import RequestDetokenizer
 from deepinfer.runtime.device import plan_device, sampling_columns, to_device
 from deepinfer.runtime.engine_stats import EngineStats
@@ -79,12 +80,15 @@ class Engine:
         plan: the verified plan; loaded: spec, tokenizer and model with weights in place.
         pipeline: overlap post-processing of step t-1 with step t (zero-overhead pipeline).
         seed: engine seed; a request without its own seed uses ``seed + request.index``.
+        cuda_graphs: on a CUDA device, capture the plan's decode buckets at start and replay
+            them for decode steps (``runtime/decode_graphs.py``); ignored on CPU.
         allreduce_max: elementwise MAX over the DP ranks for the scheduler's vote (None = one
             rank).
     """
 
     def __init__(self, plan: RuntimePlan, loaded: LoadedModel, *, pipeline: bool = True,
-                 seed: int = 0, allreduce_max: Callable[[list[int]], list[int]] | None = None):
+                 seed: int = 0, cuda_graphs: bool = True,
+                 allreduce_max: Callable[[list[int]], list[int]] | None = None):
         self.plan, self.spec, self.tokenizer = plan, loaded.spec, loaded.tokenizer
         self.model = loaded.model
         self.kernels = loaded.model.kernels
@@ -107,7 +111,12 @@ class Engine:
             vote_interval_steps=s["vote_interval_steps"], lookahead_tokens=s["lookahead_tokens"],
             decode_buckets=plan.decode_buckets,
             prefill_token_buckets=plan.prefill_token_buckets))
-        self.worker = Worker(self.model, self.kernels, pipeline=pipeline)
+        self.graphs: DecodeGraphs | None = None
+        if cuda_graphs and self.device.type == "cuda" and not self.model.has_ep_exchange:
+            self.graphs = DecodeGraphs(self.model, self.pool, plan.decode_buckets,
+                                       self.max_model_len)
+            self.graphs.capture()
+        self.worker = Worker(self.model, self.kernels, pipeline=pipeline, graphs=self.graphs)
         self.live: dict[int, LiveRequest] = {}
         fallback_calls = self.kernels.fallback_calls \
             if isinstance(self.kernels, PlannedKernels) else {}
@@ -194,18 +203,20 @@ class Engine:
         Host -> device, once per step: the block tables (one (rows, max blocks) copy), the
         token ids + positions + last rows (one packed copy, ``ForwardBatch.build``), the
         sampling parameters and sampling rows (two packed columns); state slots stay host ints
-        (they index the pools directly).
+        (they index the pools directly). A decode step under CUDA graphs instead hands the
+        worker host arrays (ids, positions, slots, tables), which ``DecodeGraphs.run`` copies
+        into the graphs' static buffers in one copy.
         """
         n = plan.num_rows
         seq_ids, epochs = np.array(plan.seq_ids[:n]), np.array(plan.epochs[:n])
         start, count = np.array(plan.start_pos[:n]), np.array(plan.num_tokens[:n])
         samples = np.array(plan.samples[:n]).astype(bool)
-        tables = to_device(np.array(plan.block_tables[:n], dtype=np.int64), self.device)
+        host_tables = np.array(plan.block_tables[:n], dtype=np.int64)
         slots = np.array(plan.state_slots[:n])
         meta = self.scheduler.prepare_sample(seq_ids, epochs, np.array(plan.is_prefill[:n]),
                                              count.astype(np.int32),
                                              (start + count).astype(np.int32))
-        chunks, caches, masks, embeds = [], [], [], []
+        chunks, masks, embeds = [], [], []
         want_logprobs = np.zeros(n, dtype=bool)
         for i in range(n):
             live = self.live[int(seq_ids[i])]
@@ -213,12 +224,22 @@ class Engine:
                 live.epoch, live.inflight = int(epochs[i]), []
             s, c = int(start[i]), int(count[i])
             chunks.append(live.tokens_at(s, c))
-            caches.append(self.pool.view(tables[i], int(slots[i]), s))
             masks.append(self._image_rows(live, s, c, embeds))
             want_logprobs[i] = live.request.params.logprobs is not None
         any_image = any(any(m) for m in masks)
-        batch = ForwardBatch.build(chunks, caches, masks if any_image else None,
-                                   torch.cat(embeds) if embeds else None, device=self.device)
+        batch, graph_rows = None, None
+        if (self.graphs is not None and not any_image and bool((count == 1).all())
+                and n <= self.graphs.buckets[-1]):  # a decode step: replay its graph
+            graph_rows = (np.array([c[0] for c in chunks], dtype=np.int64),
+                          start.astype(np.int64), slots.astype(np.int64), host_tables)
+            for slot in slots[start == 0]:  # a one-token prompt: fresh history (pool.view)
+                self.pool.engram_history[int(slot)] = -1
+        else:
+            tables = to_device(host_tables, self.device)
+            caches = [self.pool.view(tables[i], int(slots[i]), int(start[i])) for i in range(n)]
+            batch = ForwardBatch.build(chunks, caches, masks if any_image else None,
+                                       torch.cat(embeds) if embeds else None,
+                                       device=self.device)
         rows = np.flatnonzero(samples)
         (temperature, top_p, min_p), (top_k, seeds, positions, rows_dev) = sampling_columns(
             [np.array(meta.temperature)[rows], np.array(meta.top_p)[rows],
@@ -227,6 +248,7 @@ class Engine:
              np.array(meta.offsets)[rows], rows], self.device)
         return StepInputs(
             step_id=plan.step_id, is_prefill=bool(plan.phase == _C.Phase.PREFILL), batch=batch,
+            graph_rows=graph_rows,
             seq_ids=seq_ids, epochs=epochs, samples=samples, sample_rows=rows,
             sample_rows_device=rows_dev,
             temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seeds=seeds,

@@ -47,23 +47,27 @@ class LLM:
     Args:
         plan_dir: a directory written by ``deepinfer-compile`` (verified before anything loads).
         pipeline: the zero-overhead pipeline (post-processing overlapped with the next step).
+        cuda_graphs: on a CUDA plan, capture the plan's decode buckets at start and replay
+            them for every decode step (``runtime/decode_graphs.py``); False runs eagerly.
         seed: engine seed (requests without a seed use ``seed + prompt index``); also the seed
             of synthetic weights when the plan says ``weights: synthetic``.
     """
 
-    def __init__(self, plan_dir: str | Path, *, pipeline: bool = True, seed: int = 0):
+    def __init__(self, plan_dir: str | Path, *, pipeline: bool = True, seed: int = 0,
+                 cuda_graphs: bool = True):
         self.plan: RuntimePlan = load_runtime_plan(plan_dir)
         self.dist: RankContext | None = init_distributed(self.plan)  # None: a one-rank plan
         device = plan_device(self.plan.device)  # after init: a rank's current GPU
         kernels = planned_kernels(self.plan.kernels, self.plan.spec, device, self.plan.source,
                                   int(self.plan.scheduler["max_model_len_tokens"]))
         rank = 0 if self.dist is None else self.dist.rank
+        # The loader builds on meta and streams the weights straight onto ``device`` (synthetic
+        # weights are generated there); the model it returns lives there entirely.
         self.loaded = load_rank_model(self.plan, rank, kernels,
-                                      None if self.dist is None else self.dist.ep_exchange, seed=0)
-        # The loader builds on meta and assigns host tensors; this is the one host -> device
-        # move of the weights (a no-op on CPU).
-        self.loaded.model.to_device(device)
+                                      None if self.dist is None else self.dist.ep_exchange, seed=0,
+                                      device=device)
         self.engine = Engine(self.plan, self.loaded, pipeline=pipeline, seed=seed,
+                             cuda_graphs=cuda_graphs,
                              allreduce_max=None if self.dist is None else self.dist.allreduce_max)
 
     @property

@@ -7,6 +7,10 @@ device (:func:`build_model`) and the checkpoint tensors are assigned into it as 
 matrices and engram tables as codes + ue8m0 scales, routed experts as MXFP4 stacks
 (``runtime/model/params.py``, ``expert_slots.py``). Nothing is dequantized at load; the ops
 dequantize on the fly, exactly, so results equal the fully dequantized model's bit for bit.
+
+``load_model`` holds the whole checkpoint on the host at once (small models: tests, demos, the
+oracle of the rank loader). An engine's rank loads through ``runtime/shard_loader.py`` instead,
+which streams its tensors one at a time straight onto the plan's device.
 """
 
 from __future__ import annotations

@@ -14,10 +14,22 @@
           ``.scale`` travels with its weight), and every source tensor (with its ``.scale``) is
           in the checkpoint with the table's dtype and shape. All problems are reported together
           in one CheckpointError.
-  Step 3  read (checkpoint directory) or generate (``weights: synthetic``: each tensor from
-          its own seeded generator, the same values as the full synthetic checkpoint) only
-          those tensors, check their scales, and assign them into place as stored (FP8 codes +
-          scales, MXFP4 expert stacks; nothing is dequantized).
+  Step 3  streamed onto the target device (``device``, default the plan's): read
+          (checkpoint directory) or generate (``weights: synthetic``: each tensor from its own
+          seeded generator, on the device, the same values as the full synthetic checkpoint on
+          that kind of device) only those tensors, one weight (+ its scale) at a time, check
+          each scale as it arrives, and put it in place as stored (FP8 codes + scales, MXFP4
+          expert stacks; nothing is dequantized). A non-expert tensor made on the device becomes
+          the parameter itself; the expert stacks are allocated on the device first and each
+          expert's tensors are copied into their slots, then dropped. Reading takes one shard
+          file at a time, in batches of at most ``READ_BATCH_BYTES`` (a larger unit alone),
+          copied to the device before the next batch is read.
+
+Memory: the device ends up holding the rank's stored bytes once (plus, transiently, one expert's
+tensors or one generation chunk); the host holds at most one read batch (synthetic weights on an
+accelerator never touch the host). On a CUDA device the rank's bytes are checked against the
+device's free memory before anything is allocated; synthetic weights on the host are capped at
+``MAX_SYNTHETIC_BYTES`` (``weights/synthetic.py``).
 
 A single-rank plan takes the same path with every slot. The MoE routes with the placement the
 weights follow (``weight_shards.expert_phase``) in both phases: when the planner's decode
@@ -28,17 +40,19 @@ from __future__ import annotations
 
 import fnmatch
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from deepinfer.artifacts.model_spec import ModelSpec
 from deepinfer.artifacts.plan_schema import PlanError
 from deepinfer.artifacts.weight_names import SCALE_KINDS, TensorSpec, expected_tensors
 from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.device import plan_device
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
+from deepinfer.runtime.model.expert_slots import ExpertSlots
 from deepinfer.runtime.model.moe import TokenExchange
 from deepinfer.runtime.model_loader import LoadedModel, build_model, engram_token_map
 from deepinfer.runtime.plan_loader import RuntimePlan
@@ -48,14 +62,20 @@ from deepinfer.runtime.weights.dequant import check_scales
 from deepinfer.runtime.weights.errors import CheckpointError
 from deepinfer.runtime.weights.shards import INDEX_FILE, TORCH_TO_SAFETENSORS
 from deepinfer.runtime.weights.synthetic import (
-    MAX_SYNTHETIC_BYTES,
+    check_synthetic_size,
     describe_spec,
+    device_fit_problem,
     synthetic_tensors,
 )
 
-__all__ = ["RankShard", "load_rank_model", "rank_shard"]
+__all__ = ["RankShard", "load_rank_model", "rank_shard", "rank_bytes"]
 
 REPLICATED, EXPERT, ENGRAM_ROWS, SKIPPED = "replicated", "expert", "engram_rows", "skipped"
+_EXPERTS = ".ffn.experts."
+READ_BATCH_BYTES = 512 << 20
+"""Most bytes of checkpoint tensors read onto the host at once (a larger unit is read alone)."""
+SCALE_CHECK_BATCH = 64
+"""Scales whose NaN check is read back from an accelerator at once (one host sync per batch)."""
 
 
 @dataclass(frozen=True)
@@ -165,12 +185,18 @@ def _check_whole_engram(plan: RuntimePlan, entry: dict[str, Any], field: str) ->
 
 
 def load_rank_model(plan: RuntimePlan, rank: int, kernels: KernelSet | None = None,
-                    exchange: TokenExchange | None = None, seed: int = 0) -> LoadedModel:
+                    exchange: TokenExchange | None = None, seed: int = 0,
+                    device: torch.device | str | None = None) -> LoadedModel:
     """Spec, tokenizer and ``rank``'s model with its weights in place (module docstring).
 
     ``exchange``: the EP group's token exchange (None for an EP group of one rank).
-    Raises CheckpointError (every coverage problem, before any data is read) or PlanError.
+    ``device``: where the weights are made (default the plan's, ``runtime/device.py``); the
+    returned model lives there entirely (weights streamed there, buffers moved).
+    Raises CheckpointError (every coverage problem, before any data is read), PlanError, or
+    ValueError when the rank's weights do not fit (host cap for synthetic weights, free memory
+    of a CUDA device), before anything is allocated.
     """
+    device = plan_device(plan.device) if device is None else torch.device(device)
     model_path = plan.model_path
     spec = plan.spec
     tok = load_tokenizer(model_path)
@@ -191,25 +217,164 @@ def load_rank_model(plan: RuntimePlan, rank: int, kernels: KernelSet | None = No
         where = "synthetic weights" if synthetic else f"checkpoint {model_path}"
         raise CheckpointError(f"{where} cannot fill rank {rank}'s model; {len(problems)} "
                               f"problem(s):\n{lines}", problems)
-    stored = _synthetic(shard, spec, seed) if synthetic else _read(Path(model_path), shard)
-    try:
-        check_scales(stored, shard.sources.values())
-    except ValueError as exc:  # a corrupt scale, named by check_scales
-        raise CheckpointError(f"checkpoint {model_path}: {exc}") from None
-    net.load_state_dict(_state(shard, stored), strict=True, assign=True)
+    what = f"rank {rank} of {model_path}, a {describe_spec(spec)}"
+    _check_fits(rank_bytes(shard), device, what, synthetic)
+    units = _units(shard)
+    stream = (_synthetic(shard, units, seed, device) if synthetic
+              else _read(Path(model_path), shard, units, device))
+    placer = _Placer(net, shard, device)
+    scales = _ScaleCheck(device, model_path)
+    for src, stored in stream:
+        scale_name = shard.sources[src].scale_name
+        scales.add(stored, None if scale_name is None else shard.sources[scale_name])
+        placer.place(src, units[src], stored)
+        del stored  # the next unit is made only after this one's references are gone
+    scales.flush()
+    placer.finish()
+    net.to_device(device)  # the non-persistent buffers and hash constants; weights are there
     return LoadedModel(spec, tok, net)
 
 
-def _state(shard: RankShard, stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The model's state dict: each target's source tensor, and its ``.scale`` when stored
-    quantized (a logical expert's tensors go to every slot holding a copy of it)."""
-    state: dict[str, torch.Tensor] = {}
+def rank_bytes(shard: RankShard) -> int:
+    """Bytes the rank's model holds as stored (a logical expert counted once per slot)."""
+    total = 0
+    for src in shard.targets.values():
+        t = shard.sources[src]
+        total += t.num_bytes
+        if t.scale_name is not None:
+            total += shard.sources[t.scale_name].num_bytes
+    return total
+
+
+def _check_fits(num_bytes: int, device: torch.device, what: str, synthetic: bool) -> None:
+    """Refuse a load that cannot fit (ValueError): synthetic weights by ``check_synthetic_size``
+    (host cap, or the CUDA device's free memory); a checkpoint by the CUDA device's free memory."""
+    if synthetic:
+        check_synthetic_size(num_bytes, device, what)
+    elif device.type == "cuda":
+        problem = device_fit_problem(num_bytes, torch.cuda.mem_get_info(device)[0], device, what)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def _units(shard: RankShard) -> dict[str, list[str]]:
+    """Source weight (no ``.scale``) -> the targets it fills, in the table order of targets."""
+    units: dict[str, list[str]] = {}
     for target, src in shard.targets.items():
-        state[target] = stored[src]
-        scale_name = shard.sources[src].scale_name
-        if scale_name is not None:
-            state[target.removesuffix(".weight") + ".scale"] = stored[scale_name]
-    return state
+        units.setdefault(src, []).append(target)
+    return units
+
+
+def _unit_names(shard: RankShard, src: str) -> list[str]:
+    """The checkpoint tensors of one unit: the weight and its scale."""
+    scale = shard.sources[src].scale_name
+    return [src] if scale is None else [src, scale]
+
+
+class _Placer:
+    """Puts each unit's tensors (on the device) into the meta-built model as they arrive.
+
+    Non-expert holders get the tensors themselves (``_load_from_state_dict`` with assign, as
+    ``load_state_dict(assign=True)`` would); expert stacks are allocated on the device up front
+    and each expert's tensors are copied into every slot that holds that logical expert.
+    """
+
+    def __init__(self, net: DeepseekV41, shard: RankShard, device: torch.device):
+        self.net = net
+        self.modules = dict(net.named_modules())
+        self.experts: dict[str, ExpertSlots] = {}
+        for name, module in self.modules.items():
+            if isinstance(module, ExpertSlots):
+                self.experts[name + "."] = module
+        quantized = {shard.sources[src].scale_name is not None
+                     for target, src in shard.targets.items() if _EXPERTS in target}
+        for slots in self.experts.values():
+            slots.allocate(device, quantized=quantized != {False})
+
+    def place(self, src: str, targets: list[str], stored: dict[str, torch.Tensor]) -> None:
+        """Put source weight ``src`` (+ its scale, both in ``stored``) into every target."""
+        weight = stored[src]
+        scale = stored.get(src.removesuffix(".weight") + ".scale")
+        with torch.no_grad():
+            for target in targets:
+                head, is_expert, rest = target.partition(_EXPERTS)
+                if is_expert:  # layers.L.ffn.experts.{j}.{w}.weight: slot j of a stack
+                    self._place_expert(head + _EXPERTS, rest, weight, scale)
+                else:
+                    module_name, _, local = target.rpartition(".")
+                    self._assign(module_name, target, local, weight, scale)
+
+    def _place_expert(self, prefix: str, rest: str, weight: torch.Tensor,
+                      scale: torch.Tensor | None) -> None:
+        j, w, _ = rest.split(".")
+        try:
+            self.experts[prefix].load_slot(int(j), w, weight, scale)
+        except ValueError as exc:
+            self._fail([f"{prefix}{rest}: {exc}"])
+
+    def _assign(self, module_name: str, target: str, local: str, weight: torch.Tensor,
+                scale: torch.Tensor | None) -> None:
+        prefix = module_name + "." if module_name else ""
+        sub = {target: weight}
+        if scale is not None:
+            sub[prefix + local.removesuffix("weight") + "scale"] = scale
+        missing: list[str] = []
+        unexpected: list[str] = []
+        errors: list[str] = []
+        self.modules[module_name]._load_from_state_dict(
+            sub, prefix, {"assign_to_params_buffers": True}, True, missing, unexpected, errors)
+        if unexpected:
+            errors.append(f"Unexpected key(s) in state_dict: {', '.join(unexpected)}")
+        if errors:
+            self._fail(errors)
+
+    def finish(self) -> None:
+        """Every parameter filled (coverage made sure of it; a last check, no data read)."""
+        left = [n for n, t in self.net.state_dict(keep_vars=True).items() if t.is_meta]
+        if left:
+            self._fail([f"{n} was not loaded" for n in left])
+
+    def _fail(self, errors: list[str]) -> None:
+        raise RuntimeError(f"Error(s) in loading state_dict for {type(self.net).__name__}:\n\t"
+                           + "\n\t".join(errors))
+
+
+class _ScaleCheck:
+    """``check_scales`` on each unit as it arrives. On the host at once; on an accelerator the
+    NaN flags are read back ``SCALE_CHECK_BATCH`` scales at a time (the scales are kept until
+    then), so loading does not wait on the device per tensor."""
+
+    def __init__(self, device: torch.device, model_path: str):
+        self.deferred = device.type != "cpu"
+        self.model_path = model_path
+        self.pending: list[tuple[TensorSpec, torch.Tensor, torch.Tensor]] = []
+
+    def add(self, stored: dict[str, torch.Tensor], scale_spec: TensorSpec | None) -> None:
+        """Check the scale of one unit (``scale_spec`` None: the weight has none)."""
+        if scale_spec is None:
+            return
+        scale = stored[scale_spec.name]
+        if not self.deferred:
+            self._check({scale_spec.name: scale}, [scale_spec])
+            return
+        self.pending.append((scale_spec, scale, (scale.view(torch.uint8) == 255).any()))
+        if len(self.pending) >= SCALE_CHECK_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        bad = torch.stack([flag for _, _, flag in pending]).tolist()
+        for (scale_spec, scale, _), is_bad in zip(pending, bad, strict=True):
+            if is_bad:
+                self._check({scale_spec.name: scale}, [scale_spec])
+
+    def _check(self, stored: dict[str, torch.Tensor], specs: list[TensorSpec]) -> None:
+        try:
+            check_scales(stored, specs)
+        except ValueError as exc:  # a corrupt scale, named by check_scales
+            raise CheckpointError(f"checkpoint {self.model_path}: {exc}") from None
 
 
 def _model_coverage(net: DeepseekV41, shard: RankShard) -> list[str]:
@@ -261,22 +426,49 @@ def _checkpoint_coverage(ckpt_dir: Path, shard: RankShard) -> list[str]:
     return problems
 
 
-def _read(ckpt_dir: Path, shard: RankShard) -> dict[str, torch.Tensor]:
+def _read(ckpt_dir: Path, shard: RankShard, units: dict[str, list[str]],
+          device: torch.device) -> Iterator[tuple[str, dict[str, torch.Tensor]]]:
+    """(source weight, its tensors on ``device``) per unit, one shard file at a time, each file
+    in batches of at most ``READ_BATCH_BYTES`` (or one larger unit): a batch is read, copied to
+    the device, and its host copies dropped before the next batch is read."""
     weight_map = json.loads((ckpt_dir / INDEX_FILE).read_text())["weight_map"]
     by_shard: dict[str, list[str]] = {}
-    for name in shard.sources:
-        by_shard.setdefault(weight_map[name], []).append(name)
-    stored: dict[str, torch.Tensor] = {}
-    for shard_name, names in by_shard.items():
-        stored.update(shards.load_tensors(ckpt_dir / shard_name, names))
-    return stored
+    for src in units:
+        by_shard.setdefault(weight_map[src], []).append(src)
+    for srcs in by_shard.values():
+        batch: list[str] = []
+        num_bytes = 0
+        for src in srcs:
+            unit_bytes = sum(shard.sources[n].num_bytes for n in _unit_names(shard, src))
+            if batch and num_bytes + unit_bytes > READ_BATCH_BYTES:
+                yield from _read_batch(ckpt_dir, shard, weight_map, batch, device)
+                batch, num_bytes = [], 0
+            batch.append(src)
+            num_bytes += unit_bytes
+        if batch:
+            yield from _read_batch(ckpt_dir, shard, weight_map, batch, device)
 
 
-def _synthetic(shard: RankShard, spec: ModelSpec, seed: int) -> dict[str, torch.Tensor]:
-    """The source tensors as the full synthetic checkpoint holds them (each tensor's values
-    depend only on ``(seed, name)``)."""
-    total = sum(t.num_bytes for t in shard.sources.values())
-    if total > MAX_SYNTHETIC_BYTES:
-        raise ValueError(f"refusing to synthesize {total / 2**30:.1f} GiB of weights for one rank "
-                         f"of {describe_spec(spec)} (limit {MAX_SYNTHETIC_BYTES / 2**30:.0f} GiB)")
-    return synthetic_tensors(shard.sources.values(), seed)
+def _read_batch(ckpt_dir: Path, shard: RankShard, weight_map: dict[str, str], srcs: list[str],
+                device: torch.device) -> Iterator[tuple[str, dict[str, torch.Tensor]]]:
+    names_by_file: dict[str, list[str]] = {}
+    for src in srcs:
+        for name in _unit_names(shard, src):  # a scale may sit in another shard file
+            names_by_file.setdefault(weight_map[name], []).append(name)
+    on_device: dict[str, torch.Tensor] = {}
+    for file, names in names_by_file.items():
+        host = shards.load_tensors(ckpt_dir / file, names)
+        for name in names:
+            on_device[name] = host.pop(name).to(device)  # the host copy goes here (not on CPU)
+        del host
+    for src in srcs:
+        yield src, {name: on_device.pop(name) for name in _unit_names(shard, src)}
+
+
+def _synthetic(shard: RankShard, units: dict[str, list[str]], seed: int,
+               device: torch.device) -> Iterator[tuple[str, dict[str, torch.Tensor]]]:
+    """(source weight, its tensors made on ``device``) per unit, as the full synthetic
+    checkpoint holds them (each tensor's values depend only on ``(seed, name)`` and the
+    device kind)."""
+    for src in units:
+        yield src, synthetic_tensors([shard.sources[src]], seed, device)

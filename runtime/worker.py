@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.decode_graphs import DecodeGraphs
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
 from deepinfer.runtime.outputs import TokenLogprobs
@@ -44,7 +45,7 @@ class StepInputs:
 
     step_id: int
     is_prefill: bool
-    batch: ForwardBatch
+    batch: ForwardBatch | None  # None: a CUDA-graph decode step (``graph_rows``)
     seq_ids: np.ndarray  # (rows,) int64
     epochs: np.ndarray  # (rows,) int64
     samples: np.ndarray  # (rows,) bool
@@ -59,6 +60,8 @@ class StepInputs:
     num_top_logprobs: list[int]  # per sampling row, -1 = no logprobs
     bucket: int = -1
     num_padded_rows: int = 0
+    # a decode step replayed by DecodeGraphs: (n,) ids, positions, slots, (n, blocks) tables
+    graph_rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     result: StepResult | None = field(default=None)
 
 
@@ -81,8 +84,9 @@ class DeferredReleasePool:
 class Worker:
     """Forward + sampling of one step at a time."""
 
-    def __init__(self, model: DeepseekV41, kernels: KernelSet, *, pipeline: bool = True):
-        self.model, self.kernels, self.pipeline = model, kernels, pipeline
+    def __init__(self, model: DeepseekV41, kernels: KernelSet, *, pipeline: bool = True,
+                 graphs: DecodeGraphs | None = None):
+        self.model, self.kernels, self.pipeline, self.graphs = model, kernels, pipeline, graphs
         self.deferred = DeferredReleasePool()
         device = model.device
         # The forward thread's current CUDA device is the model's (a rank's GPU), as the
@@ -115,7 +119,10 @@ class Worker:
 
     def _run(self, inputs: StepInputs) -> StepResult:
         t0 = time.perf_counter()
-        logits = self.model(inputs.batch, all_logits=False)  # (rows, vocab) fp32
+        if inputs.graph_rows is not None:
+            logits = self.graphs.run(*inputs.graph_rows)  # (rows, vocab) fp32
+        else:
+            logits = self.model(inputs.batch, all_logits=False)  # (rows, vocab) fp32
         if len(inputs.sample_rows) == 0:
             return StepResult([], [], time.perf_counter() - t0)
         picked = logits if len(inputs.sample_rows) == logits.shape[0] else \

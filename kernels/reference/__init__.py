@@ -7,6 +7,7 @@ def register_all() -> None:
     """Register every reference op under the ``reference`` backend."""
     from deepinfer.kernels.reference import (
         attention,
+        attention_fused,
         compressor,
         engram,
         indexer,
@@ -26,6 +27,9 @@ def register_all() -> None:
         "hc_collapse": mhc.hc_collapse,
         "hc_expand": mhc.hc_expand,
         "sparse_attention_sink": attention.sparse_attention_sink,
+        # the decode step's ops over the packed pools (the model calls them; composed refs)
+        "sparse_attention_sink_records": attention_fused.sparse_attention_sink_records,
+        "index_scores_paged": attention_fused.index_scores_paged,
         "linear": linear.linear,
         "linear_quant_act": linear.linear_quant_act,
         "grouped_linear": linear.grouped_linear,

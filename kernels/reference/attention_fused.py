@@ -8,7 +8,8 @@ as one op so that a fused kernel has an oracle:
   records (the second scatters them into the ring);
 * :func:`compressed_kv_records`: RoPE + Q4E4_16 into 288-B compressed records;
 * :func:`index_key_records`: k-norm + RoPE + Q4E8_32 into 68-B index-key records;
-* :func:`index_scores_records`: indexer scores over packed index keys with the visibility rule.
+* :func:`index_scores_records`: indexer scores over packed index keys with the visibility rule;
+* :func:`index_scores_paged`: the same, each query over its own entries in a paged key pool.
 """
 
 import torch
@@ -76,6 +77,47 @@ def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_record
     return indexer.mask_invisible(indexer.index_scores(q, head_weights, keys), num_visible)
 
 
+PAGED_SCORE_CHUNK = 2048
+"""Entries per step of :func:`index_scores_paged` (bounds its fp64 temporaries: N x 2048 x Di)."""
+
+
+def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: torch.Tensor,
+                       block_tables: torch.Tensor, num_visible: torch.Tensor,
+                       entries_per_block: int, width: int) -> torch.Tensor:
+    """Indexer scores of each query row over its own visible entries of a paged key pool.
+
+    Entry t of row n is pool row ``block_tables[n, t // entries_per_block] * entries_per_block
+    + t % entries_per_block``; only entries t < num_visible[n] are read (the block-table columns
+    past them may hold anything). The output width is static (CUDA-graph friendly).
+
+    Args:
+        q: (N, Hi, Di) FP4-grid queries; head_weights: (N, Hi) fp32 (already scaled);
+        key_pool: uint8 (R, Di/2 + Di/32) index-key records; block_tables: int64 (N, MB);
+        num_visible: int64 (N,); entries_per_block, width: ints.
+    Returns:
+        (N, width) fp32: ``sum_h w[n, h] * relu(q[n, h] . key(t))`` for t < num_visible[n],
+        -inf elsewhere; bit-equal to :func:`indexer.index_scores` of each row over its own keys
+        followed by :func:`indexer.mask_invisible`.
+    """
+    n, d = q.shape[0], q.shape[-1]
+    out = torch.full((n, width), float("-inf"), device=q.device)
+    if n == 0 or width == 0 or block_tables.shape[1] == 0 or key_pool.shape[0] == 0:
+        return out  # nothing can be visible
+    qd, wd = q.double(), head_weights.double()
+    for c0 in range(0, width, PAGED_SCORE_CHUNK):
+        c1 = min(width, c0 + PAGED_SCORE_CHUNK)
+        t = torch.arange(c0, c1, device=q.device)
+        visible = t[None, :] < num_visible[:, None]  # (N, C)
+        col = torch.where(visible, t // entries_per_block, 0)  # never index an unused column
+        rows = block_tables.gather(1, col) * entries_per_block + t % entries_per_block
+        rows = torch.where(visible, rows, 0)  # invisible entries read row 0, then are masked
+        keys = formats.unpack_index_key(key_pool[rows], d, torch.float32)  # (N, C, Di)
+        dots = torch.einsum("nhd,ntd->nht", qd, keys.double()).relu()
+        scores = torch.einsum("nht,nh->nt", dots, wd).float()  # fp64 sums, as index_scores
+        out[:, c0:c1] = scores.masked_fill(~visible, float("-inf"))
+    return out
+
+
 def register_reference_fused() -> None:
     """Register these ops under the reference backend (call from ``register_all``)."""
     from deepinfer.kernels import registry
@@ -87,6 +129,7 @@ def register_reference_fused() -> None:
         "compressed_kv_records": compressed_kv_records,
         "index_key_records": index_key_records,
         "index_scores_records": index_scores_records,
+        "index_scores_paged": index_scores_paged,
     }.items():
         registry.register(op, registry.REFERENCE, fn)
 

@@ -140,10 +140,14 @@ def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     """Nibble codes (integer tensor, values 0..15; higher bits ignored) -> fp32 e2m1 values.
 
     Table: [0, .5, 1, 1.5, 2, 3, 4, 6, -0, -.5, -1, -1.5, -2, -3, -4, -6]; code 8 gives -0.0.
+    Computed from the code's bits (exponent e = bits 1-2, mantissa m = bit 0): e = 0 gives
+    m / 2, else (1 + m / 2) * 2^(e - 1). No table tensor is built, so nothing is copied to the
+    device (the op may run inside a CUDA-graph capture).
     """
-    table = torch.tensor(E2M1_MAGNITUDES, dtype=torch.float32, device=codes.device)
-    table = torch.cat([table, -table])
-    return table[(codes.to(torch.int64) & 0xF)]
+    c = codes.to(torch.int32) & 0xF
+    e, m = (c >> 1) & 3, (c & 1).to(torch.float32)
+    magnitude = torch.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * torch.exp2((e - 1).float()))
+    return torch.where((c & 8) != 0, -magnitude, magnitude)
 
 
 def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:

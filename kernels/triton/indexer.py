@@ -5,6 +5,8 @@ warpgroup MMA tile) against ``KT`` tiles of ``BT`` keys, keeping its queries loa
 either float rows (the registered ``index_scores`` op) or 68-B FP4 index-key records
 (``index_scores_records``: D/2 e2m1 pair bytes | D/32 ue8m0 scales) dequantized in registers,
 with the visibility rule ``t < num_visible[n]`` applied in the epilogue (-inf elsewhere).
+``index_scores_paged`` scores each query over its own entries of a paged record pool (one query
+row per program: rows do not share keys), reading only visible entries.
 As in the attention kernel the 128 channels are taken as an even and an odd half, so one record
 byte feeds both halves. Dots run in q's dtype (bf16 on the GPU: FP4-grid values are exact in
 bf16) with fp32 accumulation; the head reduction is fp32.
@@ -75,6 +77,54 @@ def _index_scores_kernel(
         tl.store(out, score, mask=(qn2 < num_q)[:, None] & tmask[None, :])
 
 
+
+@triton.jit(do_not_specialize=["entries_per_block"])
+def _index_scores_paged_kernel(
+    q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, bt_ptr, stride_bn, vis_ptr, out_ptr,
+    stride_on, width, entries_per_block,
+    HI: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, KT: tl.constexpr,
+    PREC: tl.constexpr,
+):
+    """Program (n, p): query row n over entries [p*BT*KT, (p+1)*BT*KT) of its block table.
+    Only tiles holding visible entries load anything; the rest are stored as -inf.
+
+    ``entries_per_block`` is not specialized: with its %16 specialization Triton 3.6's alignment
+    analysis overstates the alignment of ``row = blk * epb + t % epb`` and the record loads
+    fault on the H200 ("misaligned address", measured at epb=16); unspecialized they run."""
+    n = tl.program_id(0).to(tl.int64)
+    t0 = tl.program_id(1) * (BT * KT)
+    vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
+    num_tiles = tl.minimum(KT, tl.cdiv(width - t0, BT))
+    num_vis_tiles = tl.where(vis > t0, tl.minimum(num_tiles, tl.cdiv(vis - t0, BT)), 0)
+    out_row = out_ptr + n * stride_on
+    if num_vis_tiles > 0:
+        r = tl.arange(0, HP)  # heads, padded to the 16-row minimum of tl.dot
+        rmask = r < HI
+        j = tl.arange(0, D // 2)
+        q_rows = q_ptr + n * stride_qn + r[:, None] * stride_qh
+        q_e = tl.load(q_rows + 2 * j[None, :], mask=rmask[:, None], other=0.0)
+        q_o = tl.load(q_rows + 2 * j[None, :] + 1, mask=rmask[:, None], other=0.0)
+        w = tl.load(w_ptr + n * stride_wn + r, mask=rmask, other=0.0).to(tl.float32)
+        for kt in range(0, num_vis_tiles):
+            t = t0 + kt * BT + tl.arange(0, BT)
+            tmask = t < vis
+            blk = tl.load(bt_ptr + n * stride_bn + t // entries_per_block, mask=tmask, other=0)
+            row = blk * entries_per_block + t % entries_per_block
+            k_rows = k_ptr + row.to(tl.int64)[:, None] * (D // 2 + D // 32)
+            byte = tl.load(k_rows + j[None, :], mask=tmask[:, None], other=0).to(tl.int32)
+            se = tl.load(k_rows + D // 2 + j[None, :] // 16, mask=tmask[:, None], other=127)
+            scale = ue8m0_to_f32(se.to(tl.int32))
+            k_e = e2m1_to_f32(byte & 15) * scale
+            k_o = e2m1_to_f32((byte >> 4) & 15) * scale
+            s = tl.dot(q_e, tl.trans(k_e.to(q_e.dtype)), input_precision=PREC)
+            s = tl.dot(q_o, tl.trans(k_o.to(q_e.dtype)), s, input_precision=PREC)  # (HP, BT)
+            score = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0)  # (BT,)
+            tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
+    for kt in range(num_vis_tiles, num_tiles):
+        t = t0 + kt * BT + tl.arange(0, BT)
+        tl.store(out_row + t, tl.full((BT,), float("-inf"), tl.float32), mask=t < width)
+
+
 def launch_meta(hi: int, d: int, records: bool, has_vis: bool,
                 q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
     """Constexprs and launch options (shared with the SM90 compile test); fp32 q keeps fp32
@@ -117,6 +167,45 @@ def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_record
     return _launch(q, head_weights, key_records, num_visible, True)
 
 
+
+def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
+    """Constexprs and launch options of ``_index_scores_paged_kernel`` (shared with the SM90
+    compile test)."""
+    return dict(HI=hi, HP=max(16, triton.next_power_of_2(hi)), D=d, BT=BLOCK_KEYS, KT=KEY_TILES,
+                PREC="ieee" if q_dtype == torch.float32 else "tf32", num_warps=NUM_WARPS,
+                num_stages=2)
+
+
+def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: torch.Tensor,
+                       block_tables: torch.Tensor, num_visible: torch.Tensor,
+                       entries_per_block: int, width: int) -> torch.Tensor:
+    """Triton version of ``reference.attention_fused.index_scores_paged``: (N, Hi, Di) queries,
+    each over its own entries t < num_visible[n] of a paged pool of 68-B records (pool row
+    ``block_tables[n, t // entries_per_block] * entries_per_block + t % entries_per_block``)
+    -> (N, width) fp32, -inf past each row's visible count."""
+    n, hi, d = q.shape
+    rec_bytes = formats.index_key_record_bytes(d)
+    if key_pool.dim() != 2 or key_pool.shape[-1] != rec_bytes:
+        raise ValueError("index key pool does not match the query head dim")
+    if key_pool.shape[0] > 0 and key_pool.stride() != (rec_bytes, 1):
+        raise ValueError("index key pool must be contiguous records")
+    if q.stride(-1) != 1 or head_weights.stride(-1) != 1 or block_tables.stride(-1) != 1:
+        raise ValueError("index scores: q, head weights and block tables must be contiguous rows")
+    out = attn_common.alloc((n, width), torch.float32, q.device)
+    if n == 0 or width == 0:
+        return out
+    if block_tables.shape[1] == 0 or key_pool.shape[0] == 0:
+        return out.fill_(float("-inf"))  # nothing can be visible
+    meta = paged_launch_meta(hi, d, q.dtype)
+    grid = (n, triton.cdiv(width, meta["BT"] * meta["KT"]))
+    _index_scores_paged_kernel[grid](
+        q, q.stride(0), q.stride(1), head_weights, head_weights.stride(0), key_pool,
+        block_tables, block_tables.stride(0), num_visible, out, out.stride(0), width,
+        entries_per_block, **meta,
+    )
+    return out
+
+
 def supports_index_scores(spec: dict[str, Any]) -> bool:
     """index head_dim a power of two in [32, 256]; index heads a power of two <= 64."""
     d = int(spec.get("index_head_dim", 128))
@@ -135,6 +224,9 @@ def aot_cases() -> list[dict[str, Any]]:
         dict(name="index_scores bf16 keys Hi32 D128", module=__name__,
              kernel="_index_scores_kernel", types=dict(types, k_ptr="*bf16"),
              meta=launch_meta(32, 128, False, False)),
+        dict(name="index_scores_paged Hi64 D128", module=__name__,
+             kernel="_index_scores_paged_kernel", types=dict(types, bt_ptr="*i64"),
+             meta=paged_launch_meta(64, 128)),
     ]
 
 
@@ -145,3 +237,6 @@ def register_triton_indexer() -> None:
     attn_common.register_with_reference("index_scores_records", index_scores_records,
                                         supports_index_scores,
                                         attention_fused.index_scores_records)
+    attn_common.register_with_reference("index_scores_paged", index_scores_paged,
+                                        supports_index_scores,
+                                        attention_fused.index_scores_paged)

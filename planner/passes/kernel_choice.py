@@ -36,12 +36,14 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "hc_collapse": TRITON_ARCHS,  # kernels/triton/mhc.py
     "hc_expand": TRITON_ARCHS,  # kernels/triton/mhc.py
     "index_scores": TRITON_ARCHS,  # kernels/triton/indexer.py
+    "index_scores_paged": TRITON_ARCHS,  # kernels/triton/indexer.py
     "linear_quant_act": TRITON_ARCHS,  # kernels/triton/gemm_fp8.py
     "moe_routed_experts": TRITON_ARCHS,  # kernels/triton/moe_experts.py
     "rms_norm": TRITON_ARCHS,  # kernels/triton/norm.py
     "route_sqrtsoftplus": TRITON_ARCHS,  # kernels/triton/moe_routing.py
     "select_candidate_blocks": TRITON_ARCHS,  # kernels/triton/topk.py
     "sparse_attention_sink": TRITON_ARCHS,  # kernels/triton/attention.py
+    "sparse_attention_sink_records": TRITON_ARCHS,  # kernels/triton/attention.py
     "topk_positions": TRITON_ARCHS,  # kernels/triton/topk.py
 }
 

@@ -26,22 +26,14 @@ from deepinfer.runtime.model.rope_tables import layer_inv_freq
 
 class Published:
     """What index sources publish within one forward, per layer and sequence: top-k entry ids
-    (S, k) and the candidate mask (S, T) of the candidate source. Also the per-row pool
-    addressing of a decode step (:class:`DecodeRows`), built by the first layer, shared by all."""
+    (S, k) and the candidate mask (S, T) of the candidate source; in a decode step, per layer
+    for all N rows at once."""
 
     def __init__(self) -> None:
         self.topk: dict[tuple[int, int], torch.Tensor] = {}
         self.candidates: dict[tuple[int, int], torch.Tensor] = {}
         self.topk_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, index_topk)
         self.candidate_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, T)
-        self._decode_rows: DecodeRows | None = None
-        self._decode_built = False
-
-    def decode_rows(self, batch: ForwardBatch) -> DecodeRows | None:
-        """``DecodeRows.build(batch)``, once per forward (None: not a paged decode step)."""
-        if not self._decode_built:
-            self._decode_rows, self._decode_built = DecodeRows.build(batch), True
-        return self._decode_rows
 
 
 class Attention(nn.Module):
@@ -67,9 +59,10 @@ class Attention(nn.Module):
         self.register_buffer("inv_freq", layer_inv_freq(spec, layer.compress_ratio),
                              persistent=False)
 
-    def forward(self, k: KernelSet, x: torch.Tensor, batch: ForwardBatch,
+    def forward(self, k: KernelSet, x: torch.Tensor, batch: ForwardBatch | DecodeRows,
                 published: Published) -> torch.Tensor:
-        """(N, D) bf16 collapsed + normed input -> (N, D) bf16; appends to the caches."""
+        """(N, D) bf16 collapsed + normed input -> (N, D) bf16; appends to the caches (a
+        :class:`DecodeRows` step: to the pools, all rows at once, without host syncs)."""
         spec, layer = self.spec, self.layer
         eps, pos, inv_freq = spec.rms_norm_eps, batch.positions, self.inv_freq
         qr = k.rms_norm(self.wq_a(k, x), self.q_norm.weight, eps)
@@ -80,9 +73,8 @@ class Attention(nn.Module):
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
         idx_q = self.indexer.queries(k, x, qr, pos, inv_freq) if layer.owns_indexer else None
 
-        decode = published.decode_rows(batch)
-        if decode is not None:
-            out = self._decode(k, q, kv, comp, idx_q, batch, published, decode)
+        if isinstance(batch, DecodeRows):
+            out = self._decode(k, q, kv, comp, idx_q, published, batch)
         else:
             out = self._per_sequence(k, q, kv, comp, idx_q, batch, published)
         out = k.apply_rope(out, pos, inv_freq, inverse=True)
@@ -91,12 +83,12 @@ class Attention(nn.Module):
 
     def _decode(self, k: KernelSet, q: torch.Tensor, kv: torch.Tensor,
                 comp: tuple[torch.Tensor, torch.Tensor | None] | None,
-                idx_q: tuple[torch.Tensor, torch.Tensor] | None, batch: ForwardBatch,
-                published: Published, decode: DecodeRows) -> torch.Tensor:
+                idx_q: tuple[torch.Tensor, torch.Tensor] | None, published: Published,
+                decode: DecodeRows) -> torch.Tensor:
         """Attention of a decode step over the paged pools, all N rows at once.
 
         Step 1: the N new window records go to ring slot ``p % W`` of each row's state slot.
-        Step 2 (still per sequence): the compressed entries this token completes.
+        Step 2: the compressed entries this token completes (:meth:`_append_decode`).
         Step 3: the top-k of every row (:meth:`_decode_selection`).
         Step 4: per-row lists into the flattened pools, (N, W) window + (N, index_topk)
         compressed, and one attention op. Returns (N, H, Dh) like q.
@@ -108,19 +100,50 @@ class Attention(nn.Module):
         entries = entry_idx = None
         if layer.compress_ratio > 0:
             if comp is not None:
-                for b, cache in enumerate(batch.caches):
-                    rows = batch.rows(b)
-                    self._append_entries(k, comp[0][rows],
-                                         None if comp[1] is None else comp[1][rows], cache)
-            entry_ids = self._decode_selection(k, idx_q, batch, published, decode)
+                self._append_decode(k, comp, decode)
+            entry_ids = self._decode_selection(k, idx_q, published, decode)
             entries = pool.flat_entries(layer.kv_source)
             entry_idx = decode.compressed(layer.kv_source, entry_ids)
         return attend_records(k, q, flat_window, window_idx, entries, entry_idx,
                               self.attn_sink, self.head_dim ** -0.5)
 
+    def _append_decode(self, k: KernelSet, comp: tuple[torch.Tensor, torch.Tensor | None],
+                       decode: DecodeRows) -> None:
+        """The compressor of a decode step, every row at once (ratio r; row i at position p).
+
+        Row i completes group ``e = p // r`` when ``(p + 1) % r == 0``: its entry is pooled
+        from the r-1 partial rows of its slot and its own projection, and written with its
+        index key to entry ``e``'s block row. Otherwise its projection goes to partial row
+        ``p % r`` of its slot. Both writes run for every row, each redirected to the sentinels
+        (slot 0, block 0) where it does not apply: no data-dependent shapes, no host sync.
+        """
+        src, r, pool = self.layer.layer_id, self.layer.compress_ratio, decode.pool
+        pos, slots = decode.positions, decode.slots
+        complete = (pos + 1) % r == 0
+        if r == 1:
+            latents = comp[0]
+        else:
+            kv, gate = comp[0], comp[1]
+            partial_kv, partial_gate = pool.partial_kv[src], pool.partial_gate[src]
+            count = pos % r
+            keep_slot = torch.where(complete, 0, slots)  # a complete row leaves no partial
+            partial_kv[keep_slot, count.clamp(max=r - 2)] = kv
+            partial_gate[keep_slot, count.clamp(max=r - 2)] = gate
+            group_kv = torch.cat([partial_kv[slots], kv[:, None]], dim=1)  # (N, r, Dh)
+            group_gate = torch.cat([partial_gate[slots], gate[:, None]], dim=1)
+            pooled = k.compress_pool(group_kv, group_gate)  # rows of incomplete groups: unused
+            latents = k.rms_norm(pooled.to(torch.bfloat16), self.compressor.norm.weight,
+                                 self.spec.rms_norm_eps)
+        group_pos = torch.div(pos, r, rounding_mode="floor") * r
+        keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
+        records = formats.pack_compressed_kv(k.apply_rope(latents, group_pos, self.inv_freq))
+        rows = decode.compressed(src, torch.div(pos, r, rounding_mode="floor")[:, None])[:, 0]
+        rows = torch.where(complete, rows, 0)  # sentinel block 0, row 0
+        pool.flat_entries(src)[rows] = records
+        pool.flat_index_keys(src)[rows] = keys
+
     def _decode_selection(self, k: KernelSet, idx_q: tuple[torch.Tensor, torch.Tensor] | None,
-                          batch: ForwardBatch, published: Published,
-                          decode: DecodeRows) -> torch.Tensor:
+                          published: Published, decode: DecodeRows) -> torch.Tensor:
         """(N, index_topk) entry ids (-1 padded) of a decode step: its own top-k over each
         row's visible index keys if this layer is an index source, else the published one."""
         layer = self.layer
@@ -129,9 +152,11 @@ class Attention(nn.Module):
         candidates = None
         if layer.candidate_source is not None:
             candidates = published.candidate_rows[layer.candidate_source]
+        src = layer.kv_source
         sel, cand = self.indexer.select_rows(
-            k, idx_q[0], idx_q[1], decode.pool.flat_index_keys(layer.kv_source),
-            decode.visible_entries(layer.kv_source), batch.positions, candidates)
+            k, idx_q[0], idx_q[1], decode.pool.flat_index_keys(src), decode.block_tables,
+            decode.pool.entries_per_block[src], decode.key_width(src), decode.positions,
+            candidates)
         sel = F.pad(sel, (0, self.spec.index_topk - sel.shape[1]), value=-1)
         published.topk_rows[layer.layer_id] = sel
         if cand is not None:

@@ -9,6 +9,7 @@ from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.attention import Attention, Published
 from deepinfer.runtime.model.batch import ForwardBatch
+from deepinfer.runtime.model.decode_rows import DecodeRows
 from deepinfer.runtime.model.engram import Engram
 from deepinfer.runtime.model.moe import MoE
 from deepinfer.runtime.model.params import Norm, f32_param
@@ -37,8 +38,9 @@ class Block(nn.Module):
         return k.hc_coeffs(x, fn, scale, base, spec.rms_norm_eps, spec.hc_eps,
                            spec.hc_sinkhorn_iters)
 
-    def forward(self, k: KernelSet, x: torch.Tensor, pre_in: torch.Tensor, batch: ForwardBatch,
-                published: Published) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, k: KernelSet, x: torch.Tensor, pre_in: torch.Tensor,
+                batch: ForwardBatch | DecodeRows, published: Published
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         """Streams (N, S, D) bf16 and the previous site's pre (N, S) fp32 -> new streams and
         this block's FFN-site pre (consumed by the next block's attention site)."""
         eps = self.spec.rms_norm_eps

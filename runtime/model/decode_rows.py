@@ -11,8 +11,10 @@ A decode step has one new token per sequence (N rows, row i at position ``p_i`` 
 
 Both lists have fixed widths (W and ``index_topk``), so their shapes depend on N only. The
 indexer of an index-source layer scores row i's visible index keys ``e < (p + 1) // ratio``
-through the same block mapping in ``CachePool.flat_index_keys(s)``; that list is (N, T) with T
-the step's largest visible count (a host int: it grows with the context).
+in place in ``CachePool.flat_index_keys(s)`` through the same block mapping (the
+``index_scores_paged`` op) into (N, T) rows, T = :meth:`DecodeRows.key_width` (static under a
+CUDA graph). Nothing here reads a device value back to the host: a decode forward over
+:class:`DecodeRows` can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -51,24 +53,34 @@ def compressed_rows(block_tables: torch.Tensor, entry_ids: torch.Tensor,
 
 @dataclass
 class DecodeRows:
-    """What every layer of one decode forward needs to address the pools (built once).
+    """One decode step's inputs and pool addressing: everything a decode forward reads.
 
-    ``slots`` (N,) int64 and ``block_tables`` (N, max_blocks) int64 (0-padded) live on the
-    pool's device; ``positions`` (N,) int64 is the batch's.
+    Device tensors (N rows, the pool's device): ``input_ids`` (N,) int64, ``positions`` (N,)
+    int64, ``slots`` (N,) int64 state slots, ``block_tables`` (N, max_blocks) int64 (padded
+    with the sentinel block 0). ``max_position`` is a host int that fixes the width of the
+    indexer's key lists, ``(max_position + 1) // ratio``: the step's largest position when run
+    eagerly, ``max_model_len - 1`` under a CUDA graph (static shapes).
+
+    Padding rows of a graph bucket use slot 0, block 0 and position 0: the pools' sentinels,
+    which no sequence owns, so whatever a padding row writes is never read by a real row.
     """
 
     pool: CachePool
-    slots: torch.Tensor
+    input_ids: torch.Tensor
     positions: torch.Tensor
+    slots: torch.Tensor
     block_tables: torch.Tensor
-    max_position: int  # host: the largest position of the step
+    max_position: int
+
+    image_mask = None  # decode rows never carry image tokens (the MoE router's mask)
 
     @classmethod
     def build(cls, batch: ForwardBatch) -> DecodeRows | None:
-        """The lists of ``batch`` if it is a decode step over one pool (every sequence one new
-        token, every cache a :class:`PagedSequenceCache` of the same pool), else None."""
+        """The rows of ``batch`` if it is a decode step over one pool (every sequence one new
+        token, every cache a :class:`PagedSequenceCache` of the same pool, no image token),
+        else None."""
         caches = batch.caches
-        if not caches or any(n != 1 for n in batch.seq_lens):
+        if not caches or any(n != 1 for n in batch.seq_lens) or batch.image_mask is not None:
             return None
         if not all(isinstance(c, PagedSequenceCache) for c in caches):
             return None
@@ -79,7 +91,12 @@ class DecodeRows:
         tables = torch.stack([F.pad(c.block_table, (0, width - c.block_table.shape[0]))
                               for c in caches])
         slots = torch.tensor([c.slot for c in caches], dtype=torch.int64).to(pool.device)
-        return cls(pool, slots, batch.positions, tables, max(batch.start_positions))
+        return cls(pool, batch.input_ids, batch.positions, slots, tables,
+                   max(batch.start_positions))
+
+    @property
+    def num_rows(self) -> int:
+        return self.input_ids.shape[0]
 
     def window(self, layer: int) -> torch.Tensor:
         """(N, W) rows of ``pool.flat_window()`` for ``layer``; the last column is row i's own
@@ -88,15 +105,14 @@ class DecodeRows:
         return window_rows(self.slots, self.positions, spec.num_hidden_layers,
                            spec.sliding_window, layer)
 
-    def visible_entries(self, source_layer: int) -> torch.Tensor:
-        """(N, T) rows of ``source_layer``'s flattened entry / index-key pools of every entry
-        row i may see (t < (p_i + 1) // ratio, ascending), -1 beyond; T = the step's largest
-        visible count, a host int."""
+    def num_visible(self, source_layer: int) -> torch.Tensor:
+        """(N,) int64 entries of ``source_layer`` row i may see: ``(p_i + 1) // ratio``."""
         ratio = self.pool.ratio[source_layer]
-        ids = torch.arange((self.max_position + 1) // ratio, device=self.positions.device)
-        num_visible = torch.div(self.positions + 1, ratio, rounding_mode="floor")
-        ids = torch.where(ids[None, :] < num_visible[:, None], ids, torch.full_like(ids, -1))
-        return self.compressed(source_layer, ids)
+        return torch.div(self.positions + 1, ratio, rounding_mode="floor")
+
+    def key_width(self, source_layer: int) -> int:
+        """Host int: the width of the indexer's (N, T) score rows of ``source_layer``."""
+        return (self.max_position + 1) // self.pool.ratio[source_layer]
 
     def compressed(self, source_layer: int, entry_ids: torch.Tensor) -> torch.Tensor:
         """(N, K) entry ids of ``source_layer`` -> (N, K) rows of its flattened entry pool."""

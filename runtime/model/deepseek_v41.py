@@ -17,6 +17,7 @@ from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.attention import Published
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.block import Block
+from deepinfer.runtime.model.decode_rows import DecodeRows
 from deepinfer.runtime.model.engram_hash import (
     BLOCKED,
     hash_windows,
@@ -134,35 +135,77 @@ class DeepseekV41(nn.Module):
             cache.engram_history = flat[end - m1:end].clone()
         return hash_windows(windows, self.engram_hash)
 
+    def _hash_ids_decode(self, rows: DecodeRows) -> torch.Tensor | None:
+        """:meth:`_hash_ids` of a decode step: each row's history is its state slot's row of
+        the pool's engram history, advanced in place (padding rows: the sentinel slot 0)."""
+        if self.engram_hash is None:
+            return None
+        history = rows.pool.engram_history
+        windows = torch.cat([history[rows.slots], self.token_map[rows.input_ids][:, None]], 1)
+        history[rows.slots] = windows[:, 1:]
+        return hash_windows(windows, self.engram_hash)
+
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, all_logits: bool = True) -> torch.Tensor:
         """Run the new tokens of every sequence; caches advance in place.
 
         Returns fp32 logits (N, vocab) for every new token, or (B, vocab) for each sequence's
-        last token when ``all_logits`` is False.
+        last token when ``all_logits`` is False. A decode step over paged caches runs
+        :meth:`forward_decode` (all rows at once over the pools).
         """
         self._check(batch)
-        k, spec = self.kernels, self.spec
+        rows = DecodeRows.build(batch)
+        if rows is not None:
+            logits = self.forward_decode(rows)
+            for cache in batch.caches:
+                cache.num_tokens += 1
+            return logits
         h = self.embed.weight[batch.input_ids]
         if batch.image_embeds is not None:
             h = h.clone()
             h[batch.image_mask] = batch.image_embeds.to(h.dtype)
+        hash_ids = self._hash_ids(batch)
+        text_mask = None if batch.image_mask is None else ~batch.image_mask
+        x, pre = self._backbone(h, hash_ids, text_mask, batch)
+        for cache, n in zip(batch.caches, batch.seq_lens, strict=True):
+            cache.num_tokens += n
+        if not all_logits:
+            x, pre = x[batch.last_rows], pre[batch.last_rows]
+        return self._head(x, pre)
+
+    @torch.no_grad()
+    def forward_decode(self, rows: DecodeRows) -> torch.Tensor:
+        """One decode step of N rows over the paged pools -> (N, vocab) fp32 logits.
+
+        Reads and writes only the pools and ``rows``' tensors, never a device value back to
+        the host, and every shape depends on N and ``rows.max_position`` alone: a CUDA graph
+        captures it (``runtime/decode_graphs.py``). Positions are trusted (the engine's
+        scheduler produced them); :meth:`forward` checks them first.
+        """
+        h = self.embed.weight[rows.input_ids]
+        x, pre = self._backbone(h, self._hash_ids_decode(rows), None, rows)
+        return self._head(x, pre)
+
+    def _backbone(self, h: torch.Tensor, hash_ids: torch.Tensor | None,
+                  text_mask: torch.Tensor | None, batch: ForwardBatch | DecodeRows
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, D) bf16 embeddings -> the last block's streams (N, S, D) and pre (N, S)."""
+        k, spec = self.kernels, self.spec
         x = h.unsqueeze(1).expand(-1, spec.hc_mult, -1).contiguous()  # (N, S, D)
         pre = torch.zeros(x.shape[0], spec.hc_mult, device=x.device)
         pre[:, 0] = 1.0  # identity pre-mix: the first site reads stream 0
-        hash_ids = self._hash_ids(batch)
-        text_mask = None if batch.image_mask is None else ~batch.image_mask
         published = Published()
         for block in self.layers:
             layer_id = block.attn.layer.layer_id
             if hash_ids is not None and block.attn.layer.is_engram:
                 x = block.engram(k, x, hash_ids[:, spec.engram_slot(layer_id)], text_mask)
             x, pre = block(k, x, pre, batch, published)
-        for cache, n in zip(batch.caches, batch.seq_lens, strict=True):
-            cache.num_tokens += n
-        if not all_logits:
-            x, pre = x[batch.last_rows], pre[batch.last_rows]
-        y = k.rms_norm(k.hc_collapse(x, pre), self.norm.weight, spec.rms_norm_eps)
+        return x, pre
+
+    def _head(self, x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+        """Streams (N, S, D) and pre (N, S) -> (N, vocab) fp32 logits."""
+        k = self.kernels
+        y = k.rms_norm(k.hc_collapse(x, pre), self.norm.weight, self.spec.rms_norm_eps)
         return k.linear(y.float(), self.head.weight)  # fp32 logits
 
     def _check(self, batch: ForwardBatch) -> None:

@@ -9,6 +9,11 @@ The state dict names slot j's tensors like the checkpoint names one expert's:
 the per-expert tensors into one allocation per projection (the checkpoint's int8 bytes are
 viewed as uint8); per-expert tensors without scales (the fully dequantized form) give plain
 bf16 stacks [E, O, I] instead, which the ops take as well, with the same results.
+
+Two ways to load: ``load_state_dict`` (every slot's tensors at once, stacked), or streamed
+(``runtime/shard_loader.py``): :meth:`allocate` the empty stacks on the target device, then
+:meth:`load_slot` copies one slot's projection at a time into them — the same bytes, and never
+more than one expert's tensors besides the stacks.
 """
 
 from __future__ import annotations
@@ -89,6 +94,45 @@ class ExpertSlots(nn.Module):
                 _bytes(dst.scale[j]).copy_(_bytes(src.scale[0]))
             else:
                 dst[j].copy_(src)
+
+    def allocate(self, device: torch.device | str, quantized: bool = True) -> None:
+        """Empty stacks on ``device`` for :meth:`load_slot`: MXFP4 (uint8 packed + ue8m0 scale)
+        when ``quantized``, else bf16 [E, O, I] without scales."""
+        for w, (rows, cols) in self.shapes.items():
+            if quantized:
+                weight = torch.empty(self.num_slots, rows, cols // 2, dtype=torch.uint8,
+                                     device=device)
+                scale = frozen(torch.empty(self.num_slots, rows, cols // FP4_BLOCK,
+                                           dtype=SCALE_DTYPE, device=device))
+            else:
+                weight = torch.empty(self.num_slots, rows, cols, dtype=torch.bfloat16,
+                                     device=device)
+                scale = None
+            self._parameters[f"{w}_weight"] = frozen(weight)
+            self._parameters[f"{w}_scale"] = scale
+
+    def load_slot(self, j: int, w: str, weight: torch.Tensor,
+                  scale: torch.Tensor | None = None) -> None:
+        """Copy one slot's projection ``w`` (a checkpoint expert's ``weight`` [O, I/2] int8 or
+        uint8 + ``scale`` [O, I/32], or a bf16 ``weight`` [O, I]) into the stacks :meth:`allocate`
+        made. Raises ValueError on a shape or form that does not fit the stack."""
+        stack = self._parameters[f"{w}_weight"]
+        held_scale = self._parameters[f"{w}_scale"]
+        rows, cols = self.shapes[w]
+        if (scale is None) != (held_scale is None):
+            raise ValueError(f"slot {j}.{w}: {'no' if scale is None else 'a'} scale given, but the"
+                             f" stacks are {'MXFP4' if held_scale is not None else 'plain'}")
+        want = (rows, cols // 2) if scale is not None else (rows, cols)
+        if tuple(weight.shape) != want:
+            raise ValueError(f"size mismatch for {j}.{w}.weight: got {tuple(weight.shape)}, the "
+                             f"model has {want}")
+        if scale is None:
+            stack[j].copy_(weight)
+            return
+        weight, scale = _bytes(weight), _bytes(scale)
+        Mxfp4ExpertWeights(weight[None], scale[None])  # ValueError on a wrong scale shape
+        stack[j].copy_(weight)
+        _bytes(held_scale[j]).copy_(scale)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
         for j in range(self.num_slots):

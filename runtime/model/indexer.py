@@ -58,28 +58,26 @@ class Indexer(nn.Module):
         return self._topk(k, k.index_scores(q, head_w, keys), positions, candidates)
 
     def select_rows(self, k: KernelSet, q: torch.Tensor, head_w: torch.Tensor,
-                    key_pool: torch.Tensor, key_rows: torch.Tensor, positions: torch.Tensor,
-                    candidates: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`select` for N decode rows at once, each over its own keys in a shared pool.
+                    key_pool: torch.Tensor, block_tables: torch.Tensor, entries_per_block: int,
+                    width: int, positions: torch.Tensor, candidates: torch.Tensor | None
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`select` for N decode rows at once, each over its own keys in a paged pool.
 
         Args:
             q, head_w: (N, Hi, Di), (N, Hi) of :meth:`queries`; key_pool: uint8 (R, bytes)
-            flattened index-key pool; key_rows: (N, T) rows of it, entry t of row n at
-            ``key_rows[n, t]`` (-1 where t >= the row's visible count); positions: (N,);
-            candidates: (N, T) bool mask published by the candidate source, or None.
+            flattened index-key pool, entry t of row n at row
+            ``block_tables[n, t // entries_per_block] * entries_per_block + t % ...``;
+            width: T, the score rows' width (host int, >= every row's visible count);
+            positions: (N,); candidates: (N, T) bool mask published by the candidate source.
         Returns:
             as :meth:`select` with S = N: (N, min(index_topk, T)) and the (N, T) mask or None.
 
-        The registered ``index_scores`` op scores every query against shared keys, so this
-        scores all N queries against all N*T gathered keys and keeps each row's own block
-        (composed: no per-row-keys op yet; N times the work of a dedicated kernel). Scores of
-        the -1 slots (garbage rows) are replaced by -inf by the visibility mask.
+        The ``index_scores_paged`` op reads each row's visible keys in place (-inf beyond), so
+        the cost follows the visible counts and the shapes only N and T.
         """
-        n, t = key_rows.shape
-        records = key_pool[key_rows.clamp(min=0)].flatten(0, 1)  # (N*T, bytes)
-        keys = formats.unpack_index_key(records, self.head_dim, torch.bfloat16)
-        own = torch.arange(n, device=q.device)
-        scores = k.index_scores(q, head_w, keys).view(n, n, t)[own, own]  # (N, T)
+        num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
+        scores = k.index_scores_paged(q, head_w, key_pool, block_tables, num_visible,
+                                      entries_per_block, width)  # (N, T)
         return self._topk(k, scores, positions, candidates)
 
     def _topk(self, k: KernelSet, scores: torch.Tensor, positions: torch.Tensor,

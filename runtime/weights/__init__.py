@@ -10,14 +10,17 @@ from deepinfer.runtime.weights.reader import (
     validate_checkpoint,
 )
 from deepinfer.runtime.weights.synthetic import (
+    check_synthetic_size,
     estimated_checkpoint_bytes,
     synthetic_checkpoint_tensors,
+    synthetic_tensors,
 )
 from deepinfer.runtime.weights.writer import write_checkpoint
 
 __all__ = [
     "CheckpointError",
     "TensorSpec",
+    "check_synthetic_size",
     "estimated_checkpoint_bytes",
     "expected_tensors",
     "is_skipped_name",
@@ -25,6 +28,7 @@ __all__ = [
     "read_stored_tensors",
     "synthetic_checkpoint_tensors",
     "synthetic_stored_tensors",
+    "synthetic_tensors",
     "synthetic_weights",
     "validate_checkpoint",
     "write_checkpoint",

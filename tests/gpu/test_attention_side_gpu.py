@@ -223,6 +223,54 @@ def test_index_scores():
     _record("index_scores bf16 keys N=64 T=65536", _rel(got, want), SCORE_TOL, ms)
 
 
+
+def _paged_index_inputs(n: int, hi: int, width: int, epb: int, dev: str):
+    """Shuffled paged pool of index keys, random visible counts (0, 1 and width forced), block
+    tables whose unused columns hold 10**9 and unused pool rows (whole blocks and the tails of
+    last blocks) NaN scales: a read of either fails the comparison. Returns q, w, pool, the
+    tables before and after the garbage, vis."""
+    q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, hi, DI, device=dev)).to(torch.bfloat16)
+    w = torch.randn(n, hi, device=dev) * (DI ** -0.5) * (hi ** -0.5)
+    mb = width // epb
+    num_blocks = n * mb + 5
+    pool = formats.pack_index_key(torch.randn(num_blocks * epb, DI, device=dev))
+    tables = torch.randperm(num_blocks, device=dev)[: n * mb].view(n, mb)
+    vis = torch.randint(0, width + 1, (n,), device=dev)
+    vis[:3] = torch.tensor([0, 1, width], device=dev)
+    t = torch.arange(width, device=dev)
+    visible = t[None, :] < vis[:, None]
+    rows = tables.gather(1, torch.where(visible, t // epb, 0)) * epb + t % epb
+    used = torch.zeros(num_blocks * epb, dtype=torch.bool, device=dev)
+    used[rows[visible]] = True
+    pool[~used, DI // 2:] = 255
+    garbage = tables.masked_fill(torch.arange(mb, device=dev)[None, :] * epb >= vis[:, None],
+                                 10**9)
+    return q, w, pool, tables, garbage, vis
+
+
+@pytest.mark.parametrize("epb", [16, 32])
+def test_index_scores_paged(epb):
+    """Released decode shape: 64 rows, 64 index heads x 128, static width 16384. Same arithmetic
+    as index_scores_records (exact bf16 products, fp32 sums vs fp64), so SCORE_TOL; the -inf
+    pattern (t >= num_visible) must match exactly (``_rel`` returns inf otherwise)."""
+    from deepinfer.kernels.triton import indexer as tri
+
+    n, hi, width, dev = 64, 64, 16384, "cuda"
+    q, w, pool, clean, tables, vis = _paged_index_inputs(n, hi, width, epb, dev)
+    got = tri.index_scores_paged(q, w, pool, tables, vis, epb, width)
+    want = ref_fused.index_scores_paged(q, w, pool, tables, vis, epb, width)
+    assert torch.equal(torch.isfinite(got),
+                       torch.arange(width, device=dev)[None, :] < vis[:, None])
+    ms = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, vis, epb, width))
+    none = torch.zeros_like(vis)
+    ms_none = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, none, epb, width))
+    full = torch.full_like(vis, width)
+    ms_full = _time_ms(lambda: tri.index_scores_paged(q, w, pool, clean, full, epb, width))
+    _record(f"index_scores_paged N=64 Hi=64 W=16384 epb={epb}", _rel(got, want), SCORE_TOL, ms,
+            f"mean visible {float(vis.float().mean()):.0f}; none visible {ms_none:.3f} ms, "
+            f"all {ms_full:.3f} ms")
+
+
 def test_topk_and_candidate_blocks():
     """Integer outputs: exact equality required (random fp32 scores: no ties besides -inf)."""
     from deepinfer.kernels.triton import topk as tri

@@ -5,6 +5,10 @@ different order than the fp64 reference, so atol/rtol 1e-5 (fp32 rounding of ~1e
 exact products). fp16 q: products are exact (FP4 grid), accumulation fp32: same tolerance.
 Visibility (-inf) must match exactly.
 
+Paged scores: each query over its own entries of a shuffled paged pool, block-table columns past
+the visible entries holding 10**9 and unused pool rows NaN scales (reading either fails); small
+KEY_TILES so rows span several programs, some of which see no visible entry (the -inf-only path).
+
 Top-k and candidate blocks: exact equality (integer outputs), on scores with many exact ties
 (rounded to integers, -0.0, -inf rows) so the tie rule (lower position wins) is exercised; tiny
 stage tiles (TOPK_TILE=16) force several merge stages.
@@ -50,6 +54,42 @@ def test_index_scores_records_visibility(hi, d, t):
     got = tri.index_scores_records(q, w, rec, vis)
     want = ref_fused.index_scores_records(q, w, rec, vis)
     assert torch.equal(torch.isinf(got), torch.isinf(want))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+
+def _paged_inputs(gen, hi, d, epb, width, vis):
+    q, w, _ = _inputs(gen, n=len(vis), hi=hi, d=d, t=0)
+    mb = -(-width // epb) + 1
+    num_blocks = len(vis) * mb + 3
+    pool = formats.pack_index_key(torch.randn(num_blocks * epb, d, generator=gen) * 2)
+    tables = torch.randperm(num_blocks, generator=gen)[: len(vis) * mb].view(len(vis), mb)
+    used = torch.zeros(num_blocks * epb, dtype=torch.bool)
+    for i, v in enumerate(vis):
+        v = min(v, width)
+        t = torch.arange(v)
+        used[tables[i, t // epb] * epb + t % epb] = True
+        tables[i, -(-v // epb):] = 10**9  # never read
+    pool[~used, d // 2:] = 255  # NaN scale: never read
+    return q, w, pool, tables, torch.tensor(vis, dtype=torch.int64)
+
+
+# Hi 4 (heads padded to 16 dot rows) and the released 64 x 128; 2- and 16-entry blocks;
+# KEY_TILES=2: a program spans 256 entries, so width 600 is 3 programs per row.
+@pytest.mark.parametrize("hi,d,epb,width,vis", [
+    (4, 32, 2, 70, [0, 1, 70, 75, 33]),
+    (64, 128, 16, 600, [0, 1, 600, 257, 40]),
+    (4, 32, 16, 300, [256, 300, 129, 0]),
+])
+def test_index_scores_paged_matches_reference(monkeypatch, hi, d, epb, width, vis):
+    monkeypatch.setattr(tri, "KEY_TILES", 2)
+    q, w, pool, tables, vis_t = _paged_inputs(torch.Generator().manual_seed(12), hi, d, epb,
+                                              width, vis)
+    got = tri.index_scores_paged(q, w, pool, tables, vis_t, epb, width)
+    want = ref_fused.index_scores_paged(q, w, pool, tables, vis_t, epb, width)
+    assert got.shape == want.shape == (len(vis), width)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    assert torch.equal(torch.isfinite(want), torch.arange(width)[None, :] < vis_t[:, None])
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 

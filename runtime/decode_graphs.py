@@ -1,0 +1,125 @@
+"""CUDA graphs of the plan's decode buckets: captured once at start, replayed every decode step.
+
+A decode step of n rows runs the graph of the smallest bucket b >= n (the scheduler names it,
+``plan.graph_buckets.decode``). Every graph reads the same static input buffers, allocated
+once for the largest bucket::
+
+    input_ids    (B,)              int64   the rows' new tokens
+    positions    (B,)              int64   their positions
+    slots        (B,)              int64   their state slots
+    block_tables (B, max_blocks)   int64   their block tables, 0-padded
+
+The step writes rows [0, n) from one pinned host staging buffer (one host -> device copy) and
+rows [n, b) with padding: token 0, position 0, slot 0 and block 0, the pools' sentinels, which
+no sequence owns (``runtime/cache_pool.py``), so a padding row's writes are never read by a
+real row. Graph b then replays :meth:`DeepseekV41.forward_decode` over rows [0, b) and leaves
+the (b, vocab) fp32 logits in its static output, of which the step returns rows [0, n).
+
+The indexer's key width is static: ``max_model_len // ratio`` per KV source
+(``DecodeRows.max_position = max_model_len - 1``); the scoring kernel skips the tiles beyond
+each row's visible count, so the work still follows the context.
+
+Capture runs each bucket eagerly once first (Triton compiles its kernels outside the capture),
+largest bucket first, all graphs sharing one memory pool. Both runs use padding rows only, so
+capturing never touches a sequence's cache.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from deepinfer.runtime.cache_pool import CachePool
+from deepinfer.runtime.model.decode_rows import DecodeRows
+from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
+
+__all__ = ["DecodeGraphs"]
+
+_COLUMNS = 3  # input_ids, positions, slots; then the block table
+
+
+class DecodeGraphs:
+    """The captured decode graphs of one rank (see the module docstring).
+
+    Args:
+        model: on a CUDA device, weights loaded; pool: the rank's cache pool.
+        buckets: the plan's decode buckets (row counts); max_model_len: the plan's.
+    """
+
+    def __init__(self, model: DeepseekV41, pool: CachePool, buckets: list[int],
+                 max_model_len: int):
+        if model.device.type != "cuda":
+            raise ValueError(f"CUDA graphs need a CUDA model, got {model.device}")
+        if not buckets or any(b <= 0 for b in buckets):
+            raise ValueError(f"decode buckets must be positive row counts, got {buckets}")
+        self.model, self.pool = model, pool
+        self.buckets = sorted(set(buckets))
+        self.max_model_len = max_model_len
+        self.max_blocks = -(-max_model_len // pool.block_size_tokens)
+        rows, width = self.buckets[-1], _COLUMNS + self.max_blocks
+        device = model.device
+        self._host = torch.zeros(rows, width, dtype=torch.int64).pin_memory()
+        self._static = torch.zeros(rows, width, dtype=torch.int64, device=device)
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._logits: dict[int, torch.Tensor] = {}
+        self._mempool = None
+        self.capture_s = 0.0
+
+    def rows(self, bucket: int) -> DecodeRows:
+        """The :class:`DecodeRows` over the first ``bucket`` rows of the static buffers."""
+        s = self._static[:bucket]
+        return DecodeRows(self.pool, s[:, 0], s[:, 1], s[:, 2], s[:, _COLUMNS:],
+                          self.max_model_len - 1)
+
+    def capture(self) -> None:
+        """Capture every bucket's graph (largest first, one shared memory pool)."""
+        t0 = time.perf_counter()
+        self._static.zero_()  # padding rows everywhere: sentinel slot and block
+        stream = torch.cuda.Stream(self.model.device)
+        stream.wait_stream(torch.cuda.current_stream(self.model.device))
+        with torch.cuda.stream(stream):
+            for bucket in reversed(self.buckets):
+                self.model.forward_decode(self.rows(bucket))  # compile + allocate, eagerly
+        torch.cuda.current_stream(self.model.device).wait_stream(stream)
+        torch.cuda.synchronize(self.model.device)
+        self._mempool = torch.cuda.graph_pool_handle()
+        for bucket in reversed(self.buckets):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._mempool):
+                self._logits[bucket] = self.model.forward_decode(self.rows(bucket))
+            self._graphs[bucket] = graph
+        torch.cuda.synchronize(self.model.device)
+        self.capture_s = time.perf_counter() - t0
+
+    def bucket_for(self, num_rows: int) -> int:
+        """The smallest bucket holding ``num_rows`` rows."""
+        for b in self.buckets:
+            if b >= num_rows:
+                return b
+        raise ValueError(f"a decode step of {num_rows} rows exceeds the largest CUDA-graph "
+                         f"bucket {self.buckets[-1]}")
+
+    def run(self, input_ids: np.ndarray, positions: np.ndarray, slots: np.ndarray,
+            block_tables: np.ndarray) -> torch.Tensor:
+        """Replay one decode step of n rows -> (n, vocab) fp32 logits (a view of the graph's
+        static output: valid until the next replay).
+
+        Args: (n,) int64 token ids, positions and state slots; (n, blocks) int64 block tables
+        (blocks <= max_blocks; padded here with block 0).
+        """
+        n = input_ids.shape[0]
+        bucket = self.bucket_for(n)
+        if not self._graphs:
+            raise RuntimeError("DecodeGraphs.run before capture()")
+        blocks = block_tables.shape[1]
+        if blocks > self.max_blocks:
+            raise ValueError(f"block tables have {blocks} columns, the graphs {self.max_blocks}")
+        host = self._host.numpy()
+        host[:bucket] = 0
+        host[:n, 0], host[:n, 1], host[:n, 2] = input_ids, positions, slots
+        host[:n, _COLUMNS:_COLUMNS + blocks] = block_tables
+        self._static[:bucket].copy_(self._host[:bucket], non_blocking=True)
+        self._graphs[bucket].replay()
+        return self._logits[bucket][:n]
