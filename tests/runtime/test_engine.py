@@ -18,6 +18,7 @@ from deepinfer.planner.compile import compile_plan
 from deepinfer.planner.report import render_report
 from deepinfer.planner.topology_schema import load_topology
 from deepinfer.runtime.api import normalize_prompts
+from deepinfer.runtime.decode_graphs import DecodeGraphs
 from deepinfer.runtime.engine import Engine
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.cache import SequenceCache
@@ -69,8 +70,13 @@ def with_scheduler(plan, **limits):
     return dataclasses.replace(plan, plan=p)
 
 
-def run(plan, loaded, prompts, params, *, pipeline=True):
+def run(plan, loaded, prompts, params, *, pipeline=True, static_decode=False):
     engine = Engine(plan, loaded, pipeline=pipeline)
+    if static_decode:  # the CUDA-graph path's buffers and padding, run eagerly on CPU
+        engine.graphs = DecodeGraphs(loaded.model, engine.pool, plan.decode_buckets,
+                                     engine.max_model_len)
+        engine.graphs.capture()
+        engine.worker.graphs = engine.graphs
     reqs = normalize_prompts(prompts, params, loaded.tokenizer, engine.max_model_len,
                              vocab_size=loaded.spec.vocab_size,
                              image_token_id=loaded.spec.image_token_id)
@@ -93,6 +99,46 @@ def test_batched_engine_equals_one_at_a_time(plan, loaded, prompts, expected, pi
     assert all(o.finish_reason == "length" for o in outs)
     assert engine.stats.num_prefill_steps >= 1 and engine.stats.num_decode_steps >= MAX_TOKENS - 1
     assert engine.scheduler.num_free_blocks() == plan.scheduler["num_blocks"] - 1  # all back
+
+
+@pytest.mark.parametrize("limits", [{}, {"num_blocks": 16, "prefill_watermark": 1.0}],
+                         ids=["plain", "preempting"])
+def test_static_decode_buffers_equal_eager_engine(plan, loaded, prompts, limits, monkeypatch):
+    """Decode steps through ``DecodeGraphs`` (static buffers, padding rows up to the bucket,
+    sentinel slot and block, the key width of max_model_len; eager on CPU) give the same tokens
+    as the plain engine, also with one-token prompts (their first token is a decode-shaped
+    step: the engine resets the slot's engram history) and with preemption."""
+    sized = with_scheduler(plan, **limits)
+    batch = [[7], *prompts[:7], [9]]
+    want, _ = run(sized, loaded, batch, GREEDY)
+    replays = []
+    real_run = DecodeGraphs.run
+
+    def counted(self, ids, *rest):
+        replays.append((len(ids), self.bucket_for(len(ids))))
+        return real_run(self, ids, *rest)
+
+    monkeypatch.setattr(DecodeGraphs, "run", counted)
+    got, engine = run(sized, loaded, batch, GREEDY, static_decode=True)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert len(replays) >= MAX_TOKENS - 1
+    assert any(bucket > rows for rows, bucket in replays)  # padding rows were exercised
+    if limits:
+        assert engine.stats.preemptions > 0
+    # one-token prompts only, on slots a finished batch used before: their very first step is
+    # decode-shaped and replays a graph, which must start from a fresh engram history
+    want = [run(sized, loaded, [ids], GREEDY)[0][0].token_ids for ids in ([7], [9], [5])]
+    engine = run(sized, loaded, prompts[:3], GREEDY, static_decode=True)[1]
+    replays.clear()
+    reqs = normalize_prompts([[7], [9], [5]], GREEDY, loaded.tokenizer, engine.max_model_len,
+                             vocab_size=loaded.spec.vocab_size)
+    for r in reqs:
+        engine.add(r)
+    outs = {}
+    while engine.has_work():
+        outs.update((o.request_id, o.token_ids) for o in engine.step())
+    assert [outs[r.request_id] for r in reqs] == want
+    assert len(replays) == MAX_TOKENS
 
 
 def test_chunked_prefill_equals_one_at_a_time(plan, loaded, prompts, expected):

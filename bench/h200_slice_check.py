@@ -1,0 +1,213 @@
+"""The v41-flash-slice-h200 plan on one H200: 64 prompts with CUDA graphs vs the reference backend.
+
+    TRITON_INTERPRET=0 python bench/h200_slice_check.py [--prompts 64] [--tokens 16] [--out DIR]
+
+  Step 1  Plans. ``artifacts/topologies/v41-flash-slice-h200.yaml`` (real layer dimensions, 384
+          MXFP4 experts, synthetic weights generated on the GPU) compiled once; two plan
+          directories derived from it: ``triton`` (as compiled) and ``gpu-ref`` (every op
+          ``reference``). Both cap ``num_blocks`` at NUM_BLOCKS (the batch needs far fewer), so
+          they schedule identically and a second engine fits beside the first.
+  Step 2  ``gpu-ref``: ``LLM.generate`` over N prompts of 32..640 random ids (seeded), greedy,
+          T tokens, logprobs=2 (top-1 minus top-2 = the logit margin); then the reference's
+          logits along its own sequences (one full forward per request), kept on the host.
+          The model is freed before step 3.
+  Step 3  ``triton``: start-up (plan load, weights generated on the GPU, CUDA-graph capture of
+          every decode bucket) and time to the first token of a one-token request; the batch
+          with graphs; the same batch eagerly (a second engine over the same model,
+          ``cuda_graphs=False``) — graphs and eager must agree token for token; the Triton
+          logits along the reference's sequences.
+  Step 4  Compare per request: tokens equal, or the first divergence with the reference's
+          margin there and the measured max |logit_triton - logit_ref| there; a divergence is
+          explained when the margin is at most twice that error.
+
+Prints versions first and the tables last; with ``--out`` writes ``slice_check.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+TOPOLOGY = REPO / "artifacts" / "topologies" / "v41-flash-slice-h200.yaml"
+NUM_BLOCKS = 4096
+
+
+def _model_check():
+    """bench/h200_model_check.py (versions, forced logits, margins), loaded by path."""
+    spec = importlib.util.spec_from_file_location("h200_model_check",
+                                                  REPO / "bench" / "h200_model_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["h200_model_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+mc = _model_check()
+
+
+def make_plans(root: Path) -> dict[str, Path]:
+    from deepinfer.artifacts.plan_dir import write_plan
+    from deepinfer.planner.compile import compile_plan
+    from deepinfer.planner.report import render_report
+    from deepinfer.planner.topology_schema import load_topology
+
+    compiled = compile_plan(load_topology(str(TOPOLOGY)))
+    dirs = {}
+    for name in ("triton", "gpu-ref"):
+        plan = copy.deepcopy(compiled)
+        for section in ("scheduler", "cache"):
+            plan[section]["num_blocks"] = min(plan[section]["num_blocks"], NUM_BLOCKS)
+        if name == "gpu-ref":
+            plan["kernels"]["backend_by_op"] = dict.fromkeys(plan["kernels"]["backend_by_op"],
+                                                             "reference")
+        dirs[name] = write_plan(root / name, plan, render_report(compiled))
+    return dirs
+
+
+def make_prompts(n: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(17)
+    lengths = torch.randint(32, 641, (n,), generator=g).tolist()
+    return [torch.randint(3, 120000, (k,), generator=g).tolist() for k in lengths]
+
+
+def free(llm) -> None:
+    llm.engine.worker.close()
+    del llm
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def forced_all(llm, prompts: list[list[int]], outs) -> list[torch.Tensor]:
+    """Each request's (T, vocab) logits along the given outputs' sequences, on the host."""
+    return [mc.forced_logits(llm, p, o.token_ids) for p, o in zip(prompts, outs, strict=True)]
+
+
+def timed(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn()
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def run(root: Path, num_prompts: int, num_tokens: int) -> dict:
+    from deepinfer.runtime import LLM
+    from deepinfer.runtime.engine import Engine
+    from deepinfer.runtime.sampling_params import SamplingParams
+
+    res: dict = {"versions": mc.versions()}
+    print("versions", json.dumps(res["versions"]), flush=True)
+    dirs = make_plans(root)
+    prompts = make_prompts(num_prompts)
+    res["prompt_tokens"] = sum(map(len, prompts))
+
+    # Step 2: the reference backend
+    ref, res["ref_load_s"] = timed(lambda: LLM(dirs["gpu-ref"], cuda_graphs=False))
+    print(f"gpu-ref loaded in {res['ref_load_s']:.1f} s", flush=True)
+    ref_outs, res["ref_generate_s"] = timed(lambda: mc.generate(ref, prompts, num_tokens))
+    print(f"gpu-ref generate {res['ref_generate_s']:.1f} s", flush=True)
+    ref_logits, res["ref_forced_s"] = timed(lambda: forced_all(ref, prompts, ref_outs))
+    free(ref)
+
+    # Step 3: Triton with CUDA graphs
+    t0 = time.perf_counter()
+    llm = LLM(dirs["triton"])
+    torch.cuda.synchronize()
+    res["startup_s"] = time.perf_counter() - t0
+    res["graph_capture_s"] = llm.engine.graphs.capture_s if llm.engine.graphs else None
+    first = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    _, first_s = timed(lambda: llm.generate([prompts[0][:16]], first))
+    res["first_token_s"] = res["startup_s"] + first_s
+    print(f"triton start-up {res['startup_s']:.1f} s (graph capture "
+          f"{res['graph_capture_s']:.1f} s), first token after {res['first_token_s']:.1f} s",
+          flush=True)
+    res["fallbacks"] = dict(getattr(llm.loaded.model.kernels, "fallbacks", {}))
+    res["triton_ops"] = sorted(op for op, b in llm.plan.kernels.items() if b == "triton")
+    outs, res["graph_generate_s"] = timed(lambda: mc.generate(llm, prompts, num_tokens))
+    res["graph_stats"] = llm.engine.stats.summary()
+    graph_engine = llm.engine
+    llm.engine = Engine(llm.plan, llm.loaded, cuda_graphs=False)
+    eager_outs, res["eager_generate_s"] = timed(lambda: mc.generate(llm, prompts, num_tokens))
+    res["eager_stats"] = llm.engine.stats.summary()
+    res["graph_vs_eager_identical"] = sum(a.token_ids == b.token_ids
+                                          for a, b in zip(outs, eager_outs, strict=True))
+    llm.engine = graph_engine
+    tri_logits = forced_all(llm, prompts, ref_outs)
+
+    # Step 4
+    rows = []
+    for i, (a, b) in enumerate(zip(outs, ref_outs, strict=True)):
+        err = (tri_logits[i] - ref_logits[i]).abs().amax(-1)
+        row = {"index": i, "prompt_len": len(prompts[i]), "match": a.token_ids == b.token_ids,
+               "max_logit_err": float(err.max())}
+        if not row["match"]:
+            pairs = zip(a.token_ids, b.token_ids, strict=True)
+            pos = next(p for p, (x, y) in enumerate(pairs) if x != y)
+            row.update(first_divergence=pos, logit_err=float(err[pos]),
+                       margin_ref=mc.margin(b, pos), margin_triton=mc.margin(a, pos))
+            row["explained"] = row["margin_ref"] <= 2 * row["logit_err"]
+        rows.append(row)
+    res["requests"] = rows
+    res["num_match"] = sum(r["match"] for r in rows)
+    res["num_unexplained"] = sum(1 for r in rows if not r["match"] and not r["explained"])
+    return res
+
+
+def report(res: dict, num_prompts: int) -> None:
+    print(f"\ntriton ops: {', '.join(res['triton_ops'])}")
+    print(f"load-time fallbacks: {res['fallbacks'] or 'none'}")
+    print("\n| req | len | match | first div | margin ref | margin tri | |dlogit| there | "
+          "explained | max |dlogit| |")
+    for r in res["requests"]:
+        cells = ["-"] * 4 if r["match"] else [
+            str(r["first_divergence"]), f"{r['margin_ref']:.4g}", f"{r['margin_triton']:.4g}",
+            f"{r['logit_err']:.3g}"]
+        expl = "-" if r["match"] else ("yes" if r["explained"] else "NO")
+        print(f"| {r['index']:3d} | {r['prompt_len']:4d} | {'yes' if r['match'] else 'no':5s} | "
+              + " | ".join(f"{c:>10s}" for c in cells) + f" | {expl:9s} | "
+              f"{r['max_logit_err']:10.3g} |")
+    print(f"\ntriton (graphs) vs gpu-ref: {res['num_match']}/{num_prompts} token-identical, "
+          f"{res['num_unexplained']} unexplained divergences")
+    print(f"graphs vs eager (same kernels): {res['graph_vs_eager_identical']}/{num_prompts} "
+          "token-identical")
+    print(f"start-up {res['startup_s']:.1f} s (capture {res['graph_capture_s']:.1f} s), "
+          f"first token {res['first_token_s']:.1f} s")
+    for key in ("graph", "eager"):
+        s = res[f"{key}_stats"]
+        print(f"{key:5s}: generate {res[f'{key}_generate_s']:.2f} s, decode steps "
+              f"{s['decode_steps']}, out tok/s {s['output_tokens_per_s']:.1f}, "
+              f"host {s['host_s']:.2f} s, forward {s['forward_s']:.2f} s")
+    print(f"gpu-ref: load {res['ref_load_s']:.1f} s, generate {res['ref_generate_s']:.1f} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing to check", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        res = run(Path(tmp), args.prompts, args.tokens)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "slice_check.json").write_text(json.dumps(res, indent=1))
+    report(res, args.prompts)
+    ok = res["num_unexplained"] == 0 and res["graph_vs_eager_identical"] == args.prompts
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
