@@ -33,11 +33,14 @@ def _register_gemm_side() -> list[str]:
     from deepinfer.kernels.triton import (
         engram,
         gemm_fp8,
+        linear,
         mhc,
         moe_experts,
         moe_routing,
         norm,
         quant_act,
+        quant_fp4,
+        rope,
     )
 
     table = {
@@ -53,6 +56,11 @@ def _register_gemm_side() -> list[str]:
         "hc_expand": (mhc.hc_expand, mhc.supports_mhc),
         "engram_inject": (engram.engram_inject, engram.supports_engram),
         "rms_norm": (norm.rms_norm, norm.supports_rms_norm),
+        "linear": (linear.linear, linear.supports_linear),
+        "grouped_linear": (linear.grouped_linear, linear.supports_linear),
+        "apply_rope": (rope.apply_rope, rope.supports_rope),
+        "fake_quant_fp4_ue8m0_block32": (quant_fp4.fake_quant_fp4_ue8m0_block32,
+                                         quant_fp4.supports_fake_quant_fp4),
     }
     for op, (fn, supports) in table.items():
         registry.register(op, BACKEND, fn, supports=supports, priority=PRIORITY)

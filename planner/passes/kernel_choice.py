@@ -28,15 +28,19 @@ REFERENCE = registry.REFERENCE
 TRITON = "triton"
 TRITON_ARCHS = (90, 100)
 TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
+    "apply_rope": TRITON_ARCHS,  # kernels/triton/rope.py
     "compress_pool": TRITON_ARCHS,  # kernels/triton/compressor.py
     "engram_inject": TRITON_ARCHS,  # kernels/triton/engram.py
     "expert_ffn": TRITON_ARCHS,  # kernels/triton/moe_experts.py
+    "fake_quant_fp4_ue8m0_block32": TRITON_ARCHS,  # kernels/triton/quant_fp4.py
     "fake_quant_fp8_block32": TRITON_ARCHS,  # kernels/triton/quant_act.py
+    "grouped_linear": TRITON_ARCHS,  # kernels/triton/linear.py
     "hc_coeffs": TRITON_ARCHS,  # kernels/triton/mhc.py
     "hc_collapse": TRITON_ARCHS,  # kernels/triton/mhc.py
     "hc_expand": TRITON_ARCHS,  # kernels/triton/mhc.py
     "index_scores": TRITON_ARCHS,  # kernels/triton/indexer.py
     "index_scores_paged": TRITON_ARCHS,  # kernels/triton/indexer.py
+    "linear": TRITON_ARCHS,  # kernels/triton/linear.py
     "linear_quant_act": TRITON_ARCHS,  # kernels/triton/gemm_fp8.py
     "moe_routed_experts": TRITON_ARCHS,  # kernels/triton/moe_experts.py
     "rms_norm": TRITON_ARCHS,  # kernels/triton/norm.py

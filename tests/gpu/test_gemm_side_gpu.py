@@ -325,3 +325,143 @@ def test_engram_hash_gpu():
     bad = int((out != engram_hash.engram_hash_ids(ctx, constants)).sum())
     _row("engram_hash_ids (mismatches)", "B8 S4096 L2 M4 H8", bad, 0,
          _ms(lambda: tri_engram.engram_hash_ids(ctx, constants)))
+
+
+# --- plain/grouped projections, RoPE, Q4E8_32 fake quant (kernels/triton/linear.py, rope.py,
+# quant_fp4.py). Tolerances: fp32 outputs (the logit head: fp32 x split into 3 bf16 pieces, exact
+# products, fp32 sums over K = 4096) 1e-5; bf16 outputs 5e-3 (final bf16 rounding); RoPE fp32
+# 1e-6 (same fp32 formula; cosf/sinf may differ from torch's by an ulp); fp4 fake quant bitwise.
+
+V41_HEAD_HIDDEN, V41_VOCAB, V41_O_GROUPS, V41_O_LORA = 4096, 129280, 8, 1024
+
+
+@pytest.mark.parametrize("num_tokens", [1, DECODE_TOKENS, 256])
+def test_linear_head_gpu(num_tokens):
+    from deepinfer.kernels.reference import linear
+    from deepinfer.kernels.triton import linear as tri_linear
+
+    w = (torch.randn(V41_VOCAB, V41_HEAD_HIDDEN, device="cuda") * 0.02).to(torch.bfloat16)
+    x = torch.randn(num_tokens, V41_HEAD_HIDDEN, device="cuda")
+    # any fp32 x (three bf16 pieces), and the head's y.float() (bf16 values: one piece)
+    for name, xs in (("linear head fp32 x bf16 w", x),
+                     ("linear head bf16-valued x", x.to(torch.bfloat16).float())):
+        with nan_poisoned_allocations():
+            out = tri_linear.linear(xs, w)
+        ms = _ms(lambda xs=xs: tri_linear.linear(xs, w))
+        gbps = w.numel() * 2 / (ms * 1e-3) / 1e9
+        _row(name, f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s", _rel(out, linear.linear(xs, w)),
+             1e-5, ms, 2.0 * num_tokens * V41_VOCAB * V41_HEAD_HIDDEN)
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
+def test_linear_bf16_gpu(num_tokens):
+    from deepinfer.kernels.reference import linear
+    from deepinfer.kernels.triton import linear as tri_linear
+
+    for out_features, in_features in ((V41_O_LORA, V41_HIDDEN), (V41_HIDDEN, 8192)):
+        x = torch.randn(num_tokens, in_features, device="cuda", dtype=torch.bfloat16)
+        w = (torch.randn(out_features, in_features, device="cuda") * 0.02).to(torch.bfloat16)
+        with nan_poisoned_allocations():
+            out = tri_linear.linear(x, w)
+        _row("linear bf16", f"M{num_tokens} N{out_features} K{in_features}",
+             _rel(out, linear.linear(x, w)), 5e-3, _ms(lambda x=x, w=w: tri_linear.linear(x, w)),
+             2.0 * num_tokens * out_features * in_features)
+        wf = _random_fp8_weight(out_features, in_features)
+        with nan_poisoned_allocations():
+            out = tri_linear.linear(x, wf)
+        _row("linear fp8 w (no act quant)", f"M{num_tokens} N{out_features} K{in_features}",
+             _rel(out, linear.linear(x, wf)), 5e-3,
+             _ms(lambda x=x, wf=wf: tri_linear.linear(x, wf)),
+             2.0 * num_tokens * out_features * in_features)
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
+def test_grouped_linear_gpu(num_tokens):
+    from deepinfer.kernels.reference import linear
+    from deepinfer.kernels.triton import linear as tri_linear
+
+    g, i, o = V41_O_GROUPS, 4096, V41_O_LORA
+    x = torch.randn(num_tokens, g, i, device="cuda", dtype=torch.bfloat16)
+    flops = 2.0 * num_tokens * g * i * o
+    for name, w in (("grouped wo_a fp8 w", _random_fp8_weight(g * o, i)),
+                    ("grouped wo_a bf16 w",
+                     (torch.randn(g * o, i, device="cuda") * 0.02).to(torch.bfloat16))):
+        with nan_poisoned_allocations():
+            out = tri_linear.grouped_linear(x, w)
+        _row(name, f"N{num_tokens} G{g} I{i} O{o}", _rel(out, linear.grouped_linear(x, w)), 5e-3,
+             _ms(lambda w=w: tri_linear.grouped_linear(x, w)), flops)
+
+
+@pytest.mark.parametrize("inverse", [False, True])
+def test_apply_rope_gpu(inverse):
+    from deepinfer.kernels.reference import rope
+    from deepinfer.kernels.triton import rope as tri_rope
+
+    n = PREFILL_TOKENS
+    positions = torch.randint(0, 1 << 20, (n,), device="cuda")
+    inv_freq = rope.rope_inv_freq(64, 10000.0, rope.Yarn(16.0, 65536, 32.0, 1.0)).cuda()
+    for dtype, tol in ((torch.bfloat16, 5e-3), (torch.float32, 1e-6)):
+        x = torch.randn(n, 64, 512, device="cuda", dtype=dtype)
+        with nan_poisoned_allocations():
+            out = tri_rope.apply_rope(x, positions, inv_freq, inverse)
+        ref = rope.apply_rope(x, positions, inv_freq, inverse)
+        differ = (out != ref).float().mean().item()
+        _row(f"apply_rope {str(dtype)[6:]}", f"N{n} H64 D512 R64 ne{differ:.1e}", _rel(out, ref),
+             tol, _ms(lambda x=x: tri_rope.apply_rope(x, positions, inv_freq, inverse)))
+
+
+def test_fake_quant_fp4_gpu():
+    from deepinfer.kernels.reference import quant
+    from deepinfer.kernels.triton import quant_fp4
+
+    x = torch.randn(PREFILL_TOKENS, 64, 128, device="cuda", dtype=torch.bfloat16) * 3
+    x[0, 0] = 0.0
+    x[1, 0] = -x[1, 0].abs() * 1e-6
+    with nan_poisoned_allocations():
+        out = quant_fp4.fake_quant_fp4_ue8m0_block32(x)
+    ref = quant.fake_quant_fp4_ue8m0_block32(x)
+    bad = int((out.view(torch.int16) != ref.view(torch.int16)).sum())
+    _row("fake_quant_fp4 (mismatches)", f"{PREFILL_TOKENS}x64x128 bf16", bad, 0,
+         _ms(lambda: quant_fp4.fake_quant_fp4_ue8m0_block32(x)))
+
+
+def test_linear_rope_fp4_cuda_graph_capture():
+    """The four ops launch without host syncs: capture them in a CUDA graph, replay on new data."""
+    from deepinfer.kernels.reference import linear, quant, rope
+    from deepinfer.kernels.triton import linear as tri_linear
+    from deepinfer.kernels.triton import quant_fp4
+    from deepinfer.kernels.triton import rope as tri_rope
+
+    n = 8
+    x = torch.randn(n, V41_HEAD_HIDDEN, device="cuda")
+    w = (torch.randn(4096, V41_HEAD_HIDDEN, device="cuda") * 0.02).to(torch.bfloat16)
+    xg = torch.randn(n, V41_O_GROUPS, 512, device="cuda", dtype=torch.bfloat16)
+    wg = _random_fp8_weight(V41_O_GROUPS * V41_O_LORA, 512)
+    q = torch.randn(n, 64, 512, device="cuda", dtype=torch.bfloat16)
+    positions = torch.arange(n, device="cuda")
+    inv_freq = rope.rope_inv_freq(64, 10000.0).cuda()
+
+    def step():
+        return (tri_linear.linear(x, w), tri_linear.grouped_linear(xg, wg),
+                tri_rope.apply_rope(q, positions, inv_freq, True),
+                quant_fp4.fake_quant_fp4_ue8m0_block32(q[..., :128]))
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # compile outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = step()
+    for t in (x, xg, q):
+        t.copy_(torch.randn_like(t, dtype=torch.float32).to(t.dtype))
+    positions.add_(1000)
+    graph.replay()
+    torch.cuda.synchronize()
+    refs = (linear.linear(x, w), linear.grouped_linear(xg, wg),
+            rope.apply_rope(q, positions, inv_freq, True),
+            quant.fake_quant_fp4_ue8m0_block32(q[..., :128]))
+    for name, out, ref, tol in zip(("linear", "grouped_linear", "apply_rope", "fake_quant_fp4"),
+                                   outs, refs, (1e-5, 5e-3, 5e-3, 0.0), strict=True):
+        _row(f"graph replay {name}", f"N{n}", _rel(out, ref), tol)

@@ -1,0 +1,316 @@
+"""Dense and grouped projections without activation quantization (reference ``linear.linear``,
+``linear.grouped_linear``; model-spec §4.3): the LM head, ``wo_a`` and the other plain GEMMs.
+
+    out[n, g, o] = sum_i x[n, g, i] * w[g * O + o, i]        (linear: G = 1)
+
+One kernel for both ops: grid (M tiles × O tiles, split-K, G). The weight is a plain bf16/fp32
+tensor or an ``Fp8BlockWeight`` (e4m3 codes, one ue8m0 scale per 32×32 tile), dequantized in
+registers 32 columns of K at a time (code × 2^(e-127) is exact in bf16). Accumulation is fp32.
+
+Precision: the reference sums exact products in fp64, so the kernel keeps every product exact and
+differs only by fp32 summation. With a bf16-exact weight (bf16 or FP8) the dots run on bf16 tensor
+cores and x is split into X_SPLIT bf16 pieces whose sum is x exactly (bf16: 1 piece, fp16: 2,
+fp32: 3, the "bf16x3" split: 3 × 8 significant bits cover fp32's 24); products of bf16 pieces are
+exact in fp32. Any other weight dtype (fp32, fp16) runs fp32 "ieee" dots (no TF32). The fp32
+logit head (fp32 x, bf16 weight) costs three bf16 dots per tile, or one when x holds only bf16
+values (as the head's ``y.float()`` does: a device-side flag, computed by torch ops without a
+host sync, picks the K loop). With an fp16/fp32 x each K chunk is summed in a fresh accumulator
+and then added to the running one in fp32 ("promotion"): Hopper's wgmma accumulator adds with
+truncation, whose bias grew to rel 1.4e-5 over K=4096 (1.7e-7 promoted).
+The weight is read once: one M tile covers N <= 64, and at larger N the M tiles of one O tile
+run adjacently so that the second read hits L2.
+
+Decode (M <= 64) with few O tiles uses split-K (fp32 partials in a workspace, summed in split
+order by ``gemm_fp8._splitk_sum_kernel``). No launch path reads device data on the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights, dense
+from deepinfer.kernels.triton import gemm_fp8, quant_act
+from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
+
+FP8_TILE = 32
+NUM_SMS = 132  # H200
+_X_SPLIT = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
+
+
+@triton.jit
+def _dot_piece(a, w, acc, DOT_BF16: tl.constexpr):
+    """acc += a @ w for a bf16-exact a (held in fp32): bf16 tensor cores or an fp32 ieee dot."""
+    if DOT_BF16:
+        return tl.dot(a.to(tl.bfloat16), w.to(tl.bfloat16), acc)
+    return tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+
+
+@triton.jit
+def _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
+            W_FP8: tl.constexpr, PIECES: tl.constexpr, PROMOTE: tl.constexpr,
+            DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr, KC: tl.constexpr):
+    """acc += x[:, k_begin:k_end] @ w[k_begin:k_end, :] (see _linear_kernel for the modes)."""
+    for k0 in range(k_begin, k_end, BK):
+        for kk in tl.static_range(0, BK, KC):  # KC = 32 (one scale column) for FP8 weights
+            k = k0 + kk
+            if EVEN_K:
+                x = tl.load(x_ptrs + k)
+                w = tl.load(w_ptrs + k)
+            else:
+                mask_k = k + offs_k < k_end
+                x = tl.load(x_ptrs + k, mask=mask_k[None, :], other=0.0)
+                w = tl.load(w_ptrs + k, mask=mask_k[:, None], other=0)
+            if W_FP8:
+                if EVEN_K:
+                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32))
+                else:
+                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32, mask=k < k_end, other=127))
+                w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[None, :]  # exact
+            if PIECES == 0:
+                acc = tl.dot(x.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
+            elif not PROMOTE:
+                acc = _dot_piece(x, w, acc, DOT_BF16)
+            else:
+                # Promotion: the wgmma accumulator adds with truncation, a bias that grows with K
+                # (measured rel 1.4e-5 at K=4096 when accumulating in it); summed one chunk at a
+                # time and then added in fp32, it stays at fp32 rounding (1.7e-7).
+                if PIECES == 1:  # x is exact in bf16 (checked on the device)
+                    # acc - dot(-x, w): Triton folds "acc + dot(x, w, 0)" into dot(x, w, acc),
+                    # undoing the promotion (measured 4.4e-6); it does not fold a subtraction.
+                    part = _dot_piece(0.0 - x.to(tl.float32), w,
+                                      tl.zeros((BM, BN), dtype=tl.float32), DOT_BF16)
+                    acc -= part
+                else:  # x = hi + mid (+ lo), each piece exact in bf16 (any rounding of the casts)
+                    xf = x.to(tl.float32)
+                    hi = xf.to(tl.bfloat16).to(tl.float32)
+                    rest = xf - hi  # exact
+                    mid = rest.to(tl.bfloat16).to(tl.float32)
+                    part = tl.zeros((BM, BN), dtype=tl.float32)
+                    if PIECES == 3:
+                        part = _dot_piece(rest - mid, w, part, DOT_BF16)  # smallest first
+                    part = _dot_piece(mid, w, part, DOT_BF16)
+                    part = _dot_piece(hi, w, part, DOT_BF16)
+                    acc += part
+    return acc
+
+
+@triton.jit
+def _linear_kernel(
+    x_ptr,  # (M, G, K) any float dtype, unit stride in K
+    w_ptr,  # (G * O, K): plain float, or uint8 e4m3 codes when W_FP8
+    ws_ptr,  # uint8 (ceil(G*O/32), ceil(K/32)) ue8m0 tile scales when W_FP8 (else unused)
+    exact_ptr,  # bool (1,): every x is exact in bf16 (X_SPLIT > 1 only; else unused)
+    out_ptr,  # (M, G, O) output (or the fp32 split-K workspace, SPLIT_K > 1)
+    M, O, K, k_per_split, split_stride,
+    stride_xm, stride_xg, stride_wo, stride_wsr, stride_om, stride_og,
+    W_FP8: tl.constexpr,  # weight is e4m3 codes + 32×32 ue8m0 tiles
+    X_SPLIT: tl.constexpr,  # bf16 pieces of x (1, 2 or 3); 0: plain fp32 ieee dot
+    DOT_BF16: tl.constexpr,  # pieces go through bf16 tensor cores (GPU) or fp32 dots (interp.)
+    EVEN_K: tl.constexpr,  # K % BK == 0 and k_per_split % BK == 0: no K masks
+    SPLIT_K: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KC: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # Grouped program order: the (up to GROUP_M) M tiles of one O tile run next to each other,
+    # so the weight tile comes from HBM once and from L2 after.
+    pid = tl.program_id(0)
+    group = tl.program_id(2)
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(O, BN)
+    group_size = GROUP_M * num_pid_n
+    first_m = (pid // group_size) * GROUP_M
+    rows_in_group = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows_in_group
+    pid_n = (pid % group_size) // rows_in_group
+
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, KC)
+    mask_m = offs_m < M
+    mask_n = offs_n < O
+    rows_x = tl.where(mask_m, offs_m, 0).to(tl.int64)  # clamp instead of masking the loads
+    rows_w = (group * O + tl.where(mask_n, offs_n, 0)).to(tl.int64)
+    x_ptrs = x_ptr + group.to(tl.int64) * stride_xg + rows_x[:, None] * stride_xm + offs_k[None, :]
+    w_ptrs = w_ptr + rows_w[None, :] * stride_wo + offs_k[:, None]  # [KC, BN], K-major
+    ws_ptrs = ws_ptr + (rows_w // 32) * stride_wsr  # [BN], read only when W_FP8
+
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    k_begin = tl.program_id(1) * k_per_split
+    k_end = tl.minimum(k_begin + k_per_split, K)
+    if X_SPLIT > 1:
+        # fp16/fp32 x holding bf16 values (the head's y.float()) needs one dot, not X_SPLIT:
+        # a uniform branch around the whole K loop keeps both loops pipelined.
+        if tl.load(exact_ptr) != 0:
+            acc = _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end, W_FP8, 1, True,
+                          DOT_BF16, EVEN_K, BM, BN, BK, KC)
+        else:
+            acc = _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end, W_FP8, X_SPLIT,
+                          True, DOT_BF16, EVEN_K, BM, BN, BK, KC)
+    else:
+        acc = _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end, W_FP8, X_SPLIT,
+                      False, DOT_BF16, EVEN_K, BM, BN, BK, KC)
+
+    out_ptrs = (out_ptr + group.to(tl.int64) * stride_og + offs_m.to(tl.int64)[:, None] * stride_om
+                + offs_n[None, :])
+    if SPLIT_K > 1:
+        out_ptrs += tl.program_id(1).to(tl.int64) * split_stride
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = False) -> dict:
+    """Tile sizes, one config per shape class (no autotune, kernels.md §3.3 rule 3).
+
+    Decode (M <= 64): one M tile covers all rows (BM = M rounded up to 16..64), BN=64 for many O
+    tiles, BK=128, 5 stages in flight. fp32 x (the logit head): BN=128, BK=64; the kernel holds
+    two K loops (one bf16 dot or three), each with its own pipeline buffers. H200, CUDA graph,
+    head O=129280 I=4096, bf16-valued / general fp32 x: N=1 271/310 us (3.9 TB/s of weight),
+    N=16 264/307, N=64 319/628, N=256 877/2004 us (cuBLAS bf16 x bf16: 245, 257, 292, 440).
+    Prefill: 128×128 tiles, BK=64, GROUP_M=8. fp32 "ieee" dots (X_SPLIT=0: non-bf16 weights) are
+    CUDA-core FMAs: small 64×64×32 tiles.
+    """
+    if interpret:
+        return dict(BM=16, BN=32, BK=32, GROUP_M=2, num_warps=4, num_stages=1)
+    if x_split == 0:
+        return dict(BM=32 if num_rows <= 32 else 64, BN=64, BK=32, GROUP_M=8, num_warps=4,
+                    num_stages=3)
+    if num_rows <= 64:
+        bm = max(16, triton.next_power_of_2(num_rows))
+        if x_split == 3:  # fp32 x (the logit head): BN=128 and these stages measured best
+            return dict(BM=bm, BN=128, BK=64, GROUP_M=1, num_warps=4,
+                        num_stages=4 if bm == 64 else 3)
+        return dict(BM=bm, BN=64, BK=128, GROUP_M=1, num_warps=4, num_stages=5)
+    return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8,
+                num_stages=3 if (x_split == 3 or w_fp8) else 4)
+
+
+def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_features: int,
+            split_k: int | None = None) -> torch.Tensor:
+    """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype."""
+    num_rows, groups, num_k = x3.shape
+    if x3.stride(2) != 1:
+        x3 = x3.contiguous()
+    w_fp8 = isinstance(weight, Fp8BlockWeight)
+    if w_fp8:
+        assert weight.scale.element_size() == 1, "linear: FP8 weight scales must be ue8m0 bytes"
+        w = weight.codes.view(torch.uint8)
+        w_scale = weight.scale.view(torch.uint8)
+    else:
+        w = weight if weight.stride(-1) == 1 else weight.contiguous()
+        w_scale = w  # unused
+    assert w.dim() == 2 and w.shape[0] == groups * out_features and w.shape[1] == num_k, \
+        f"linear: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
+    interpret = gemm_fp8.is_interpreting()
+    bf16_exact_w = w_fp8 or w.dtype == torch.bfloat16
+    x_split = _X_SPLIT.get(x3.dtype, 0) if bf16_exact_w else 0
+    cfg = linear_config(num_rows, x_split, w_fp8, interpret)
+    out = torch.empty((num_rows, groups, out_features), dtype=x3.dtype, device=x3.device)
+    if num_rows == 0 or out_features == 0 or groups == 0:
+        return out
+    if num_k == 0:
+        return out.zero_()
+    bk = cfg["BK"]
+    num_tiles = triton.cdiv(num_rows, cfg["BM"]) * triton.cdiv(out_features, cfg["BN"])
+    if split_k is None:
+        split_k = 1
+        if num_rows <= 64 and not interpret:
+            split_k = gemm_fp8.choose_split_k(num_tiles * groups, num_k, bk, NUM_SMS)
+    k_per_split = triton.cdiv(triton.cdiv(num_k, bk), split_k) * bk
+    split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
+    target = out
+    if split_k > 1:
+        target = torch.empty((split_k, num_rows, groups, out_features), dtype=torch.float32,
+                             device=x3.device)
+    kc = FP8_TILE if w_fp8 else bk
+    exact = x3  # unused unless x_split > 1
+    if x_split > 1:  # a device flag (no host sync): x holds only bf16 values
+        exact = (x3 == x3.to(torch.bfloat16).to(x3.dtype)).all().reshape(1)
+    _linear_kernel[(num_tiles, split_k, groups)](
+        x3, w, w_scale, exact, target,
+        num_rows, out_features, num_k, k_per_split, num_rows * groups * out_features,
+        x3.stride(0), x3.stride(1), w.stride(0), w_scale.stride(0) if w_fp8 else 0,
+        groups * out_features, out_features,
+        W_FP8=w_fp8, X_SPLIT=x_split, DOT_BF16=not interpret, EVEN_K=num_k % bk == 0,
+        SPLIT_K=split_k, BM=cfg["BM"], BN=cfg["BN"], BK=bk, KC=kc, GROUP_M=cfg["GROUP_M"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if split_k > 1:
+        total = num_rows * groups * out_features
+        block = 1024
+        gemm_fp8._splitk_sum_kernel[(triton.cdiv(total, block),)](
+            target, out, total, SPLIT_K=split_k, BLOCK=block, num_warps=4)
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertWeights,
+           split_k: int | None = None) -> torch.Tensor:
+    """Registered op: ``x @ weight^T``, (N, I) x (O, I) -> (N, O) in x's dtype (fp32 accumulation).
+
+    ``weight`` is a plain float tensor or an ``Fp8BlockWeight`` (dequantized in-kernel); a 1-expert
+    ``Mxfp4ExpertWeights`` (which supports_linear declines) is dequantized to bf16 first.
+    """
+    assert x.dim() == 2, f"linear: x must be (N, I), got {tuple(x.shape)}"
+    if isinstance(weight, Mxfp4ExpertWeights):
+        weight = dense(weight)
+    return _launch(x[:, None, :], weight, weight.shape[0], split_k).view(x.shape[0], -1)
+
+
+def grouped_linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight,
+                   split_k: int | None = None) -> torch.Tensor:
+    """Registered op: block-diagonal grouped projection (attention ``wo_a``).
+
+    x (N, G, I), weight (G * O, I) plain or ``Fp8BlockWeight`` -> (N, G, O) in x's dtype.
+    """
+    assert x.dim() == 3, f"grouped_linear: x must be (N, G, I), got {tuple(x.shape)}"
+    groups = x.shape[1]
+    assert weight.shape[0] % groups == 0, \
+        f"grouped_linear: {weight.shape[0]} weight rows do not split into {groups} groups"
+    return _launch(x, weight, weight.shape[0] // groups, split_k)
+
+
+_WEIGHT_FORMATS = ("dense", "dequantized", "plain", "fp8_block32")
+
+
+def supports_linear(spec: dict) -> bool:
+    """CUDA SM90+; ``weight_format`` (optional) plain ("dense"/"dequantized"/"plain") or
+    "fp8_block32"; MXFP4 containers are declined (the reference dequantizes them)."""
+    return quant_act.is_cuda_sm90_plus(spec) and spec.get("weight_format", "dense") in \
+        _WEIGHT_FORMATS
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    """SM90 compile-gate cases (format of tests/kernels/triton/conftest.py ``sm90_compile``) at
+    V4.1-Flash shapes: the fp32-logit head (N=64, O=129280, I=4096: fp32 x, bf16 weight, bf16x3)
+    at decode and N=256, bf16 linears at decode/prefill, and ``wo_a`` (G=8, I=4096, O=1024) with
+    FP8 and bf16 weights."""
+    cases = []
+    for name, rows, x_ty, w_ty, w_fp8, split_k in (
+            ("linear_head_fp32x_bf16w_n16", 16, "*fp32", "*bf16", False, 1),
+            ("linear_head_fp32x_bf16w_n64", 64, "*fp32", "*bf16", False, 1),
+            ("linear_head_fp32x_bf16w_n256", 256, "*fp32", "*bf16", False, 1),
+            ("linear_bf16_decode_splitk", 16, "*bf16", "*bf16", False, 4),
+            ("linear_bf16_prefill", 4096, "*bf16", "*bf16", False, 1),
+            ("grouped_wo_a_fp8_decode_g8", 64, "*bf16", "*u8", True, 2),
+            ("grouped_wo_a_fp8_prefill_g8", 4096, "*bf16", "*u8", True, 1),
+            ("linear_fp32w_ieee_decode", 16, "*fp32", "*fp32", False, 1)):
+        x_split = 0 if w_ty == "*fp32" else {"*bf16": 1, "*fp32": 3}[x_ty]
+        cfg = linear_config(rows, x_split, w_fp8)
+        cases.append({
+            "id": name, "module": __name__, "kernel": "_linear_kernel",
+            "signature": {"x_ptr": x_ty, "w_ptr": w_ty, "ws_ptr": "*u8", "exact_ptr": "*i1",
+                          "out_ptr": "*fp32" if split_k > 1 else x_ty,
+                          "M": "i32", "O": "i32", "K": "i32", "k_per_split": "i32",
+                          "split_stride": "i32", "stride_xm": "i32", "stride_xg": "i32",
+                          "stride_wo": "i32", "stride_wsr": "i32", "stride_om": "i32",
+                          "stride_og": "i32"},
+            "constexprs": {"W_FP8": w_fp8, "X_SPLIT": x_split, "DOT_BF16": True, "EVEN_K": True,
+                           "SPLIT_K": split_k, "BM": cfg["BM"], "BN": cfg["BN"],
+                           "BK": cfg["BK"], "KC": FP8_TILE if w_fp8 else cfg["BK"],
+                           "GROUP_M": cfg["GROUP_M"]},
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
+            "expect_wgmma": x_split > 0 and cfg["BM"] >= 64, "no_spill": True,
+            "divisible": ["O", "K", "k_per_split"]})
+    return cases
