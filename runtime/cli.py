@@ -155,6 +155,8 @@ def _run(llm, items, args: argparse.Namespace, source: str) -> int:
     if args.stats:
         for key, value in llm.engine.stats.summary().items():
             print(f"{_prog()}: {key} = {value}", file=sys.stderr)
+        for key, value in llm.startup_s.items():
+            print(f"{_prog()}: startup_{key}_s = {value:.2f}", file=sys.stderr)
     return 3 if rejections else 0
 
 

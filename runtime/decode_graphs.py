@@ -31,6 +31,7 @@ static-buffer forward eagerly, which lets CPU tests check everything but the cap
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -50,10 +51,15 @@ class DecodeGraphs:
     Args:
         model: on a CUDA device, weights loaded; pool: the rank's cache pool.
         buckets: the plan's decode buckets (row counts); max_model_len: the plan's.
+        log: called with one line per captured bucket (start-up progress), or None.
+
+    After :meth:`capture`, ``warmup_s`` / ``graph_s`` hold each bucket's eager warm-up (the
+    first one also compiles the Triton kernels: a cold kernel cache dominates start-up) and
+    capture times, and ``capture_s`` the total.
     """
 
     def __init__(self, model: DeepseekV41, pool: CachePool, buckets: list[int],
-                 max_model_len: int):
+                 max_model_len: int, log: Callable[[str], None] | None = None):
         if not buckets or any(b <= 0 for b in buckets):
             raise ValueError(f"decode buckets must be positive row counts, got {buckets}")
         self.model, self.pool = model, pool
@@ -70,7 +76,10 @@ class DecodeGraphs:
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._logits: dict[int, torch.Tensor] = {}
         self._mempool = None
+        self._log = log
         self.capture_s = 0.0
+        self.warmup_s: dict[int, float] = {}
+        self.graph_s: dict[int, float] = {}
 
     def rows(self, bucket: int) -> DecodeRows:
         """The :class:`DecodeRows` over the first ``bucket`` rows of the static buffers."""
@@ -86,21 +95,33 @@ class DecodeGraphs:
             self._graphs = dict.fromkeys(self.buckets)
             return
         self._static.zero_()  # padding rows everywhere: sentinel slot and block
-        stream = torch.cuda.Stream(self.model.device)
-        stream.wait_stream(torch.cuda.current_stream(self.model.device))
+        device = self.model.device
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
             for bucket in reversed(self.buckets):
+                t = time.perf_counter()
                 self.model.forward_decode(self.rows(bucket))  # compile + allocate, eagerly
-        torch.cuda.current_stream(self.model.device).wait_stream(stream)
-        torch.cuda.synchronize(self.model.device)
+                torch.cuda.synchronize(device)
+                self.warmup_s[bucket] = time.perf_counter() - t
+                self._note(f"decode bucket {bucket}: eager warm-up "
+                           f"{self.warmup_s[bucket]:.2f} s")
+        torch.cuda.current_stream(device).wait_stream(stream)
         self._mempool = torch.cuda.graph_pool_handle()
         for bucket in reversed(self.buckets):
+            t = time.perf_counter()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._mempool):
                 self._logits[bucket] = self.model.forward_decode(self.rows(bucket))
             self._graphs[bucket] = graph
-        torch.cuda.synchronize(self.model.device)
+            torch.cuda.synchronize(device)
+            self.graph_s[bucket] = time.perf_counter() - t
+            self._note(f"decode bucket {bucket}: captured in {self.graph_s[bucket]:.2f} s")
         self.capture_s = time.perf_counter() - t0
+
+    def _note(self, line: str) -> None:
+        if self._log is not None:
+            self._log(line)
 
     def bucket_for(self, num_rows: int) -> int:
         """The smallest bucket holding ``num_rows`` rows."""

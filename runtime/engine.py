@@ -82,13 +82,15 @@ class Engine:
         seed: engine seed; a request without its own seed uses ``seed + request.index``.
         cuda_graphs: on a CUDA device, capture the plan's decode buckets at start and replay
             them for decode steps (``runtime/decode_graphs.py``); ignored on CPU.
+        log: start-up progress lines (one per captured bucket), or None.
         allreduce_max: elementwise MAX over the DP ranks for the scheduler's vote (None = one
             rank).
     """
 
     def __init__(self, plan: RuntimePlan, loaded: LoadedModel, *, pipeline: bool = True,
                  seed: int = 0, cuda_graphs: bool = True,
-                 allreduce_max: Callable[[list[int]], list[int]] | None = None):
+                 allreduce_max: Callable[[list[int]], list[int]] | None = None,
+                 log: Callable[[str], None] | None = None):
         self.plan, self.spec, self.tokenizer = plan, loaded.spec, loaded.tokenizer
         self.model = loaded.model
         self.kernels = loaded.model.kernels
@@ -114,7 +116,7 @@ class Engine:
         self.graphs: DecodeGraphs | None = None
         if cuda_graphs and self.device.type == "cuda" and not self.model.has_ep_exchange:
             self.graphs = DecodeGraphs(self.model, self.pool, plan.decode_buckets,
-                                       self.max_model_len)
+                                       self.max_model_len, log=log)
             self.graphs.capture()
         self.worker = Worker(self.model, self.kernels, pipeline=pipeline, graphs=self.graphs)
         self.live: dict[int, LiveRequest] = {}

@@ -23,6 +23,7 @@ it, refused with a PlanError naming that field when it cannot run here).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -49,12 +50,17 @@ class LLM:
         pipeline: the zero-overhead pipeline (post-processing overlapped with the next step).
         cuda_graphs: on a CUDA plan, capture the plan's decode buckets at start and replay
             them for every decode step (``runtime/decode_graphs.py``); False runs eagerly.
+        log: start-up progress lines (weights loaded, each decode graph captured), or None.
+
+    ``startup_s`` holds the start-up times: ``load`` (plan verified, weights in place) and
+    ``graphs`` (CUDA-graph capture, incl. compiling the kernels on a cold Triton cache).
         seed: engine seed (requests without a seed use ``seed + prompt index``); also the seed
             of synthetic weights when the plan says ``weights: synthetic``.
     """
 
     def __init__(self, plan_dir: str | Path, *, pipeline: bool = True, seed: int = 0,
-                 cuda_graphs: bool = True):
+                 cuda_graphs: bool = True, log: Callable[[str], None] | None = None):
+        t0 = time.perf_counter()
         self.plan: RuntimePlan = load_runtime_plan(plan_dir)
         self.dist: RankContext | None = init_distributed(self.plan)  # None: a one-rank plan
         device = plan_device(self.plan.device)  # after init: a rank's current GPU
@@ -66,9 +72,13 @@ class LLM:
         self.loaded = load_rank_model(self.plan, rank, kernels,
                                       None if self.dist is None else self.dist.ep_exchange, seed=0,
                                       device=device)
+        t1 = time.perf_counter()
+        if log is not None:
+            log(f"plan verified and weights in place on {device} in {t1 - t0:.1f} s")
         self.engine = Engine(self.plan, self.loaded, pipeline=pipeline, seed=seed,
-                             cuda_graphs=cuda_graphs,
+                             cuda_graphs=cuda_graphs, log=log,
                              allreduce_max=None if self.dist is None else self.dist.allreduce_max)
+        self.startup_s = {"load": t1 - t0, "graphs": time.perf_counter() - t1}
 
     @property
     def tokenizer(self):

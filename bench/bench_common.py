@@ -1,0 +1,237 @@
+"""Shared pieces of the issue-7 benchmarks (``bench/decode.py``, ``bench/prefill.py``).
+
+Plan directories derived from a topology (``num_blocks`` capped), the roofline module loaded by
+path, the results header (commit, date, GPU, versions), the Triton-cache state, and the pure
+helpers over GPU activity intervals from ``torch.profiler``: the idle gaps between steps, the
+GPU-busy time (union of intervals) and the per-kernel breakdown. Nothing here times anything
+by itself.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SLICE_TOPOLOGY = REPO / "artifacts" / "topologies" / "v41-flash-slice-h200.yaml"
+CPU_TOPOLOGY = "builtin:tiny-cpu"
+
+
+def load_by_path(name: str):
+    """``bench/<name>.py`` as a module (bench/ is not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def roofline():
+    """bench/roofline.py: ``measure_ceilings``, ``datasheet_ceilings``, ``rooflines``."""
+    return load_by_path("roofline")
+
+
+def ceilings(plan: dict) -> dict:
+    """Measured ceilings on a GPU, else the plan's datasheet numbers (the dict says which)."""
+    rl = roofline()
+    if torch.cuda.is_available():
+        out = rl.measure_ceilings()
+        torch.cuda.empty_cache()  # the copy buffers go back before the engine sizes its pool
+        return out
+    return rl.datasheet_ceilings(rl.topology_of(plan))
+
+
+def make_plan_dir(root: Path, topology: str | Path, max_blocks: int,
+                  backend: str | None = None) -> Path:
+    """Compile ``topology`` and write it under ``root`` with ``num_blocks`` capped at
+    ``max_blocks`` (the benchmarks need far fewer than the planned pool; the rest of the HBM
+    stays free for the profiler and the eager baseline). ``backend`` forces every op to it."""
+    from deepinfer.artifacts.plan_dir import write_plan
+    from deepinfer.planner.compile import compile_plan
+    from deepinfer.planner.report import render_report
+    from deepinfer.planner.topology_schema import load_topology
+
+    compiled = compile_plan(load_topology(str(topology)))
+    plan = copy.deepcopy(compiled)
+    for section in ("scheduler", "cache"):
+        plan[section]["num_blocks"] = min(plan[section]["num_blocks"], max_blocks)
+    if backend is not None:
+        plan["kernels"]["backend_by_op"] = dict.fromkeys(plan["kernels"]["backend_by_op"],
+                                                         backend)
+    return write_plan(root / "plan", plan, render_report(compiled))
+
+
+def default_topology(topology: str | None) -> str:
+    if topology:
+        return topology
+    return str(SLICE_TOPOLOGY) if torch.cuda.is_available() else CPU_TOPOLOGY
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0], "torch": torch.__version__}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = "not installed"
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name()
+        out["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
+        out["cuda"] = str(torch.version.cuda)
+    else:
+        out["gpu"] = "cpu"
+    return out
+
+
+def header(topology: str) -> dict:
+    v = versions()
+    return {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "gpu": v["gpu"], "versions": v, "topology": str(topology)}
+
+
+def results_path(out_dir: Path, kind: str) -> Path:
+    """``<out_dir>/<date>-<gpu or cpu>-<kind>.json``."""
+    device = "cpu"
+    if torch.cuda.is_available():
+        device = torch.cuda.get_device_name().split()[-1].lower()  # "NVIDIA H200" -> h200
+    return out_dir / f"{time.strftime('%Y-%m-%d')}-{device}-{kind}.json"
+
+
+def write_json(res: dict, paths: list[Path]) -> None:
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(res, indent=1, sort_keys=True, default=str))
+
+
+def triton_cache_state() -> dict:
+    """Where Triton caches compiled kernels and whether it was empty (a cold start)."""
+    path = Path(os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache")
+    num_entries = sum(1 for _ in path.iterdir()) if path.is_dir() else 0
+    return {"dir": str(path), "entries": num_entries, "cold": num_entries == 0}
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def timed(fn):
+    """(fn(), wall seconds), the GPU drained before and after."""
+    sync()
+    t0 = time.perf_counter()
+    out = fn()
+    sync()
+    return out, time.perf_counter() - t0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))]
+
+
+# ---- GPU activity intervals (µs on the profiler's clock) -------------------------------------
+def gpu_intervals(prof) -> list[tuple[float, float, str]]:
+    """(start_us, end_us, name) of every GPU activity (kernels, memcpy, memset) a finished
+    ``torch.profiler.profile`` recorded, sorted by start; user annotations are left out."""
+    out = []
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA or e.is_user_annotation:
+            continue
+        out.append((float(e.time_range.start), float(e.time_range.end), e.name))
+    return sorted(out)
+
+
+def cpu_ranges(prof, name: str) -> list[tuple[float, float]]:
+    """(start_us, end_us) of the host ranges ``record_function(name)`` opened, sorted."""
+    return sorted((float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
+                  if e.name == name and e.device_type == torch.autograd.DeviceType.CPU)
+
+
+def busy_us(intervals: list[tuple[float, float, str]]) -> float:
+    """Length of the union of the intervals (time the GPU ran anything)."""
+    total, end = 0.0, float("-inf")
+    for s, e, _ in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def idle_gaps_us(intervals: list[tuple[float, float, str]],
+                 step_ranges_us: list[tuple[float, float]],
+                 consecutive: list[bool] | None = None) -> list[float]:
+    """GPU idle time between each step and the next: the time within [end of step t's last
+    activity, start of step t+1's first activity] in which the GPU ran nothing.
+
+    Args: intervals (start_us, end_us, name) of GPU activities; step_ranges_us (host_start_us,
+    host_end_us) of each step's host range, in order, on the same clock — a step's host range
+    must end after its GPU work did (it waits for its results) and begin before its first
+    activity. Step t's last activity: the latest end among activities starting before step t's
+    host end; step t+1's first activity: the first starting at or after its host start (what
+    the host queued in between, e.g. the next step's input copies, is busy time, not idle).
+    consecutive[t]: whether to count the pair (t, t+1) (False: another kind of step ran in
+    between). Returns one gap per counted pair (0 where step t+1 was queued before t ended).
+    """
+    ivs = sorted(intervals)
+    starts = [s for s, _, _ in ivs]
+    prefix_end, end = [], float("-inf")
+    for _, e, _ in ivs:
+        end = max(end, e)
+        prefix_end.append(end)
+    gaps = []
+    for t in range(len(step_ranges_us) - 1):
+        if consecutive is not None and not consecutive[t]:
+            continue
+        n_before = bisect.bisect_left(starts, step_ranges_us[t][1])
+        first = bisect.bisect_left(starts, step_ranges_us[t + 1][0])
+        if n_before == 0 or first >= len(ivs):
+            continue
+        lo, hi = prefix_end[n_before - 1], ivs[first][0]
+        if hi <= lo:
+            gaps.append(0.0)
+            continue
+        inside = [(max(s, lo), min(e, hi), n) for s, e, n in ivs[n_before:first]
+                  if e > lo and s < hi]
+        gaps.append(hi - lo - busy_us(inside))
+    return gaps
+
+
+def kernel_table(intervals: list[tuple[float, float, str]], top: int = 15) -> list[dict]:
+    """GPU time per activity name, largest first: name, calls, total_us, share of GPU time."""
+    per: dict[str, list[float]] = {}
+    for s, e, name in intervals:
+        per.setdefault(name, []).append(e - s)
+    total = sum(sum(v) for v in per.values()) or 1.0
+    rows = [{"name": n, "calls": len(v), "total_us": sum(v), "share": sum(v) / total}
+            for n, v in per.items()]
+    return sorted(rows, key=lambda r: -r["total_us"])[:top]
+
+
+def gap_summary(gaps_us: list[float]) -> dict:
+    if not gaps_us:
+        return {"count": 0}
+    return {"count": len(gaps_us), "median_us": statistics.median(gaps_us),
+            "p90_us": percentile(gaps_us, 90), "max_us": max(gaps_us)}
