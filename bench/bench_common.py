@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SLICE_TOPOLOGY = REPO / "artifacts" / "topologies" / "v41-flash-slice-h200.yaml"
 CPU_TOPOLOGY = "builtin:tiny-cpu"
+MARK_PREFIX = "bench."  # the benchmarks' record_function ranges
 
 
 def load_by_path(name: str):
@@ -53,11 +55,13 @@ def ceilings(plan: dict) -> dict:
     return rl.datasheet_ceilings(rl.topology_of(plan))
 
 
-def make_plan_dir(root: Path, topology: str | Path, max_blocks: int,
-                  backend: str | None = None) -> Path:
-    """Compile ``topology`` and write it under ``root`` with ``num_blocks`` capped at
-    ``max_blocks`` (the benchmarks need far fewer than the planned pool; the rest of the HBM
-    stays free for the profiler and the eager baseline). ``backend`` forces every op to it."""
+def make_plan_dir(root: Path, topology: str | Path, max_blocks: Callable[[dict], int],
+                  backend: str | None = None, decode_buckets: list[int] | None = None) -> Path:
+    """Compile ``topology`` and write it to ``root / "plan"`` with ``num_blocks`` capped at
+    ``max_blocks(compiled plan)`` (the benchmarks need far fewer blocks than the planned pool;
+    the rest of the HBM stays free for the profiler and the eager baseline). ``backend``
+    forces every op to that backend; ``decode_buckets`` replaces the plan's CUDA-graph decode
+    buckets (fewer graphs to capture at start-up)."""
     from deepinfer.artifacts.plan_dir import write_plan
     from deepinfer.planner.compile import compile_plan
     from deepinfer.planner.report import render_report
@@ -65,8 +69,11 @@ def make_plan_dir(root: Path, topology: str | Path, max_blocks: int,
 
     compiled = compile_plan(load_topology(str(topology)))
     plan = copy.deepcopy(compiled)
+    cap = max_blocks(compiled)
     for section in ("scheduler", "cache"):
-        plan[section]["num_blocks"] = min(plan[section]["num_blocks"], max_blocks)
+        plan[section]["num_blocks"] = min(plan[section]["num_blocks"], cap)
+    if decode_buckets is not None:
+        plan["graph_buckets"]["decode"] = sorted(set(decode_buckets))
     if backend is not None:
         plan["kernels"]["backend_by_op"] = dict.fromkeys(plan["kernels"]["backend_by_op"],
                                                          backend)
@@ -80,6 +87,9 @@ def default_topology(topology: str | None) -> str:
 
 
 def git_commit() -> str:
+    """HEAD of the checkout, or $DEEPINFER_COMMIT where the copy has no .git."""
+    if os.environ.get("DEEPINFER_COMMIT"):
+        return os.environ["DEEPINFER_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                               text=True, check=True).stdout.strip()
@@ -154,10 +164,12 @@ def percentile(values: list[float], q: float) -> float:
 # ---- GPU activity intervals (µs on the profiler's clock) -------------------------------------
 def gpu_intervals(prof) -> list[tuple[float, float, str]]:
     """(start_us, end_us, name) of every GPU activity (kernels, memcpy, memset) a finished
-    ``torch.profiler.profile`` recorded, sorted by start; user annotations are left out."""
+    ``torch.profiler.profile`` recorded, sorted by start; user annotations (the GPU-side
+    spans of ``record_function`` ranges, which would cover the idle gaps) are left out."""
     out = []
     for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CUDA or e.is_user_annotation:
+        if e.device_type != torch.autograd.DeviceType.CUDA or \
+                getattr(e, "is_user_annotation", False) or e.name.startswith(MARK_PREFIX):
             continue
         out.append((float(e.time_range.start), float(e.time_range.end), e.name))
     return sorted(out)

@@ -51,11 +51,11 @@ class LLM:
         cuda_graphs: on a CUDA plan, capture the plan's decode buckets at start and replay
             them for every decode step (``runtime/decode_graphs.py``); False runs eagerly.
         log: start-up progress lines (weights loaded, each decode graph captured), or None.
+        seed: engine seed (requests without a seed use ``seed + prompt index``); also the seed
+            of synthetic weights when the plan says ``weights: synthetic``.
 
     ``startup_s`` holds the start-up times: ``load`` (plan verified, weights in place) and
     ``graphs`` (CUDA-graph capture, incl. compiling the kernels on a cold Triton cache).
-        seed: engine seed (requests without a seed use ``seed + prompt index``); also the seed
-            of synthetic weights when the plan says ``weights: synthetic``.
     """
 
     def __init__(self, plan_dir: str | Path, *, pipeline: bool = True, seed: int = 0,

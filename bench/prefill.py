@@ -1,0 +1,209 @@
+"""Prefill throughput of the engine against the planner's roofline (issue 7).
+
+    TRITON_INTERPRET=0 python bench/prefill.py [--prompt-lens 4096,16384] [--topology FILE]
+        [--out DIR] [--no-eager]
+    python bench/prefill.py --topology builtin:tiny-cpu        # CPU smoke: 512 and 1024
+
+On the ``v41-flash-slice-h200`` plan (``num_blocks`` capped; no CUDA graphs: prefill does not
+replay them), one prompt at a time of random ids (seeded) goes through ``llm.generate`` with
+``max_tokens=1`` (the plan's prefill chunk is 4096 tokens, so 16K runs 4 chunks plus the first
+token's sampling). Each length runs once to warm up (Triton compiles), then ``--repeats`` times
+(median). Reported per length: time_ms, tokens_per_s = prompt_len / time, roofline_ms (the
+planner's cost model over the ceilings measured on this GPU, ``bench/roofline.py``; datasheet
+numbers on CPU), eta = roofline / measured, and compute_share = the roofline's compute time /
+measured (the issue's target: >= 0.4 at 4K).
+
+Eager baseline: the same engine with the torch reference backend swapped into the same model
+(``model.kernels = KernelSet()``) at the shortest length, only if a short run (512 tokens)
+predicts under ``--eager-budget-s``.
+
+JSON: ``<out>/<date>-<gpu or cpu>-prefill.json``; the table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common as bc  # noqa: E402
+
+DEFAULTS = {"prompt_lens": ("4096,16384", "512,1024"), "eager_probe_len": (512, 128)}
+
+
+def make_prompt(length: int, vocab_size: int, seed: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, min(120000, vocab_size), (length,), generator=g).tolist()
+
+
+def prefill_s(llm, prompt: list[int]) -> float:
+    """Wall seconds of one prompt through the engine up to its first token."""
+    from deepinfer.runtime.sampling_params import SamplingParams
+
+    first = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+    return bc.timed(lambda: llm.generate([prompt], first))[1]
+
+
+def eager_baseline(llm, length: int, probe_len: int, budget_s: float) -> dict:
+    """The reference backend swapped into the model: a probe run predicts the full one."""
+    from deepinfer.kernels.registry import KernelSet
+
+    model = llm.loaded.model
+    vocab = llm.loaded.spec.vocab_size
+    saved, model.kernels = model.kernels, KernelSet()
+    try:
+        probe_s = prefill_s(llm, make_prompt(probe_len, vocab, 8))
+        estimate_s = probe_s * length / probe_len * 1.25
+        out = {"prompt_len": length, "probe_len": probe_len, "probe_s": probe_s,
+               "estimate_s": estimate_s}
+        if estimate_s > budget_s:
+            out["skipped"] = f"estimated {estimate_s:.0f} s > budget {budget_s:.0f} s"
+            return out
+        out["time_ms"] = prefill_s(llm, make_prompt(length, vocab, 9)) * 1e3
+        out["tokens_per_s"] = length / out["time_ms"] * 1e3
+        return out
+    except Exception as err:  # noqa: BLE001 - out of memory, or the reference refusing
+        return {"prompt_len": length, "error": repr(err)[:300]}
+    finally:
+        model.kernels = saved
+
+
+def run(args, root: Path, progress) -> dict:
+    from deepinfer.artifacts.plan_dir import read_plan
+    from deepinfer.runtime import LLM
+
+    topology = bc.default_topology(args.topology)
+    res = bc.header(topology)
+    print("versions", res["versions"], "commit", res["commit"], flush=True)
+
+    def blocks_needed(compiled: dict) -> int:
+        return max(args.prompt_lens) // compiled["scheduler"]["block_size_tokens"] + 64
+
+    plan_dir = bc.make_plan_dir(root, topology, blocks_needed)
+    plan = read_plan(plan_dir)
+    res["plan_id"], res["num_blocks"] = plan["plan_id"], plan["scheduler"]["num_blocks"]
+    res["prefill_chunk_tokens"] = plan["scheduler"]["prefill_chunk_size_tokens"]
+    llm, res["load_s"] = bc.timed(lambda: LLM(plan_dir, cuda_graphs=False,
+                                              log=lambda line: print(line, flush=True)))
+    print(f"load {res['load_s']:.1f} s", flush=True)
+    res["ceilings"] = bc.ceilings(plan)
+    roofs = {r["prompt_len"]: r for r in bc.roofline().rooflines(
+        plan, [], args.prompt_lens, res["ceilings"])["prefill"]}
+    vocab = llm.loaded.spec.vocab_size
+    res["prefill"] = []
+    for length in args.prompt_lens:
+        if length + 1 > llm.max_model_len:
+            print(f"skip {length}: exceeds max_model_len {llm.max_model_len}", flush=True)
+            continue
+        warm_s = prefill_s(llm, make_prompt(length, vocab, 1))
+        times = [prefill_s(llm, make_prompt(length, vocab, 2 + i)) for i in range(args.repeats)]
+        t_ms = statistics.median(times) * 1e3
+        r = roofs[length]
+        compute_ms = r["compute_ms"] * r["steps"]
+        res["prefill"].append({
+            "prompt_len": length, "tokens_per_s": length / t_ms * 1e3, "time_ms": t_ms,
+            "warmup_ms": warm_s * 1e3, "roofline_ms": r["prompt_roofline_ms"],
+            "eta": r["prompt_roofline_ms"] / t_ms, "compute_roofline_ms": compute_ms,
+            "compute_share": compute_ms / t_ms, "bound": r["bound"],
+            "roofline_steps": r["steps"]})
+        print(f"prefill {length}: {t_ms:.1f} ms (warm-up {warm_s * 1e3:.0f} ms), roofline "
+              f"{r['prompt_roofline_ms']:.2f} ms", flush=True)
+        progress(res)
+    res["eager"] = None
+    if not args.no_eager and res["prefill"]:
+        shortest = res["prefill"][0]["prompt_len"]
+        res["eager"] = eager_baseline(llm, shortest, args.eager_probe_len, args.eager_budget_s)
+        if "time_ms" in res["eager"]:
+            res["eager"]["speedup"] = res["eager"]["time_ms"] / res["prefill"][0]["time_ms"]
+        print(f"eager reference: {res['eager']}", flush=True)
+    res["engine_stats"] = llm.engine.stats.summary()
+    llm.engine.worker.close()
+    return res
+
+
+def report(res: dict) -> None:
+    """The table (also of a partial result)."""
+    res.setdefault("prefill", [])
+    c = res.get("ceilings") or {"source": "not measured", "hbm_bytes_per_s": 0,
+                                "bf16_flops_per_s": 0, "fp8_flops_per_s": 0}
+    print(f"\n## prefill — {res['gpu']}, commit {res['commit'][:10]}, {res['date']}")
+    print(f"ceilings ({c['source']}): HBM {c['hbm_bytes_per_s'] / 1e12:.2f} TB/s, "
+          f"bf16 {c['bf16_flops_per_s'] / 1e12:.3g} TFLOP/s, fp8 "
+          f"{c['fp8_flops_per_s'] / 1e12:.3g} TFLOP/s; prefill chunk "
+          f"{res.get('prefill_chunk_tokens')} tokens; load {res.get('load_s', 0):.1f} s "
+          "(no graphs)")
+    print("\n| prompt | tokens/s | time ms | roofline ms | η | compute roofline ms | "
+          "compute share |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for p in res["prefill"]:
+        print(f"| {p['prompt_len']} | {p['tokens_per_s']:,.0f} | {p['time_ms']:.1f} | "
+              f"{p['roofline_ms']:.2f} | {p['eta']:.3f} | {p['compute_roofline_ms']:.2f} | "
+              f"{p['compute_share']:.3f} |")
+    e = res.get("eager")
+    if e is None:
+        print("eager reference: not run")
+    elif "time_ms" in e:
+        print(f"eager reference at {e['prompt_len']}: {e['time_ms']:.1f} ms "
+              f"({e['tokens_per_s']:,.0f} tok/s); speedup of ours: {e['speedup']:.1f}×")
+    else:
+        print(f"eager reference at {e['prompt_len']}: {e.get('skipped') or e.get('error')} "
+              f"(probe {e.get('probe_len')} tokens: {e.get('probe_s', 0):.2f} s)")
+
+
+def print_target(res: dict) -> None:
+    """The issue's prefill target: >= 40% of the compute roofline at 4K."""
+    at_4k = [p for p in res["prefill"] if p["prompt_len"] == 4096]
+    if not at_4k:
+        print("target compute share >= 0.4 at 4K: not measured")
+        return
+    share = at_4k[0]["compute_share"]
+    print(f"target compute share >= 0.4 at 4K: {share:.3g}: "
+          f"{'met' if share >= 0.4 else 'NOT met'}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prompt-lens", default=None, help="default 4096,16384 (CPU: 512,1024)")
+    ap.add_argument("--topology", default=None, help="default: the slice plan (CPU: tiny-cpu)")
+    ap.add_argument("--out", type=Path, action="append", default=None,
+                    help="results folder (repeatable); default bench/results")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--eager-probe-len", type=int, default=None, help="default 512 (CPU: 128)")
+    ap.add_argument("--eager-budget-s", type=float, default=60.0)
+    ap.add_argument("--report", type=Path, default=None,
+                    help="only print the table of a (partial) results JSON")
+    args = ap.parse_args()
+    if args.report is not None:
+        res = json.loads(args.report.read_text())
+        report(res)
+        print_target(res)
+        return 0
+    cuda = torch.cuda.is_available()
+    args.prompt_lens = [int(x) for x in (args.prompt_lens or
+                                         DEFAULTS["prompt_lens"][not cuda]).split(",") if x]
+    if args.eager_probe_len is None:
+        args.eager_probe_len = DEFAULTS["eager_probe_len"][not cuda]
+    outs = [bc.results_path(d, "prefill") for d in (args.out or [bc.REPO / "bench" / "results"])]
+
+    def progress(res: dict) -> None:  # partial results survive a timeout
+        bc.write_json(res, [p.with_suffix(".partial.json") for p in outs])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = run(args, Path(tmp), progress)
+    bc.write_json(res, outs)
+    for p in outs:
+        p.with_suffix(".partial.json").unlink(missing_ok=True)
+    report(res)
+    print_target(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
