@@ -192,20 +192,14 @@ def busy_us(intervals: list[tuple[float, float, str]]) -> float:
     return total
 
 
-def idle_gaps_us(intervals: list[tuple[float, float, str]],
-                 step_ranges_us: list[tuple[float, float]],
-                 consecutive: list[bool] | None = None) -> list[float]:
-    """GPU idle time between each step and the next: the time within [end of step t's last
-    activity, start of step t+1's first activity] in which the GPU ran nothing.
+def idle_before_us(intervals: list[tuple[float, float, str]],
+                   marks_us: list[float]) -> list[float]:
+    """For each host mark (a step's launch), the GPU idle time right before the first GPU
+    activity starting at or after it: that activity's start minus the latest end of every
+    activity that started before it (0 when it was queued behind running work).
 
-    Args: intervals (start_us, end_us, name) of GPU activities; step_ranges_us (host_start_us,
-    host_end_us) of each step's host range, in order, on the same clock — a step's host range
-    must end after its GPU work did (it waits for its results) and begin before its first
-    activity. Step t's last activity: the latest end among activities starting before step t's
-    host end; step t+1's first activity: the first starting at or after its host start (what
-    the host queued in between, e.g. the next step's input copies, is busy time, not idle).
-    consecutive[t]: whether to count the pair (t, t+1) (False: another kind of step ran in
-    between). Returns one gap per counted pair (0 where step t+1 was queued before t ended).
+    Args: intervals (start_us, end_us, name) of GPU activities; marks_us on the same clock.
+    Marks with no activity before and after them are skipped.
     """
     ivs = sorted(intervals)
     starts = [s for s, _, _ in ivs]
@@ -214,20 +208,11 @@ def idle_gaps_us(intervals: list[tuple[float, float, str]],
         end = max(end, e)
         prefix_end.append(end)
     gaps = []
-    for t in range(len(step_ranges_us) - 1):
-        if consecutive is not None and not consecutive[t]:
+    for mark in marks_us:
+        first = bisect.bisect_left(starts, mark)
+        if first == 0 or first >= len(ivs):
             continue
-        n_before = bisect.bisect_left(starts, step_ranges_us[t][1])
-        first = bisect.bisect_left(starts, step_ranges_us[t + 1][0])
-        if n_before == 0 or first >= len(ivs):
-            continue
-        lo, hi = prefix_end[n_before - 1], ivs[first][0]
-        if hi <= lo:
-            gaps.append(0.0)
-            continue
-        inside = [(max(s, lo), min(e, hi), n) for s, e, n in ivs[n_before:first]
-                  if e > lo and s < hi]
-        gaps.append(hi - lo - busy_us(inside))
+        gaps.append(max(0.0, ivs[first][0] - prefix_end[first - 1]))
     return gaps
 
 

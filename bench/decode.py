@@ -25,8 +25,10 @@ On the ``v41-flash-slice-h200`` plan (``num_blocks`` capped at what the largest 
   the same model (``model.kernels = KernelSet()``), same weights, shapes and cache state.
 - Per-kernel breakdown: ``torch.profiler`` over a few replays at one or two points.
 - Host time and GPU idle gap: the real engine loop (``llm.generate``, short prompts, greedy,
-  ignore_eos) once plain (``EngineStats``: host time per step) and once under the profiler
-  (the GPU idle time between consecutive decode steps, median and p90). CPU: host time only.
+  ignore_eos) once plain (``EngineStats``: host time per step) and once under the profiler:
+  for each decode step launched right after another, the GPU idle time right before the first
+  GPU activity after its launch (0 when the pipeline queued it behind the running step),
+  median and p90. CPU: host time only.
 
 JSON: ``<out>/<date>-<gpu or cpu>-decode.json``; the tables are printed last.
 """
@@ -48,7 +50,6 @@ import bench_common as bc  # noqa: E402
 from decode_report import report  # noqa: E402
 
 RECORD_ROWS = 4093  # random rows packed per record kind, tiled over the pools
-STEP_MARK = bc.MARK_PREFIX + "engine_step"
 LAUNCH_MARK = bc.MARK_PREFIX + "worker_launch"
 DEFAULTS = [("batches", "1,8,32,64,128,256", "1,8,16"), ("contexts", "4096,32768", "256,1024"),
             ("eager_points", "1x4096,64x4096", "1x256,16x256"), ("gap_prompts", 64, 16),
@@ -231,23 +232,18 @@ def host_gap(llm, num_prompts: int, prompt_len: int, num_tokens: int, profile_gp
     if not profile_gpu:
         res["idle_gap"] = {"count": 0, "note": "no GPU timeline (CPU run or --no-profile)"}
         return res
-    # Host ranges on the main thread (the profiler records only threads it started on):
-    # engine.step ends after its step's results came back; worker.launch starts the forward.
-    engine, kinds = llm.engine, []
-    real_step, real_launch = engine.step, engine.worker.launch
-
-    def step():
-        before = engine.stats.num_decode_steps
-        with record_function(STEP_MARK):
-            out = real_step()
-        kinds.append(engine.stats.num_decode_steps > before)
-        return out
+    # Launch marks on the main thread (the profiler records only threads it started on). With
+    # the pipeline, step t+1 is launched while step t still runs, so the GPU idle gap before
+    # step t+1 is the idle time right before the first GPU activity after its launch mark.
+    engine, graph_launch = llm.engine, []
+    real_launch = engine.worker.launch
 
     def launch(inputs):
+        graph_launch.append(inputs.graph_rows is not None)
         with record_function(LAUNCH_MARK):
             return real_launch(inputs)
 
-    engine.step, engine.worker.launch = step, launch
+    engine.worker.launch = launch
     try:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             llm.generate(prompts, params)
@@ -255,20 +251,15 @@ def host_gap(llm, num_prompts: int, prompt_len: int, num_tokens: int, profile_gp
         res["idle_gap"] = {"count": 0, "note": f"profiled run failed: {err!r}"[:300]}
         return res
     finally:
-        del engine.step, engine.worker.launch
-    steps, launches = bc.cpu_ranges(prof, STEP_MARK), bc.cpu_ranges(prof, LAUNCH_MARK)
-    if len(steps) != len(kinds):
-        res["idle_gap"] = {"count": 0, "note": f"{len(steps)} step ranges in the trace for "
-                           f"{len(kinds)} steps: not matched"}
+        del engine.worker.launch
+    launches = bc.cpu_ranges(prof, LAUNCH_MARK)
+    if len(launches) != len(graph_launch):
+        res["idle_gap"] = {"count": 0, "note": f"{len(launches)} launch ranges in the trace "
+                           f"for {len(graph_launch)} launches: not matched"}
         return res
-    windows, decode = [], []  # (launch start, step end) of steps that launched work
-    for (s, e), is_decode in zip(steps, kinds, strict=True):
-        launched = [ls for ls, _ in launches if s <= ls <= e]
-        windows.append((launched[0], e) if launched else None)
-        decode.append(is_decode and bool(launched))
-    pairs = [decode[t] and decode[t + 1] for t in range(len(steps) - 1)]
-    gaps = bc.idle_gaps_us(bc.gpu_intervals(prof), [w or (s, e) for w, (s, e) in
-                                                    zip(windows, steps, strict=True)], pairs)
+    marks = [start for t, (start, _) in enumerate(launches)
+             if t > 0 and graph_launch[t] and graph_launch[t - 1]]
+    gaps = bc.idle_before_us(bc.gpu_intervals(prof), marks)
     res["idle_gap"] = {**bc.gap_summary(gaps), "note": "profiled run (profiler host overhead "
                        "included)", "gaps_us": [round(x, 2) for x in gaps]}
     return res

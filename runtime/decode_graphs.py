@@ -9,11 +9,15 @@ once for the largest bucket::
     slots        (B,)              int64   their state slots
     block_tables (B, max_blocks)   int64   their block tables, 0-padded
 
-The step writes rows [0, n) from one pinned host staging buffer (one host -> device copy) and
-rows [n, b) with padding: token 0, position 0, slot 0 and block 0, the pools' sentinels, which
+The step writes rows [0, n) from a pinned host staging buffer (one host -> device copy; two
+buffers used in turn, so a step is staged while the previous one's copy may still be queued)
+and rows [n, b) with padding: token 0, position 0, slot 0 and block 0, the pools' sentinels, which
 no sequence owns (``runtime/cache_pool.py``), so a padding row's writes are never read by a
-real row. Graph b then replays :meth:`DeepseekV41.forward_decode` over rows [0, b) and leaves
-the (b, vocab) fp32 logits in its static output, of which the step returns rows [0, n).
+real row. A row whose token the step in flight is still sampling takes it on the device
+(``feed``: the index of its sampling row there; ``input_ids[i] = feed_tokens[feed[i]]``), so
+step t+1 is enqueued before step t's tokens reach the host. Graph b then replays
+:meth:`DeepseekV41.forward_decode` over rows [0, b) and leaves the (b, vocab) fp32 logits in
+its static output, of which the step returns rows [0, n).
 
 The indexer's key width is static: ``max_model_len // ratio`` per KV source
 (``DecodeRows.max_position = max_model_len - 1``); the scoring kernel skips the tiles beyond
@@ -42,7 +46,7 @@ from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
 
 __all__ = ["DecodeGraphs"]
 
-_COLUMNS = 3  # input_ids, positions, slots; then the block table
+_COLUMNS = 4  # input_ids, positions, slots, feed; then the block table
 
 
 class DecodeGraphs:
@@ -68,10 +72,11 @@ class DecodeGraphs:
         self.max_blocks = -(-max_model_len // pool.block_size_tokens)
         rows, width = self.buckets[-1], _COLUMNS + self.max_blocks
         device = model.device
-        self._host = torch.zeros(rows, width, dtype=torch.int64)
         self._cuda = device.type == "cuda"
+        self._hosts = [torch.zeros(rows, width, dtype=torch.int64) for _ in range(2)]
         if self._cuda:
-            self._host = self._host.pin_memory()
+            self._hosts = [h.pin_memory() for h in self._hosts]
+        self._turn = 0
         self._static = torch.zeros(rows, width, dtype=torch.int64, device=device)
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._logits: dict[int, torch.Tensor] = {}
@@ -132,12 +137,15 @@ class DecodeGraphs:
                          f"bucket {self.buckets[-1]}")
 
     def run(self, input_ids: np.ndarray, positions: np.ndarray, slots: np.ndarray,
-            block_tables: np.ndarray) -> torch.Tensor:
+            block_tables: np.ndarray, feed: np.ndarray | None = None,
+            feed_tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Replay one decode step of n rows -> (n, vocab) fp32 logits (a view of the graph's
         static output: valid until the next replay).
 
         Args: (n,) int64 token ids, positions and state slots; (n, blocks) int64 block tables
-        (blocks <= max_blocks; padded here with block 0).
+        (blocks <= max_blocks; padded here with block 0); ``feed`` (n,) int64 and
+        ``feed_tokens`` (device): row i's token is ``feed_tokens[feed[i]]`` where
+        ``feed[i] >= 0`` (then ``input_ids[i]`` is ignored).
         """
         n = input_ids.shape[0]
         bucket = self.bucket_for(n)
@@ -146,11 +154,19 @@ class DecodeGraphs:
         blocks = block_tables.shape[1]
         if blocks > self.max_blocks:
             raise ValueError(f"block tables have {blocks} columns, the graphs {self.max_blocks}")
-        host = self._host.numpy()
+        staging = self._hosts[self._turn]
+        self._turn ^= 1
+        host = staging.numpy()
         host[:bucket] = 0
         host[:n, 0], host[:n, 1], host[:n, 2] = input_ids, positions, slots
+        host[:n, 3] = -1 if feed is None else feed
         host[:n, _COLUMNS:_COLUMNS + blocks] = block_tables
-        self._static[:bucket].copy_(self._host[:bucket], non_blocking=self._cuda)
+        static = self._static[:bucket]
+        static.copy_(staging[:bucket], non_blocking=self._cuda)
+        if feed is not None and feed_tokens is not None and bool((feed >= 0).any()):
+            src = static[:n, 3]
+            fed = feed_tokens[src.clamp(min=0)]
+            static[:n, 0] = torch.where(src >= 0, fed, static[:n, 0])
         if not self._cuda:
             return self.model.forward_decode(self.rows(bucket))[:n]
         self._graphs[bucket].replay()

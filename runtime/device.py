@@ -27,11 +27,21 @@ def plan_device(kind: str) -> torch.device:
 
 def to_device(array: np.ndarray | torch.Tensor, device: torch.device | str,
               dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A host array as a tensor on ``device`` (one copy; none on CPU beyond numpy's)."""
+    """A host array as a tensor on ``device`` (one copy; none on CPU beyond numpy's).
+
+    To a CUDA device the copy goes through pinned memory, asynchronously: it queues behind the
+    step in flight instead of waiting for it (a pageable copy would block the host until the
+    device is idle; the caching host allocator keeps the pinned block until the copy is done).
+    """
     t = torch.from_numpy(np.ascontiguousarray(array)) if isinstance(array, np.ndarray) else array
     if dtype is not None:
         t = t.to(dtype)
-    return t.to(device, non_blocking=t.device.type == "cpu" and t.is_pinned())
+    target = torch.device(device)
+    if target.type == "cuda" and t.device.type == "cpu":
+        if not t.is_pinned():
+            t = t.pin_memory()
+        return t.to(target, non_blocking=True)
+    return t.to(target)
 
 
 def sampling_columns(float_columns: list[np.ndarray], int_columns: list[np.ndarray],

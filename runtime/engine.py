@@ -2,20 +2,26 @@
 
 Per step (architecture.md §5, seed §4.1)::
 
-    schedule t (C++) ─► inputs t ─► launch forward+sample t ─► post-process t-1 ─► collect t
-                                     (worker, in flight)       (host, meanwhile)
+    schedule t (C++) ─► inputs t ─► launch t ─► collect t-1 ─► post-process t-1
+                                    (device)    (waits for t-1 only: t is queued behind it)
 
 Post-processing (token commit, stop checks, detokenization, output update, scheduler commit)
 of step t-1 runs while step t is in flight; that is the zero-overhead pipeline, on by default
-(``pipeline=False`` runs it right after each step instead, with identical results). Because the
-scheduler plans step t before it learns what t-1 produced, a sequence that stops at t-1 may
-still have a row in step t: its result is dropped, as is any row whose sequence was reset
-(preempted for recompute) since it was scheduled — the scheduler's epochs tell them apart.
-Freed blocks are only handed out again by a later ``schedule``, after step t completed, and the
-inputs of an in-flight step are held by a deferred-release pool until it completes.
+(``pipeline=False`` runs each step to the end before the next, with identical results). Step t
+is launched before step t-1's tokens reach the host: a CUDA-graph decode step takes the tokens
+t-1 is sampling on the device (``StepInputs.feed``), so the device always has the next step
+queued and the host's work per step (scheduling, inputs, post-processing) hides behind it. A
+step that cannot be fed on the device (a prefill chunk, an eager step) collects t-1 first, and
+an eager step is collected within its own ``step()`` (its forward, on the worker thread, still
+overlaps the post-processing of t-1).
 
-Decode inputs come from tokens already sampled but not yet post-processed (``inflight``), so a
-step never waits for the host work of the one before it.
+Because the scheduler plans step t before it learns what t-1 produced, a sequence that stops
+at t-1 may still have a row in step t: its result is dropped, as is any row whose sequence was
+reset (preempted for recompute) since it was scheduled — the scheduler's epochs tell them
+apart. Blocks freed by a commit may be handed out while a step is still in flight: its stale
+rows write them before the new owner's (one stream orders them), and a sequence only reads
+what it wrote itself. The inputs of an in-flight step are held by a deferred-release pool until
+it is collected.
 """
 
 from __future__ import annotations
@@ -57,6 +63,12 @@ class LiveRequest:
     image_rows_before: list[int] | None = None  # image tokens before each prompt position
     epoch: int = -1  # the scheduler epoch the host state below belongs to
     inflight: list[int] = field(default_factory=list)  # sampled, not yet post-processed
+
+    @property
+    def num_known_tokens(self) -> int:
+        """Tokens the host knows: prompt, committed outputs, sampled but not committed."""
+        return len(self.request.prompt_token_ids) + len(self.output.token_ids) + \
+            len(self.inflight)
 
     def tokens_at(self, start: int, n: int) -> list[int]:
         """Token ids of positions [start, start + n): prompt, then committed, then in-flight."""
@@ -124,7 +136,7 @@ class Engine:
             if isinstance(self.kernels, PlannedKernels) else {}
         self.stats = EngineStats(kernel_fallback_calls=fallback_calls)
         self._next_seq_id = 0
-        self._pending: StepInputs | None = None  # launched, not yet post-processed
+        self._launched: StepInputs | None = None  # launched, not yet post-processed
 
     # ---- requests ----------------------------------------------------------------------------
     def add(self, request: Request) -> int:
@@ -164,11 +176,12 @@ class Engine:
         live.image_mask, live.image_embeds, live.image_rows_before = mask, torch.cat(embeds), before
 
     def has_work(self) -> bool:
-        return bool(self.live) or self._pending is not None
+        return bool(self.live) or self._launched is not None
 
     # ---- the step ----------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """Schedule, launch and post-process one step; returns requests finished by it."""
+        """Schedule and launch step t, collect and post-process step t-1; returns requests
+        finished by t-1 (and by t itself without pipelining)."""
         t0 = time.perf_counter()
         plan = self.scheduler.schedule(self.allreduce_max)
         for seq_id in plan.preempted:  # reset for recompute: in-flight tokens are void
@@ -179,35 +192,68 @@ class Engine:
             self.pool.copy_block(int(src), int(dst))
         for src, dst in np.array(plan.slot_copies).reshape(-1, 2):
             self.pool.copy_slot(int(src), int(dst))
-        inputs = self._inputs(plan) if plan.num_rows else None
+        prev, inputs = self._launched, None
+        if plan.num_rows:
+            graph = self._is_graph_step(plan)
+            if prev is not None and prev.result is None and not (graph and prev.graph_rows
+                                                                is not None):
+                self._collect(prev)  # this step's inputs need prev's tokens on the host
+            feed_from = prev if prev is not None and prev.result is None else None
+            inputs = self._inputs(plan, graph, feed_from)
         t1 = time.perf_counter()
         if inputs is not None:
             self.worker.launch(inputs)
         elif self.model.has_ep_exchange:  # multi-rank: the EP group's exchanges need this rank
             self.model.forward_idle()     # too, with no tokens (runtime/lockstep.py)
-        finished = self._post_process(self._pending) if self._pending is not None else []
+        finished: list[RequestOutput] = []
+        if prev is not None:
+            if prev.result is None:
+                self._collect(prev)  # waits for prev only; step t is queued behind it
+            finished = self._post_process(prev)
         t2 = time.perf_counter()
-        self._pending = None
-        if inputs is not None:
-            self._record(inputs, self.worker.collect())
-            self._pending = inputs
+        self._launched = inputs
+        if inputs is not None and (inputs.graph_rows is None or not self.worker.pipeline):
+            # An eager step ends within its own step() (its forward on the worker thread
+            # overlapped the post-processing above); it is never in flight across a schedule,
+            # whose DP vote must not interleave with a forward's EP exchanges.
+            self._collect(inputs)
             if not self.worker.pipeline:
                 finished += self._post_process(inputs)
-                self._pending = None
+                self._launched = None
         t3 = time.perf_counter()
         self.stats.step(plan, inputs, host_s=(t1 - t0) + (t2 - t1), step_s=t3 - t0,
                         usage=self.scheduler.usage())
         return finished
 
-    def _inputs(self, plan) -> StepInputs:
+    def _collect(self, inputs: StepInputs) -> None:
+        result = self.worker.collect()
+        self.stats.forward_s += result.forward_s
+        self._record(inputs, result)
+
+    def _is_graph_step(self, plan) -> bool:
+        """Whether step ``plan`` replays a CUDA graph: every row one token (no image token),
+        at most the largest bucket's rows."""
+        n = plan.num_rows
+        if self.graphs is None or n > self.graphs.buckets[-1]:
+            return False
+        if any(c != 1 for c in plan.num_tokens[:n]):
+            return False
+        for seq_id, pos in zip(plan.seq_ids[:n], plan.start_pos[:n], strict=True):
+            mask = self.live[int(seq_id)].image_mask
+            if mask is not None and pos < len(mask) and mask[pos]:
+                return False
+        return True
+
+    def _inputs(self, plan, graph: bool, feed_from: StepInputs | None) -> StepInputs:
         """Everything step ``plan`` needs, copied out of the scheduler's reusable buffers.
 
         Host -> device, once per step: the block tables (one (rows, max blocks) copy), the
         token ids + positions + last rows (one packed copy, ``ForwardBatch.build``), the
         sampling parameters and sampling rows (two packed columns); state slots stay host ints
-        (they index the pools directly). A decode step under CUDA graphs instead hands the
-        worker host arrays (ids, positions, slots, tables), which ``DecodeGraphs.run`` copies
-        into the graphs' static buffers in one copy.
+        (they index the pools directly). A graph step (``graph``) instead hands the worker host
+        arrays (ids, positions, slots, tables), which ``DecodeGraphs.run`` copies into the
+        graphs' static buffers in one copy; a row whose input token step ``feed_from`` (still
+        in flight) is sampling takes it on the device (``StepInputs.feed``).
         """
         n = plan.num_rows
         seq_ids, epochs = np.array(plan.seq_ids[:n]), np.array(plan.epochs[:n])
@@ -218,25 +264,31 @@ class Engine:
         meta = self.scheduler.prepare_sample(seq_ids, epochs, np.array(plan.is_prefill[:n]),
                                              count.astype(np.int32),
                                              (start + count).astype(np.int32))
+        fed = _sampling_rows_of(feed_from)
         chunks, masks, embeds = [], [], []
+        feed = np.full(n, -1, dtype=np.int64)
         want_logprobs = np.zeros(n, dtype=bool)
         for i in range(n):
             live = self.live[int(seq_ids[i])]
             if live.epoch != int(epochs[i]):  # first schedule, or reset for recompute
                 live.epoch, live.inflight = int(epochs[i]), []
             s, c = int(start[i]), int(count[i])
-            chunks.append(live.tokens_at(s, c))
+            src = fed.get((int(seq_ids[i]), live.epoch))
+            if graph and src is not None and s == live.num_known_tokens:
+                chunks.append([0])
+                feed[i] = src  # sampled by the step in flight: fed on the device
+            else:
+                chunks.append(live.tokens_at(s, c))
             masks.append(self._image_rows(live, s, c, embeds))
             want_logprobs[i] = live.request.params.logprobs is not None
-        any_image = any(any(m) for m in masks)
         batch, graph_rows = None, None
-        if (self.graphs is not None and not any_image and bool((count == 1).all())
-                and n <= self.graphs.buckets[-1]):  # a decode step: replay its graph
+        if graph:  # a decode step: replay its graph
             graph_rows = (np.array([c[0] for c in chunks], dtype=np.int64),
                           start.astype(np.int64), slots.astype(np.int64), host_tables)
             for slot in slots[start == 0]:  # a one-token prompt: fresh history (pool.view)
                 self.pool.engram_history[int(slot)] = -1
         else:
+            any_image = any(any(m) for m in masks)
             tables = to_device(host_tables, self.device)
             caches = [self.pool.view(tables[i], int(slots[i]), int(start[i])) for i in range(n)]
             batch = ForwardBatch.build(chunks, caches, masks if any_image else None,
@@ -248,9 +300,11 @@ class Engine:
              np.array(meta.min_p)[rows]],
             [np.array(meta.top_k)[rows], np.array(meta.seeds)[rows],
              np.array(meta.offsets)[rows], rows], self.device)
+        any_fed = bool((feed >= 0).any())
         return StepInputs(
             step_id=plan.step_id, is_prefill=bool(plan.phase == _C.Phase.PREFILL), batch=batch,
-            graph_rows=graph_rows,
+            graph_rows=graph_rows, feed=feed if any_fed else None,
+            feed_from=feed_from if any_fed else None,
             seq_ids=seq_ids, epochs=epochs, samples=samples, sample_rows=rows,
             sample_rows_device=rows_dev,
             temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seeds=seeds,
@@ -324,6 +378,14 @@ class Engine:
             live.output.error = error
             out.append(self._finish(live, "error"))
         return out
+
+
+def _sampling_rows_of(step: StepInputs | None) -> dict[tuple[int, int], int]:
+    """(seq id, epoch) -> sampling row of ``step`` (empty for None)."""
+    if step is None:
+        return {}
+    return {(int(step.seq_ids[r]), int(step.epochs[r])): j
+            for j, r in enumerate(step.sample_rows)}
 
 
 def _finish_reason(scheduler_reason: str) -> str:

@@ -26,7 +26,7 @@ class EngineStats:
     scheduled_rows: int = 0
     host_s: float = 0.0
     step_s: float = 0.0
-    forward_s: float = 0.0
+    forward_s: float = 0.0  # launching the steps' device work (added as each is collected)
     max_cache_usage: float = 0.0
     step_ms: list[float] = field(default_factory=list)
     decode_step_ms: list[float] = field(default_factory=list)  # wall time of decode steps
@@ -44,8 +44,6 @@ class EngineStats:
         self.max_cache_usage = max(self.max_cache_usage, usage)
         if inputs is None:
             return
-        if inputs.result is not None:
-            self.forward_s += inputs.result.forward_s
         if inputs.is_prefill:
             self.num_prefill_steps += 1
         else:

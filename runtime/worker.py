@@ -1,18 +1,25 @@
-"""The worker: runs one step's forward and sampling, in flight while the host post-processes.
+"""The worker: enqueues one step's forward and sampling; the host copy of its tokens comes later.
 
-``launch`` starts step t (on a background thread when pipelining: torch ops release the GIL,
-so the host's post-processing of step t-1 overlaps the forward); ``collect`` waits for it. The
-inputs of a launched step are held in a deferred-release pool until the step completes, so
-nothing the in-flight work may still read (token tensors, block tables, cache views, sampling
-arrays) is freed or reused underneath it.
+A step runs in two parts:
 
-On a CUDA plan the forward and sampling run on the device; the step's only device -> host copy
-is the sampled token ids (one ``tolist``), plus the requested logprobs when a row asks.
+* ``launch(inputs)`` enqueues the forward and the sampling (and the requested logprobs) on the
+  device and keeps the results there. A CUDA-graph decode step is enqueued right away on the
+  calling thread — a replay and a few sampling kernels, no host sync — so the engine can launch
+  step t+1 while step t still runs, its token ids fed on the device from step t's samples
+  (``StepInputs.feed``). Any other step (prefill, eager decode) runs on a background thread
+  when pipelining, since its Python forward is slow to launch and has host syncs; the engine
+  collects the step before it first.
+* ``collect()`` returns the oldest launched step's result: its one device -> host copy (the
+  sampled token ids, plus the requested logprobs), which waits for that step only.
+
+The inputs of a launched step are held in a deferred-release pool until it is collected, so
+nothing the in-flight work may still read is freed or reused underneath it.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -21,11 +28,21 @@ import torch
 
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.decode_graphs import DecodeGraphs
+from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
 from deepinfer.runtime.outputs import TokenLogprobs
 
-__all__ = ["DeferredReleasePool", "StepInputs", "StepResult", "Worker", "token_logprobs_of"]
+__all__ = ["DeferredReleasePool", "DeviceResult", "StepInputs", "StepResult", "Worker"]
+
+
+@dataclass
+class DeviceResult:
+    """A launched step's results, still on the device."""
+
+    tokens: torch.Tensor  # (sampling rows,) int64; -1 where the row's logits held NaN
+    logprobs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # rows asking for them
+    launch_s: float = 0.0
 
 
 @dataclass
@@ -62,6 +79,11 @@ class StepInputs:
     num_padded_rows: int = 0
     # a decode step replayed by DecodeGraphs: (n,) ids, positions, slots, (n, blocks) tables
     graph_rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    # per row: the sampling row of the step in flight whose token is this row's input (-1: the
+    # id in graph_rows), and that step (set by the engine for a graph step launched behind it)
+    feed: np.ndarray | None = None
+    feed_from: StepInputs | None = None
+    device: DeviceResult | None = None  # set by Worker.launch (inline) or its thread
     result: StepResult | None = field(default=None)
 
 
@@ -82,7 +104,7 @@ class DeferredReleasePool:
 
 
 class Worker:
-    """Forward + sampling of one step at a time."""
+    """Forward + sampling of launched steps, collected oldest first."""
 
     def __init__(self, model: DeepseekV41, kernels: KernelSet, *, pipeline: bool = True,
                  graphs: DecodeGraphs | None = None):
@@ -94,71 +116,88 @@ class Worker:
         init = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="deepinfer-worker",
                                             initializer=init) if pipeline else None
-        self._future: Future[StepResult] | None = None
-        self._inputs: StepInputs | None = None
+        self._launched: deque[tuple[StepInputs, Future[DeviceResult] | None]] = deque()
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self._launched)
 
     def launch(self, inputs: StepInputs) -> None:
-        if self._future is not None or self._inputs is not None:
-            raise RuntimeError("a step is already in flight; collect() it first")
+        """Enqueue ``inputs``: inline for a graph step, else on the thread (or inline without
+        pipelining). A step fed from another must be launched after it, inline."""
+        if inputs.feed_from is not None and inputs.feed_from.device is None:
+            raise RuntimeError("a fed step needs its source step enqueued first")
         self.deferred.hold(inputs.step_id, inputs)
-        self._inputs = inputs
-        if self._executor is not None:
-            self._future = self._executor.submit(self._run, inputs)
+        future = None
+        if inputs.graph_rows is not None or self._executor is None:
+            self._enqueue(inputs)
+        else:
+            if self._launched:
+                raise RuntimeError("an eager step is launched only when nothing is in flight")
+            future = self._executor.submit(self._enqueue, inputs)
+        self._launched.append((inputs, future))
 
     def collect(self) -> StepResult:
-        inputs, self._inputs = self._inputs, None
-        if inputs is None:
+        """The oldest launched step's result (waits for that step)."""
+        if not self._launched:
             raise RuntimeError("no step in flight")
-        if self._future is not None:
-            future, self._future = self._future, None
-            result = future.result()
-        else:
-            result = self._run(inputs)
+        inputs, future = self._launched.popleft()
+        dev = future.result() if future is not None else inputs.device
+        token_ids = dev.tokens.tolist()  # the step's device -> host copy
         self.deferred.release(inputs.step_id)
-        return result
+        bad = [j for j, t in enumerate(token_ids) if t < 0]
+        if bad:
+            raise ValueError(f"step {inputs.step_id}: logits contain NaN in sampling rows {bad}")
+        logprobs = _host_logprobs(dev.logprobs, inputs.num_top_logprobs, token_ids)
+        return StepResult(token_ids, logprobs, dev.launch_s)
 
-    def _run(self, inputs: StepInputs) -> StepResult:
+    def _enqueue(self, inputs: StepInputs) -> DeviceResult:
         t0 = time.perf_counter()
         if inputs.graph_rows is not None:
-            logits = self.graphs.run(*inputs.graph_rows)  # (rows, vocab) fp32
+            feed_tokens = None if inputs.feed_from is None else inputs.feed_from.device.tokens
+            inputs.feed_from = None  # no chain of steps kept alive
+            logits = self.graphs.run(*inputs.graph_rows, feed=inputs.feed,
+                                     feed_tokens=feed_tokens)  # (rows, vocab) fp32
         else:
             logits = self.model(inputs.batch, all_logits=False)  # (rows, vocab) fp32
         if len(inputs.sample_rows) == 0:
-            return StepResult([], [], time.perf_counter() - t0)
+            tokens = torch.zeros(0, dtype=torch.int64, device=logits.device)
+            inputs.device = DeviceResult(tokens, None, time.perf_counter() - t0)
+            return inputs.device
         picked = logits if len(inputs.sample_rows) == logits.shape[0] else \
             logits[inputs.sample_rows_device]  # sample_rows ascending: equal length = all rows
         tokens = self.kernels.sample_tokens(picked, inputs.temperature, inputs.top_p,
                                             inputs.top_k, inputs.min_p, inputs.seeds,
                                             inputs.positions)
-        token_ids = tokens.tolist()  # the step's device -> host copy
-        logprobs = token_logprobs_of(self.kernels, picked, tokens, inputs.num_top_logprobs,
-                                     token_ids)
-        return StepResult(token_ids, logprobs, time.perf_counter() - t0)
+        # logprobs now: a graph's logits are overwritten by the next replay
+        parts = _device_logprobs(self.kernels, picked, tokens, inputs.num_top_logprobs)
+        inputs.device = DeviceResult(tokens, parts, time.perf_counter() - t0)
+        return inputs.device
 
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
 
-def token_logprobs_of(kernels: KernelSet, logits: torch.Tensor, token_ids: torch.Tensor,
-                      num_top: list[int], host_token_ids: list[int] | None = None
-                      ) -> list[TokenLogprobs | None]:
-    """Per-row logprobs of the sampled tokens (None where the row did not ask).
-
-    Computed on the logits' device; the results come back to the host in one copy each.
-    """
+def _device_logprobs(kernels: KernelSet, logits: torch.Tensor, tokens: torch.Tensor,
+                     num_top: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """The ``token_logprobs`` op over the rows asking for logprobs (None if none does)."""
     wanted = [i for i, k in enumerate(num_top) if k >= 0]
-    out: list[TokenLogprobs | None] = [None] * len(num_top)
     if not wanted:
+        return None
+    idx = to_device(np.array(wanted, dtype=np.int64), logits.device)
+    return kernels.token_logprobs(logits[idx], tokens[idx], max(num_top[i] for i in wanted))
+
+
+def _host_logprobs(parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+                   num_top: list[int], token_ids: list[int]) -> list[TokenLogprobs | None]:
+    """Per sampling row: its logprobs (None where the row did not ask), copied to the host."""
+    out: list[TokenLogprobs | None] = [None] * len(num_top)
+    if parts is None:
         return out
-    if host_token_ids is None:
-        host_token_ids = token_ids.tolist()
-    idx = torch.tensor(wanted, dtype=torch.int64).to(logits.device)
-    sampled, top_ids, top_lp = kernels.token_logprobs(logits[idx], token_ids[idx],
-                                                      max(num_top[i] for i in wanted))
-    sampled, top_ids, top_lp = sampled.tolist(), top_ids.tolist(), top_lp.tolist()
-    for j, i in enumerate(wanted):
+    sampled, top_ids, top_lp = (t.tolist() for t in parts)
+    for j, i in enumerate(i for i, k in enumerate(num_top) if k >= 0):
         k = num_top[i]
         top = list(zip(top_ids[j][:k], top_lp[j][:k], strict=True))
-        out[i] = TokenLogprobs(int(host_token_ids[i]), float(sampled[j]), top)
+        out[i] = TokenLogprobs(int(token_ids[i]), float(sampled[j]), top)
     return out

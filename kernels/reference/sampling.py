@@ -98,22 +98,21 @@ def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     """One token per row (see the module docstring for the algorithm).
 
     Args:
-        logits: (rows, V) float32 raw logits; -inf entries are never sampled; NaN is an error.
+        logits: (rows, V) float32 raw logits; -inf entries are never sampled; a row holding NaN
+            gets token -1 (flagged on the device, no host sync: the caller raises when it
+            copies the tokens back).
         temperature: (rows,) float32 >= 0; 0 = greedy (argmax of the raw logits).
         top_p, top_k, min_p: (rows,) as in :func:`filter_mask`.
         seeds: (rows,) int64 request seeds.
         positions: (rows,) int64 output position of the token being sampled.
     Returns:
-        (rows,) int64 token ids.
+        (rows,) int64 token ids, -1 for rows with NaN logits.
     """
     if logits.dtype != torch.float32 or logits.dim() != 2:
         raise ValueError(f"logits must be (rows, vocab) float32, got {tuple(logits.shape)} "
                          f"{logits.dtype}")
     if logits.shape[0] == 0:
         return torch.zeros(0, dtype=torch.int64, device=logits.device)
-    if torch.isnan(logits).any():
-        rows = torch.isnan(logits).any(dim=-1).nonzero().flatten().tolist()
-        raise ValueError(f"logits contain NaN in rows {rows}")
     is_greedy = temperature <= 0
     safe_temperature = torch.where(is_greedy, 1.0, temperature).to(torch.float32)
     scaled = logits / safe_temperature[:, None]  # fp32
@@ -121,7 +120,8 @@ def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     gumbel = -torch.log(-torch.log(uniform_noise(seeds, positions, logits.shape[1])))
     race = torch.where(keep, scaled.double() + gumbel, -torch.inf)
     sampled = _first_argmax(race)
-    return torch.where(is_greedy, _first_argmax(logits), sampled)
+    tokens = torch.where(is_greedy, _first_argmax(logits), sampled)
+    return torch.where(torch.isnan(logits).any(dim=-1), -1, tokens)
 
 
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor,

@@ -15,20 +15,14 @@ def test_busy_is_the_union_of_overlapping_intervals():
     assert bc.busy_us([(0, 10, "a"), (5, 12, "b"), (20, 25, "c"), (21, 22, "d")]) == 17
 
 
-def test_idle_gap_is_the_idle_time_between_steps_only():
-    # step 0: kernels 0..10 and 12..20, host range ends at 30 (after its results came back)
-    # between: an input copy 40..42 the host queued before launching step 1
-    # step 1: launched at host 45, kernels 50..60 and 61..70; step 2 launched at 80: 100..110
+def test_idle_before_a_launch_is_the_gpu_idle_time_before_its_first_activity():
+    # step 0 runs 0..20; step 1 launched at host 30, its input copy runs 40..42 (idle 20..40);
+    # step 2 launched at host 45 while step 1 still runs (50..70): queued behind it, no idle
     ivs = [(0, 10, "k"), (12, 20, "k"), (40, 42, "copy"), (50, 60, "k"), (61, 70, "k"),
-           (100, 110, "k")]
-    windows = [(-1, 30), (45, 75), (80, 115)]
-    assert bc.idle_gaps_us(ivs, windows) == [(40 - 20) + (50 - 42), 100 - 70]
-    assert bc.idle_gaps_us(ivs, windows, [False, True]) == [30]
-
-
-def test_idle_gap_is_zero_when_the_next_step_was_queued_early():
-    ivs = [(0, 10, "k"), (10, 20, "k")]
-    assert bc.idle_gaps_us(ivs, [(-5, 25), (5, 30)]) == [0.0]
+           (70, 72, "copy"), (72, 90, "k")]
+    assert bc.idle_before_us(ivs, [30]) == [20]
+    assert bc.idle_before_us(ivs, [65]) == [0.0]  # first activity after it: the queued copy
+    assert bc.idle_before_us(ivs, [-5, 200]) == []  # nothing before / after: skipped
 
 
 def test_kernel_table_groups_by_name_largest_first():

@@ -111,18 +111,20 @@ def test_static_decode_buffers_equal_eager_engine(plan, loaded, prompts, limits,
     sized = with_scheduler(plan, **limits)
     batch = [[7], *prompts[:7], [9]]
     want, _ = run(sized, loaded, batch, GREEDY)
-    replays = []
+    replays, fed = [], []
     real_run = DecodeGraphs.run
 
-    def counted(self, ids, *rest):
+    def counted(self, ids, *rest, **kwargs):
         replays.append((len(ids), self.bucket_for(len(ids))))
-        return real_run(self, ids, *rest)
+        fed.append(kwargs.get("feed") is not None)
+        return real_run(self, ids, *rest, **kwargs)
 
     monkeypatch.setattr(DecodeGraphs, "run", counted)
     got, engine = run(sized, loaded, batch, GREEDY, static_decode=True)
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     assert len(replays) >= MAX_TOKENS - 1
     assert any(bucket > rows for rows, bucket in replays)  # padding rows were exercised
+    assert any(fed)  # steps launched behind the one in flight, tokens fed on the device
     if limits:
         assert engine.stats.preemptions > 0
     # one-token prompts only, on slots a finished batch used before: their very first step is

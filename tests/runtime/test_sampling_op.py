@@ -97,14 +97,13 @@ def test_top_p_applies_to_the_survivors_of_top_k_renormalised():
     assert mask.tolist() == [[True, False, False, False]]
 
 
-def test_masked_tokens_are_never_sampled_and_nan_is_an_error():
+def test_masked_tokens_are_never_sampled_and_nan_rows_are_flagged():
     logits = torch.tensor([[0.0, -math.inf, 0.0, -math.inf]]).expand(500, 4).contiguous()
     tokens = sample_tokens(logits, **rows(500))
     assert set(tokens.tolist()) == {0, 2}
-    with pytest.raises(ValueError, match=r"NaN in rows \[1\]"):
-        bad = torch.zeros(2, 4)
-        bad[1, 3] = math.nan
-        sample_tokens(bad, **rows(2))
+    bad = torch.zeros(2, 4)
+    bad[1, 3] = math.nan
+    assert sample_tokens(bad, **rows(2))[1].item() == -1  # flagged, no host sync in the op
 
 
 def test_empty_batch():
