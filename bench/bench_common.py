@@ -17,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -132,6 +133,22 @@ def write_json(res: dict, paths: list[Path]) -> None:
     for p in paths:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(res, indent=1, sort_keys=True, default=str))
+
+
+def run_with_partials(kind: str, out_dirs: list[Path] | None, run) -> dict:
+    """``run(root, progress)`` in a temporary directory; ``progress(res)`` writes
+    ``<date>-<gpu>-<kind>.partial.json`` (what a timeout leaves), the end the final JSON."""
+    outs = [results_path(d, kind) for d in (out_dirs or [REPO / "bench" / "results"])]
+
+    def progress(res: dict) -> None:
+        write_json(res, [p.with_suffix(".partial.json") for p in outs])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = run(Path(tmp), progress)
+    write_json(res, outs)
+    for p in outs:
+        p.with_suffix(".partial.json").unlink(missing_ok=True)
+    return res
 
 
 def triton_cache_state() -> dict:

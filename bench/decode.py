@@ -39,7 +39,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -403,16 +402,8 @@ def main() -> int:
         if getattr(args, name) is None:
             value = gpu if torch.cuda.is_available() else cpu
             setattr(args, name, parse_ints(value) if name in ("batches", "contexts") else value)
-    outs = [bc.results_path(d, "decode") for d in (args.out or [bc.REPO / "bench" / "results"])]
-
-    def progress(res: dict) -> None:  # partial results survive a timeout
-        bc.write_json(res, [p.with_suffix(".partial.json") for p in outs])
-
-    with tempfile.TemporaryDirectory() as tmp:
-        res = run(args, Path(tmp), progress)
-    bc.write_json(res, outs)
-    for p in outs:
-        p.with_suffix(".partial.json").unlink(missing_ok=True)
+    res = bc.run_with_partials("decode", args.out,
+                               lambda root, progress: run(args, root, progress))
     report(res)
     return 0
 

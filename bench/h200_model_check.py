@@ -40,6 +40,9 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from bench_common import versions  # noqa: E402
+
 TOPOLOGY = REPO / "tests" / "gpu" / "tiny-h200.yaml"
 NUM_BLOCKS = 1024
 BACKENDS = ("triton", "gpu-ref", "cpu-ref")
@@ -82,22 +85,6 @@ class CheckResult:
     compares: list[Compare]
     decode_ms: dict[str, dict[str, float]]
     run_s: dict[str, float]
-
-
-def versions() -> dict[str, str]:
-    out = {"python": sys.version.split()[0], "torch": torch.__version__}
-    try:
-        import triton
-
-        out["triton"] = triton.__version__
-    except ImportError:
-        out["triton"] = "not installed"
-    if torch.cuda.is_available():
-        out["gpu"] = torch.cuda.get_device_name()
-        out["capability"] = ".".join(map(str, torch.cuda.get_device_capability()))
-    else:
-        out["gpu"] = "none"
-    return out
 
 
 # ---- Step 1 --------------------------------------------------------------------------------------

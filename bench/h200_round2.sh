@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Device round 2: the tiny model through the engine on the GPU (Triton vs GPU reference vs CPU
 # reference), then the roofline of the slice plan against ceilings measured on this GPU.
-set -uo pipefail
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
-  || { tail -20 "$OUT/install.log"; exit 1; }
+source "$(dirname "$0")/device_setup.sh"
 timeout 330 python3 bench/h200_model_check.py --out "$OUT" >"$OUT/model_check.log" 2>&1
 model_rc=$?
 deepinfer-compile builtin:v41-flash-slice-h200 -o /tmp/slice-plan >/dev/null 2>&1

@@ -2,12 +2,7 @@
 # Device round 3: the v41-flash-slice-h200 plan with CUDA graphs vs the reference backend
 # (bench/h200_slice_check.py: 64 prompts with graphs, start-up, graphs vs eager, the reference
 # backend on the shortest prompts).
-set -uo pipefail
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
-  || { tail -20 "$OUT/install.log"; exit 1; }
+source "$(dirname "$0")/device_setup.sh"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 timeout ${SLICE_TIMEOUT:-540} python3 bench/h200_slice_check.py --prompts ${PROMPTS:-64} \
   --tokens ${TOKENS:-16} --ref-prompts ${REF_PROMPTS:-4} --out "$OUT" >"$OUT/slice_check.log" 2>&1

@@ -5,12 +5,7 @@
 # Whole round < 560 s: install (~1 min on 2 cores) + DECODE_TIMEOUT 330 + PREFILL_TIMEOUT 170.
 # DEEPINFER_COMMIT records the commit where the copy has no .git; DECODE_ARGS="--graph-buckets
 # plan" measures start-up with every plan bucket (on a cold Triton cache it may not fit).
-set -uo pipefail
-export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
-  || { tail -20 "$OUT/install.log"; exit 1; }
+source "$(dirname "$0")/device_setup.sh"
 nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader
 timeout ${DECODE_TIMEOUT:-330} python3 bench/decode.py --out "$OUT" ${DECODE_ARGS:-} \
   >"$OUT/decode.log" 2>&1

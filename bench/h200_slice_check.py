@@ -38,6 +38,9 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from bench_common import sync, timed, versions  # noqa: E402
+
 TOPOLOGY = REPO / "artifacts" / "topologies" / "v41-flash-slice-h200.yaml"
 NUM_BLOCKS = 4096
 
@@ -94,26 +97,13 @@ def forced_all(llm, prompts: list[list[int]], outs) -> list[torch.Tensor]:
     return [mc.forced_logits(llm, p, o.token_ids) for p, o in zip(prompts, outs, strict=True)]
 
 
-def sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def timed(fn):
-    sync()
-    t0 = time.perf_counter()
-    out = fn()
-    sync()
-    return out, time.perf_counter() - t0
-
-
 def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path | None,
         topology: str | Path = TOPOLOGY) -> dict:
     from deepinfer.runtime import LLM
     from deepinfer.runtime.engine import Engine
     from deepinfer.runtime.sampling_params import SamplingParams
 
-    res: dict = {"versions": mc.versions()}
+    res: dict = {"versions": versions()}
     print("versions", json.dumps(res["versions"]), flush=True)
 
     def progress() -> None:  # partial results survive a timeout

@@ -26,7 +26,6 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -190,16 +189,8 @@ def main() -> int:
                                          DEFAULTS["prompt_lens"][not cuda]).split(",") if x]
     if args.eager_probe_len is None:
         args.eager_probe_len = DEFAULTS["eager_probe_len"][not cuda]
-    outs = [bc.results_path(d, "prefill") for d in (args.out or [bc.REPO / "bench" / "results"])]
-
-    def progress(res: dict) -> None:  # partial results survive a timeout
-        bc.write_json(res, [p.with_suffix(".partial.json") for p in outs])
-
-    with tempfile.TemporaryDirectory() as tmp:
-        res = run(args, Path(tmp), progress)
-    bc.write_json(res, outs)
-    for p in outs:
-        p.with_suffix(".partial.json").unlink(missing_ok=True)
+    res = bc.run_with_partials("prefill", args.out,
+                               lambda root, progress: run(args, root, progress))
     report(res)
     print_target(res)
     return 0

@@ -46,6 +46,21 @@ def pack_fp8_weight(w: torch.Tensor) -> Fp8BlockWeight:
 
 
 @triton.jit
+def grouped_tile(pid, M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """Program ``pid`` -> its (row tile, column tile) in grouped order: the up to GROUP_M row
+    tiles of one column (weight) tile run next to each other, so that weight tile comes from
+    HBM once and from L2 after."""
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N, BN)
+    group_size = GROUP_M * num_pid_n
+    first_m = (pid // group_size) * GROUP_M
+    rows_in_group = tl.minimum(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows_in_group
+    pid_n = (pid % group_size) // rows_in_group
+    return pid_m, pid_n
+
+
+@triton.jit
 def _gemm_q8_kernel(
     a_ptr, a_scale_ptr,  # uint8 (M, K) e4m3 codes; uint8 (M, K/32) ue8m0
     w_ptr, w_scale_ptr,  # uint8 (N, K) e4m3 codes + uint8 (ceil(N/32), ceil(K/32)); or float (N, K)
@@ -60,16 +75,7 @@ def _gemm_q8_kernel(
     # and stores fp32 partials to c_ptr + s * M * N (workspace), reduced by _splitk_sum_kernel
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
 ):
-    # Grouped program order: GROUP_M row tiles share each weight column tile in L2.
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BM)
-    num_pid_n = tl.cdiv(N, BN)
-    group_size = GROUP_M * num_pid_n
-    first_m = (pid // group_size) * GROUP_M
-    rows_in_group = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % rows_in_group
-    pid_n = (pid % group_size) // rows_in_group
-
+    pid_m, pid_n = grouped_tile(tl.program_id(0), M, N, BM, BN, GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, 32)

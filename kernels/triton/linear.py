@@ -116,17 +116,8 @@ def _linear_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KC: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    # Grouped program order: the (up to GROUP_M) M tiles of one O tile run next to each other,
-    # so the weight tile comes from HBM once and from L2 after.
-    pid = tl.program_id(0)
+    pid_m, pid_n = gemm_fp8.grouped_tile(tl.program_id(0), M, O, BM, BN, GROUP_M)
     group = tl.program_id(2)
-    num_pid_m = tl.cdiv(M, BM)
-    num_pid_n = tl.cdiv(O, BN)
-    group_size = GROUP_M * num_pid_n
-    first_m = (pid // group_size) * GROUP_M
-    rows_in_group = tl.minimum(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % rows_in_group
-    pid_n = (pid % group_size) // rows_in_group
 
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)

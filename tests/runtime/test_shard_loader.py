@@ -10,31 +10,19 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from plan_helpers import dp2_checkpoint_plan, tiny_plans
 
-from deepinfer.artifacts.plan_dir import write_plan
 from deepinfer.artifacts.plan_schema import PlanError
-from deepinfer.planner.compile import compile_plan
-from deepinfer.planner.report import render_report
-from deepinfer.planner.topology_schema import load_topology
 from deepinfer.runtime.model_loader import load_model
-from deepinfer.runtime.plan_loader import load_runtime_plan
 from deepinfer.runtime.shard_loader import load_rank_model, rank_shard
-from deepinfer.runtime.weights import CheckpointError, write_checkpoint
+from deepinfer.runtime.weights import CheckpointError
 from deepinfer.runtime.weights import shards as shards_module
 from deepinfer.runtime.weights.shards import INDEX_FILE
 
-DP2_YAML = "builtin:tiny-cpu-dp2-ep2"
 MISSING = "layers.3.ffn.experts.5.w2.weight"  # logical expert 5: rank 1's in the dp2-ep2 plan
-
-
-def compile_to(tmp_dir, topology):
-    p = compile_plan(load_topology(topology))
-    write_plan(tmp_dir / "plan", p, render_report(p), force=False)
-    return load_runtime_plan(tmp_dir / "plan")
 
 
 @pytest.fixture(scope="module")
@@ -44,20 +32,13 @@ def full():
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
-    return {name: compile_to(tmp_path_factory.mktemp(name), f"builtin:{name}")
-            for name in ("tiny-cpu", "tiny-cpu-dp2-ep2")}
+    return tiny_plans(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def ckpt_plan(tmp_path_factory):
     """The dp2-ep2 topology over a checkpoint directory (same seed as the synthetic weights)."""
-    root = tmp_path_factory.mktemp("ckpt")
-    ckpt = write_checkpoint("builtin:tiny", root / "ckpt", seed=0)
-    yaml = (Path(load_topology(DP2_YAML).base_dir) / f"{DP2_YAML.removeprefix('builtin:')}.yaml")
-    yaml = yaml.read_text().replace("path: builtin:tiny", f"path: {ckpt}") \
-        .replace("weights: synthetic", "weights: auto")
-    (root / "topology.yaml").write_text(yaml)
-    return compile_to(root, str(root / "topology.yaml")), ckpt
+    return dp2_checkpoint_plan(tmp_path_factory.mktemp("ckpt"))
 
 
 def assert_equals_full(model, full):

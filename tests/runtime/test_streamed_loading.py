@@ -15,21 +15,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from plan_helpers import dp2_checkpoint_plan, tiny_plans
 
 from deepinfer.artifacts.model_spec import load_model_spec
-from deepinfer.artifacts.plan_dir import write_plan
 from deepinfer.artifacts.weight_names import KIND_FP8_ROWS, SCALE_KINDS, expected_tensors
 from deepinfer.kernels.formats import quantize_fp4_weight, quantize_fp8_rows, quantize_fp8_weight
-from deepinfer.planner.compile import compile_plan
-from deepinfer.planner.report import render_report
-from deepinfer.planner.topology_schema import load_topology
 from deepinfer.runtime import shard_loader
 from deepinfer.runtime.model_loader import build_model
-from deepinfer.runtime.plan_loader import load_runtime_plan
 from deepinfer.runtime.shard_loader import load_rank_model, rank_bytes, rank_shard
 from deepinfer.runtime.weights import shards as shards_module
 from deepinfer.runtime.weights import synthetic as synthetic_module
-from deepinfer.runtime.weights import write_checkpoint
 from deepinfer.runtime.weights.shards import INDEX_FILE
 from deepinfer.runtime.weights.synthetic import (
     check_synthetic_size,
@@ -38,31 +33,16 @@ from deepinfer.runtime.weights.synthetic import (
     tensor_seed,
 )
 
-DP2_YAML = "builtin:tiny-cpu-dp2-ep2"
-
-
-def compile_to(tmp_dir, topology):
-    p = compile_plan(load_topology(topology))
-    write_plan(tmp_dir / "plan", p, render_report(p), force=False)
-    return load_runtime_plan(tmp_dir / "plan")
-
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
-    return {name: compile_to(tmp_path_factory.mktemp(name), f"builtin:{name}")
-            for name in ("tiny-cpu", "tiny-cpu-dp2-ep2")}
+    return tiny_plans(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def ckpt_plan(tmp_path_factory):
     """The dp2-ep2 topology over a written checkpoint (seed 0)."""
-    root = tmp_path_factory.mktemp("ckpt")
-    ckpt = write_checkpoint("builtin:tiny", root / "ckpt", seed=0)
-    yaml = Path(load_topology(DP2_YAML).base_dir) / f"{DP2_YAML.removeprefix('builtin:')}.yaml"
-    yaml = yaml.read_text().replace("path: builtin:tiny", f"path: {ckpt}") \
-        .replace("weights: synthetic", "weights: auto")
-    (root / "topology.yaml").write_text(yaml)
-    return compile_to(root, str(root / "topology.yaml"))
+    return dp2_checkpoint_plan(tmp_path_factory.mktemp("ckpt"))[0]
 
 
 # ---- the old in-memory path (the oracle) ------------------------------------------------------
