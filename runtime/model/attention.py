@@ -195,18 +195,19 @@ class Attention(nn.Module):
         """Window rows visible to a chunk, and per-query row lists; writes the chunk to the ring.
 
         Args: kv (S, Dh), pos (S,) of the chunk, whose first position is ``start`` (host int).
-        Returns keys (P + S, Dh): the up to W-1 cached tokens before the chunk, then the chunk;
-        indices (S, P + S) int64, -1 where a row is outside the query's window [p-W+1, p].
+        Returns keys (P + S, Dh): the up to W-1 cached tokens before the chunk, then the chunk
+        (key k holds position ``first + k``); indices (S, W) int64: query p's window
+        ``p - W + 1 .. p`` ascending, -1 before the first key. A fixed W columns per query,
+        whatever the chunk length (a (S, P + S) mask would make attention scan every key).
         """
         w = self.spec.sliding_window
         ring = cache.window_ring(self.layer.layer_id)
-        prev_pos = torch.arange(max(0, start - w + 1), start, device=kv.device)
+        first = max(0, start - w + 1)
+        prev_pos = torch.arange(first, start, device=kv.device)
         prev = formats.unpack_window_kv(ring[prev_pos % w], self.head_dim, torch.bfloat16)
         keys = torch.cat([prev, kv])
-        key_pos = torch.cat([prev_pos, pos])
-        visible = (key_pos[None, :] <= pos[:, None]) & (key_pos[None, :] > pos[:, None] - w)
-        cols = torch.arange(keys.shape[0], device=kv.device).expand(pos.shape[0], -1)
-        indices = torch.where(visible, cols, torch.full_like(cols, -1))
+        q = pos[:, None] - (w - 1) + torch.arange(w, device=kv.device)  # (S, W) positions
+        indices = torch.where(q >= first, q - first, torch.full_like(q, -1))
         tail = slice(max(0, kv.shape[0] - w), kv.shape[0])
         ring[pos[tail] % w] = formats.pack_window_kv(kv[tail])
         return keys, indices

@@ -221,3 +221,20 @@ def test_graph_shaped_decode_equals_per_sequence(model):
     got = decode_traffic(model, GraphShapedRun(model, PROMPTS, paged=True))
     for step, (a, b) in enumerate(zip(want, got, strict=True)):
         assert torch.equal(b, a), f"step {step}: max |diff| {(b - a).abs().max().item()}"
+
+
+def test_prefill_window_lists_have_fixed_width(model):
+    """A chunk's window lists are (S, W) — query p lists positions p-W+1..p mapped into the
+    chunk's keys (the cached tail of the window, then the chunk) — however long the chunk."""
+    spec, attn = model.spec, model.layers[0].attn
+    w, start, s = spec.sliding_window, 30, 20
+    cache = SequenceCache.empty(spec)
+    cache.num_tokens = start
+    kv = torch.randn(s, spec.head_dim, dtype=torch.bfloat16)
+    keys, idx = attn._window_keys(kv, torch.arange(start, start + s), start, cache)
+    first = start - w + 1  # key k holds position first + k
+    assert keys.shape[0] == (start - first) + s and idx.shape == (s, w)
+    for i in range(s):
+        p = start + i
+        assert idx[i].tolist() == [q - first for q in range(p - w + 1, p + 1)]
+        assert torch.equal(keys[idx[i, -1]], kv[i])  # the newest column is the query itself
