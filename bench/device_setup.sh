@@ -5,7 +5,7 @@
 # Triton's kernel cache: a fresh machine starts cold (every kernel compiles in the first decode
 # warm-up). With SAVE_TRITON_CACHE=1 a round leaves its cache in $OUT as
 # triton-cache.tar.xz.partNN (≤ 15 MiB each; $OUT sends back at most 8 files: mind the logs);
-# put them in the repo root (ignored via .git/info/exclude) and name them in the run's
+# put them in the repo root (.gitignore ignores them) and name them in the run's
 # `carry`, and the next round starts from that cache (a warm start: what a restart costs).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
