@@ -4,7 +4,7 @@
 # backend on the shortest prompts).
 source "$(dirname "$0")/device_setup.sh"
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-timeout ${SLICE_TIMEOUT:-540} python3 bench/h200_slice_check.py --prompts ${PROMPTS:-64} \
+timeout ${SLICE_TIMEOUT:-480} python3 bench/h200_slice_check.py --prompts ${PROMPTS:-64} \
   --tokens ${TOKENS:-16} --ref-prompts ${REF_PROMPTS:-4} --out "$OUT" >"$OUT/slice_check.log" 2>&1
 rc=$?
 tail -95 "$OUT/slice_check.log"
