@@ -295,8 +295,9 @@ class Engine:
                                        torch.cat(embeds) if embeds else None,
                                        device=self.device)
         rows = np.flatnonzero(samples)
+        host_temperature = np.array(meta.temperature)[rows]
         (temperature, top_p, min_p), (top_k, seeds, positions, rows_dev) = sampling_columns(
-            [np.array(meta.temperature)[rows], np.array(meta.top_p)[rows],
+            [host_temperature, np.array(meta.top_p)[rows],
              np.array(meta.min_p)[rows]],
             [np.array(meta.top_k)[rows], np.array(meta.seeds)[rows],
              np.array(meta.offsets)[rows], rows], self.device)
@@ -311,7 +312,8 @@ class Engine:
             positions=positions,
             num_top_logprobs=[int(self.live[int(seq_ids[r])].request.params.logprobs)
                               if want_logprobs[r] else -1 for r in rows],
-            bucket=plan.bucket, num_padded_rows=plan.num_padded_rows)
+            bucket=plan.bucket, num_padded_rows=plan.num_padded_rows,
+            all_greedy=bool((host_temperature <= 0).all()))
 
     def _image_rows(self, live: LiveRequest, start: int, n: int,
                     embeds: list[torch.Tensor]) -> list[bool]:

@@ -75,6 +75,7 @@ class StepInputs:
     seeds: torch.Tensor
     positions: torch.Tensor
     num_top_logprobs: list[int]  # per sampling row, -1 = no logprobs
+    all_greedy: bool = False  # every sampling row has temperature 0 (``greedy_tokens``)
     bucket: int = -1
     num_padded_rows: int = 0
     # a decode step replayed by DecodeGraphs: (n,) ids, positions, slots, (n, blocks) tables
@@ -166,9 +167,12 @@ class Worker:
             return inputs.device
         picked = logits if len(inputs.sample_rows) == logits.shape[0] else \
             logits[inputs.sample_rows_device]  # sample_rows ascending: equal length = all rows
-        tokens = self.kernels.sample_tokens(picked, inputs.temperature, inputs.top_p,
-                                            inputs.top_k, inputs.min_p, inputs.seeds,
-                                            inputs.positions)
+        if inputs.all_greedy:  # known on the host: no sort, softmax or noise over the vocab
+            tokens = self.kernels.greedy_tokens(picked)
+        else:
+            tokens = self.kernels.sample_tokens(picked, inputs.temperature, inputs.top_p,
+                                                inputs.top_k, inputs.min_p, inputs.seeds,
+                                                inputs.positions)
         # logprobs now: a graph's logits are overwritten by the next replay
         parts = _device_logprobs(self.kernels, picked, tokens, inputs.num_top_logprobs)
         inputs.device = DeviceResult(tokens, parts, time.perf_counter() - t0)

@@ -45,6 +45,7 @@ def register_all() -> None:
         "fake_quant_fp4_ue8m0_block32": quant.fake_quant_fp4_ue8m0_block32,
         "fake_quant_fp4_e4m3_block16": quant.fake_quant_fp4_e4m3_block16,
         "sample_tokens": sampling.sample_tokens,
+        "greedy_tokens": sampling.greedy_tokens,
         "token_logprobs": sampling.token_logprobs,
     }
     for op, fn in table.items():

@@ -124,6 +124,18 @@ def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     return torch.where(torch.isnan(logits).any(dim=-1), -1, tokens)
 
 
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """:func:`sample_tokens` when every row is greedy (temperature 0), without the filtering
+    and noise of the sampled path: (rows, V) float32 -> (rows,) int64 first argmax, -1 for a
+    row holding NaN (the same tokens, bit for bit)."""
+    if logits.dtype != torch.float32 or logits.dim() != 2:
+        raise ValueError(f"logits must be (rows, vocab) float32, got {tuple(logits.shape)} "
+                         f"{logits.dtype}")
+    if logits.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.int64, device=logits.device)
+    return torch.where(torch.isnan(logits).any(dim=-1), -1, _first_argmax(logits))
+
+
 def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor,
                    num_top: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-probabilities of the raw (not temperature-scaled, unfiltered) distribution.

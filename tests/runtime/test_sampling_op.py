@@ -10,6 +10,7 @@ import torch
 
 from deepinfer.kernels.reference.sampling import (
     filter_mask,
+    greedy_tokens,
     row_keys,
     sample_tokens,
     token_logprobs,
@@ -150,3 +151,18 @@ def test_logprobs_are_of_the_raw_distribution():
     assert torch.allclose(top_lp.double(), expected.gather(1, top_ids), atol=1e-6)
     assert sampled.dtype == top_lp.dtype == torch.float32
     assert token_logprobs(logits, torch.tensor([0, 0]), 0)[1].shape == (2, 0)
+
+
+def test_greedy_tokens_equal_sample_tokens_at_temperature_zero():
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(64, 97, generator=g)
+    logits[3, [10, 40]] = 50.0  # a tie: the lower index wins in both
+    logits[7, :] = -math.inf
+    logits[7, 12] = 0.0
+    logits[9, 5] = math.nan
+    greedy = rows(64, temperature=0.0, top_p=0.5, top_k=3)  # greedy ignores the filters
+    want = sample_tokens(logits, **greedy)
+    got = greedy_tokens(logits)
+    assert torch.equal(got, want)
+    assert got[3].item() == 10 and got[7].item() == 12 and got[9].item() == -1
+    assert greedy_tokens(torch.zeros(0, 8)).shape == (0,)
