@@ -29,7 +29,10 @@ verifies free memory before allocating; these are deliberately generous):
   gate/up/act (``3 * (k + shared) * moe_inter``); the factor 2 covers one op's input and
   output alive at once.
 - graph pool = ``2 * act_bytes_per_token * largest decode graph rows`` (graphs share one pool,
-  the largest capture dominates).
+  the largest capture dominates) + the indexer's fixed-width score rows of that capture: a
+  graph scores every row over ``max_model_len // ratio`` keys (the smallest ratio of an index
+  source), ``INDEX_ROW_BYTES_PER_KEY`` bytes per key (fp32 scores, the candidate mask, the
+  top-k's temporaries).
 
 State slots get at most half of the cache budget (fewer than ``max_num_seqs + 1`` only when
 memory-bound); blocks get the rest. Every rank gets the same counts, the minimum over ranks:
@@ -59,6 +62,7 @@ NUM_SENTINEL_BLOCKS = 1  # block 0
 NUM_RESERVE_BLOCKS = 1  # the block manager's reserve block
 MAX_BLOCKS_UNBOUNDED = 2**20
 STATE_BUDGET_SHARE = 0.5
+INDEX_ROW_BYTES_PER_KEY = 16  # fp32 score + bool candidate mask + top-k temporaries, rounded up
 CONTEXT_PROBES_TOKENS = (8192, 65536)
 
 
@@ -77,6 +81,14 @@ def decode_rows(topo: Topology) -> int:
     budget."""
     s = topo.scheduler
     return min(s.max_num_seqs * (1 + topo.speculative.num_draft_tokens), s.max_num_batched_tokens)
+
+
+def _max_index_keys(spec: ModelSpec, max_len: int) -> int:
+    """Width of a decode graph's index score rows: ``max_len // ratio`` over the index sources
+    (0 without an indexer)."""
+    ratios = [lay.compress_ratio for lay in spec.layers[:spec.num_hidden_layers]
+              if lay.owns_indexer and lay.compress_ratio > 0]
+    return max_len // min(ratios) if ratios else 0
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -125,7 +137,8 @@ def plan_cache_layout(spec: ModelSpec, topo: Topology, weight_bytes_per_rank: li
     act_per_token = activation_bytes_per_token(spec)
     logits = sched.max_num_seqs * (1 + draft) * spec.vocab_size * 4
     workspace = 2 * act_per_token * sched.max_num_batched_tokens + logits
-    graph_pool = 2 * act_per_token * decode_rows(topo)
+    graph_pool = 2 * act_per_token * decode_rows(topo) + \
+        decode_rows(topo) * _max_index_keys(spec, max_len) * INDEX_ROW_BYTES_PER_KEY
     is_gpu = hw.sm_arch > 0 or hw.device not in ("cpu", "")
     reserve = GPU_RUNTIME_RESERVE_BYTES if is_gpu else 0
     desired_slots = sched.max_num_seqs + 1

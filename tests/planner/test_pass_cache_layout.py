@@ -50,7 +50,9 @@ def test_released_block_count_by_hand(released, released_layout):
     usable = int(139 * GIB * 0.9)
     weights = max(weight_bytes_per_rank(released, RELEASED_8))
     workspace = 2 * RELEASED_ACT_BYTES * 8192 + 256 * 129280 * 4
-    graph_pool = 2 * RELEASED_ACT_BYTES * 256
+    # + the indexer's fixed-width score rows: 256 rows x 1M keys (ratio-1 index sources at the
+    # released max_model_len) x 16 B
+    graph_pool = 2 * RELEASED_ACT_BYTES * 256 + 256 * 1_048_576 * 16
     cache = usable - weights - workspace - graph_pool - GIB
     assert c["num_state_slots"] == 257
     assert c["num_blocks"] == (cache - 257 * RELEASED_SLOT_BYTES) // 56_960
@@ -108,7 +110,7 @@ def test_memory_bound_state_slots(tiny):
     weights = weight_bytes_per_rank(tiny, topo)
     base = plan_cache_layout(tiny, topo, weights)
     act = base["activation_bytes_per_token"]
-    fixed = weights[0] + 2 * act * 8192 + 256 * 512 * 4 + 2 * act * 256 + GIB
+    fixed = weights[0] + 2 * act * 8192 + 256 * 512 * 4 + 2 * act * 256 + 256 * 4096 * 16 + GIB
     cache = 100 * slot  # room for 50 state slots under the half-budget rule
     topo = replace(topo, hardware=replace(topo.hardware, memory_bytes=fixed + cache),
                    cache=CacheSection(memory_fraction=1.0))
