@@ -143,6 +143,20 @@ def test_static_decode_buffers_equal_eager_engine(plan, loaded, prompts, limits,
     assert len(replays) == MAX_TOKENS
 
 
+def test_static_decode_sampled_with_logprobs_equals_eager_engine(plan, loaded, prompts):
+    """Seeded sampling (not greedy) and logprobs through the static decode path, each step
+    launched behind the one in flight: the same tokens and logprobs as the eager engine (the
+    logprobs are taken at launch, before the next replay reuses the logits buffer)."""
+    params = SamplingParams(temperature=0.8, top_p=0.9, top_k=20, seed=7, logprobs=2,
+                            max_tokens=MAX_TOKENS, ignore_eos=True)
+    want, _ = run(plan, loaded, prompts[:6], params)
+    got, _ = run(plan, loaded, prompts[:6], params, static_decode=True)
+    for a, b in zip(got, want, strict=True):
+        assert a.token_ids == b.token_ids
+        assert [(lp.token_id, lp.logprob, lp.top) for lp in a.logprobs] == \
+            [(lp.token_id, lp.logprob, lp.top) for lp in b.logprobs]
+
+
 def test_chunked_prefill_equals_one_at_a_time(plan, loaded, prompts, expected):
     small = with_scheduler(plan, prefill_chunk_size_tokens=8, max_num_batched_tokens=24)
     outs, engine = run(small, loaded, prompts, GREEDY)
