@@ -137,6 +137,7 @@ class Engine:
         self.stats = EngineStats(kernel_fallback_calls=fallback_calls)
         self._next_seq_id = 0
         self._launched: StepInputs | None = None  # launched, not yet post-processed
+        self._wait_s = 0.0  # this step's time waiting for results (excluded from host time)
 
     # ---- requests ----------------------------------------------------------------------------
     def add(self, request: Request) -> int:
@@ -183,6 +184,7 @@ class Engine:
         """Schedule and launch step t, collect and post-process step t-1; returns requests
         finished by t-1 (and by t itself without pipelining)."""
         t0 = time.perf_counter()
+        self._wait_s = 0.0
         plan = self.scheduler.schedule(self.allreduce_max)
         for seq_id in plan.preempted:  # reset for recompute: in-flight tokens are void
             live = self.live.get(seq_id)
@@ -200,7 +202,6 @@ class Engine:
                 self._collect(prev)  # this step's inputs need prev's tokens on the host
             feed_from = prev if prev is not None and prev.result is None else None
             inputs = self._inputs(plan, graph, feed_from)
-        t1 = time.perf_counter()
         if inputs is not None:
             self.worker.launch(inputs)
         elif self.model.has_ep_exchange:  # multi-rank: the EP group's exchanges need this rank
@@ -221,12 +222,15 @@ class Engine:
                 finished += self._post_process(inputs)
                 self._launched = None
         t3 = time.perf_counter()
-        self.stats.step(plan, inputs, host_s=(t1 - t0) + (t2 - t1), step_s=t3 - t0,
+        self.stats.step(plan, inputs, host_s=(t2 - t0) - self._wait_s, step_s=t3 - t0,
                         usage=self.scheduler.usage())
         return finished
 
     def _collect(self, inputs: StepInputs) -> None:
+        """Wait for ``inputs``' results (the wait is not host time) and record its tokens."""
+        t0 = time.perf_counter()
         result = self.worker.collect()
+        self._wait_s += time.perf_counter() - t0
         self.stats.forward_s += result.forward_s
         self._record(inputs, result)
 
