@@ -36,20 +36,6 @@ SHAPES = [("wq_a", 5120, 1024), ("wq_b", 1024, 32768), ("wkv", 5120, 512),
           ("indexer wq_b", 1024, 8192)]
 
 
-def _median_ms(fn, iters: int = 20) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.double() - ref.double()).norm() / ref.double().norm())
 
@@ -64,7 +50,8 @@ def main() -> int:
     from deepinfer.kernels.reference import linear as ref_linear
     from deepinfer.kernels.triton import gemm_fp8, linear, quant_act
 
-    ceil = bc.roofline().measure_ceilings()
+    roof = bc.roofline()
+    ceil = roof.measure_ceilings()
     print(f"versions {bc.versions()}")
     print(f"ceilings: bf16 {ceil['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s, fp8 "
           f"{ceil['fp8_flops_per_s'] / 1e12:.0f} TFLOP/s")
@@ -79,8 +66,8 @@ def main() -> int:
             ref = ref_linear.linear_quant_act(x, w) if m * n <= (1 << 26) else None
             a = gemm_fp8.linear_quant_act(x, w)
             b = linear.linear(quant_act.fake_quant_fp8_block32(x), w)
-            t_a = _median_ms(lambda: gemm_fp8.linear_quant_act(x, w))  # noqa: B023
-            t_b = _median_ms(lambda: linear.linear(quant_act.fake_quant_fp8_block32(x), w))  # noqa: B023
+            t_a = roof.median_ms(lambda: gemm_fp8.linear_quant_act(x, w))  # noqa: B023
+            t_b = roof.median_ms(lambda: linear.linear(quant_act.fake_quant_fp8_block32(x), w))  # noqa: B023
             flops = 2.0 * m * n * k
             err_a = "-" if ref is None else f"{_rel_err(a, ref):.1e}"
             err_b = "-" if ref is None else f"{_rel_err(b, ref):.1e}"

@@ -44,7 +44,8 @@ def spec_of(plan: dict) -> ModelSpec:
     return load_model_spec(plan["topology"]["model"]["path"])
 
 
-def _median_ms(fn, iters: int = 20) -> float:
+def median_ms(fn, iters: int = 20) -> float:
+    """Median CUDA-event time (ms) of fn() over iters runs, after 3 warm-ups."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(3):
         fn()
@@ -65,10 +66,10 @@ def measure_ceilings() -> dict:
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    bf16_ms = _median_ms(lambda: a @ b)
+    bf16_ms = median_ms(lambda: a @ b)
     a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
     one = torch.ones((), device="cuda")
-    fp8_ms = _median_ms(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
+    fp8_ms = median_ms(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
                                                  out_dtype=torch.bfloat16))
     return {"source": f"measured on {torch.cuda.get_device_name()}",
             "hbm_bytes_per_s": 2 * n_bytes / (copy_ms * 1e-3),
@@ -79,7 +80,7 @@ def measure_ceilings() -> dict:
 def _copy_ms(n_bytes: int) -> float:
     src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
-    return _median_ms(lambda: dst.copy_(src))
+    return median_ms(lambda: dst.copy_(src))
 
 
 def datasheet_ceilings(topo: Topology) -> dict:

@@ -119,10 +119,6 @@ class Worker:
                                             initializer=init) if pipeline else None
         self._launched: deque[tuple[StepInputs, Future[DeviceResult] | None]] = deque()
 
-    @property
-    def num_in_flight(self) -> int:
-        return len(self._launched)
-
     def launch(self, inputs: StepInputs) -> None:
         """Enqueue ``inputs``: inline for a graph step, else on the thread (or inline without
         pipelining). A step fed from another must be launched after it, inline."""

@@ -94,10 +94,6 @@ class DecodeRows:
         return cls(pool, batch.input_ids, batch.positions, slots, tables,
                    max(batch.start_positions))
 
-    @property
-    def num_rows(self) -> int:
-        return self.input_ids.shape[0]
-
     def window(self, layer: int) -> torch.Tensor:
         """(N, W) rows of ``pool.flat_window()`` for ``layer``; the last column is row i's own
         new position."""
