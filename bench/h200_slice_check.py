@@ -92,6 +92,24 @@ def free(llm) -> None:
         torch.cuda.empty_cache()
 
 
+def agreement(outs_a, outs_b) -> dict:
+    """Token agreement of two runs of the same prompts (greedy, logprobs=2): identical count;
+    per divergent request the first divergence and the two runs' top-1 minus top-2 margins
+    there; the largest |top-1 logprob difference| before any divergence (0 when the runs
+    compute bit-identical logits)."""
+    rows, drift = [], 0.0
+    for i, (a, b) in enumerate(zip(outs_a, outs_b, strict=True)):
+        pairs = list(zip(a.token_ids, b.token_ids, strict=True))
+        pos = next((p for p, (x, y) in enumerate(pairs) if x != y), len(pairs))
+        for p in range(pos):
+            drift = max(drift, abs(a.logprobs[p].top[0][1] - b.logprobs[p].top[0][1]))
+        if pos < len(pairs):
+            rows.append({"index": i, "first_divergence": pos, "margin_a": mc.margin(a, pos),
+                         "margin_b": mc.margin(b, pos)})
+    return {"identical": len(outs_a) - len(rows), "max_top1_logprob_drift": drift,
+            "divergent": rows}
+
+
 def forced_all(llm, prompts: list[list[int]], outs) -> list[torch.Tensor]:
     """Each request's (T, vocab) logits along the given outputs' sequences, on the host."""
     return [mc.forced_logits(llm, p, o.token_ids) for p, o in zip(prompts, outs, strict=True)]
@@ -115,7 +133,7 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
 
     # Step 2: Triton with CUDA graphs
     t0 = time.perf_counter()
-    llm = LLM(dirs["triton"])
+    llm = LLM(dirs["triton"], log=lambda line: print(line, flush=True))
     sync()
     res["startup_s"] = time.perf_counter() - t0
     res["graph_capture_s"] = llm.engine.graphs.capture_s if llm.engine.graphs else 0.0
@@ -138,10 +156,27 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     llm.engine = Engine(llm.plan, llm.loaded, cuda_graphs=False)
     eager_outs, res["eager_generate_s"] = timed(lambda: mc.generate(llm, prompts, num_tokens))
     res["eager_stats"] = llm.engine.stats.summary()
-    res["graph_vs_eager_identical"] = sum(a.token_ids == b.token_ids
-                                          for a, b in zip(outs, eager_outs, strict=True))
+    llm.engine.worker.close()
+    llm.engine = Engine(llm.plan, llm.loaded, cuda_graphs=False)  # run-to-run determinism
+    eager2_outs = mc.generate(llm, prompts, num_tokens)
+    llm.engine.worker.close()
+    # the graphs' static buffers and widths without the graphs: DecodeGraphs.run's CPU branch
+    # (forward_decode over the static rows, eagerly) tells a capture problem from a shape one
+    graphs = graph_engine.graphs  # None on a CPU plan: then the same eager run
+    if graphs is not None:
+        graphs._cuda = False
+    llm.engine = graph_engine
+    static_outs = mc.generate(llm, prompts, num_tokens)
+    if graphs is not None:
+        graphs._cuda = graph_engine.device.type == "cuda"
+    res["static_vs_eager"] = agreement(static_outs, eager_outs)
+    res["graph_vs_static"] = agreement(outs, static_outs)
+    res["graph_vs_eager"] = agreement(outs, eager_outs)
+    res["eager_vs_eager"] = agreement(eager2_outs, eager_outs)
+    res["graph_vs_eager_identical"] = res["graph_vs_eager"]["identical"]
     print(f"eager: generate {res['eager_generate_s']:.1f} s; graphs == eager for "
-          f"{res['graph_vs_eager_identical']}/{num_prompts}", flush=True)
+          f"{res['graph_vs_eager_identical']}/{num_prompts}; eager == eager for "
+          f"{res['eager_vs_eager']['identical']}/{num_prompts}", flush=True)
     progress()
     llm.engine = graph_engine
     # the reference checks the shortest prompts (its GPU run is slow); logits along the Triton
@@ -173,6 +208,10 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
                        margin_ref=mc.margin(b, pos), margin_triton=mc.margin(a, pos))
             row["explained"] = row["margin_ref"] <= 2 * row["logit_err"]
         row["max_logit_err"] = float(err[:pos + 1].max())  # over the shared context only
+        diff = tri_logits[j] - ref_logits[j]
+        rel = diff.norm(dim=-1) / ref_logits[j].norm(dim=-1)  # (T,) ||d|| / ||ref|| per row
+        row["max_rel_logit_err"] = float(rel[:pos + 1].max())
+        row["ref_logit_std"] = float(ref_logits[j][pos].std())
         rows.append(row)
     res["requests"] = rows
     res["num_match"] = sum(r["match"] for r in rows)
@@ -193,12 +232,18 @@ def report(res: dict, num_prompts: int) -> None:
         expl = "-" if r["match"] else ("yes" if r["explained"] else "NO")
         print(f"| {r['index']:3d} | {r['prompt_len']:4d} | {'yes' if r['match'] else 'no':5s} | "
               + " | ".join(f"{c:>10s}" for c in cells) + f" | {expl:9s} | "
-              f"{r['max_logit_err']:10.3g} |")
+              f"{r['max_logit_err']:10.3g} | rel {r['max_rel_logit_err']:.3g}, ref logit std "
+              f"{r['ref_logit_std']:.3g}")
     print(f"\ntriton (graphs) vs gpu-ref: {res['num_match']}/{len(res['requests'])} "
           "token-identical (the shortest prompts), "
           f"{res['num_unexplained']} unexplained divergences")
-    print(f"graphs vs eager (same kernels): {res['graph_vs_eager_identical']}/{num_prompts} "
-          "token-identical")
+    for key in ("graph_vs_eager", "eager_vs_eager", "static_vs_eager", "graph_vs_static"):
+        a = res[key]
+        firsts = sorted(r["first_divergence"] for r in a["divergent"])
+        margins = sorted(min(r["margin_a"], r["margin_b"]) for r in a["divergent"])
+        print(f"{key}: {a['identical']}/{num_prompts} token-identical, first divergences "
+              f"{firsts[:16]}, smallest margins there {[f'{m:.3g}' for m in margins[:8]]}, "
+              f"max top-1 logprob drift before divergence {a['max_top1_logprob_drift']:.3g}")
     print(f"start-up {res['startup_s']:.1f} s (capture {res['graph_capture_s']:.1f} s), "
           f"first token {res['first_token_s']:.1f} s")
     for key in ("graph", "eager"):

@@ -34,7 +34,9 @@ static-buffer forward eagerly, which lets CPU tests check everything but the cap
 
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -89,8 +91,10 @@ class DecodeGraphs:
     def rows(self, bucket: int) -> DecodeRows:
         """The :class:`DecodeRows` over the first ``bucket`` rows of the static buffers."""
         s = self._static[:bucket]
-        return DecodeRows(self.pool, s[:, 0], s[:, 1], s[:, 2], s[:, _COLUMNS:],
-                          self.max_model_len - 1)
+        # the columns are strided views of the static buffer: contiguous copies (inside the
+        # graph) so that no kernel sees a stride it does not expect
+        return DecodeRows(self.pool, s[:, 0].contiguous(), s[:, 1].contiguous(),
+                          s[:, 2].contiguous(), s[:, _COLUMNS:], self.max_model_len - 1)
 
     def capture(self) -> None:
         """Capture every bucket's graph (largest first, one shared memory pool); on CPU only
@@ -103,21 +107,30 @@ class DecodeGraphs:
         device = self.model.device
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
+        syncs: list[str] = []
         with torch.cuda.stream(stream):
             for bucket in reversed(self.buckets):
                 t = time.perf_counter()
-                self.model.forward_decode(self.rows(bucket))  # compile + allocate, eagerly
+                with _host_syncs_noted(syncs):  # what would break the capture, named early
+                    self.model.forward_decode(self.rows(bucket))  # compile + allocate, eagerly
                 torch.cuda.synchronize(device)
                 self.warmup_s[bucket] = time.perf_counter() - t
                 self._note(f"decode bucket {bucket}: eager warm-up "
                            f"{self.warmup_s[bucket]:.2f} s")
+        for line in syncs:
+            self._note(f"host sync in the decode forward: {line}")
         torch.cuda.current_stream(device).wait_stream(stream)
         self._mempool = torch.cuda.graph_pool_handle()
         for bucket in reversed(self.buckets):
             t = time.perf_counter()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._mempool):
-                self._logits[bucket] = self.model.forward_decode(self.rows(bucket))
+            try:
+                with torch.cuda.graph(graph, pool=self._mempool):
+                    self._logits[bucket] = self.model.forward_decode(self.rows(bucket))
+            except RuntimeError as e:
+                seen = "; ".join(syncs) or "none noted"
+                raise RuntimeError(f"capturing the CUDA graph of decode bucket {bucket} failed "
+                                   f"(host syncs seen in the warm-up: {seen}): {e}") from e
             self._graphs[bucket] = graph
             torch.cuda.synchronize(device)
             self.graph_s[bucket] = time.perf_counter() - t
@@ -171,3 +184,21 @@ class DecodeGraphs:
             return self.model.forward_decode(self.rows(bucket))[:n]
         self._graphs[bucket].replay()
         return self._logits[bucket][:n]
+
+
+@contextlib.contextmanager
+def _host_syncs_noted(found: list[str]):
+    """Collect torch's synchronizing-call warnings (``set_sync_debug_mode("warn")``) raised in
+    the block as "file:line: message" (each once) into ``found``."""
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+    for w in caught:
+        line = f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0]}"
+        if line not in found:
+            found.append(line)

@@ -211,7 +211,7 @@ class Engine:
             if prev.result is None:
                 self._collect(prev)  # waits for prev only; step t is queued behind it
             finished = self._post_process(prev)
-        t2 = time.perf_counter()
+        t2, waited_s = time.perf_counter(), self._wait_s  # waits after t2 are not in t2 - t0
         self._launched = inputs
         if inputs is not None and (inputs.graph_rows is None or not self.worker.pipeline):
             # An eager step ends within its own step() (its forward on the worker thread
@@ -222,7 +222,7 @@ class Engine:
                 finished += self._post_process(inputs)
                 self._launched = None
         t3 = time.perf_counter()
-        self.stats.step(plan, inputs, host_s=(t2 - t0) - self._wait_s, step_s=t3 - t0,
+        self.stats.step(plan, inputs, host_s=(t2 - t0) - waited_s, step_s=t3 - t0,
                         usage=self.scheduler.usage())
         return finished
 

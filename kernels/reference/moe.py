@@ -66,21 +66,35 @@ def expert_ffn(x: torch.Tensor, w1: Weight, w3: Weight, w2: Weight,
 
 def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                        w1: torch.Tensor | Mxfp4ExpertWeights, w3: torch.Tensor | Mxfp4ExpertWeights,
-                       w2: torch.Tensor | Mxfp4ExpertWeights, limit: float) -> torch.Tensor:
+                       w2: torch.Tensor | Mxfp4ExpertWeights, limit: float,
+                       combine_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Sum of the chosen experts' outputs per token, fp32.
 
     Args:
         x: (N, D) bf16; expert_ids, weights: (N, K); w1, w3: (E, I, D); w2: (E, D, I), plain
         tensors or ``Mxfp4ExpertWeights`` (only the routed experts are dequantized).
+        combine_ids: (N, K) distinct ids per token that order its sum (default expert_ids): the
+        logical experts when expert_ids name physical slots holding replicas.
     Returns:
-        (N, D) fp32, experts added in expert-id order (independent of the batch).
+        (N, D) fp32, each token's picks added from zero in increasing (combine) id (independent
+        of the batch).
     """
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    y = torch.zeros(*expert_ids.shape, x.shape[1], dtype=torch.float32, device=x.device)
     for e in torch.unique(expert_ids).tolist():
-        tok, slot = (expert_ids == e).nonzero(as_tuple=True)
-        y = expert_ffn(x[tok], one_expert(w1, e), one_expert(w3, e), one_expert(w2, e), limit,
-                       weights[tok, slot])
-        out.index_add_(0, tok, y.float())
+        tok, pick = (expert_ids == e).nonzero(as_tuple=True)
+        y[tok, pick] = expert_ffn(x[tok], one_expert(w1, e), one_expert(w3, e), one_expert(w2, e),
+                                  limit, weights[tok, pick]).float()
+    return combine_in_expert_order(y, expert_ids if combine_ids is None else combine_ids)
+
+
+def combine_in_expert_order(y: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """(n, K, D) per-pick outputs, (n, K) distinct ids -> (n, D) fp32, each token's picks added
+    from zero in increasing id."""
+    order = torch.argsort(ids, dim=1)
+    rows = torch.arange(ids.shape[0], device=y.device)
+    out = torch.zeros(ids.shape[0], y.shape[-1], dtype=torch.float32, device=y.device)
+    for pick in range(ids.shape[1]):
+        out += y[rows, order[:, pick]]
     return out
 
 

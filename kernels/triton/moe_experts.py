@@ -323,12 +323,15 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
 
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
                 limit: float, mma: str = "fp8", combine: bool = True,
-                skip_foreign_ids: bool = False) -> torch.Tensor:
+                skip_foreign_ids: bool = False,
+                combine_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The grouped expert pipeline. mma: "fp8" (W4A8/W8A8 FP8 dots) or "bf16" (W4A16 style).
 
     Returns (N, D) fp32 (combine=True) or the per-pair outputs (N * topk, D) in x.dtype.
     skip_foreign_ids: pairs whose id is outside [0, E) (experts held by other EP ranks, with ids
     local to this rank's slots) are skipped and their per-pair outputs are 0 (one extra memset).
+    combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
+    experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
     """
     num_tokens, dim = x.shape
     topk = expert_ids.shape[1]
@@ -382,18 +385,21 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     out = torch.empty((num_tokens, dim), dtype=torch.float32, device=x.device)
     block_d = min(1024, triton.next_power_of_2(dim))
     _moe_combine_kernel[(num_tokens, triton.cdiv(dim, block_d))](
-        y, expert_ids.contiguous(), out, dim, y.stride(0), out.stride(0),
+        y, (expert_ids if combine_ids is None else combine_ids).contiguous(), out, dim,
+        y.stride(0), out.stride(0),
         TOPK=topk, KP=max(2, triton.next_power_of_2(topk)), BLOCK_D=block_d, num_warps=4)
     return out
 
 
 def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
-                       w1, w3, w2, limit: float) -> torch.Tensor:
+                       w1, w3, w2, limit: float,
+                       combine_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Registered op (reference ``moe.moe_routed_experts``): (N, D) x.dtype -> (N, D) fp32.
 
     w1, w3: ExpertWeights (E, I, D) or float (E, I, D); w2: ExpertWeights (E, D, I) or float.
+    combine_ids: (N, K) ids ordering each token's sum (default expert_ids).
     """
-    return run_experts(x, expert_ids, weights, w1, w3, w2, limit)
+    return run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine_ids=combine_ids)
 
 
 def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,

@@ -92,7 +92,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
         return y.view(x.shape)
     meta = launch_meta(num_vectors, dim - 2 * half, half, inverse)
     grid = (num_rows, triton.cdiv(num_vectors, meta["BH"]))
-    _rope_kernel[grid](x3, positions, inv_freq.to(torch.float32).contiguous(), y,
+    _rope_kernel[grid](x3, positions.contiguous(), inv_freq.to(torch.float32).contiguous(), y,
                        num_vectors, dim - 2 * half, x3.stride(0), x3.stride(1), y.stride(0),
                        y.stride(1), enable_fp_fusion=False, **meta)
     return y.view(x.shape)

@@ -27,6 +27,11 @@ with redundant experts a logical expert has several slots). One forward:
           zero: the order of the reference ``moe_routed_experts``, so the EP result equals the
           single-rank one bit for bit, whatever the EP size, placement or DP split.
 
+Without an exchange (one rank holding every slot, e.g. with redundant replicas) Steps 2 and 5
+vanish and Steps 3-6 are the fused ``moe_routed_experts`` op over the slot stacks: slot ids
+select the weights, the logical ids order each token's sum (``combine_ids``) — no host sync,
+so the path can be captured in a CUDA graph.
+
 Combining per (token, pick) rather than per (token, rank) costs K rows per token in the
 exchange instead of one, and buys that exact equality (fp64 partial sums per rank would only
 match up to a last-bit rounding of the fp32 result).
@@ -39,6 +44,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from deepinfer.kernels.reference.moe import combine_in_expert_order
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.expert_slots import ExpertSlots
 from deepinfer.runtime.model.params import Linear, f32_param
@@ -159,12 +165,13 @@ class MoE(nn.Module):
     def _forward_slots(self, k: KernelSet, x: torch.Tensor,
                        image_mask: torch.Tensor | None) -> torch.Tensor:
         weights, ids = self._route(k, x, image_mask)  # Step 1
-        if self.exchange is None:
-            xs, ids_g, w_g, mine = x, ids, weights, slice(0, x.shape[0])
-        else:
-            xs, ids_g, w_g, mine = self.exchange.gather(x, ids, weights)  # Step 2
+        if self.exchange is None:  # one rank holding every slot: the fused op over its slots
+            ex, local = self.experts, self.physical_slots(ids) - self.slot_offset
+            return self._shared(k, x, k.moe_routed_experts(x, local, weights, ex.w1, ex.w3, ex.w2,
+                                                           self.limit, combine_ids=ids))
+        xs, ids_g, w_g, mine = self.exchange.gather(x, ids, weights)  # Step 2
         y = self._local_slots(k, xs, self.physical_slots(ids_g), w_g)  # Steps 3, 4
-        if self.exchange is not None and y.numel():
+        if y.numel():
             self.exchange.reduce(y)  # Step 5 (N_g is the same on every rank of the group)
         y = y[mine]
         if x.shape[0] == 0:
@@ -192,14 +199,3 @@ class MoE(nn.Module):
                                             weights[tok, pick]).float()
         return y
 
-
-def combine_in_expert_order(y: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """(n, K, D) per-pick outputs, (n, K) distinct logical ids -> (n, D) fp32, each token's
-    picks added from zero in increasing expert id (the reference ``moe_routed_experts`` order)."""
-    n = ids.shape[0]
-    order = torch.argsort(ids, dim=1)
-    rows = torch.arange(n, device=y.device)
-    out = torch.zeros(n, y.shape[-1], dtype=torch.float32, device=y.device)
-    for pick in range(ids.shape[1]):
-        out += y[rows, order[:, pick]]
-    return out

@@ -9,6 +9,7 @@ sequence did not write changes the logits.
 
 import pytest
 import torch
+from host_sync import no_host_sync
 from paged_helpers import garbage_pool, tiny_model
 
 from deepinfer.kernels.reference import attention_fused
@@ -221,6 +222,25 @@ def test_graph_shaped_decode_equals_per_sequence(model):
     got = decode_traffic(model, GraphShapedRun(model, PROMPTS, paged=True))
     for step, (a, b) in enumerate(zip(want, got, strict=True)):
         assert torch.equal(b, a), f"step {step}: max |diff| {(b - a).abs().max().item()}"
+
+
+def test_graph_shaped_decode_never_waits_for_the_device(model):
+    """The model code a decode graph captures (outside the kernel ops) has no host sync: no
+    ``nonzero``/``unique``/boolean-mask indexing/``.item()``/``tolist`` — any of them makes
+    CUDA graph capture fail on the GPU (a per-expert ``nonzero`` once did)."""
+    found: list[str] = []
+
+    class Checked(GraphShapedRun):
+        def step(self, chunks):
+            if len(chunks) < len(PROMPTS):
+                return super().step(chunks)
+            with no_host_sync(self.model) as syncs:
+                out = super().step(chunks)
+            found.extend(syncs)
+            return out
+
+    decode_traffic(model, Checked(model, PROMPTS, paged=True))
+    assert not found, "\n".join(sorted(set(found)))
 
 
 def test_prefill_window_lists_have_fixed_width(model):

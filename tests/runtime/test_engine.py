@@ -99,6 +99,8 @@ def test_batched_engine_equals_one_at_a_time(plan, loaded, prompts, expected, pi
     assert all(o.finish_reason == "length" for o in outs)
     assert engine.stats.num_prefill_steps >= 1 and engine.stats.num_decode_steps >= MAX_TOKENS - 1
     assert engine.scheduler.num_free_blocks() == plan.scheduler["num_blocks"] - 1  # all back
+    stats = engine.stats.summary()  # host time: step time minus the waits for results
+    assert 0 < stats["host_s"] < stats["wall_s"], stats
 
 
 @pytest.mark.parametrize("limits", [{}, {"num_blocks": 16, "prefill_watermark": 1.0}],

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from host_sync import no_host_sync
 
 from deepinfer.artifacts.plan_dir import write_plan
 from deepinfer.artifacts.plan_schema import PlanError
@@ -225,3 +226,6 @@ def test_moe_slots_with_redundant_replicas_equal_the_plain_moe(plans):
     used = set(slots.physical_slots(ids).flatten().tolist())
     assert {0, 6} <= used or {2, 9} <= used  # some logical expert ran on both its replicas
     assert torch.equal(slots(model.kernels, x, None), plain(model.kernels, x, None))
+    with no_host_sync(model) as syncs:  # graph-capturable: no per-slot nonzero
+        slots(model.kernels, x, None)
+    assert not syncs, syncs

@@ -116,6 +116,17 @@ def test_apply_rope(shape, rope_dim, dtype, inverse):
     assert err <= tol, err
 
 
+def test_apply_rope_takes_strided_positions():
+    """Positions as a column of a wider buffer (the CUDA graphs' static inputs): the stride
+    is honoured (the kernel once read positions[0..N) of the flat buffer: wrong angles)."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(5, 3, 64, generator=g)
+    table = torch.randint(0, 70_000, (5, 4), generator=g)
+    inv_freq = rope.rope_inv_freq(32, 10000.0)
+    out = tri_rope.apply_rope(x, table[:, 1], inv_freq)
+    assert (out - rope.apply_rope(x, table[:, 1].contiguous(), inv_freq)).abs().max() < 1e-6
+
+
 def test_apply_rope_roundtrip_yarn():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(6, 4, 128, generator=g)

@@ -208,3 +208,25 @@ def test_sm90_compile(sm90_compile):
                                  "BT": rcfg["BT"], "E_PAD": rcfg["E_PAD"]},
                   "num_warps": rcfg["topk_warps"], "num_stages": 1, "no_spill": True})
     sm90_compile(cases)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_moe_over_replica_slots_with_logical_combine_order_equals_logical_stacks(backend):
+    """Physical slot stacks (shuffled, two replicas of expert 2) selected by slot id, each
+    token's sum ordered by its logical ids (``combine_ids``) == the logical stacks, bit for bit."""
+    num_tokens, dim, inter, num_experts, topk = 9, 64, 64, 5, 3
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(num_tokens, dim, generator=g)
+    ids = torch.stack([torch.randperm(num_experts, generator=g)[:topk] for _ in range(num_tokens)])
+    weights = torch.rand(num_tokens, topk, generator=g)
+    _, dequant = _experts(num_experts, inter, dim, seed=12)
+    phy2log = torch.tensor([2, 4, 0, 2, 1, 3])  # expert 2 on slots 0 and 3
+    slots = [w[phy2log] for w in dequant]
+    first = torch.tensor([(phy2log == e).nonzero()[0, 0] for e in range(num_experts)])
+    slot_ids = torch.where((ids == 2) & (torch.arange(num_tokens)[:, None] % 2 == 1), 3,
+                           first[ids])
+    assert torch.equal(phy2log[slot_ids], ids) and (slot_ids == 3).any()
+    op = moe.moe_routed_experts if backend == "reference" else moe_experts.moe_routed_experts
+    want = op(x, ids, weights, *dequant, 0.7)
+    got = op(x, slot_ids, weights, *slots, 0.7, combine_ids=ids)
+    assert torch.equal(got, want)

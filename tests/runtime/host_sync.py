@@ -1,0 +1,89 @@
+"""Catches host synchronizations in model code on the CPU (what a CUDA graph capture refuses).
+
+Under :func:`no_host_sync` every aten op is inspected: ops whose output size or value the host
+must wait for (``nonzero``, ``unique``, ``masked_select``, boolean-mask indexing, ``.item()`` /
+``bool(t)`` / ``int(t)`` via ``_local_scalar_dense``, ``repeat_interleave`` without an output
+size) and ``Tensor.tolist`` are recorded. Calls of the model's kernel ops are opaque: their
+host wrappers are checked by their own tests, and a reference op may sync (the Triton op the
+GPU plan picks must not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from deepinfer.kernels.registry import KernelSet
+
+_SYNCING = {torch.ops.aten.nonzero.default, torch.ops.aten._local_scalar_dense.default,
+            torch.ops.aten._unique2.default, torch.ops.aten.unique_dim.default,
+            torch.ops.aten.unique_consecutive.default, torch.ops.aten.masked_select.default,
+            torch.ops.aten.repeat_interleave.Tensor}
+
+
+class _Detector(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.opaque = 0
+        self.found: list[str] = []
+
+    def record(self, what: str) -> None:
+        if not self.opaque:
+            where = [f"{f.filename}:{f.lineno}" for f in traceback.extract_stack()
+                     if "host_sync.py" not in f.filename and "/torch/" not in f.filename][-3:]
+            self.found.append(f"{what} at {' <- '.join(reversed(where))}")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _SYNCING and not (func is torch.ops.aten.repeat_interleave.Tensor
+                                     and kwargs.get("output_size") is not None):
+            self.record(str(func))
+        if func is torch.ops.aten.index.Tensor and any(
+                i is not None and i.dtype == torch.bool for i in args[1]):
+            self.record("boolean-mask indexing")
+        return func(*args, **kwargs)
+
+
+class _OpaqueKernels(KernelSet):
+    def __init__(self, inner: KernelSet, detector: _Detector):
+        super().__init__()
+        self._inner, self._detector = inner, detector
+
+    def backend_of(self, op: str) -> str:
+        return self._inner.backend_of(op)
+
+    def __getattr__(self, op: str):
+        fn = getattr(self._inner, op)
+
+        def call(*args, **kwargs):
+            self._detector.opaque += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._detector.opaque -= 1
+        return call
+
+
+@contextlib.contextmanager
+def no_host_sync(model):
+    """Run the block with ``model.kernels`` opaque; yields the list of syncs found (filled on
+    exit)."""
+    detector = _Detector()
+    inner = model.kernels
+    tolist = torch.Tensor.tolist
+
+    def traced_tolist(t):
+        detector.record("Tensor.tolist")
+        return tolist(t)
+
+    model.kernels = _OpaqueKernels(inner, detector)
+    torch.Tensor.tolist = traced_tolist
+    try:
+        with detector:
+            yield detector.found
+    finally:
+        torch.Tensor.tolist = tolist
+        model.kernels = inner
