@@ -198,6 +198,28 @@ def cpu_ranges(prof, name: str) -> list[tuple[float, float]]:
                   if e.name == name and e.device_type == torch.autograd.DeviceType.CPU)
 
 
+def runtime_calls(prof, within: list[tuple[float, float]] | None = None,
+                  top: int = 8) -> list[dict]:
+    """The CUDA runtime/driver API calls the host made (``cuda*``/``cu*`` events), by total host
+    time, largest first: name, calls, total_us, max_us. ``within``: only calls starting inside
+    these host ranges. A synchronizing call (``cudaStreamSynchronize``, a pageable
+    ``cudaMemcpy``, ``cudaHostAlloc``) where none is expected shows why the GPU idles."""
+    per: dict[str, list[float]] = {}
+    starts = [r[0] for r in within or []]
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CPU or not e.name.startswith("cu"):
+            continue
+        start = float(e.time_range.start)
+        if within is not None:
+            i = bisect.bisect_right(starts, start) - 1
+            if i < 0 or start > within[i][1]:
+                continue
+        per.setdefault(e.name, []).append(float(e.time_range.end) - start)
+    rows = [{"name": n, "calls": len(v), "total_us": round(sum(v), 1), "max_us": round(max(v), 1)}
+            for n, v in per.items()]
+    return sorted(rows, key=lambda r: -r["total_us"])[:top]
+
+
 def busy_us(intervals: list[tuple[float, float, str]]) -> float:
     """Length of the union of the intervals (time the GPU ran anything)."""
     total, end = 0.0, float("-inf")

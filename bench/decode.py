@@ -261,6 +261,8 @@ def host_gap(llm, num_prompts: int, prompt_len: int, num_tokens: int, profile_gp
     gaps = bc.idle_before_us(bc.gpu_intervals(prof), marks)
     res["idle_gap"] = {**bc.gap_summary(gaps), "note": "profiled run (profiler host overhead "
                        "included)", "gaps_us": [round(x, 2) for x in gaps]}
+    res["runtime_calls"] = bc.runtime_calls(prof)
+    res["runtime_calls_in_launch"] = bc.runtime_calls(prof, launches)
     return res
 
 

@@ -51,6 +51,11 @@ def print_host_gap(h: dict) -> None:
           f"{h['output_tokens']} out): host {h['host_ms_per_step']:.3f} ms/step, decode step "
           f"{h['decode_step_ms_median']:.3f} ms (median), {h['output_tokens_per_s']:,.0f} out "
           f"tok/s; GPU idle gap between decode steps: {gap_text}")
+    for key, where in (("runtime_calls", "whole loop"), ("runtime_calls_in_launch", "launches")):
+        if h.get(key):
+            print(f"CUDA API calls ({where}): " + ", ".join(
+                f"{r['name']} {r['calls']}x {r['total_us'] / 1e3:.1f} ms (max {r['max_us']:.0f} µs)"
+                for r in h[key]))
 
 
 def print_startup(s: dict) -> None:
