@@ -220,6 +220,19 @@ def runtime_calls(prof, within: list[tuple[float, float]] | None = None,
     return sorted(rows, key=lambda r: -r["total_us"])[:top]
 
 
+def print_kernel_profile(title: str, k: dict) -> None:
+    """A profile dict (mode, replays, wall/GPU-busy ms per replay, kernels of
+    :func:`kernel_table` with us_per_replay) as a markdown table."""
+    print(f"\n{title} ({k['mode']}): GPU busy {k['gpu_busy_ms_per_replay']:.3f} ms of "
+          f"{k['wall_ms_per_replay']:.3f} ms wall per replay")
+    print("| kernel | calls/replay | µs/replay | share |")
+    print("|---|---:|---:|---:|")
+    for r in k["kernels"]:
+        name = r["name"][:70].replace("|", "\\|")
+        print(f"| `{name}` | {r['calls'] / k['replays']:.0f} | {r['us_per_replay']:.1f} | "
+              f"{r['share']:.1%} |")
+
+
 def busy_us(intervals: list[tuple[float, float, str]]) -> float:
     """Length of the union of the intervals (time the GPU ran anything)."""
     total, end = 0.0, float("-inf")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bench_common as bc
+
 
 def report(res: dict) -> None:
     """The tables (also of a partial result: the sections a timeout left out are skipped)."""
@@ -27,15 +29,7 @@ def report(res: dict) -> None:
         if "error" in k:
             print(f"\nkernels at batch {k['batch']} @ {k['context']}: {k['error']}")
             continue
-        print(f"\nkernels at batch {k['batch']} @ {k['context']} ({k['mode']}): GPU busy "
-              f"{k['gpu_busy_ms_per_replay']:.3f} ms of {k['wall_ms_per_replay']:.3f} ms wall "
-              "per replay")
-        print("| kernel | calls/replay | µs/replay | share |")
-        print("|---|---:|---:|---:|")
-        for r in k["kernels"]:
-            name = r["name"][:70].replace("|", "\\|")
-            print(f"| `{name}` | {r['calls'] / k['replays']:.0f} | "
-                  f"{r['us_per_replay']:.1f} | {r['share']:.1%} |")
+        bc.print_kernel_profile(f"kernels at batch {k['batch']} @ {k['context']}", k)
     if "host_gap" in res:
         print_host_gap(res["host_gap"])
     if "startup" in res:

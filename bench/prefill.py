@@ -73,6 +73,19 @@ def eager_baseline(llm, length: int, probe_len: int, budget_s: float) -> dict:
         model.kernels = saved
 
 
+def prefill_profile(llm, length: int, vocab: int) -> dict:
+    """GPU time per kernel over one prefill of ``length`` tokens (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        _, wall_s = bc.timed(lambda: prefill_s(llm, make_prompt(length, vocab, 40)))
+    ivs = bc.gpu_intervals(prof)
+    return {"prompt_len": length, "mode": "eager prefill", "replays": 1,
+            "wall_ms_per_replay": wall_s * 1e3, "gpu_busy_ms_per_replay": bc.busy_us(ivs) / 1e3,
+            "kernels": [{**r, "us_per_replay": r["total_us"]} for r in bc.kernel_table(ivs, 15)]}
+
+
 def run(args, root: Path, progress) -> dict:
     from deepinfer.artifacts.plan_dir import read_plan
     from deepinfer.runtime import LLM
@@ -114,6 +127,8 @@ def run(args, root: Path, progress) -> dict:
         print(f"prefill {length}: {t_ms:.1f} ms (warm-up {warm_s * 1e3:.0f} ms), roofline "
               f"{r['prompt_roofline_ms']:.2f} ms", flush=True)
         progress(res)
+    if not args.no_profile and res["prefill"]:
+        res["kernels"] = prefill_profile(llm, res["prefill"][0]["prompt_len"], vocab)
     res["eager"] = None
     if not args.no_eager and res["prefill"]:
         shortest = res["prefill"][0]["prompt_len"]
@@ -144,6 +159,9 @@ def report(res: dict) -> None:
         print(f"| {p['prompt_len']} | {p['tokens_per_s']:,.0f} | {p['time_ms']:.1f} | "
               f"{p['roofline_ms']:.2f} | {p['eta']:.3f} | {p['compute_roofline_ms']:.2f} | "
               f"{p['compute_share']:.3f} |")
+    if res.get("kernels"):
+        bc.print_kernel_profile(f"kernels of one {res['kernels']['prompt_len']}-token prefill",
+                                res["kernels"])
     e = res.get("eager")
     if e is None:
         print("eager reference: not run")
@@ -174,6 +192,7 @@ def main() -> int:
                     help="results folder (repeatable); default bench/results")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-eager", action="store_true")
+    ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--eager-probe-len", type=int, default=None, help="default 512 (CPU: 128)")
     ap.add_argument("--eager-budget-s", type=float, default=60.0)
     ap.add_argument("--report", type=Path, default=None,
