@@ -3,6 +3,18 @@
 # slice shapes (bench/moe_decode.py), one decode point with its kernel profile and the engine
 # loop's idle gaps + CUDA API calls, one 4K prefill with its kernel profile. ≈ 3 min warm.
 source "$(dirname "$0")/device_setup.sh"
+# issue 6's command line: compile the slice topology, run 64 prompts (token ids) with graphs
+python3 - <<'PY' >/tmp/requests.jsonl
+import json, sys
+sys.path.insert(0, "bench")
+from h200_slice_check import make_prompts
+for i, ids in enumerate(make_prompts(64, 129280)):
+    print(json.dumps({"id": f"p{i}", "prompt_token_ids": ids}))
+PY
+deepinfer-compile artifacts/topologies/v41-flash-slice-h200.yaml -o /tmp/slice-plan >/dev/null \
+  && timeout ${RUN_TIMEOUT:-120} deepinfer-run /tmp/slice-plan --input /tmp/requests.jsonl \
+     --output "$OUT/run.jsonl" --max-tokens 16 --stats 2>&1 | grep -v "decode bucket" | tail -12
+echo "deepinfer-run rc=$? results: $(wc -l <"$OUT/run.jsonl" 2>/dev/null) lines"
 timeout ${MOE_TIMEOUT:-90} python3 bench/moe_decode.py >"$OUT/moe_decode.log" 2>&1
 echo "moe_decode rc=$?"; tail -30 "$OUT/moe_decode.log"
 timeout ${DECODE_TIMEOUT:-150} python3 bench/decode.py --out "$OUT" --batches 64 --contexts 4096 \
