@@ -15,10 +15,12 @@ Three launches after the activation quantizer (quant_act), all grouped over expe
      (deterministic, the reference's expert-id order, no atomics).
 
 Weight formats (``ExpertWeights.fmt``), dequantized in the kernel's K loop:
-  "mxfp4"  int8 (E, O, I/2) two e2m1 per byte + ue8m0 (E, O, I/32): nibbles are widened to e4m3
-           bytes with integer ops (e2m1 ⊂ e4m3, exact) and fed to an FP8 ``tl.dot`` whose fp32
-           result gets the per-(row, 32 K) power-of-two scales (W4A8, MMA="fp8"), or dequantized
-           with the scale to bf16 for a bf16 dot (W4A16 style, MMA="bf16").
+  "mxfp4"  int8 (E, O, I/2) two e2m1 per byte + ue8m0 (E, O, I/32): each K step loads one
+           contiguous slab of BK/2 bytes per weight row; the nibbles' bits are moved into e4m3
+           (or fp32) bits with integer ops (e2m1 ⊂ e4m3, exact) and fed to an FP8 ``tl.dot``
+           whose fp32 result gets the per-(row, 32 K) power-of-two scales (W4A8, mma="fp8"), or
+           scaled exactly to bf16 for one bf16 dot per BK (W4A16 style, mma="bf16"; the decode
+           default, where the weights' bytes and unpacking, not the MMA, are the bottleneck).
   "fp8"    e4m3 (E, O, I) + ue8m0 (E, ceil(O/scale_rows), I/32): the lossless load-time re-encoding
            of MXFP4 (``mxfp4_to_fp8``; 2× the bytes, no unpacking) with scale_rows=1, or a dense
            32×32-tile FP8 weight (the shared expert) with scale_rows=32.
@@ -115,56 +117,83 @@ def _round_act(v, ACT: tl.constexpr):
 
 
 @triton.jit
-def _e2m1_to_e4m3_bits(nib):
-    """e2m1 nibbles (int32, 0..15) -> e4m3fn bytes of the same value (exact: e2m1 ⊂ e4m3)."""
-    mag = nib & 7
-    # 0, .5 -> 0x00, 0x30; 1, 1.5, 2, 3, 4, 6 -> 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C
-    bits = tl.where(mag < 2, mag * 0x30, (mag << 2) + 0x30)
-    return (bits | ((nib & 8) << 4)).to(tl.uint8)
+def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
+                 FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, AS_F32: tl.constexpr,
+                 BN: tl.constexpr, BK: tl.constexpr):
+    """K elements [k0, k0 + BK) of BN weight rows, each row's slab in ONE contiguous load.
 
-
-@triton.jit
-def _load_w_block(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
-                  FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
-                  DOT_BF16: tl.constexpr, BN: tl.constexpr):
-    """One 32-wide K block of BN weight rows as the dot's B operand [32, BN], plus its scales [BN]
-    (ones when the scales were already folded into B or the weight is plain)."""
-    k_local = tl.arange(0, 32)
-    if FMT == 0:  # MXFP4: [BN, 16] packed bytes -> [BN, 16, 2] nibbles -> [BN, 32]
-        p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2 + tl.arange(0, 16)[None, :])
-        p = p.to(tl.int32) & 0xFF
-        nib = tl.reshape(tl.join(p & 0xF, p >> 4), (BN, 32))  # element 2j low, 2j+1 high nibble
-        w = tl.trans(_e2m1_to_e4m3_bits(nib).to(tl.float8e4nv, bitcast=True))
+    Returns (w [BN, BK], scale [BN, BK // 32] fp32): the weight is w * scale per 32-K block.
+    MXFP4 nibbles (s e1 e0 m) are moved into float bits as they are, no lookup, exact for normal
+    and subnormal e2m1 alike: AS_F32 (folded bf16 dots) into fp32 bits s|0..0 e1 e0|m|0.., i.e.
+    value * 2^-126, times 2^126; else into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6 (FP8 dots),
+    the 2^6 going into the scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
+    """
+    NB: tl.constexpr = BK // 32
+    if FMT == 0 and AS_F32:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] fp32 -> [BN, BK]
+        p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2
+                    + tl.arange(0, BK // 2)[None, :]).to(tl.int32)
+        lo = ((p & 0x7) << 22) | ((p & 0x8) << 28)  # element 2j: low nibble
+        hi = ((p & 0x70) << 18) | ((p & 0x80) << 24)  # element 2j + 1: high nibble
+        w = tl.reshape(tl.join(lo, hi), (BN, BK)).to(tl.float32, bitcast=True) * 2.0**126
+    elif FMT == 0:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] e4m3 bytes -> [BN, BK]
+        p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2
+                    + tl.arange(0, BK // 2)[None, :]).to(tl.int32)
+        lo = ((p << 2) & 0x1C) | ((p << 4) & 0x80)  # element 2j: low nibble
+        hi = ((p >> 2) & 0x1C) | (p & 0x80)  # element 2j + 1: high nibble
+        w = tl.reshape(tl.join(lo, hi), (BN, BK)).to(tl.uint8).to(tl.float8e4nv, bitcast=True)
     elif FMT == 1:
-        w = tl.load(w_ptr + rows_w[None, :] * stride_wn + k0 + k_local[:, None])
+        w = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 + tl.arange(0, BK)[None, :])
         w = w.to(tl.float8e4nv, bitcast=True)
     else:
-        w = tl.load(w_ptr + rows_w[None, :] * stride_wn + k0 + k_local[:, None]).to(tl.float32)
+        w = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 + tl.arange(0, BK)[None, :])
     if FMT == 2:
-        scale = tl.full((BN,), 1.0, tl.float32)
+        scale = tl.full((BN, NB), 1.0, tl.float32)
     else:
-        scale = ue8m0_to_f32(tl.load(s_ptr + (rows_w // SCALE_ROWS) * stride_sn + k0 // 32))
-        if not MMA_FP8:  # fold the exact power-of-two scale into the operand
-            w = w.to(tl.float32) * scale[None, :]
-            scale = tl.full((BN,), 1.0, tl.float32)
-    if not MMA_FP8:
-        if DOT_BF16:
-            w = w.to(tl.bfloat16)
-        else:
-            w = w.to(tl.float32)
+        scale = ue8m0_to_f32(tl.load(s_ptr + (rows_w // SCALE_ROWS)[:, None] * stride_sn
+                                     + k0 // 32 + tl.arange(0, NB)[None, :]))
+        if FMT == 0 and not AS_F32:
+            scale = scale * 64.0
     return w, scale
 
 
 @triton.jit
-def _dot_block(acc, a, a_scale, w, w_scale, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr):
-    if MMA_FP8:
-        acc += tl.dot(a, w) * (a_scale[:, None] * w_scale[None, :])
-    else:
-        a_val = a.to(tl.float32) * a_scale[:, None]
+def _scaled(v, scale, ROWS: tl.constexpr, BK: tl.constexpr):
+    """v [ROWS, BK] * scale [ROWS, BK // 32] broadcast over each 32-K block, fp32."""
+    v = tl.reshape(v.to(tl.float32), (ROWS, BK // 32, 32)) * scale[:, :, None]
+    return tl.reshape(v, (ROWS, BK))
+
+
+@triton.jit
+def _a_operand(a, a_scale, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr, BM: tl.constexpr,
+               BK: tl.constexpr):
+    """The dot's A operand [BM, BK]: e4m3 codes as they are (MMA_FP8), else the exact values
+    code * 2^s in bf16 (fp32 under the interpreter)."""
+    if not MMA_FP8:
+        a = _scaled(a, a_scale, BM, BK)
         if DOT_BF16:
-            acc = tl.dot(a_val.to(tl.bfloat16), w, acc)
+            a = a.to(tl.bfloat16)
+    return a
+
+
+@triton.jit
+def _dot_tile(acc, a, a_scale, w, w_scale, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr,
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """acc [BM, BN] += (a * a_scale) [BM, BK] @ (w * w_scale)^T [BK, BN], scales per 32 K.
+
+    MMA_FP8 (BK = 32): an FP8 dot of the codes, its fp32 product promoted with the two scales.
+    Otherwise ``a`` holds ``_a_operand``'s exact values and the exact power-of-two weight scales
+    are folded into the operand too (e2m1/e4m3 × 2^s is exact in bf16, products are exact in
+    fp32): ONE dot covers all BK, no per-block promotion.
+    """
+    if MMA_FP8:
+        tl.static_assert(BK == 32, "FP8 dots promote per 32-K block: BK must be 32")
+        acc += tl.dot(a, tl.trans(w)) * (a_scale * tl.trans(w_scale))  # [BM, 1] * [1, BN]
+    else:
+        w_val = tl.trans(_scaled(w, w_scale, BN, BK))
+        if DOT_BF16:
+            acc = tl.dot(a, w_val.to(tl.bfloat16), acc)
         else:
-            acc = tl.dot(a_val, w, acc, input_precision="ieee")
+            acc = tl.dot(a, w_val, acc, input_precision="ieee")
     return acc
 
 
@@ -181,6 +210,7 @@ def _moe_gemm_kernel(
     DOT_BF16: tl.constexpr, ACT: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):
+    """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0)."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -193,8 +223,8 @@ def _moe_gemm_kernel(
     mask_n = offs_n < O
     rows_w = tl.where(mask_n, offs_n, 0)
 
-    a_ptrs = a_ptr + rows_a[:, None] * stride_am + tl.arange(0, 32)[None, :]
-    a_scale_ptrs = a_scale_ptr + rows_a * stride_asm
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + tl.arange(0, BK)[None, :]  # [BM, BK]
+    a_scale_ptrs = a_scale_ptr + rows_a[:, None] * stride_asm + tl.arange(0, BK // 32)[None, :]
     w1_base = w1_ptr + expert.to(tl.int64) * stride_we
     s1_base = s1_ptr + expert.to(tl.int64) * stride_se
     w3_base = w3_ptr + expert.to(tl.int64) * stride_we
@@ -203,16 +233,16 @@ def _moe_gemm_kernel(
     acc1 = tl.zeros((BM, BN), dtype=tl.float32)
     acc3 = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
-        for kk in tl.static_range(0, BK, 32):
-            a = tl.load(a_ptrs + (k0 + kk)).to(tl.float8e4nv, bitcast=True)
-            a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + (k0 + kk) // 32))
-            w1, s1 = _load_w_block(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0 + kk,
-                                   FMT, SCALE_ROWS, MMA_FP8, DOT_BF16, BN)
-            acc1 = _dot_block(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16)
-            if GATED:
-                w3, s3 = _load_w_block(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0 + kk,
-                                       FMT, SCALE_ROWS, MMA_FP8, DOT_BF16, BN)
-                acc3 = _dot_block(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16)
+        a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
+        a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
+        a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
+        w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
+                              FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
+        acc1 = _dot_tile(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16, BM, BN, BK)
+        if GATED:
+            w3, s3 = _load_w_tile(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
+                                  FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
+            acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
 
     pairs64 = pairs.to(tl.int64)
     store_mask = valid[:, None] & mask_n[None, :]
@@ -297,17 +327,36 @@ def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
 
 
 def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
-               plain: bool = False) -> dict:
-    """One tile config per shape class. BM is the wgmma M (64) while an expert sees few rows
-    (decode: ~num_pairs / num_experts per expert), 128 otherwise. BK=32 (one scale block per
-    K step) with deep pipelining: the gated kernel holds two fp32 accumulators plus each step's
-    promoted partial product, and wider BK or BM×BN = 128×128 spill registers (sm_90 cubin
-    res-usage, checked by the compile test)."""
+               plain: bool = False, mma: str = "auto", fp8_weights: bool = False) -> dict:
+    """One tile config per shape class and dot kind; MMA_FP8 says which dot the kernel uses.
+
+    Decode (num_pairs <= 16 * num_experts: an expert sees ~1-16 rows) is weight-bandwidth bound:
+    BM=16 rows (mma.sync; wgmma needs M=64), one 128-byte slab per weight row and K step (BK=256
+    MXFP4, 128 FP8 e4m3, 64 plain bf16), scales folded into bf16 operands (one dot per step, no
+    promotion, fewest instructions per weight byte); mma="fp8" keeps FP8 dots there (BK=32, per-32
+    promotion: the former decode config, kept for comparison). Prefill (BM=128) is MMA bound:
+    FP8 dots unless mma="bf16" or the weights are plain. mma="auto" = bf16 decode, fp8 prefill.
+    Register and shared-memory use of each are checked by the SM90 compile test (no spills).
+    """
+    decode = num_pairs <= 16 * num_experts
+    mma_fp8 = not plain and (mma == "fp8" or (mma == "auto" and not decode))
     if interpret:
-        return dict(BM=16, BN=32, BK=32, num_warps=4, num_stages=1)
-    if num_pairs <= 16 * num_experts:
-        return dict(BM=64, BN=128, BK=32, num_warps=8, num_stages=4 if plain else 6)
-    return dict(BM=128, BN=64, BK=32, num_warps=8, num_stages=4 if plain else 6)
+        return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8, num_warps=4,
+                    num_stages=1)
+    if decode and not mma_fp8:
+        return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
+                    MMA_FP8=False, num_warps=4, num_stages=4)
+    if decode:
+        return dict(BM=64, BN=128, BK=32, MMA_FP8=True, num_warps=8, num_stages=6)
+    return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, num_warps=8,
+                num_stages=4 if plain else 6)
+
+
+def _block_k(k: int, block_k: int) -> int:
+    """The largest BK <= block_k (halving, down to 32) that divides K: the K loop has no mask."""
+    while k % block_k:
+        block_k //= 2
+    return block_k
 
 
 def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
@@ -322,10 +371,11 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
 
 
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
-                limit: float, mma: str = "fp8", combine: bool = True,
+                limit: float, mma: str = "auto", combine: bool = True,
                 skip_foreign_ids: bool = False,
                 combine_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """The grouped expert pipeline. mma: "fp8" (W4A8/W8A8 FP8 dots) or "bf16" (W4A16 style).
+    """The grouped expert pipeline. mma: "fp8" (W4A8/W8A8 FP8 dots), "bf16" (W4A16 style: scales
+    folded into bf16 operands) or "auto" (bf16 for decode sizes, fp8 for prefill; ``moe_config``).
 
     Returns (N, D) fp32 (combine=True) or the per-pair outputs (N * topk, D) in x.dtype.
     skip_foreign_ids: pairs whose id is outside [0, E) (experts held by other EP ranks, with ids
@@ -346,8 +396,9 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     if num_pairs == 0:
         return torch.zeros(out_shape, dtype=torch.float32 if combine else x.dtype, device=x.device)
     interpret = is_interpreting()
-    cfg = moe_config(num_pairs, num_experts, interpret, plain=fmt == FMT_PLAIN)
-    mma_fp8 = mma == "fp8" and fmt != FMT_PLAIN
+    cfg = moe_config(num_pairs, num_experts, interpret, plain=fmt == FMT_PLAIN, mma=mma,
+                     fp8_weights=fmt == FMT_FP8)
+    mma_fp8 = cfg["MMA_FP8"]
     dot_bf16 = not interpret
     act = _ACT_CODES[x.dtype]
     sorted_pairs, block_expert = _align_pairs(expert_ids, num_experts, cfg["BM"])
@@ -357,7 +408,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
     h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
     h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
-    bk_up = cfg["BK"] if dim % cfg["BK"] == 0 else 32
+    bk_up = _block_k(dim, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
         a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
         num_pairs, inter, dim, topk, float(limit),
@@ -370,7 +421,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
                                                           device=x.device)
-    bk_down = cfg["BK"] if inter % cfg["BK"] == 0 else 32
+    bk_down = _block_k(inter, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(dim, cfg["BN"]))](
         h_codes, h_scale, d2, s2, d2, s2, sorted_pairs, block_expert, route_w, y, y,
         num_pairs, dim, inter, 1, float(limit),

@@ -141,8 +141,9 @@ def test_align_pairs_groups_by_expert():
 V41_HIDDEN, V41_INTER, V41_EXPERTS, V41_TOPK = 5120, 2304, 384, 6
 
 
-def _moe_case(name, gated, fmt, mma_fp8, scale_rows, num_pairs) -> dict:
-    cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN)
+def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs) -> dict:
+    cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN,
+                                 mma=mma, fp8_weights=fmt == moe_experts.FMT_FP8)
     w_ty = {moe_experts.FMT_MXFP4: "*u8", moe_experts.FMT_FP8: "*u8",
             moe_experts.FMT_PLAIN: "*bf16"}[fmt]
     s_ty = "*u8" if fmt != moe_experts.FMT_PLAIN else w_ty
@@ -153,33 +154,42 @@ def _moe_case(name, gated, fmt, mma_fp8, scale_rows, num_pairs) -> dict:
            "num_pairs": "i32", "O": "i32", "K": "i32", "a_row_div": "i32", "limit": "fp32",
            "stride_am": "i32", "stride_asm": "i32", "stride_we": "i32", "stride_wn": "i32",
            "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
-    ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": mma_fp8,
+    ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
           "DOT_BF16": True, "ACT": 1, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
-            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"], "expect_wgmma": True,
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
+            "expect_wgmma": cfg["BM"] >= 64,  # BM=16 decode tiles use mma.sync
             "no_spill": True, "divisible": ["O", "K"]}
 
 
 def test_sm90_compile(sm90_compile):
     decode, prefill = 64 * V41_TOPK, 8192 * V41_TOPK  # (token, slot) pairs
     fp4, fp8, plain = moe_experts.FMT_MXFP4, moe_experts.FMT_FP8, moe_experts.FMT_PLAIN
-    # Default: the largest-shared-memory variant of each config class (~4 s of CPU per compile);
-    # DI_FULL_TEST=1 compiles the whole {up, down} x {w4a8, w4a16, fp8} x {decode, prefill} grid.
-    cases = [_moe_case("moe_up_mxfp4_w4a8_decode", True, fp4, True, 1, decode),
-             _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, True, 1, prefill),
-             _moe_case("moe_up_fp8_decode", True, fp8, True, 1, decode),
-             _moe_case("moe_down_mxfp4_w4a16_prefill", False, fp4, False, 1, prefill),
-             _moe_case("moe_up_plain_bf16_prefill", True, plain, False, 1, prefill)]
+    # Default: the production ("auto") configs of each class plus the largest-shared-memory forced
+    # variants (~4 s of CPU per compile); DI_FULL_TEST=1 compiles the whole
+    # {up, down} x {auto, w4a8, w4a16, fp8} x {decode, prefill} grid.
+    cases = [_moe_case("moe_up_mxfp4_auto_decode", True, fp4, "auto", 1, decode),
+             _moe_case("moe_down_mxfp4_auto_decode", False, fp4, "auto", 1, decode),
+             _moe_case("moe_up_fp8_auto_decode", True, fp8, "auto", 1, decode),
+             _moe_case("moe_up_mxfp4_w4a8_decode", True, fp4, "fp8", 1, decode),
+             _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, "auto", 1, prefill),
+             _moe_case("moe_down_mxfp4_w4a16_prefill", False, fp4, "bf16", 1, prefill),
+             _moe_case("moe_up_plain_bf16_prefill", True, plain, "auto", 1, prefill)]
     if os.environ.get("DI_FULL_TEST") == "1":
         for phase, pairs in (("decode", decode), ("prefill", prefill)):
             for gated in (True, False):
                 stage = "up" if gated else "down"
-                cases += [_moe_case(f"full_{stage}_w4a8_{phase}", gated, fp4, True, 1, pairs),
-                          _moe_case(f"full_{stage}_w4a16_{phase}", gated, fp4, False, 1, pairs),
-                          _moe_case(f"full_{stage}_fp8_{phase}", gated, fp8, True, 1, pairs)]
-        cases.append(_moe_case("full_up_shared_fp8_32x32", True, fp8, True, 32, 64))
-        cases.append(_moe_case("full_up_plain_bf16_decode", True, plain, False, 1, decode))
+                cases += [_moe_case(f"full_{stage}_auto_{phase}", gated, fp4, "auto", 1, pairs),
+                          _moe_case(f"full_{stage}_w4a8_{phase}", gated, fp4, "fp8", 1, pairs),
+                          _moe_case(f"full_{stage}_w4a16_{phase}", gated, fp4, "bf16", 1, pairs),
+                          _moe_case(f"full_{stage}_fp8_{phase}", gated, fp8, "auto", 1, pairs),
+                          _moe_case(f"full_{stage}_fp8_w8a8_{phase}", gated, fp8, "fp8", 1,
+                                    pairs)]
+        cases.append(_moe_case("full_up_shared_fp8_32x32", True, fp8, "auto", 32, 64))
+        cases.append(_moe_case("full_up_shared_fp8_32x32_prefill", True, fp8, "auto", 32,
+                               prefill))
+        cases.append(_moe_case("full_up_plain_bf16_decode", True, plain, "auto", 1, decode))
     cases.append({"id": "moe_combine_top6", "module": "deepinfer.kernels.triton.moe_experts",
                   "kernel": "_moe_combine_kernel",
                   "signature": {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*fp32", "D": "i32",

@@ -1,0 +1,132 @@
+"""Decode-size timing of the routed-expert GEMMs (kernels/triton/moe_experts.py) vs HBM bandwidth.
+
+    TRITON_INTERPRET=0 python bench/moe_decode.py [--tokens 1 8 64 256]   # GPU: the table below
+    python bench/moe_decode.py --smoke          # CPU, TRITON_INTERPRET=1: correctness only
+
+Shapes of the v41-flash-slice plan: hidden D=5120, expert width I=2304, 384 experts, top-6, bf16
+activations; random MXFP4 weights made on the device (uniform bytes, scales 2^-8..2^-5) and
+uniform random top-6 routing (balanced, as after EPLB). Variants (``run_experts``'s mma):
+  mxfp4 fp8-mma   mma="fp8": FP8 dots per 32-K block, BK=32 (the former decode kernel)
+  mxfp4 bf16      mma="bf16": one 128-byte slab per weight row and K step, the exact scales folded
+                  into bf16 operands, one dot per step (what mma="auto" runs at decode sizes)
+  fp8 re-encoded  lossless e4m3 re-encoding (2x the bytes), mma="auto"
+Per row: the median ms of ``run_experts`` (bench/roofline.py's ``median_ms``: CUDA events, 20 runs
+after 3 warm-ups), the experts the batch touches, their weight bytes (w1, w3, w2 data + scales,
+each read once; activations are negligible), GB/s = bytes / time, and η = GB/s / the HBM ceiling
+measured in the same run (``measure_ceilings``: a large device-to-device copy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+HIDDEN, INTER, EXPERTS, TOPK = 5120, 2304, 384, 6
+VARIANTS = {"mxfp4 fp8-mma": ("mxfp4", "fp8"), "mxfp4 bf16": ("mxfp4", "bf16"),
+            "fp8 re-encoded": ("fp8", "auto")}
+
+
+def random_mxfp4(num_experts: int, out_features: int, in_features: int, device: str):
+    """ExpertWeights "mxfp4": data int8 (E, O, I/2) uniform bytes, scale uint8 (E, O, I/32)."""
+    from deepinfer.kernels.triton.moe_experts import ExpertWeights
+
+    data = torch.randint(0, 256, (num_experts, out_features, in_features // 2),
+                         dtype=torch.uint8, device=device)
+    scale = torch.randint(119, 123, (num_experts, out_features, in_features // 32),
+                          dtype=torch.uint8, device=device)
+    return ExpertWeights(data.view(torch.int8), scale, "mxfp4")
+
+
+def random_experts(num_experts: int, dim: int, inter: int, device: str) -> list:
+    """[w1 (E, I, D), w3 (E, I, D), w2 (E, D, I)] random MXFP4 ExpertWeights."""
+    return [random_mxfp4(num_experts, inter, dim, device) for _ in range(2)] + \
+        [random_mxfp4(num_experts, dim, inter, device)]
+
+
+def touched_bytes(weights: list, expert_ids: torch.Tensor) -> tuple[int, int]:
+    """(experts touched by expert_ids (N, K), bytes of their w1, w3, w2 data + scales)."""
+    num_touched = torch.unique(expert_ids).numel()
+    bytes_per_expert = sum((w.data[0].numel() * w.data.element_size() + w.scale[0].numel())
+                           for w in weights)
+    return num_touched, num_touched * bytes_per_expert
+
+
+def make_inputs(num_tokens: int, dim: int, num_experts: int, topk: int, dtype, device: str):
+    """x (N, D) dtype, expert_ids (N, topk) distinct uniform, routing weights (N, topk) fp32."""
+    x = torch.randn(num_tokens, dim, device=device, dtype=dtype) * 0.5
+    ids = torch.rand(num_tokens, num_experts, device=device).topk(topk, dim=1).indices
+    return x, ids, torch.rand(num_tokens, topk, device=device)
+
+
+def smoke() -> None:
+    """Tiny shapes under the interpreter: every variant == the torch reference (rel 1e-5)."""
+    from deepinfer.kernels.quantized import Mxfp4ExpertWeights
+    from deepinfer.kernels.reference import moe
+    from deepinfer.kernels.triton import moe_experts
+
+    torch.manual_seed(0)
+    dim, inter, num_experts, topk = 64, 64, 8, 2
+    fp4 = random_experts(num_experts, dim, inter, "cpu")
+    weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4]}
+    ref_weights = [Mxfp4ExpertWeights(w.data, w.scale) for w in fp4]
+    for num_tokens in (1, 8):
+        x, ids, route_w = make_inputs(num_tokens, dim, num_experts, topk, torch.float32, "cpu")
+        ref = moe.moe_routed_experts(x, ids, route_w, *ref_weights, 10.0).double()
+        for name, (fmt, mma) in VARIANTS.items():
+            out = moe_experts.run_experts(x, ids, route_w, *weights[fmt], 10.0, mma=mma)
+            rel = ((out.double() - ref).norm() / ref.norm()).item()
+            print(f"smoke tokens={num_tokens} {name:<15} |ref| {ref.norm():.3g} rel err {rel:.1e}")
+            assert rel < 1e-5, f"{name}: rel err {rel} vs the reference"
+    print("smoke ok (no timings under the interpreter)")
+
+
+def bench(token_counts: list[int]) -> None:
+    from bench_common import roofline
+
+    from deepinfer.kernels.triton import moe_experts
+
+    rl = roofline()
+    hbm_bytes_per_s = rl.measure_ceilings()["hbm_bytes_per_s"]
+    torch.cuda.empty_cache()
+    torch.manual_seed(0)
+    fp4 = random_experts(EXPERTS, HIDDEN, INTER, "cuda")
+    weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4]}
+    print(f"{torch.cuda.get_device_name()}: HBM ceiling {hbm_bytes_per_s / 1e12:.2f} TB/s (copy); "
+          f"D={HIDDEN} I={INTER} E={EXPERTS} top-{TOPK}")
+    print(f"| {'tokens':>6} | {'variant':<15} | {'ms':>7} | {'experts':>7} | {'weight MB':>9} | "
+          f"{'GB/s':>6} | {'η':>5} |")
+    for num_tokens in token_counts:
+        x, ids, route_w = make_inputs(num_tokens, HIDDEN, EXPERTS, TOPK, torch.bfloat16, "cuda")
+        for name, (fmt, mma) in VARIANTS.items():
+            ws = weights[fmt]
+            args = (x, ids, route_w, *ws, 10.0)
+            ms = rl.median_ms(lambda args=args, mma=mma: moe_experts.run_experts(*args, mma=mma))
+            num_touched, n_bytes = touched_bytes(ws, ids)
+            bytes_per_s = n_bytes / (ms * 1e-3)
+            print(f"| {num_tokens:>6} | {name:<15} | {ms:>7.3f} | {num_touched:>7} | "
+                  f"{n_bytes / 1e6:>9.1f} | {bytes_per_s / 1e9:>6.0f} | "
+                  f"{bytes_per_s / hbm_bytes_per_s:>5.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 256])
+    parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
+    args = parser.parse_args()
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"  # before the kernel modules import triton
+        smoke()
+        return
+    from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+
+    assert torch.cuda.is_available() and not is_interpreting(), \
+        "needs a CUDA GPU and TRITON_INTERPRET=0 (or --smoke)"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_common
+    bench(args.tokens)
+
+
+if __name__ == "__main__":
+    main()
