@@ -9,8 +9,10 @@ A step runs in two parts:
   (``StepInputs.feed``). Any other step (prefill, eager decode) runs on a background thread
   when pipelining, since its Python forward is slow to launch and has host syncs; the engine
   collects the step before it first.
-* ``collect()`` returns the oldest launched step's result: its one device -> host copy (the
-  sampled token ids, plus the requested logprobs), which waits for that step only.
+* ``collect()`` returns the oldest launched step's result: its device -> host copies (the
+  sampled token ids, plus the requested logprobs) were queued at launch, right behind the
+  step's sampling, into pinned memory with an event; collecting waits for that event — for
+  that step only, not for the steps launched after it.
 
 The inputs of a launched step are held in a deferred-release pool until it is collected, so
 nothing the in-flight work may still read is freed or reused underneath it.
@@ -43,6 +45,31 @@ class DeviceResult:
     tokens: torch.Tensor  # (sampling rows,) int64; -1 where the row's logits held NaN
     logprobs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None  # rows asking for them
     launch_s: float = 0.0
+    host: list[torch.Tensor] | None = None  # pinned copies of tokens (+ logprobs), in flight
+    ready: torch.cuda.Event | None = None  # recorded after those copies
+
+    def copy_to_host(self) -> DeviceResult:
+        """On CUDA, queue the device -> host copies of the results right behind the step's
+        sampling and record an event: :meth:`host_results` then waits for this step only. (A
+        synchronous ``tolist()`` at collect time would queue behind everything launched since —
+        the next step's graph — and serialize the pipeline.)"""
+        if self.tokens.device.type != "cuda":
+            return self
+        tensors = [self.tokens, *(self.logprobs or ())]
+        self.host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
+        for h, t in zip(self.host, tensors, strict=True):
+            h.copy_(t, non_blocking=True)
+        self.ready = torch.cuda.Event()
+        self.ready.record()
+        return self
+
+    def host_results(self) -> tuple[list[int], tuple[torch.Tensor, ...] | None]:
+        """Token ids and the logprob tensors on the host (waits for this step's copies)."""
+        if self.ready is None:
+            return self.tokens.tolist(), self.logprobs
+        self.ready.synchronize()
+        tokens, *logprobs = self.host
+        return tokens.tolist(), (tuple(logprobs) if logprobs else None)
 
 
 @dataclass
@@ -140,12 +167,12 @@ class Worker:
             raise RuntimeError("no step in flight")
         inputs, future = self._launched.popleft()
         dev = future.result() if future is not None else inputs.device
-        token_ids = dev.tokens.tolist()  # the step's device -> host copy
+        token_ids, logprob_parts = dev.host_results()  # waits for this step only
         self.deferred.release(inputs.step_id)
         bad = [j for j, t in enumerate(token_ids) if t < 0]
         if bad:
             raise ValueError(f"step {inputs.step_id}: logits contain NaN in sampling rows {bad}")
-        logprobs = _host_logprobs(dev.logprobs, inputs.num_top_logprobs, token_ids)
+        logprobs = _host_logprobs(logprob_parts, inputs.num_top_logprobs, token_ids)
         return StepResult(token_ids, logprobs, dev.launch_s)
 
     def _enqueue(self, inputs: StepInputs) -> DeviceResult:
@@ -159,7 +186,7 @@ class Worker:
             logits = self.model(inputs.batch, all_logits=False)  # (rows, vocab) fp32
         if len(inputs.sample_rows) == 0:
             tokens = torch.zeros(0, dtype=torch.int64, device=logits.device)
-            inputs.device = DeviceResult(tokens, None, time.perf_counter() - t0)
+            inputs.device = DeviceResult(tokens, None, time.perf_counter() - t0).copy_to_host()
             return inputs.device
         picked = logits if len(inputs.sample_rows) == logits.shape[0] else \
             logits[inputs.sample_rows_device]  # sample_rows ascending: equal length = all rows
@@ -171,7 +198,7 @@ class Worker:
                                                 inputs.positions)
         # logprobs now: a graph's logits are overwritten by the next replay
         parts = _device_logprobs(self.kernels, picked, tokens, inputs.num_top_logprobs)
-        inputs.device = DeviceResult(tokens, parts, time.perf_counter() - t0)
+        inputs.device = DeviceResult(tokens, parts, time.perf_counter() - t0).copy_to_host()
         return inputs.device
 
     def close(self) -> None:
