@@ -334,12 +334,14 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     BM=16 rows (mma.sync; wgmma needs M=64), one 128-byte slab per weight row and K step (BK=256
     MXFP4, 128 FP8 e4m3, 64 plain bf16), scales folded into bf16 operands (one dot per step, no
     promotion, fewest instructions per weight byte); mma="fp8" keeps FP8 dots there (BK=32, per-32
-    promotion: the former decode config, kept for comparison). Prefill (BM=128) is MMA bound:
-    FP8 dots unless mma="bf16" or the weights are plain. mma="auto" = bf16 decode, fp8 prefill.
+    promotion: the former decode config, kept for comparison). Prefill (BM=128): mma="auto"
+    takes FP8 dots for FP8 weights and the folded bf16 dot for MXFP4 (faster on the H200).
     Register and shared-memory use of each are checked by the SM90 compile test (no spills).
     """
     decode = num_pairs <= 16 * num_experts
-    mma_fp8 = not plain and (mma == "fp8" or (mma == "auto" and not decode))
+    # auto: FP8 dots only for FP8 weights at prefill; MXFP4 takes the folded bf16 dot at every
+    # size (measured on the H200, docs/performance.md: W4A16 beat W4A8 from 64 to 4096 tokens)
+    mma_fp8 = not plain and (mma == "fp8" or (mma == "auto" and not decode and fp8_weights))
     if interpret:
         return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8, num_warps=4,
                     num_stages=1)
@@ -375,7 +377,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                 skip_foreign_ids: bool = False,
                 combine_ids: torch.Tensor | None = None) -> torch.Tensor:
     """The grouped expert pipeline. mma: "fp8" (W4A8/W8A8 FP8 dots), "bf16" (W4A16 style: scales
-    folded into bf16 operands) or "auto" (bf16 for decode sizes, fp8 for prefill; ``moe_config``).
+    folded into bf16 operands) or "auto" (bf16, except FP8 weights at prefill; ``moe_config``).
 
     Returns (N, D) fp32 (combine=True) or the per-pair outputs (N * topk, D) in x.dtype.
     skip_foreign_ids: pairs whose id is outside [0, E) (experts held by other EP ranks, with ids

@@ -173,7 +173,8 @@ def test_sm90_compile(sm90_compile):
              _moe_case("moe_down_mxfp4_auto_decode", False, fp4, "auto", 1, decode),
              _moe_case("moe_up_fp8_auto_decode", True, fp8, "auto", 1, decode),
              _moe_case("moe_up_mxfp4_w4a8_decode", True, fp4, "fp8", 1, decode),
-             _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, "auto", 1, prefill),
+             _moe_case("moe_up_mxfp4_auto_prefill", True, fp4, "auto", 1, prefill),
+             _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, "fp8", 1, prefill),
              _moe_case("moe_down_mxfp4_w4a16_prefill", False, fp4, "bf16", 1, prefill),
              _moe_case("moe_up_plain_bf16_prefill", True, plain, "auto", 1, prefill)]
     if os.environ.get("DI_FULL_TEST") == "1":
