@@ -50,11 +50,14 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
     return kept.repeat_interleave(block_size, dim=1)[:, :t]
 
 
-def topk_positions(scores: torch.Tensor, k: int) -> torch.Tensor:
+def topk_positions(scores: torch.Tensor, k: int,
+                   num_visible: torch.Tensor | None = None) -> torch.Tensor:
     """Top-k entries per query, sorted by position, -1 for picks with a -inf score.
 
     Ties are broken towards the lower position. Args: scores (N, T) fp32 with -inf on
-    entries a query may not pick. Returns (N, min(k, T)) int64.
+    entries a query may not pick; num_visible (N,) or None: a promise that every score at or
+    beyond it is -inf (kernels may skip that part; the result is the same). Returns
+    (N, min(k, T)) int64.
     """
     k = min(k, scores.shape[-1])
     idx = stable_topk(scores, k)

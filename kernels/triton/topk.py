@@ -45,11 +45,17 @@ def _pack(score, pos):
 
 @triton.jit
 def _topk_stage_kernel(
-    in_ptr, stride_in, length, out_ptr, stride_out,
-    BT: tl.constexpr, KP: tl.constexpr, MODE: tl.constexpr,
+    in_ptr, stride_in, length, out_ptr, stride_out, vis_ptr,
+    BT: tl.constexpr, KP: tl.constexpr, MODE: tl.constexpr, HAS_VIS: tl.constexpr,
 ):
     row = tl.program_id(0)
     tile = tl.program_id(1)
+    if HAS_VIS:  # a tile wholly at or beyond the row's visible count holds only -inf: no sort
+        if tile * BT >= tl.load(vis_ptr + row):
+            none = tl.full((KP,), -2147483648, tl.int32).to(tl.int64) << 32
+            tl.store(out_ptr + row.to(tl.int64) * stride_out + tile * KP + tl.arange(0, KP),
+                     none)
+            return
     i = tile * BT + tl.arange(0, BT)
     in_row = in_ptr + row.to(tl.int64) * stride_in
     pad = tl.full((BT,), -2147483648, tl.int32).to(tl.int64) << 32
@@ -110,32 +116,39 @@ def _tile(kp: int) -> int:
     return max(TOPK_TILE, 4 * kp)
 
 
-def stage_meta(kp: int, mode: int) -> dict[str, Any]:
+def stage_meta(kp: int, mode: int, has_vis: bool = False) -> dict[str, Any]:
     """Constexprs and launch options of a stage (shared with the SM90 compile test)."""
-    return dict(BT=_tile(kp), KP=kp, MODE=mode, num_warps=NUM_WARPS, num_stages=1)
+    return dict(BT=_tile(kp), KP=kp, MODE=mode, HAS_VIS=has_vis, num_warps=NUM_WARPS,
+                num_stages=1)
 
 
 MASK_ROWS = 256  # survivors per candidate-mask program
 BLOCK_KEY_TILE = 1024  # blocks per block-key program
 
 
-def _select(src: torch.Tensor, kp: int, mode: int) -> torch.Tensor:
-    """Run stages until one tile is left; returns (rows, KP) packed keys, largest first."""
+def _select(src: torch.Tensor, kp: int, mode: int,
+            num_visible: torch.Tensor | None = None) -> torch.Tensor:
+    """Run stages until one tile is left; returns (rows, KP) packed keys, largest first.
+    num_visible (rows,) int64: the first stage skips tiles at or beyond it (all -inf there)."""
     rows = src.shape[0]
     while True:
-        meta = stage_meta(kp, mode)
+        meta = stage_meta(kp, mode, has_vis=num_visible is not None)
         tiles = triton.cdiv(src.shape[1], meta["BT"])
         out = attn_common.alloc((rows, tiles * kp), torch.int64, src.device)
+        vis = num_visible if num_visible is not None else out
         _topk_stage_kernel[(rows, tiles)](src, src.stride(0), src.shape[1], out, out.stride(0),
-                                          **meta)
+                                          vis, **meta)
         if tiles == 1:
             return out
-        src, mode = out, MODE_PACKED
+        src, mode, num_visible = out, MODE_PACKED, None
 
 
-def topk_positions(scores: torch.Tensor, k: int) -> torch.Tensor:
+def topk_positions(scores: torch.Tensor, k: int,
+                   num_visible: torch.Tensor | None = None) -> torch.Tensor:
     """Triton version of ``reference.indexer.topk_positions``: (N, T) fp32 -> (N, min(k, T))
-    int64 positions sorted ascending, -1 for picks with a -inf score."""
+    int64 positions sorted ascending, -1 for picks with a -inf score. ``num_visible`` (N,):
+    every score at or beyond it is -inf (the caller's promise): tiles there are not sorted, so
+    the cost follows the context, not T (a CUDA graph's fixed width)."""
     n, t = scores.shape
     k_out = min(k, t)
     out = attn_common.alloc((n, k_out), torch.int64, scores.device)
@@ -144,7 +157,8 @@ def topk_positions(scores: torch.Tensor, k: int) -> torch.Tensor:
     if scores.stride(-1) != 1:
         raise ValueError("topk_positions: score rows must be contiguous")
     kp = max(2, triton.next_power_of_2(k_out))  # tl.topk / tl.sort need >= 2 elements
-    packed = _select(scores, kp, MODE_SCORES)
+    vis = None if num_visible is None else num_visible.to(torch.int64).contiguous()
+    packed = _select(scores, kp, MODE_SCORES, vis)
     _topk_positions_final_kernel[(n,)](packed, packed.stride(0), out, out.stride(0), k_out,
                                        KP=kp, num_warps=4)
     return out
@@ -190,15 +204,16 @@ def aot_cases() -> list[dict[str, Any]]:
     p = {"in_ptr": "*i64", "out_ptr": "*i64"}
     return [
         dict(name="topk stage scores k512", module=__name__, kernel="_topk_stage_kernel",
-             types=f, meta=stage_meta(512, MODE_SCORES)),
+             types=dict(f, vis_ptr="*i64"), meta=stage_meta(512, MODE_SCORES, has_vis=True)),
         dict(name="topk stage packed k512", module=__name__, kernel="_topk_stage_kernel",
-             types=p, ci=False, meta=stage_meta(512, MODE_PACKED)),
+             types=dict(p, vis_ptr="*i64"), ci=False, meta=stage_meta(512, MODE_PACKED)),
         dict(name="topk final k512", module=__name__, kernel="_topk_positions_final_kernel",
              types=p, meta=dict(KP=512, num_warps=4)),
         dict(name="candidate block keys x8", module=__name__, kernel="_block_keys_kernel",
              types=dict(f, vis_ptr="*i64"), meta=dict(BB=BLOCK_KEY_TILE, BS=8, num_warps=4)),
         dict(name="candidate stage packed 2048", module=__name__,
-             kernel="_topk_stage_kernel", types=p, meta=stage_meta(2048, MODE_PACKED)),
+             kernel="_topk_stage_kernel", types=dict(p, vis_ptr="*i64"),
+             meta=stage_meta(2048, MODE_PACKED)),
         dict(name="candidate mask 2048x8", module=__name__, kernel="_candidate_mask_kernel",
              types={"in_ptr": "*i64", "mask_ptr": "*i8"},
              meta=dict(BC=MASK_ROWS, BS=8, num_warps=4)),

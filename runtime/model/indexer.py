@@ -93,4 +93,4 @@ class Indexer(nn.Module):
                                                   self.spec.candidate_block_size)
         if candidates is not None:
             scores = scores.masked_fill(~candidates, float("-inf"))
-        return k.topk_positions(scores, self.spec.index_topk), published
+        return k.topk_positions(scores, self.spec.index_topk, num_visible), published

@@ -285,6 +285,11 @@ def test_topk_and_candidate_blocks():
     ms = _time_ms(lambda: tri.topk_positions(scores, TOPK))
     mism = int((got != want).sum())
     _record("topk_positions N=8 T=1M k=512", float(mism), 0.0, ms, f"{mism} differing ids")
+    got = tri.topk_positions(scores, TOPK, vis)  # tiles beyond each row's count skipped
+    ms = _time_ms(lambda: tri.topk_positions(scores, TOPK, vis))
+    mism = int((got != want).sum())
+    _record("topk_positions N=8 T=1M k=512 with num_visible", float(mism), 0.0, ms,
+            f"{mism} differing ids")
     got = tri.select_candidate_blocks(scores, vis, 2048, 8)
     want = ref_idx.select_candidate_blocks(scores.cpu(), vis.cpu(), 2048, 8).to(dev)
     ms = _time_ms(lambda: tri.select_candidate_blocks(scores, vis, 2048, 8))

@@ -113,6 +113,22 @@ def test_topk_positions_matches_reference(small_tiles, k):
     assert torch.equal(tri_topk.topk_positions(s, k), ref.topk_positions(s, k))
 
 
+@pytest.mark.parametrize("k", [8, 64])
+def test_topk_positions_skips_tiles_beyond_the_visible_count(small_tiles, k):
+    """num_visible: stage-0 tiles at or beyond a row's count are not sorted (pad keys instead);
+    the positions equal the reference's, with or without the hint (rows: none visible, fewer
+    than k, a tile boundary, all)."""
+    g = torch.Generator().manual_seed(13)
+    t = 200  # 13 tiles of 16 at this test's tile size: several stages
+    vis = torch.tensor([0, 5, 32, 150, t])
+    s = torch.randn(len(vis), t, generator=g).round()
+    s = s.masked_fill(torch.arange(t)[None, :] >= vis[:, None], float("-inf"))
+    want = ref.topk_positions(s, k)
+    assert torch.equal(tri_topk.topk_positions(s, k, vis), want)
+    assert torch.equal(tri_topk.topk_positions(s, k), want)
+    assert torch.equal(ref.topk_positions(s, k, vis), want)
+
+
 @pytest.mark.parametrize("num_blocks", [3, 20])
 def test_select_candidate_blocks_matches_reference(small_tiles, num_blocks):
     s = _tied_scores(torch.Generator().manual_seed(10))
