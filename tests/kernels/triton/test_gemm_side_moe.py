@@ -59,13 +59,18 @@ def _experts(num_experts: int, inter: int, dim: int, seed: int):
     return packed, [dequant(p) for p in packed]
 
 
+def _routed(num_tokens: int, dim: int, num_experts: int, topk: int, seed: int):
+    """x (N, D), distinct expert ids (N, topk), routing weights (N, topk), seeded."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_tokens, dim, generator=g)
+    ids = torch.stack([torch.randperm(num_experts, generator=g)[:topk] for _ in range(num_tokens)])
+    return x, ids, torch.rand(num_tokens, topk, generator=g)
+
+
 @pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "fp8_reencoded", "plain"])
 def test_moe_routed_experts(variant):
     num_tokens, dim, inter, num_experts, topk = 7, 64, 64, 6, 3
-    g = torch.Generator().manual_seed(5)
-    x = torch.randn(num_tokens, dim, generator=g)
-    ids = torch.stack([torch.randperm(num_experts, generator=g)[:topk] for _ in range(num_tokens)])
-    weights = torch.rand(num_tokens, topk, generator=g)
+    x, ids, weights = _routed(num_tokens, dim, num_experts, topk, seed=5)
     packed, dequant = _experts(num_experts, inter, dim, seed=6)
     limit = 0.7  # small enough that both clamps are exercised
     ref = moe.moe_routed_experts(x, ids, weights, *dequant, limit)
@@ -226,10 +231,7 @@ def test_moe_over_replica_slots_with_logical_combine_order_equals_logical_stacks
     """Physical slot stacks (shuffled, two replicas of expert 2) selected by slot id, each
     token's sum ordered by its logical ids (``combine_ids``) == the logical stacks, bit for bit."""
     num_tokens, dim, inter, num_experts, topk = 9, 64, 64, 5, 3
-    g = torch.Generator().manual_seed(11)
-    x = torch.randn(num_tokens, dim, generator=g)
-    ids = torch.stack([torch.randperm(num_experts, generator=g)[:topk] for _ in range(num_tokens)])
-    weights = torch.rand(num_tokens, topk, generator=g)
+    x, ids, weights = _routed(num_tokens, dim, num_experts, topk, seed=11)
     _, dequant = _experts(num_experts, inter, dim, seed=12)
     phy2log = torch.tensor([2, 4, 0, 2, 1, 3])  # expert 2 on slots 0 and 3
     slots = [w[phy2log] for w in dequant]
