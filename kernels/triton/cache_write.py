@@ -169,7 +169,8 @@ def _launch(x, weight, eps, positions, inv_freq, fmt, out, ring_size=0):
     has_norm = weight is not None
     ring = ring_size > 0
     _norm_rope_quant_kernel[(n,)](
-        x, x.stride(0), weight if has_norm else x, positions, inv_freq, out, out.stride(0),
+        x, x.stride(0), weight if has_norm else x, positions.contiguous(), inv_freq, out,
+        out.stride(0),
         n, ring_size, float(eps),
         **launch_meta(d, 2 * inv_freq.numel(), fmt, has_norm, ring),
     )

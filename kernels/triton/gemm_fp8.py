@@ -199,7 +199,7 @@ def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight
         target = torch.empty((split_k, num_rows, num_cols), dtype=torch.float32,
                              device=a_codes.device)
     _gemm_q8_kernel[(num_tiles, split_k)](
-        a_codes, a_scale, w, w_scale, target, ids if ids is not None else a_scale,
+        a_codes, a_scale, w, w_scale, target, ids.contiguous() if ids is not None else a_scale,
         num_rows, num_cols, num_k, k_per_split,
         a_codes.stride(0), a_scale.stride(0), w.stride(0), w_scale.stride(0) if w_fp8 else 0,
         num_cols if split_k > 1 else out.stride(0), ids.stride(0) if ids is not None else 0,

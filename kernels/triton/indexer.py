@@ -147,7 +147,7 @@ def _launch(q, w, keys, vis, records):
     grid = (triton.cdiv(n, meta["BN"]), triton.cdiv(num_keys, meta["BT"] * meta["KT"]))
     _index_scores_kernel[grid](
         q, q.stride(0), q.stride(1), w, w.stride(0), keys, keys.stride(0),
-        vis if vis is not None else w, out, out.stride(0), n, num_keys, **meta,
+        vis.contiguous() if vis is not None else w, out, out.stride(0), n, num_keys, **meta,
     )
     return out
 
@@ -200,7 +200,8 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
     grid = (n, triton.cdiv(width, meta["BT"] * meta["KT"]))
     _index_scores_paged_kernel[grid](
         q, q.stride(0), q.stride(1), head_weights, head_weights.stride(0), key_pool,
-        block_tables, block_tables.stride(0), num_visible, out, out.stride(0), width,
+        block_tables, block_tables.stride(0), num_visible.contiguous(), out, out.stride(0),
+        width,
         entries_per_block, **meta,
     )
     return out

@@ -179,7 +179,8 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
     kp = max(2, triton.next_power_of_2(keep))  # tl.topk / tl.sort need >= 2 elements
     keys = attn_common.alloc((n, nb), torch.int64, scores.device)
     bb = min(BLOCK_KEY_TILE, triton.next_power_of_2(nb))
-    _block_keys_kernel[(n, triton.cdiv(nb, bb))](scores, scores.stride(0), t, num_visible, keys,
+    _block_keys_kernel[(n, triton.cdiv(nb, bb))](scores, scores.stride(0), t,
+                                                 num_visible.contiguous(), keys,
                                                  keys.stride(0), nb, BB=bb, BS=block_size,
                                                  num_warps=4)
     packed = _select(keys, kp, MODE_PACKED)

@@ -127,6 +127,8 @@ def test_topk_positions_skips_tiles_beyond_the_visible_count(small_tiles, k):
     assert torch.equal(tri_topk.topk_positions(s, k, vis), want)
     assert torch.equal(tri_topk.topk_positions(s, k), want)
     assert torch.equal(ref.topk_positions(s, k, vis), want)
+    strided = torch.stack([vis, -vis], dim=1)[:, 0]  # a column of a wider buffer
+    assert torch.equal(tri_topk.topk_positions(s, k, strided), want)
 
 
 @pytest.mark.parametrize("num_blocks", [3, 20])
@@ -136,6 +138,8 @@ def test_select_candidate_blocks_matches_reference(small_tiles, num_blocks):
     s = ref.mask_invisible(s, vis)
     got = tri_topk.select_candidate_blocks(s, vis, num_blocks, 4)
     assert torch.equal(got, ref.select_candidate_blocks(s, vis, num_blocks, 4))
+    strided = torch.stack([vis, -vis], dim=1)[:, 0]  # counts as a column of a wider buffer
+    assert torch.equal(tri_topk.select_candidate_blocks(s, strided, num_blocks, 4), got)
 
 
 def test_indexer_and_topk_sm90_compile():
