@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Device round 5 (issue 7, after the first measurement): the routed-expert kernel alone at the
 # slice shapes (bench/moe_decode.py), one decode point with its kernel profile and the engine
-# loop's idle gaps + CUDA API calls, one 4K prefill with its kernel profile. ≈ 3 min warm.
+# loop's idle gaps + CUDA API calls, one 4K prefill with its kernel profile. ≈ 3 min with a
+# warm Triton cache; on a cold one deepinfer-run compiles every kernel first (≈ 4-5 min): run
+# it with SAVE_TRITON_CACHE=1 under the run tool's 600 s limit, then carry the cache parts.
 source "$(dirname "$0")/device_setup.sh"
 # issue 6's command line: compile the slice topology, run 64 prompts (token ids) with graphs
 python3 - <<'PY' >/tmp/requests.jsonl
