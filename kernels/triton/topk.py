@@ -77,8 +77,9 @@ def _block_keys_kernel(in_ptr, stride_in, num_scores, vis_ptr, out_ptr, stride_o
     i = tl.program_id(1) * BB + tl.arange(0, BB)
     e = i[:, None] * BS + tl.arange(0, BS)[None, :]
     in_row = in_ptr + row.to(tl.int64) * stride_in
-    s = tl.max(tl.load(in_row + e, mask=e < num_scores, other=float("-inf")), axis=1)
-    nvis = tl.load(vis_ptr + row)
+    nvis = tl.load(vis_ptr + row)  # entries at or beyond it are -inf: not read
+    s = tl.max(tl.load(in_row + e, mask=(e < num_scores) & (e < nvis), other=float("-inf")),
+               axis=1)
     newest = (nvis - 1) // BS  # nvis = 0 pins nothing (newest = -1)
     s = tl.where((i == newest) & (nvis > 0), float("inf"), s)
     tl.store(out_ptr + row.to(tl.int64) * stride_out + i, _pack(s, i), mask=i < num_blocks)
@@ -129,7 +130,8 @@ BLOCK_KEY_TILE = 1024  # blocks per block-key program
 def _select(src: torch.Tensor, kp: int, mode: int,
             num_visible: torch.Tensor | None = None) -> torch.Tensor:
     """Run stages until one tile is left; returns (rows, KP) packed keys, largest first.
-    num_visible (rows,) int64: the first stage skips tiles at or beyond it (all -inf there)."""
+    num_visible (rows,) int64, in units of ``src``'s columns: the first stage skips tiles at or
+    beyond it (all -inf there)."""
     rows = src.shape[0]
     while True:
         meta = stage_meta(kp, mode, has_vis=num_visible is not None)
@@ -167,7 +169,9 @@ def topk_positions(scores: torch.Tensor, k: int,
 def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num_blocks: int,
                             block_size: int) -> torch.Tensor:
     """Triton version of ``reference.indexer.select_candidate_blocks``: (N, T) bool mask of the
-    best ``num_blocks`` blocks (by max score; newest visible block pinned)."""
+    best ``num_blocks`` blocks (by max score; newest visible block pinned). Scores at or beyond
+    ``num_visible`` must be -inf (as the reference's visibility mask leaves them): they are not
+    read, and blocks wholly beyond it are not sorted."""
     n, t = scores.shape
     mask = torch.zeros(n, t, dtype=torch.bool, device=scores.device)
     nb = triton.cdiv(t, block_size)
@@ -183,7 +187,8 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
                                                  num_visible.contiguous(), keys,
                                                  keys.stride(0), nb, BB=bb, BS=block_size,
                                                  num_warps=4)
-    packed = _select(keys, kp, MODE_PACKED)
+    vis_blocks = (num_visible.to(torch.int64) + block_size - 1) // block_size
+    packed = _select(keys, kp, MODE_PACKED, vis_blocks.contiguous())
     bc = min(MASK_ROWS, kp)
     _candidate_mask_kernel[(n, kp // bc)](packed, packed.stride(0), mask.view(torch.int8),
                                           mask.stride(0), t, keep, BC=bc, BS=block_size,
@@ -214,7 +219,7 @@ def aot_cases() -> list[dict[str, Any]]:
              types=dict(f, vis_ptr="*i64"), meta=dict(BB=BLOCK_KEY_TILE, BS=8, num_warps=4)),
         dict(name="candidate stage packed 2048", module=__name__,
              kernel="_topk_stage_kernel", types=dict(p, vis_ptr="*i64"),
-             meta=stage_meta(2048, MODE_PACKED)),
+             meta=stage_meta(2048, MODE_PACKED, has_vis=True)),
         dict(name="candidate mask 2048x8", module=__name__, kernel="_candidate_mask_kernel",
              types={"in_ptr": "*i64", "mask_ptr": "*i8"},
              meta=dict(BC=MASK_ROWS, BS=8, num_warps=4)),

@@ -131,6 +131,18 @@ def test_topk_positions_skips_tiles_beyond_the_visible_count(small_tiles, k):
     assert torch.equal(tri_topk.topk_positions(s, k, strided), want)
 
 
+def test_select_candidate_blocks_skips_blocks_beyond_the_visible_count(small_tiles):
+    """Many blocks (several sorting tiles at this test's tile size), rows with none, few, a
+    tile's worth and all entries visible: the mask equals the reference's."""
+    g = torch.Generator().manual_seed(14)
+    t = 400  # 100 blocks of 4
+    vis = torch.tensor([0, 3, 70, 231, t])
+    s = ref.mask_invisible(torch.randn(len(vis), t, generator=g), vis)
+    for num_blocks in (2, 6):
+        got = tri_topk.select_candidate_blocks(s, vis, num_blocks, 4)
+        assert torch.equal(got, ref.select_candidate_blocks(s, vis, num_blocks, 4))
+
+
 @pytest.mark.parametrize("num_blocks", [3, 20])
 def test_select_candidate_blocks_matches_reference(small_tiles, num_blocks):
     s = _tied_scores(torch.Generator().manual_seed(10))
