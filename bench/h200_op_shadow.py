@@ -140,7 +140,7 @@ def main() -> int:
         prompts = sorted(prompts, key=len)[:args.prompts]
         graphs = llm.engine.graphs
         if graphs is not None:
-            graphs._cuda = False  # static buffers and widths, run eagerly (shadow-able)
+            graphs.replay = False  # static buffers and widths, run eagerly (shadow-able)
         shadow.phase = "static" if graphs is not None else "eager"
         mc.generate(llm, prompts, args.tokens)
         from deepinfer.runtime.engine import Engine

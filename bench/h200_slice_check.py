@@ -164,11 +164,11 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     # (forward_decode over the static rows, eagerly) tells a capture problem from a shape one
     graphs = graph_engine.graphs  # None on a CPU plan: then the same eager run
     if graphs is not None:
-        graphs._cuda = False
+        graphs.replay = False
     llm.engine = graph_engine
     static_outs = mc.generate(llm, prompts, num_tokens)
     if graphs is not None:
-        graphs._cuda = graph_engine.device.type == "cuda"
+        graphs.replay = graph_engine.device.type == "cuda"
     res["static_vs_eager"] = agreement(static_outs, eager_outs)
     res["graph_vs_static"] = agreement(outs, static_outs)
     res["graph_vs_eager"] = agreement(outs, eager_outs)

@@ -75,6 +75,9 @@ class DecodeGraphs:
         rows, width = self.buckets[-1], _COLUMNS + self.max_blocks
         device = model.device
         self._cuda = device.type == "cuda"
+        # run(): replay the captured graph, or run the same static-buffer forward eagerly (on
+        # the CPU; on a GPU a diagnostic that tells a capture problem from a shape problem)
+        self.replay = self._cuda
         self._hosts = [torch.zeros(rows, width, dtype=torch.int64) for _ in range(2)]
         if self._cuda:
             self._hosts = [h.pin_memory() for h in self._hosts]
@@ -180,7 +183,7 @@ class DecodeGraphs:
             src = static[:n, 3]
             fed = feed_tokens[src.clamp(min=0)]
             static[:n, 0] = torch.where(src >= 0, fed, static[:n, 0])
-        if not self._cuda:
+        if not self.replay:
             return self.model.forward_decode(self.rows(bucket))[:n]
         self._graphs[bucket].replay()
         return self._logits[bucket][:n]
@@ -189,16 +192,22 @@ class DecodeGraphs:
 @contextlib.contextmanager
 def _host_syncs_noted(found: list[str]):
     """Collect torch's synchronizing-call warnings (``set_sync_debug_mode("warn")``) raised in
-    the block as "file:line: message" (each once) into ``found``."""
+    the block as "file:line: message" (each once) into ``found``; other warnings pass on."""
     previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+    with warnings.catch_warnings(record=True) as caught:  # also torch's "prototype" notice
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
             yield
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
     for w in caught:
-        line = f"{w.filename}:{w.lineno}: {str(w.message).splitlines()[0]}"
+        text = str(w.message)
+        if "Synchronization debug mode is a prototype" in text:
+            continue  # the notice setting the mode prints: noise at every start-up
+        if "synchronizing CUDA operation" not in text:  # not ours to keep: pass it on
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        line = f"{w.filename}:{w.lineno}: {text.splitlines()[0]}"
         if line not in found:
             found.append(line)
