@@ -17,10 +17,18 @@ if compgen -G "triton-cache.tar.xz.part*" >/dev/null; then
   cat triton-cache.tar.xz.part* | tar -xJf - -C "$TRITON_CACHE_DIR" \
     && echo "triton cache restored: $(ls "$TRITON_CACHE_DIR" | wc -l) entries"
 fi
+# One save per round (a round script that runs another must not save twice: the second save
+# would overwrite parts the first completed and can be cut off by the run's limit), written to
+# a temporary name and renamed, multi-threaded xz at a low level (seconds, not minutes).
 save_triton_cache() {
-  tar -cJf - -C "$TRITON_CACHE_DIR" . 2>/dev/null \
-    | split -b 15M -d - "$OUT/triton-cache.tar.xz.part"
+  rm -f "$OUT"/triton-cache.tar.xz.part*
+  tar -cf - -C "$TRITON_CACHE_DIR" . 2>/dev/null | xz -T0 -2 \
+    | split -b 15M -d - "$OUT/.triton-cache.tmp." \
+    && for f in "$OUT"/.triton-cache.tmp.*; do mv "$f" "$OUT/triton-cache.tar.xz.part${f##*.}"; done
 }
-if [ "${SAVE_TRITON_CACHE:-0}" = 1 ]; then trap save_triton_cache EXIT; fi
+if [ "${SAVE_TRITON_CACHE:-0}" = 1 ] && [ -z "${TRITON_CACHE_SAVER:-}" ]; then
+  export TRITON_CACHE_SAVER=$$
+  trap save_triton_cache EXIT
+fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
   || { tail -20 "$OUT/install.log"; exit 1; }

@@ -27,6 +27,10 @@ Capture runs each bucket eagerly once first (Triton compiles its kernels outside
 largest bucket first, all graphs sharing one memory pool. Both runs use padding rows only, so
 capturing never touches a sequence's cache.
 
+A plan that runs a reference op which syncs the host (``kernels.reference.HOST_SYNC_OPS``, e.g.
+the reference MoE's per-expert loop) cannot be captured: :func:`graph_blocking_ops` names them and
+the engine then decodes eagerly.
+
 On a CPU model there is nothing to capture: :meth:`DecodeGraphs.run` then runs the same
 static-buffer forward eagerly, which lets CPU tests check everything but the capture itself
 (buffers, padding, buckets, the engine's use of them).
@@ -42,11 +46,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from deepinfer.kernels.registry import REFERENCE, KernelSet
 from deepinfer.runtime.cache_pool import CachePool
 from deepinfer.runtime.model.decode_rows import DecodeRows
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
 
-__all__ = ["DecodeGraphs"]
+__all__ = ["DecodeGraphs", "graph_blocking_ops"]
 
 _COLUMNS = 4  # input_ids, positions, slots, feed; then the block table
 
@@ -211,3 +216,10 @@ def _host_syncs_noted(found: list[str]):
         line = f"{w.filename}:{w.lineno}: {text.splitlines()[0]}"
         if line not in found:
             found.append(line)
+
+
+def graph_blocking_ops(kernels: KernelSet) -> list[str]:
+    """The ops ``kernels`` runs with a reference implementation that syncs the host (sorted)."""
+    from deepinfer.kernels.reference import HOST_SYNC_OPS
+
+    return sorted(op for op in HOST_SYNC_OPS if kernels.backend_of(op) == REFERENCE)

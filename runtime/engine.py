@@ -27,6 +27,7 @@ it is collected.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,7 +36,7 @@ import torch
 
 from deepinfer import _C
 from deepinfer.runtime.cache_pool import CachePool
-from deepinfer.runtime.decode_graphs import DecodeGraphs
+from deepinfer.runtime.decode_graphs import DecodeGraphs, graph_blocking_ops
 from deepinfer.runtime.detokenizer import RequestDetokenizer
 from deepinfer.runtime.device import plan_device, sampling_columns, to_device
 from deepinfer.runtime.engine_stats import EngineStats
@@ -126,7 +127,13 @@ class Engine:
             decode_buckets=plan.decode_buckets,
             prefill_token_buckets=plan.prefill_token_buckets))
         self.graphs: DecodeGraphs | None = None
-        if cuda_graphs and self.device.type == "cuda" and not self.model.has_ep_exchange:
+        syncing = graph_blocking_ops(self.kernels)
+        if cuda_graphs and self.device.type == "cuda" and syncing:
+            (log or warnings.warn)(f"decode runs eagerly (no CUDA graphs): the plan runs the "
+                                   f"reference {', '.join(syncing)}, which reads device values "
+                                   "on the host")
+        if cuda_graphs and self.device.type == "cuda" and not self.model.has_ep_exchange \
+                and not syncing:
             self.graphs = DecodeGraphs(self.model, self.pool, plan.decode_buckets,
                                        self.max_model_len, log=log)
             self.graphs.capture()

@@ -2,6 +2,12 @@
 
 from deepinfer.kernels import registry
 
+# Reference ops that read device values on the host (moe_routed_experts loops over the experts
+# the batch picked: ``unique`` + ``nonzero``). A decode step running one of them cannot be
+# captured as a CUDA graph; the engine then decodes eagerly (tests/runtime/test_batched_decode.py
+# checks this list is complete).
+HOST_SYNC_OPS = frozenset({"moe_routed_experts"})
+
 
 def register_all() -> None:
     """Register every reference op under the ``reference`` backend."""

@@ -40,10 +40,11 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
     padded = torch.full((n, nb * block_size), float("-inf"), device=scores.device)
     padded[:, :t] = scores
     blk = padded.view(n, nb, block_size).amax(-1)  # (N, nb)
-    newest = torch.div(num_visible - 1, block_size, rounding_mode="floor")
-    has_any = num_visible > 0
-    rows = torch.arange(n, device=scores.device)[has_any]
-    blk[rows, newest[has_any]] = float("inf")
+    # the newest visible block is always kept (rows with nothing visible keep their -inf);
+    # a scatter, not boolean-mask indexing: no host sync (the decode step is graph-captured)
+    newest = torch.div(num_visible - 1, block_size, rounding_mode="floor").clamp(min=0)[:, None]
+    keep_newest = torch.where((num_visible > 0)[:, None], float("inf"), blk.gather(1, newest))
+    blk.scatter_(1, newest, keep_newest)
     keep = stable_topk(blk, min(num_blocks, nb))  # (N, kb)
     kept = torch.zeros(n, nb, dtype=torch.bool, device=scores.device)
     kept.scatter_(1, keep, blk.gather(1, keep) > float("-inf"))

@@ -48,15 +48,17 @@ class _Detector(TorchDispatchMode):
 
 
 class _OpaqueKernels(KernelSet):
-    def __init__(self, inner: KernelSet, detector: _Detector):
+    def __init__(self, inner: KernelSet, detector: _Detector, only: frozenset[str] | None):
         super().__init__()
-        self._inner, self._detector = inner, detector
+        self._inner, self._detector, self._only = inner, detector, only
 
     def backend_of(self, op: str) -> str:
         return self._inner.backend_of(op)
 
     def __getattr__(self, op: str):
         fn = getattr(self._inner, op)
+        if self._only is not None and op not in self._only:
+            return fn
 
         def call(*args, **kwargs):
             self._detector.opaque += 1
@@ -68,9 +70,9 @@ class _OpaqueKernels(KernelSet):
 
 
 @contextlib.contextmanager
-def no_host_sync(model):
-    """Run the block with ``model.kernels`` opaque; yields the list of syncs found (filled on
-    exit)."""
+def no_host_sync(model, opaque_ops: frozenset[str] | None = None):
+    """Run the block with ``model.kernels`` opaque (only ``opaque_ops`` if given: the other ops'
+    reference code is then inspected too); yields the list of syncs found (filled on exit)."""
     detector = _Detector()
     inner = model.kernels
     tolist = torch.Tensor.tolist
@@ -79,7 +81,7 @@ def no_host_sync(model):
         detector.record("Tensor.tolist")
         return tolist(t)
 
-    model.kernels = _OpaqueKernels(inner, detector)
+    model.kernels = _OpaqueKernels(inner, detector, opaque_ops)
     torch.Tensor.tolist = traced_tolist
     try:
         with detector:

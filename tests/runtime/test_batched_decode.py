@@ -243,6 +243,30 @@ def test_graph_shaped_decode_never_waits_for_the_device(model):
     assert not found, "\n".join(sorted(set(found)))
 
 
+def test_only_the_listed_reference_ops_sync_the_host(model):
+    """Inside the reference ops too, the graph-shaped decode step syncs the host only in
+    ``HOST_SYNC_OPS`` (the ops that make the engine decode eagerly on a GPU): the list the
+    engine checks before capturing is complete."""
+    from deepinfer.kernels.reference import HOST_SYNC_OPS
+    from deepinfer.runtime.decode_graphs import graph_blocking_ops
+
+    assert model.kernels.backend_of("moe_routed_experts") == "reference"
+    assert graph_blocking_ops(model.kernels) == sorted(HOST_SYNC_OPS)
+    found: list[str] = []
+
+    class Checked(GraphShapedRun):
+        def step(self, chunks):
+            if len(chunks) < len(PROMPTS):  # a prefill step (not captured)
+                return super().step(chunks)
+            with no_host_sync(self.model, opaque_ops=HOST_SYNC_OPS) as syncs:
+                out = super().step(chunks)
+            found.extend(syncs)
+            return out
+
+    decode_traffic(model, Checked(model, PROMPTS, paged=True))
+    assert not found, "\n".join(sorted(set(found)))
+
+
 def test_prefill_window_lists_have_fixed_width(model):
     """A chunk's window lists are (S, W) — query p lists positions p-W+1..p mapped into the
     chunk's keys (the cached tail of the window, then the chunk) — however long the chunk."""
