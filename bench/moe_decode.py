@@ -7,8 +7,9 @@ Shapes of the v41-flash-slice plan: hidden D=5120, expert width I=2304, 384 expe
 activations; random MXFP4 weights made on the device (uniform bytes, scales 2^-8..2^-5) and
 uniform random top-6 routing (balanced, as after EPLB). Variants (``run_experts``'s mma):
   mxfp4 fp8-mma   mma="fp8": FP8 dots per 32-K block, BK=32 (the former decode kernel)
-  mxfp4 bf16      mma="bf16": one 128-byte slab per weight row and K step, the exact scales folded
-                  into bf16 operands, one dot per step (what mma="auto" runs at decode sizes)
+  mxfp4 bf16      mma="bf16": one 128-byte slab per weight row and K step, unpacked by inline
+                  PTX to exactly scaled bf16 (even and odd K elements, two dots per step; what
+                  mma="auto" runs at every size)
   fp8 re-encoded  lossless e4m3 re-encoding (2x the bytes), mma="auto"
 Per row: the median ms of ``run_experts`` (bench/roofline.py's ``median_ms``: CUDA events, 20 runs
 after 3 warm-ups), the experts the batch touches, their weight bytes (w1, w3, w2 data + scales,

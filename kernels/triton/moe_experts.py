@@ -19,8 +19,11 @@ Weight formats (``ExpertWeights.fmt``), dequantized in the kernel's K loop:
            contiguous slab of BK/2 bytes per weight row; the nibbles' bits are moved into e4m3
            (or fp32) bits with integer ops (e2m1 ⊂ e4m3, exact) and fed to an FP8 ``tl.dot``
            whose fp32 result gets the per-(row, 32 K) power-of-two scales (W4A8, mma="fp8"), or
-           scaled exactly to bf16 for one bf16 dot per BK (W4A16 style, mma="bf16"; the decode
-           default, where the weights' bytes and unpacking, not the MMA, are the bottleneck).
+           unpacked to exactly scaled bf16 (W4A16 style, mma="bf16", the default at every size:
+           at decode the unpacking, not the MMA, is the bottleneck): four bytes per inline-PTX
+           call (prmt, shifts, masks, two bf16x2 multiplies: ~3.5 instructions per weight),
+           the low and high nibbles kept apart as the even and odd K elements, each dotted
+           with A's even or odd columns (no interleave).
   "fp8"    e4m3 (E, O, I) + ue8m0 (E, ceil(O/scale_rows), I/32): the lossless load-time re-encoding
            of MXFP4 (``mxfp4_to_fp8``; 2× the bytes, no unpacking) with scale_rows=1, or a dense
            32×32-tile FP8 weight (the shared expert) with scale_rows=32.
@@ -123,19 +126,12 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
     """K elements [k0, k0 + BK) of BN weight rows, each row's slab in ONE contiguous load.
 
     Returns (w [BN, BK], scale [BN, BK // 32] fp32): the weight is w * scale per 32-K block.
-    MXFP4 nibbles (s e1 e0 m) are moved into float bits as they are, no lookup, exact for normal
-    and subnormal e2m1 alike: AS_F32 (folded bf16 dots) into fp32 bits s|0..0 e1 e0|m|0.., i.e.
-    value * 2^-126, times 2^126; else into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6 (FP8 dots),
+    MXFP4 (FP8 dots only; the folded path is ``_load_mxfp4_halves``): the nibbles' bits s e1 e0 m
+    moved into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6, exact for normal and subnormal e2m1,
     the 2^6 going into the scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
     """
     NB: tl.constexpr = BK // 32
-    if FMT == 0 and AS_F32:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] fp32 -> [BN, BK]
-        p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2
-                    + tl.arange(0, BK // 2)[None, :]).to(tl.int32)
-        lo = ((p & 0x7) << 22) | ((p & 0x8) << 28)  # element 2j: low nibble
-        hi = ((p & 0x70) << 18) | ((p & 0x80) << 24)  # element 2j + 1: high nibble
-        w = tl.reshape(tl.join(lo, hi), (BN, BK)).to(tl.float32, bitcast=True) * 2.0**126
-    elif FMT == 0:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] e4m3 bytes -> [BN, BK]
+    if FMT == 0:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] e4m3 bytes -> [BN, BK]
         p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2
                     + tl.arange(0, BK // 2)[None, :]).to(tl.int32)
         lo = ((p << 2) & 0x1C) | ((p << 4) & 0x80)  # element 2j: low nibble
@@ -154,6 +150,63 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
         if FMT == 0 and not AS_F32:
             scale = scale * 64.0
     return w, scale
+
+
+# e2m1 nibbles -> scaled bf16, four packed bytes per call (tl.inline_asm_elementwise, pack=4):
+# $4 = bytes b0..b3; $5, $6 = the bf16 scales of bytes (0, 1) and (2, 3); outputs $0, $1 = the low
+# nibbles (elements 2j) of bytes (0, 1), (2, 3) as bf16x2, $2, $3 = the high nibbles (2j + 1).
+# Each byte goes to its own 16-bit half (prmt), its nibble's bits s e1 e0 m to bf16 bits
+# s|0000000|e1 e0|m|000000 (= value * 2^-126, subnormal for e = 0: exact, no lookup), then
+# two bf16x2 multiplies (fma with -0): * 2^126 and * the ue8m0 scale, both exact.
+_E2M1X4_TO_BF16 = tl.constexpr("""
+{
+.reg .b32 z, t0, t1, a, b, k, nz;
+mov.b32 z, 0;
+mov.b32 k, 0x7E807E80;
+mov.b32 nz, 0x80008000;
+prmt.b32 t0, $4, z, 0x4140;
+prmt.b32 t1, $4, z, 0x4342;
+shl.b32 a, t0, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 12; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $0, a, $5, nz;
+shl.b32 a, t1, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 12; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $1, a, $6, nz;
+shl.b32 a, t0, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 8; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $2, a, $5, nz;
+shl.b32 a, t1, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 8; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $3, a, $6, nz;
+}
+""")
+
+
+@triton.jit
+def _load_mxfp4_halves(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, ASM: tl.constexpr,
+                       BN: tl.constexpr, BK: tl.constexpr):
+    """K elements [k0, k0 + BK) of BN MXFP4 rows, dequantized exactly, split by parity.
+
+    Returns (even, odd), each [BN, BK // 2]: the low nibbles (K elements k0 + 2j) and the high
+    nibbles (k0 + 2j + 1) times their ue8m0 scales, with no interleave (the caller dots them
+    with A's even and odd columns). ASM: bf16 from the packed bytes by ``_E2M1X4_TO_BF16``
+    (about 3 instructions per element, the GPU path); else the same bits built with tl integer
+    ops in fp32 (the interpreter's twin of it).
+    """
+    NB: tl.constexpr = BK // 32
+    p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2 + tl.arange(0, BK // 2)[None, :])
+    e = tl.load(s_ptr + rows_w[:, None] * stride_sn + k0 // 32 + tl.arange(0, NB)[None, :])
+    e = tl.reshape(tl.broadcast_to(e.to(tl.int32)[:, :, None], (BN, NB, 16)), (BN, BK // 2))
+    if ASM:
+        # 2^(e - 127) in bf16 bits: e << 7, or the subnormal 0x0040 for e = 0
+        s16 = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        even, odd = tl.inline_asm_elementwise(
+            _E2M1X4_TO_BF16, "=r,=r,=r,=r,r,r,r", [p, s16], dtype=(tl.bfloat16, tl.bfloat16),
+            is_pure=True, pack=4)
+    else:
+        scale = ue8m0_to_f32(e.to(tl.uint8))
+        q = p.to(tl.int32)
+        even = (((q & 0x7) << 22) | ((q & 0x8) << 28)).to(tl.float32, bitcast=True)
+        odd = (((q & 0x70) << 18) | ((q & 0x80) << 24)).to(tl.float32, bitcast=True)
+        even = even * 2.0**126 * scale
+        odd = odd * 2.0**126 * scale
+    return even, odd
 
 
 @triton.jit
@@ -198,6 +251,18 @@ def _dot_tile(acc, a, a_scale, w, w_scale, MMA_FP8: tl.constexpr, DOT_BF16: tl.c
 
 
 @triton.jit
+def _dot_halves(acc, a_even, a_odd, w_even, w_odd, DOT_BF16: tl.constexpr):
+    """acc [BM, BN] += a_even @ w_even^T + a_odd @ w_odd^T (the K elements split by parity)."""
+    if DOT_BF16:
+        acc = tl.dot(a_even, tl.trans(w_even), acc)
+        acc = tl.dot(a_odd, tl.trans(w_odd), acc)
+    else:
+        acc = tl.dot(a_even, tl.trans(w_even), acc, input_precision="ieee")
+        acc = tl.dot(a_odd, tl.trans(w_odd), acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
 def _moe_gemm_kernel(
     a_ptr, a_scale_ptr,  # uint8 A codes (rows, K) + ue8m0 (rows, K/32)
     w1_ptr, s1_ptr, w3_ptr, s3_ptr,  # expert weights (E, O, ...) and their scales (E, ., K/32)
@@ -236,13 +301,23 @@ def _moe_gemm_kernel(
         a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
         a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
         a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
-        w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
-                              FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
-        acc1 = _dot_tile(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16, BM, BN, BK)
-        if GATED:
-            w3, s3 = _load_w_tile(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
+        if FMT == 0 and not MMA_FP8:  # MXFP4, folded: even and odd K elements, two dots each
+            a_even, a_odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
+            w_even, w_odd = _load_mxfp4_halves(w1_base, s1_base, rows_w, stride_wn, stride_sn,
+                                               k0, DOT_BF16, BN, BK)
+            acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16)
+            if GATED:
+                w_even, w_odd = _load_mxfp4_halves(w3_base, s3_base, rows_w, stride_wn,
+                                                   stride_sn, k0, DOT_BF16, BN, BK)
+                acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16)
+        else:
+            w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
                                   FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
-            acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
+            acc1 = _dot_tile(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16, BM, BN, BK)
+            if GATED:
+                w3, s3 = _load_w_tile(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
+                                      FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
+                acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
 
     pairs64 = pairs.to(tl.int64)
     store_mask = valid[:, None] & mask_n[None, :]
