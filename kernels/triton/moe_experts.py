@@ -126,12 +126,20 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
     """K elements [k0, k0 + BK) of BN weight rows, each row's slab in ONE contiguous load.
 
     Returns (w [BN, BK], scale [BN, BK // 32] fp32): the weight is w * scale per 32-K block.
-    MXFP4 (FP8 dots only; the folded path is ``_load_mxfp4_halves``): the nibbles' bits s e1 e0 m
-    moved into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6, exact for normal and subnormal e2m1,
-    the 2^6 going into the scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
+    MXFP4 nibbles (s e1 e0 m) are moved into float bits as they are, no lookup, exact for normal
+    and subnormal e2m1 alike: AS_F32 (folded bf16 dots at prefill; decode tiles take
+    ``_load_mxfp4_halves``) into fp32 bits s|0..0 e1 e0|m|0.., i.e. value * 2^-126, times 2^126;
+    else into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6 (FP8 dots), the 2^6 going into the
+    scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
     """
     NB: tl.constexpr = BK // 32
-    if FMT == 0:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] e4m3 bytes -> [BN, BK]
+    if FMT == 0 and AS_F32:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] fp32 -> [BN, BK]
+        p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2
+                    + tl.arange(0, BK // 2)[None, :]).to(tl.int32)
+        lo = ((p & 0x7) << 22) | ((p & 0x8) << 28)  # element 2j: low nibble
+        hi = ((p & 0x70) << 18) | ((p & 0x80) << 24)  # element 2j + 1: high nibble
+        w = tl.reshape(tl.join(lo, hi), (BN, BK)).to(tl.float32, bitcast=True) * 2.0**126
+    elif FMT == 0:  # [BN, BK/2] packed bytes -> [BN, BK/2, 2] e4m3 bytes -> [BN, BK]
         p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2
                     + tl.arange(0, BK // 2)[None, :]).to(tl.int32)
         lo = ((p << 2) & 0x1C) | ((p << 4) & 0x80)  # element 2j: low nibble
@@ -272,7 +280,7 @@ def _moe_gemm_kernel(
     num_pairs, O, K, a_row_div, limit,
     stride_am, stride_asm, stride_we, stride_wn, stride_se, stride_sn, stride_om, stride_osm,
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
-    DOT_BF16: tl.constexpr, ACT: tl.constexpr,
+    DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):
     """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0)."""
@@ -301,7 +309,7 @@ def _moe_gemm_kernel(
         a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
         a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
         a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
-        if FMT == 0 and not MMA_FP8:  # MXFP4, folded: even and odd K elements, two dots each
+        if SPLIT_K:  # MXFP4 decode tiles: even and odd K elements apart, two dots each
             a_even, a_odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
             w_even, w_odd = _load_mxfp4_halves(w1_base, s1_base, rows_w, stride_wn, stride_sn,
                                                k0, DOT_BF16, BN, BK)
@@ -417,15 +425,20 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     # auto: FP8 dots only for FP8 weights at prefill; MXFP4 takes the folded bf16 dot at every
     # size (measured on the H200, docs/performance.md: W4A16 beat W4A8 from 64 to 4096 tokens)
     mma_fp8 = not plain and (mma == "fp8" or (mma == "auto" and not decode and fp8_weights))
+    # MXFP4 folded: decode tiles unpack by inline PTX into even/odd halves (SPLIT_K, measured
+    # 11-40 % faster on the H200); prefill tiles keep the interleaved fp32-bits unpack (the split
+    # one measured 200 vs 153 ms of a 4K prefill's expert GEMMs there)
+    mxfp4_folded = not plain and not fp8_weights and not mma_fp8
     if interpret:
-        return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8, num_warps=4,
-                    num_stages=1)
+        return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8,
+                    SPLIT_K=mxfp4_folded and decode, num_warps=4, num_stages=1)
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
-                    MMA_FP8=False, num_warps=4, num_stages=4)
+                    MMA_FP8=False, SPLIT_K=mxfp4_folded, num_warps=4, num_stages=4)
     if decode:
-        return dict(BM=64, BN=128, BK=32, MMA_FP8=True, num_warps=8, num_stages=6)
-    return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, num_warps=8,
+        return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, num_warps=8,
+                    num_stages=6)
+    return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, num_warps=8,
                 num_stages=4 if plain else 6)
 
 
@@ -493,8 +506,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s1.stride(0) if fmt != FMT_PLAIN else 0, s1.stride(1) if fmt != FMT_PLAIN else 0,
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        BM=cfg["BM"], BN=cfg["BN"], BK=bk_up, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"])
+        SPLIT_K=cfg["SPLIT_K"], BM=cfg["BM"], BN=cfg["BN"], BK=bk_up,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
                                                           device=x.device)
@@ -506,8 +519,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s2.stride(0) if fmt != FMT_PLAIN else 0, s2.stride(1) if fmt != FMT_PLAIN else 0,
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        BM=cfg["BM"], BN=cfg["BN"], BK=bk_down, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"])
+        SPLIT_K=cfg["SPLIT_K"], BM=cfg["BM"], BN=cfg["BN"], BK=bk_down,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not combine:
         return y
     out = torch.empty((num_tokens, dim), dtype=torch.float32, device=x.device)

@@ -67,16 +67,22 @@ def _routed(num_tokens: int, dim: int, num_experts: int, topk: int, seed: int):
     return x, ids, torch.rand(num_tokens, topk, generator=g)
 
 
-@pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "fp8_reencoded", "plain"])
+@pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "mxfp4_bf16mma_prefill",
+                                     "fp8_reencoded", "plain"])
 def test_moe_routed_experts(variant):
-    num_tokens, dim, inter, num_experts, topk = 7, 64, 64, 6, 3
+    """Decode-sized (7 tokens: the split even/odd unpack) and, for _prefill, 40 tokens (120 pairs
+    > 16 per expert: the interleaved unpack of the prefill tiles)."""
+    num_tokens = 40 if variant.endswith("_prefill") else 7
+    dim, inter, num_experts, topk = 64, 64, 6, 3
+    assert moe_experts.moe_config(num_tokens * topk, num_experts, interpret=True)["SPLIT_K"] \
+        == (num_tokens == 7)
     x, ids, weights = _routed(num_tokens, dim, num_experts, topk, seed=5)
     packed, dequant = _experts(num_experts, inter, dim, seed=6)
     limit = 0.7  # small enough that both clamps are exercised
     ref = moe.moe_routed_experts(x, ids, weights, *dequant, limit)
     if variant == "mxfp4_fp8mma":
         out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="fp8")
-    elif variant == "mxfp4_bf16mma":
+    elif variant.startswith("mxfp4_bf16mma"):
         out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="bf16")
     elif variant == "fp8_reencoded":
         out = moe_experts.moe_routed_experts(
@@ -160,7 +166,8 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs) -> dict:
            "stride_am": "i32", "stride_asm": "i32", "stride_we": "i32", "stride_wn": "i32",
            "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
     ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
-          "DOT_BF16": True, "ACT": 1, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
+          "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "BM": cfg["BM"], "BN": cfg["BN"],
+          "BK": cfg["BK"]}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
