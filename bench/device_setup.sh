@@ -7,6 +7,8 @@
 # triton-cache.tar.xz.partNN (≤ 15 MiB each; $OUT sends back at most 8 files: mind the logs);
 # put them in the repo root (.gitignore ignores them) and name them in the run's
 # `carry`, and the next round starts from that cache (a warm start: what a restart costs).
+# The device copy's .git can be stale (it recorded an older HEAD once): run a round as
+# `DEEPINFER_COMMIT=<hash> bash bench/h200_roundN.sh` so the results JSON names the right commit.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 OUT=${OUT:-/tmp/out}
