@@ -5,8 +5,8 @@
 
 The slice plan's attention layer at prefill: N queries x 64 heads of 512 over one shared latent,
 each query reading its 128-row window (528-B FP8 records) and 512 selected compressed entries
-(288-B FP4 records), plus the sink. Variants: ``BLOCK_ROWS`` (rows per online-softmax chunk,
-module constant, 16 is what the plan runs). Per variant: the median ms (CUDA events, 20 runs
+(288-B FP4 records), plus the sink. Variants: ``PREFILL_BLOCK_ROWS`` (rows per online-softmax
+chunk of a prefill-sized launch, module constant; 16 ran until session 4 measured 64 faster). Per variant: the median ms (CUDA events, 20 runs
 after 3 warm-ups), max |out - out(BK=16)| (a chunking change reorders fp32 sums only), the FLOPs
 (q.k and p.v, 2 x N x H x rows x D each) and the fraction of the bf16 ceiling measured in the
 same run. A measurement for choosing the prefill config, not a test.
@@ -75,10 +75,12 @@ def main() -> int:
         bf16 = measure_ceilings()["bf16_flops_per_s"]
         print(f"{torch.cuda.get_device_name()}: bf16 ceiling {bf16 / 1e12:.0f} TFLOP/s; "
               f"N={n} H={HEADS} D={DIM} rows {WINDOW}+{TOPK}")
-        print("| BLOCK_ROWS | ms | TFLOP/s | of bf16 ceiling | max abs diff vs 16 |")
+        print("| PREFILL_BLOCK_ROWS | ms | TFLOP/s | of bf16 ceiling | max abs diff vs 16 |")
     base = None
     for bk in [int(b) for b in args.block_rows.split(",")]:
-        attention.BLOCK_ROWS = bk
+        attention.PREFILL_BLOCK_ROWS = bk
+        if args.smoke:
+            attention.PREFILL_MIN_QUERIES = 1  # 8 queries take the prefill tiling too
         try:
             out = run().float()
         except Exception as e:  # a variant that does not compile (e.g. out of registers)
@@ -87,7 +89,7 @@ def main() -> int:
         base = out if base is None else base
         diff = (out - base).abs().max().item()
         if args.smoke:
-            print(f"BLOCK_ROWS {bk}: finite {bool(torch.isfinite(out).all())}, "
+            print(f"PREFILL_BLOCK_ROWS {bk}: finite {bool(torch.isfinite(out).all())}, "
                   f"max abs diff vs first {diff:.2e}")
             continue
         ms = median_ms(run)

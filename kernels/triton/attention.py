@@ -42,6 +42,12 @@ BLOCK_HEADS = 64
 DOT_SLICE = 64  # channel pairs per q.k slice
 DV_SPLIT = 2  # programs per (query, head block), each accumulating 1/DV_SPLIT of the output
 BLOCK_ROWS = 16
+# prefill-sized launches (more than PREFILL_MIN_QUERIES queries) take 64-row chunks: measured on
+# the H200 at 4,096 queries x 64 heads x 640 rows, 15.0 ms against 18.2 ms with 16 rows
+# (bench/attention_prefill.py, docs/performance.md session 4), although that config spills
+# (255 registers, 112 B of stack at SM90); decode keeps 16 (unmeasured there)
+PREFILL_BLOCK_ROWS = 64
+PREFILL_MIN_QUERIES = 256
 NUM_WARPS = 8
 NUM_STAGES = 2
 
@@ -152,12 +158,13 @@ def _sparse_attn_sink_kernel(
 
 
 def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
-                q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
+                q_dtype: torch.dtype = torch.bfloat16, num_queries: int = 1) -> dict[str, Any]:
     """Constexprs and launch options of one launch (shared with the SM90 compile test).
     fp32 q keeps fp32 dots ("ieee"; the GPU default would be tf32)."""
     split = max(1, min(DV_SPLIT, d // 64))
+    rows = PREFILL_BLOCK_ROWS if num_queries > PREFILL_MIN_QUERIES else BLOCK_ROWS
     return dict(D=d, DJ=d // 2 // split, DC=min(DOT_SLICE, d // 2),
-                BH=min(BLOCK_HEADS, triton.next_power_of_2(h)), BK=BLOCK_ROWS,
+                BH=min(BLOCK_HEADS, triton.next_power_of_2(h)), BK=rows,
                 FMT_A=fmt_a, FMT_B=fmt_b, HAS_B=has_b,
                 PREC="ieee" if q_dtype == torch.float32 else "tf32", num_warps=NUM_WARPS,
                 num_stages=NUM_STAGES)
@@ -172,7 +179,7 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
         b, ib = a, ia
     if n == 0:
         return out
-    meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype)
+    meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
     grid = (n, triton.cdiv(h, meta["BH"]), d // 2 // meta["DJ"])
     _sparse_attn_sink_kernel[grid](
         q, q.stride(0), q.stride(1),

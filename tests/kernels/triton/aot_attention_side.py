@@ -38,6 +38,9 @@ def _cases(area: str) -> list[dict[str, Any]]:
             cases.append(dict(name=f"sparse_attn {name} H64 D512", module=m.__name__,
                               kernel="_sparse_attn_sink_kernel", types=ptrs, ci=has_b,
                               meta=m.launch_meta(512, 64, fa, fb, has_b)))
+        cases.append(dict(name="sparse_attn records prefill (64-row chunks) H64 D512",
+                          module=m.__name__, kernel="_sparse_attn_sink_kernel", types=ptrs,
+                          ci=True, meta=m.launch_meta(512, 64, 1, 2, True, num_queries=4096)))
         bf16_rows = dict(ptrs, a_ptr="*bf16", b_ptr="*bf16")
         cases.append(dict(name="sparse_attn bf16_rows H64 D512", module=m.__name__,
                           kernel="_sparse_attn_sink_kernel", types=bf16_rows,

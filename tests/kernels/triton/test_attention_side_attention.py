@@ -68,17 +68,24 @@ def test_sparse_attention_records_matches_reference(dtype, with_compressed):
     torch.testing.assert_close(out.float(), want.float(), **TOL[dtype])
 
 
-@pytest.mark.parametrize("d,heads", [(256, 16), (512, 64)])
-def test_sparse_attention_records_production_tiling(d, heads):
+@pytest.mark.parametrize("d,heads,prefill", [(256, 16, False), (512, 64, False),
+                                             (256, 16, True)])
+def test_sparse_attention_records_production_tiling(d, heads, prefill, monkeypatch):
     """Head dims >= 128 take the production tiling the D=64 tests do not: several q.k slices
-    (DC) and an output split across programs (DV_SPLIT) that reloads its V slice."""
+    (DC) and an output split across programs (DV_SPLIT) that reloads its V slice; prefill:
+    the prefill-sized launch's 64-row chunks (rows lists longer than one chunk)."""
     gen = torch.Generator().manual_seed(13)
     n, w, t = 2, 8, 12
+    if prefill:
+        monkeypatch.setattr(tri, "PREFILL_MIN_QUERIES", 1)  # 2 queries count as a prefill
+        w, t = 80, 140
+        assert tri.launch_meta(d, heads, tri.FMT_FP8, tri.FMT_FP4, True, num_queries=n)["BK"] \
+            == tri.PREFILL_BLOCK_ROWS
     q = torch.randn(n, heads, d, generator=gen)
     window = formats.pack_window_kv(torch.randn(w, d, generator=gen) * 2)
     comp = formats.pack_compressed_kv(torch.randn(t, d, generator=gen))
-    wi = _indices(n, 6, w, gen)
-    ci = _indices(n, 9, t, gen).to(torch.int32)  # int32 lists are accepted too
+    wi = _indices(n, 70 if prefill else 6, w, gen)
+    ci = _indices(n, 100 if prefill else 9, t, gen).to(torch.int32)  # int32 lists are accepted
     sink = torch.randn(heads, generator=gen)
     meta = tri.launch_meta(d, heads, tri.FMT_FP8, tri.FMT_FP4, True)
     assert meta["DJ"] < d // 2 and meta["DC"] < d // 2
