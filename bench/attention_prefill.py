@@ -6,10 +6,11 @@
 The slice plan's attention layer at prefill: N queries x 64 heads of 512 over one shared latent,
 each query reading its 128-row window (528-B FP8 records) and 512 selected compressed entries
 (288-B FP4 records), plus the sink. Variants: ``PREFILL_BLOCK_ROWS`` (rows per online-softmax
-chunk of a prefill-sized launch, module constant; 16 ran until session 4 measured 64 faster). Per variant: the median ms (CUDA events, 20 runs
-after 3 warm-ups), max |out - out(BK=16)| (a chunking change reorders fp32 sums only), the FLOPs
-(q.k and p.v, 2 x N x H x rows x D each) and the fraction of the bf16 ceiling measured in the
-same run. A measurement for choosing the prefill config, not a test.
+chunk of a prefill-sized launch, module constant; 16 ran until session 4 measured 64 faster).
+Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups), max |out - out(first)| (a
+chunking change reorders fp32 sums only), the FLOPs (q.k and p.v, 2 x N x H x rows x D each)
+and the fraction of the bf16 ceiling measured in the same run. A measurement for choosing the
+prefill config, not a test.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def main() -> int:
         bf16 = measure_ceilings()["bf16_flops_per_s"]
         print(f"{torch.cuda.get_device_name()}: bf16 ceiling {bf16 / 1e12:.0f} TFLOP/s; "
               f"N={n} H={HEADS} D={DIM} rows {WINDOW}+{TOPK}")
-        print("| PREFILL_BLOCK_ROWS | ms | TFLOP/s | of bf16 ceiling | max abs diff vs 16 |")
+        print("| PREFILL_BLOCK_ROWS | ms | TFLOP/s | of bf16 ceiling | max abs diff vs first |")
     base = None
     for bk in [int(b) for b in args.block_rows.split(",")]:
         attention.PREFILL_BLOCK_ROWS = bk
