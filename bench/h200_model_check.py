@@ -143,6 +143,27 @@ def forced_logits(llm, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     return logits[len(prompt) - 1:].float().cpu()
 
 
+def forced_logits_batched(llm, prompts: list[list[int]], token_lists: list[list[int]],
+                          per_forward: int = 8) -> list[torch.Tensor]:
+    """:func:`forced_logits` of many sequences, ``per_forward`` of them per batched forward (the
+    reference backend's per-expert loop then runs once per batch, not once per sequence)."""
+    from deepinfer.runtime.model.batch import ForwardBatch
+    from deepinfer.runtime.model.cache import SequenceCache
+
+    model = llm.loaded.model
+    out: list[torch.Tensor] = []
+    for lo in range(0, len(prompts), per_forward):
+        seqs = [p + t[:-1] for p, t in zip(prompts[lo:lo + per_forward],
+                                           token_lists[lo:lo + per_forward], strict=True)]
+        caches = [SequenceCache.empty(model.spec, model.device) for _ in seqs]
+        logits = model(ForwardBatch.build(seqs, caches, device=model.device), all_logits=True)
+        first = 0
+        for seq, prompt in zip(seqs, prompts[lo:lo + per_forward], strict=True):
+            out.append(logits[first + len(prompt) - 1:first + len(seq)].float().cpu())
+            first += len(seq)
+    return out
+
+
 def compare(name: str, llm_a, outs_a, llm_b, outs_b, prompts) -> Compare:
     result = Compare(name)
     for i, (a, b) in enumerate(zip(outs_a, outs_b, strict=True)):

@@ -112,7 +112,7 @@ def agreement(outs_a, outs_b) -> dict:
 
 def forced_all(llm, prompts: list[list[int]], outs) -> list[torch.Tensor]:
     """Each request's (T, vocab) logits along the given outputs' sequences, on the host."""
-    return [mc.forced_logits(llm, p, o.token_ids) for p, o in zip(prompts, outs, strict=True)]
+    return mc.forced_logits_batched(llm, prompts, [o.token_ids for o in outs])
 
 
 def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path | None,
