@@ -1,6 +1,6 @@
 """Decode-size timing of the routed-expert GEMMs (kernels/triton/moe_experts.py) vs HBM bandwidth.
 
-    TRITON_INTERPRET=0 python bench/moe_decode.py [--tokens 1 8 64 256]   # GPU: the table below
+    TRITON_INTERPRET=0 python bench/moe_decode.py [--tokens 1 8 64 256 4096]   # GPU: the table
     python bench/moe_decode.py --smoke          # CPU, TRITON_INTERPRET=1: correctness only
 
 Shapes of the v41-flash-slice plan: hidden D=5120, expert width I=2304, 384 experts, top-6, bf16
@@ -114,7 +114,8 @@ def bench(token_counts: list[int]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 256])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 256, 4096],
+                        help="4096: a prefill chunk, for the FP8-vs-MXFP4 choice at both phases")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
     args = parser.parse_args()
     if args.smoke:
