@@ -127,13 +127,14 @@ class Engine:
             decode_buckets=plan.decode_buckets,
             prefill_token_buckets=plan.prefill_token_buckets))
         self.graphs: DecodeGraphs | None = None
-        syncing = graph_blocking_ops(self.kernels)
-        if cuda_graphs and self.device.type == "cuda" and syncing:
+        want_graphs = cuda_graphs and self.device.type == "cuda" \
+            and not self.model.has_ep_exchange
+        syncing = graph_blocking_ops(self.kernels) if want_graphs else []
+        if syncing:
             (log or warnings.warn)(f"decode runs eagerly (no CUDA graphs): the plan runs the "
                                    f"reference {', '.join(syncing)}, which reads device values "
                                    "on the host")
-        if cuda_graphs and self.device.type == "cuda" and not self.model.has_ep_exchange \
-                and not syncing:
+        elif want_graphs:
             self.graphs = DecodeGraphs(self.model, self.pool, plan.decode_buckets,
                                        self.max_model_len, log=log)
             self.graphs.capture()

@@ -224,23 +224,30 @@ def test_graph_shaped_decode_equals_per_sequence(model):
         assert torch.equal(b, a), f"step {step}: max |diff| {(b - a).abs().max().item()}"
 
 
-def test_graph_shaped_decode_never_waits_for_the_device(model):
-    """The model code a decode graph captures (outside the kernel ops) has no host sync: no
-    ``nonzero``/``unique``/boolean-mask indexing/``.item()``/``tolist`` — any of them makes
-    CUDA graph capture fail on the GPU (a per-expert ``nonzero`` once did)."""
+def graph_shaped_decode_syncs(model, opaque_ops: frozenset[str] | None = None) -> list[str]:
+    """The host syncs ``no_host_sync`` records over the graph-shaped decode steps (prefill
+    steps, which are not captured, run unchecked)."""
     found: list[str] = []
 
     class Checked(GraphShapedRun):
         def step(self, chunks):
-            if len(chunks) < len(PROMPTS):
+            if len(chunks) < len(PROMPTS):  # a prefill step
                 return super().step(chunks)
-            with no_host_sync(self.model) as syncs:
+            with no_host_sync(self.model, opaque_ops=opaque_ops) as syncs:
                 out = super().step(chunks)
             found.extend(syncs)
             return out
 
     decode_traffic(model, Checked(model, PROMPTS, paged=True))
-    assert not found, "\n".join(sorted(set(found)))
+    return sorted(set(found))
+
+
+def test_graph_shaped_decode_never_waits_for_the_device(model):
+    """The model code a decode graph captures (outside the kernel ops) has no host sync: no
+    ``nonzero``/``unique``/boolean-mask indexing/``.item()``/``tolist`` — any of them makes
+    CUDA graph capture fail on the GPU (a per-expert ``nonzero`` once did)."""
+    found = graph_shaped_decode_syncs(model)
+    assert not found, "\n".join(found)
 
 
 def test_only_the_listed_reference_ops_sync_the_host(model):
@@ -252,19 +259,8 @@ def test_only_the_listed_reference_ops_sync_the_host(model):
 
     assert model.kernels.backend_of("moe_routed_experts") == "reference"
     assert graph_blocking_ops(model.kernels) == sorted(HOST_SYNC_OPS)
-    found: list[str] = []
-
-    class Checked(GraphShapedRun):
-        def step(self, chunks):
-            if len(chunks) < len(PROMPTS):  # a prefill step (not captured)
-                return super().step(chunks)
-            with no_host_sync(self.model, opaque_ops=HOST_SYNC_OPS) as syncs:
-                out = super().step(chunks)
-            found.extend(syncs)
-            return out
-
-    decode_traffic(model, Checked(model, PROMPTS, paged=True))
-    assert not found, "\n".join(sorted(set(found)))
+    found = graph_shaped_decode_syncs(model, opaque_ops=HOST_SYNC_OPS)
+    assert not found, "\n".join(found)
 
 
 def test_prefill_window_lists_have_fixed_width(model):
