@@ -14,8 +14,10 @@
           the same model, ``cuda_graphs=False``): graphs and eager must agree token for token;
           the Triton logits along its own sequences of the K shortest prompts (the reference
           is slow on the GPU). The model is freed (one slice model fits at a time).
-  Step 3  ``gpu-ref``: the K shortest prompts, greedy, and its logits along the Triton
-          sequences (up to the first divergence both read the same context); then, as a
+  Step 3  ``gpu-ref``: its logits along the Triton sequences of the K shortest prompts (up to
+          the first divergence both read the same context, so their argmax is the reference's
+          greedy token there); its own greedy decode of the shortest few (``--ref-generate``)
+          must take the same tokens (a cross-check of the forced path); then, as a
           sensitivity control, the same logits with the reference's embedding table moved by
           about one bf16 rounding: the logit error an input error of a kernel's own size
           grows into in this (synthetic, chaotic) model.
@@ -120,7 +122,7 @@ def forced_all(llm, prompts: list[list[int]], outs) -> list[torch.Tensor]:
 
 
 def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path | None,
-        topology: str | Path = TOPOLOGY) -> dict:
+        topology: str | Path = TOPOLOGY, num_ref_generate: int = 4) -> dict:
     from deepinfer.runtime import LLM
     from deepinfer.runtime.engine import Engine
     from deepinfer.runtime.sampling_params import SamplingParams
@@ -189,13 +191,21 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     tri_logits = forced_all(llm, [prompts[i] for i in subset], [outs[i] for i in subset])
     free(llm)
 
-    # Step 3: the reference backend on the subset
+    # Step 3: the reference backend. Its greedy tokens along Triton's sequences are the argmax
+    # of its forced logits (same context up to the first divergence); a generate() run on the
+    # shortest few cross-checks that against its own incremental decode.
     ref, res["ref_load_s"] = timed(lambda: LLM(dirs["gpu-ref"], cuda_graphs=False))
     ref_prompts = [prompts[i] for i in subset]
-    ref_outs, res["ref_generate_s"] = timed(lambda: mc.generate(ref, ref_prompts, num_tokens))
-    print(f"gpu-ref: load {res['ref_load_s']:.1f} s, generate {res['ref_generate_s']:.1f} s",
-          flush=True)
-    ref_logits = forced_all(ref, ref_prompts, [outs[i] for i in subset])
+    gen_prompts = ref_prompts[:num_ref_generate]
+    ref_outs, res["ref_generate_s"] = timed(lambda: mc.generate(ref, gen_prompts, num_tokens))
+    print(f"gpu-ref: load {res['ref_load_s']:.1f} s, generate {res['ref_generate_s']:.1f} s "
+          f"({len(gen_prompts)} prompts)", flush=True)
+    ref.engine.worker.close()  # its KV pool is not needed by the forced forwards
+    ref.engine = None
+    gc.collect()
+    torch.cuda.empty_cache()
+    ref_logits, res["ref_forced_s"] = timed(
+        lambda: forced_all(ref, ref_prompts, [outs[i] for i in subset]))
     # sensitivity control: the reference itself, its embedding table moved by about one bf16
     # rounding (relative noise 2^-8, re-rounded): how far logits move from an input error of a
     # kernel's own size (a chaotic synthetic model amplifies any rounding difference)
@@ -205,21 +215,29 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     emb.copy_((emb.float() * (1 + noise * 2.0 ** -8)).to(emb.dtype))
     del noise
     pert_logits = forced_all(ref, ref_prompts, [outs[i] for i in subset])
-    free(ref)
+    print(f"gpu-ref: forced logits of {len(subset)} prompts in {res['ref_forced_s']:.1f} s",
+          flush=True)
+    del ref
+    gc.collect()
+    torch.cuda.empty_cache()
 
     # Step 4
     rows = []
     for j, i in enumerate(subset):
-        a, b = outs[i], ref_outs[j]
+        a = outs[i]
         err = (tri_logits[j] - ref_logits[j]).abs().amax(-1)
-        row = {"index": i, "prompt_len": len(prompts[i]), "match": a.token_ids == b.token_ids}
+        ref_greedy = ref_logits[j].argmax(-1).tolist()
+        row = {"index": i, "prompt_len": len(prompts[i]), "match": a.token_ids == ref_greedy}
         pos = len(a.token_ids) - 1
         if not row["match"]:
-            pairs = zip(a.token_ids, b.token_ids, strict=True)
-            pos = next(p for p, (x, y) in enumerate(pairs) if x != y)
+            pos = next(p for p, (x, y) in enumerate(zip(a.token_ids, ref_greedy)) if x != y)
+            top2 = ref_logits[j][pos].topk(2).values
             row.update(first_divergence=pos, logit_err=float(err[pos]),
-                       margin_ref=mc.margin(b, pos), margin_triton=mc.margin(a, pos))
+                       margin_ref=float(top2[0] - top2[1]), margin_triton=mc.margin(a, pos))
             row["explained"] = row["margin_ref"] <= 2 * row["logit_err"]
+        if j < len(ref_outs):  # the reference's own decode takes the forced-logit path's tokens
+            row["ref_generate_consistent"] = (ref_outs[j].token_ids[:pos + 1]
+                                              == a.token_ids[:pos] + [ref_greedy[pos]])
         row["max_logit_err"] = float(err[:pos + 1].max())  # over the shared context only
         diff = tri_logits[j] - ref_logits[j]
         rel = diff.norm(dim=-1) / ref_logits[j].norm(dim=-1)  # (T,) ||d|| / ||ref|| per row
@@ -231,6 +249,8 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     res["requests"] = rows
     res["num_match"] = sum(r["match"] for r in rows)
     res["num_unexplained"] = sum(1 for r in rows if not r["match"] and not r["explained"])
+    res["ref_generate_consistent"] = sum(r.get("ref_generate_consistent", False) for r in rows)
+    res["ref_generate_checked"] = len(ref_outs)
     ratios = sorted(r["max_logit_err"] / max(r["max_logit_err_perturbed_ref"], 1e-30)
                     for r in rows)
     res["median_err_ratio_triton_vs_perturbed_ref"] = ratios[len(ratios) // 2]
@@ -272,6 +292,8 @@ def report(res: dict, num_prompts: int) -> None:
               f"{s['decode_steps']}, out tok/s {s['output_tokens_per_s']:.1f}, "
               f"host {s['host_s']:.2f} s, forward {s['forward_s']:.2f} s")
     print(f"gpu-ref: load {res['ref_load_s']:.1f} s, generate {res['ref_generate_s']:.1f} s "
+          f"({res['ref_generate_checked']} prompts: its tokens agree with its forced-logit argmax "
+          f"on {res['ref_generate_consistent']}), forced logits {res['ref_forced_s']:.1f} s "
           f"({len(res['requests'])} prompts)")
 
 
@@ -281,6 +303,9 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--ref-prompts", type=int, default=64,
                     help="how many (the shortest) prompts the reference backend also runs")
+    ap.add_argument("--ref-generate", type=int, default=4,
+                    help="how many of those the reference also decodes itself (a cross-check "
+                    "of its forced logits; slow on the GPU)")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--topology", default=str(TOPOLOGY))
     args = ap.parse_args()
@@ -290,7 +315,7 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         res = run(Path(tmp), args.prompts, args.tokens, args.ref_prompts, args.out,
-                  args.topology)
+                  args.topology, args.ref_generate)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "slice_check.json").write_text(json.dumps(res, indent=1))
