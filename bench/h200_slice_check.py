@@ -90,12 +90,13 @@ def make_prompts(n: int, vocab_size: int) -> list[list[int]]:
             for k in lengths]
 
 
-def free(llm) -> None:
-    llm.engine.worker.close()
-    del llm
+def release_device_memory() -> None:
+    """After the caller dropped its last reference to a model (``del``: a callee cannot)."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+        print(f"device memory in use after a release: {torch.cuda.memory_allocated() / 2**30:.1f}"
+              " GiB", flush=True)
 
 
 def agreement(outs_a, outs_b) -> dict:
@@ -189,7 +190,10 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     # sequences: up to the first divergence both sides read the same context
     subset = sorted(range(num_prompts), key=lambda i: len(prompts[i]))[:num_ref]
     tri_logits = forced_all(llm, [prompts[i] for i in subset], [outs[i] for i in subset])
-    free(llm)
+    # one slice model fits at a time: every name that reaches the Triton model goes
+    llm.engine.worker.close()
+    del llm, graph_engine, graphs
+    release_device_memory()
 
     # Step 3: the reference backend. Its greedy tokens along Triton's sequences are the argmax
     # of its forced logits (same context up to the first divergence); a generate() run on the
@@ -202,8 +206,7 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
           f"({len(gen_prompts)} prompts)", flush=True)
     ref.engine.worker.close()  # its KV pool is not needed by the forced forwards
     ref.engine = None
-    gc.collect()
-    torch.cuda.empty_cache()
+    release_device_memory()
     ref_logits, res["ref_forced_s"] = timed(
         lambda: forced_all(ref, ref_prompts, [outs[i] for i in subset]))
     # sensitivity control: the reference itself, its embedding table moved by about one bf16
@@ -218,8 +221,7 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     print(f"gpu-ref: forced logits of {len(subset)} prompts in {res['ref_forced_s']:.1f} s",
           flush=True)
     del ref
-    gc.collect()
-    torch.cuda.empty_cache()
+    release_device_memory()
 
     # Step 4
     rows = []
