@@ -1,16 +1,20 @@
-"""Prefill-shaped sparse attention (kernels/triton/attention.py) at several row-chunk sizes.
+"""Prefill-shaped sparse attention (kernels/triton/attention.py) under several launch configs.
 
-    TRITON_INTERPRET=0 python bench/attention_prefill.py [--queries 4096]   # GPU: the table
+    TRITON_INTERPRET=0 python bench/attention_prefill.py [--queries 4096] [--variants ...]
     python bench/attention_prefill.py --smoke                               # CPU interpreter
 
 The slice plan's attention layer at prefill: N queries x 64 heads of 512 over one shared latent,
-each query reading its 128-row window (528-B FP8 records) and 512 selected compressed entries
-(288-B FP4 records), plus the sink. Variants: ``PREFILL_BLOCK_ROWS`` (rows per online-softmax
-chunk of a prefill-sized launch, module constant; 16 ran until session 4 measured 64 faster).
-Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups), max |out - out(first)| (a
-chunking change reorders fp32 sums only), the FLOPs (q.k and p.v, 2 x N x H x rows x D each)
-and the fraction of the bf16 ceiling measured in the same run. A measurement for choosing the
-prefill config, not a test.
+each query reading its 128-row window and 512 selected compressed entries, plus the sink. Row
+formats: ``float`` (what the engine's prefill runs: the chunk's window keys and the unpacked
+entries as bf16 rows, ``sparse_attention_sink``) and ``records`` (528-B FP8 window records and
+288-B FP4 entries, ``sparse_attention_sink_records``: the decode path's format).
+A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES`` — LAYOUT ``h`` (float rows as contiguous
+channel halves) or ``i`` (interleaved pairs, as before session 5), the module's PREFILL_* constants
+(rows per online-softmax chunk, heads per program, output split across programs, pipeline
+stages). Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups), max |out - out of the
+first variant of the same format| (a tiling change reorders fp32 sums only), the FLOPs (q.k and
+p.v, 2 x N x H x rows x D each) and the fraction of the bf16 ceiling measured in the same run. A
+measurement for choosing the prefill config, not a test.
 """
 
 from __future__ import annotations
@@ -47,15 +51,27 @@ def make_inputs(n: int, device: str, seed: int = 0) -> tuple:
     return tuple(t.to(device) for t in (q, window, win_idx, comp, comp_idx, sink))
 
 
+DEFAULT_VARIANTS = ("float:i:64:64:2:2,float:h:64:64:2:1,float:h:32:64:2:2,float:h:32:64:2:1,"
+                    "float:h:16:64:2:2,float:h:16:64:1:2,float:h:32:64:1:2,float:h:64:32:2:1,"
+                    "float:h:32:32:1:2,records:i:64:64:2:2,records:i:32:64:2:2")
+
+
+def set_variant(attention, layout: str, bk: int, bh: int, split: int, stages: int) -> None:
+    attention.FLOAT_HALVES = layout == "h"
+    attention.PREFILL_BLOCK_ROWS, attention.PREFILL_BLOCK_HEADS = bk, bh
+    attention.PREFILL_DV_SPLIT, attention.PREFILL_NUM_STAGES = split, stages
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--queries", type=int, default=4096)
-    ap.add_argument("--block-rows", default="16,32,64")
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, 8 queries")
     args = ap.parse_args()
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from deepinfer.kernels import formats
     from deepinfer.kernels.triton import attention
 
     device = "cpu" if args.smoke else "cuda"
@@ -63,11 +79,15 @@ def main() -> int:
     q, window, win_idx, comp, comp_idx, sink = make_inputs(n, device)
     if args.smoke:
         q = q.float()
+        attention.PREFILL_MIN_QUERIES = 1  # 8 queries take the prefill tiling too
+    # the float rows the engine's prefill builds: window keys then the unpacked entries
+    rows = torch.cat([formats.unpack_window_kv(window, DIM, q.dtype),
+                      formats.unpack_compressed_kv(comp, DIM, q.dtype)])
+    rows_idx = torch.cat([win_idx, comp_idx + window.shape[0]], 1)
     scale = DIM ** -0.5
-
-    def run():
-        return attention.sparse_attention_sink_records(q, window, win_idx, comp, comp_idx,
-                                                       sink, scale)
+    runs = {"float": lambda: attention.sparse_attention_sink(q, rows, rows_idx, sink, scale),
+            "records": lambda: attention.sparse_attention_sink_records(
+                q, window, win_idx, comp, comp_idx, sink, scale)}
 
     flops = 2 * 2 * n * HEADS * (WINDOW + TOPK) * DIM
     if not args.smoke:
@@ -76,26 +96,27 @@ def main() -> int:
         bf16 = measure_ceilings()["bf16_flops_per_s"]
         print(f"{torch.cuda.get_device_name()}: bf16 ceiling {bf16 / 1e12:.0f} TFLOP/s; "
               f"N={n} H={HEADS} D={DIM} rows {WINDOW}+{TOPK}")
-        print("| PREFILL_BLOCK_ROWS | ms | TFLOP/s | of bf16 ceiling | max abs diff vs first |")
-    base = None
-    for bk in [int(b) for b in args.block_rows.split(",")]:
-        attention.PREFILL_BLOCK_ROWS = bk
-        if args.smoke:
-            attention.PREFILL_MIN_QUERIES = 1  # 8 queries take the prefill tiling too
+        print("| variant | ms | TFLOP/s | of bf16 ceiling | max abs diff vs first of format |")
+        print("|---|---:|---:|---:|---:|")
+    base: dict[str, torch.Tensor] = {}
+    for variant in args.variants.split(","):
+        fmt, layout, *nums = variant.split(":")
+        set_variant(attention, layout, *map(int, nums))
         try:
-            out = run().float()
-        except Exception as e:  # a variant that does not compile (e.g. out of registers)
-            print(f"| {bk} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |")
+            out = runs[fmt]().float()
+        except Exception as e:  # a variant that does not compile (e.g. out of shared memory)
+            print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |",
+                  flush=True)
             continue
-        base = out if base is None else base
-        diff = (out - base).abs().max().item()
+        first = base.setdefault(fmt, out)
+        diff = (out - first).abs().max().item()
         if args.smoke:
-            print(f"PREFILL_BLOCK_ROWS {bk}: finite {bool(torch.isfinite(out).all())}, "
+            print(f"{variant}: finite {bool(torch.isfinite(out).all())}, "
                   f"max abs diff vs first {diff:.2e}")
             continue
-        ms = median_ms(run)
-        print(f"| {bk} | {ms:.3f} | {flops / ms / 1e9:.1f} | {flops / ms * 1e3 / bf16:.3f} "
-              f"| {diff:.2e} |")
+        ms = median_ms(runs[fmt])
+        print(f"| {variant} | {ms:.3f} | {flops / ms / 1e9:.1f} | {flops / ms * 1e3 / bf16:.3f} "
+              f"| {diff:.2e} |", flush=True)
     return 0
 
 

@@ -112,11 +112,62 @@ def bench(token_counts: list[int]) -> None:
                   f"{bytes_per_s / hbm_bytes_per_s:>5.2f} |")
 
 
+# prefill-chunk tilings of the W4A16 kernel (moe_config's prefill class is the first):
+# BM x BN x BK, SPLIT_K (inline-PTX even/odd unpack, else the interleaved one), warps, stages
+PREFILL_CONFIGS = ("128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,64x128x32:0:4:6,"
+                   "64x64x128:1:4:4,64x64x256:1:4:4,64x128x128:1:8:3,128x128x64:0:8:3")
+
+
+def parse_config(text: str) -> dict:
+    tile, split_k, warps, stages = text.split(":")
+    bm, bn, bk = map(int, tile.split("x"))
+    return dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", num_warps=int(warps),
+                num_stages=int(stages))
+
+
+def bench_configs(num_tokens: int, configs: list[str]) -> None:
+    """The MXFP4 W4A16 kernel (mma="bf16") at one size under several tilings: ms, TFLOP/s
+    against the bf16 ceiling measured in the same run, rel. error vs the first config's output."""
+    from bench_common import roofline
+
+    from deepinfer.kernels.triton import moe_experts
+
+    rl = roofline()
+    bf16 = rl.measure_ceilings()["bf16_flops_per_s"]
+    torch.manual_seed(0)
+    ws = random_experts(EXPERTS, HIDDEN, INTER, "cuda")
+    x, ids, route_w = make_inputs(num_tokens, HIDDEN, EXPERTS, TOPK, torch.bfloat16, "cuda")
+    flops = 2 * 3 * num_tokens * TOPK * HIDDEN * INTER
+    print(f"\nW4A16 tilings at {num_tokens} tokens ({flops / 1e12:.2f} TFLOP; bf16 ceiling "
+          f"{bf16 / 1e12:.0f} TFLOP/s)")
+    print("| config BMxBNxBK:split:warps:stages | ms | TFLOP/s | of bf16 | rel err vs first |")
+    print("|---|---:|---:|---:|---:|")
+    first = None
+    for text in configs:
+        cfg = parse_config(text)
+        run = lambda cfg=cfg: moe_experts.run_experts(x, ids, route_w, *ws, 10.0, mma="bf16",
+                                                      config=cfg)
+        try:
+            out = run()
+        except Exception as e:  # a tiling that does not compile (registers, shared memory)
+            print(f"| {text} | failed: {type(e).__name__}: {str(e).splitlines()[0][:100]} |")
+            continue
+        first = out if first is None else first
+        rel = ((out - first).norm() / first.norm()).item()
+        ms = rl.median_ms(run)
+        print(f"| {text} | {ms:.3f} | {flops / ms / 1e9:.1f} | {flops / ms * 1e3 / bf16:.3f} | "
+              f"{rel:.1e} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 256, 4096],
                         help="4096: a prefill chunk, for the FP8-vs-MXFP4 choice at both phases")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
+    parser.add_argument("--config-tokens", type=int, default=4096,
+                        help="the size the tiling comparison runs at (0: none)")
+    parser.add_argument("--configs", default=PREFILL_CONFIGS,
+                        help="comma-separated BMxBNxBK:split_k:warps:stages")
     args = parser.parse_args()
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernel modules import triton
@@ -128,6 +179,8 @@ def main() -> None:
         "needs a CUDA GPU and TRITON_INTERPRET=0 (or --smoke)"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_common
     bench(args.tokens)
+    if args.config_tokens:
+        bench_configs(args.config_tokens, args.configs.split(","))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@ Rows come in one of three formats (constexpr ``FMT``), dequantized in registers:
     FMT_FP8    528-B window records: D e4m3 bytes | D/32 ue8m0 scale bytes
     FMT_FP4    288-B compressed records: D/2 e2m1 pair bytes | D/16 e4m3 scale bytes
 
-Channels are handled as an even half and an odd half (channel 2j and 2j + 1, j < D/2): one FP4
-byte holds exactly one even and one odd channel, so a record is read once, coalesced, with no
-nibble interleave; q and the accumulator are split the same way and the output is stored back
-interleaved. Dots run in q's dtype (bf16 on the GPU: every dequantized value is exact in bf16)
+Channels are handled as two halves of D/2, pair j = (channel j*CS, channel j*CS + PS). Records
+take the interleaved pairs (CS=2, PS=1: channel 2j and 2j + 1): one FP4 byte holds exactly one
+even and one odd channel, so a record is read once, coalesced, with no nibble interleave. Float
+rows take contiguous halves (CS=1, PS=D/2: channels j and D/2 + j), so every load is a run of
+neighbouring elements (vectorized) instead of a stride-2 gather. q and the accumulator are split
+the same way and the output is stored back in place; the q.k sum only runs in another order. Dots run in q's dtype (bf16 on the GPU: every dequantized value is exact in bf16)
 with fp32 accumulation.
 """
 
@@ -42,27 +44,34 @@ BLOCK_HEADS = 64
 DOT_SLICE = 64  # channel pairs per q.k slice
 DV_SPLIT = 2  # programs per (query, head block), each accumulating 1/DV_SPLIT of the output
 BLOCK_ROWS = 16
-# prefill-sized launches (more than PREFILL_MIN_QUERIES queries) take 64-row chunks: measured on
-# the H200 at 4,096 queries x 64 heads x 640 rows, 15.0 ms against 18.2 ms with 16 rows
-# (bench/attention_prefill.py, docs/performance.md session 4), although that config spills
-# (255 registers, 112 B of stack at SM90); decode keeps 16 (unmeasured there)
-PREFILL_BLOCK_ROWS = 64
+# Prefill-sized launches (more than PREFILL_MIN_QUERIES queries): rows per online-softmax chunk,
+# heads per program, output split across programs and pipeline stages, chosen on the H200 by
+# bench/attention_prefill.py (docs/performance.md). Session 4 measured 64-row chunks faster than
+# 16 (records; float rows ran interleaved then); contiguous halves let loads go through cp.async, and 64 rows
+# then need 262 KB of shared memory at 2 stages (over SM90's 227 KB): 32 rows until measured.
+PREFILL_BLOCK_ROWS = 32
 PREFILL_MIN_QUERIES = 256
+PREFILL_BLOCK_HEADS = 64
+PREFILL_DV_SPLIT = 2
+PREFILL_NUM_STAGES = 2
+# float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
+FLOAT_HALVES = True
 NUM_WARPS = 8
 NUM_STAGES = 2
 
 
 @triton.jit
 def _load_rows(base_ptr, row_stride, idx, valid, j0, D: tl.constexpr, DJ: tl.constexpr,
-               FMT: tl.constexpr):
-    """Rows ``idx`` (BK,) of a row array -> (even, odd) fp32 halves of channel pairs
-    [j0, j0 + DJ), each (BK, DJ); 0 where invalid."""
+               FMT: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr):
+    """Rows ``idx`` (BK,) of a row array -> (first, second) fp32 members of channel pairs
+    [j0, j0 + DJ), each (BK, DJ); 0 where invalid. Float rows: pair j = channels
+    (j*CS, j*CS + PS); records always interleave (CS=2, PS=1)."""
     j = j0 + tl.arange(0, DJ)
     row = base_ptr + idx.to(tl.int64)[:, None] * row_stride
     m2 = valid[:, None]
     if FMT == 0:
-        even = tl.load(row + 2 * j[None, :], mask=m2, other=0.0).to(tl.float32)
-        odd = tl.load(row + 2 * j[None, :] + 1, mask=m2, other=0.0).to(tl.float32)
+        even = tl.load(row + CS * j[None, :], mask=m2, other=0.0).to(tl.float32)
+        odd = tl.load(row + CS * j[None, :] + PS, mask=m2, other=0.0).to(tl.float32)
     elif FMT == 1:
         # Bytes 2j and 2j+1 are neighbours: both loads hit the same sectors of the record.
         ce = tl.load(row + 2 * j[None, :], mask=m2, other=0)
@@ -84,7 +93,7 @@ def _load_rows(base_ptr, row_stride, idx, valid, j0, D: tl.constexpr, DJ: tl.con
 def _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0, rows_ptr, row_stride, idx_ptr,
                  idx_stride, num_idx, qk_scale, D: tl.constexpr, DJ: tl.constexpr,
                  DC: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                 PREC: tl.constexpr):
+                 PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr):
     """Online-softmax update over one query's row list (entries < 0 are skipped).
 
     q . k runs over D in slices of DC channel pairs (q slices are re-read from L1/L2 each
@@ -98,9 +107,9 @@ def _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0, rows_ptr, row_str
         valid = idx >= 0
         s = tl.zeros((acc_e.shape[0], BK), tl.float32)
         for c in tl.static_range(0, D // 2, DC):
-            q_e = tl.load(q_rows + 2 * (c + jc)[None, :], mask=hmask[:, None], other=0.0)
-            q_o = tl.load(q_rows + 2 * (c + jc)[None, :] + 1, mask=hmask[:, None], other=0.0)
-            k_e, k_o = _load_rows(rows_ptr, row_stride, idx, valid, c, D, DC, FMT)
+            q_e = tl.load(q_rows + CS * (c + jc)[None, :], mask=hmask[:, None], other=0.0)
+            q_o = tl.load(q_rows + CS * (c + jc)[None, :] + PS, mask=hmask[:, None], other=0.0)
+            k_e, k_o = _load_rows(rows_ptr, row_stride, idx, valid, c, D, DC, FMT, CS, PS)
             s = tl.dot(q_e, tl.trans(k_e.to(q_e.dtype)), s, input_precision=PREC)
             s = tl.dot(q_o, tl.trans(k_o.to(q_e.dtype)), s, input_precision=PREC)
         s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
@@ -110,7 +119,7 @@ def _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0, rows_ptr, row_str
         p = tl.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         pq = p.to(q_rows.dtype.element_ty)
-        v_e, v_o = _load_rows(rows_ptr, row_stride, idx, valid, j0, D, DJ, FMT)
+        v_e, v_o = _load_rows(rows_ptr, row_stride, idx, valid, j0, D, DJ, FMT, CS, PS)
         acc_e = tl.dot(pq, v_e.to(pq.dtype), acc_e * alpha[:, None], input_precision=PREC)
         acc_o = tl.dot(pq, v_o.to(pq.dtype), acc_o * alpha[:, None], input_precision=PREC)
         m_i = m_new
@@ -126,7 +135,7 @@ def _sparse_attn_sink_kernel(
     num_heads, qk_scale,
     D: tl.constexpr, DJ: tl.constexpr, DC: tl.constexpr, BH: tl.constexpr,
     BK: tl.constexpr, FMT_A: tl.constexpr, FMT_B: tl.constexpr, HAS_B: tl.constexpr,
-    PREC: tl.constexpr,
+    PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr,
 ):
     n = tl.program_id(0)
     hb = tl.program_id(1)
@@ -141,11 +150,11 @@ def _sparse_attn_sink_kernel(
     acc_o = tl.zeros((BH, DJ), tl.float32)
     m_i, l_i, acc_e, acc_o = _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0,
                                           a_ptr, stride_a, ia_ptr, stride_ia, num_a, qk_scale,
-                                          D, DJ, DC, BK, FMT_A, PREC)
+                                          D, DJ, DC, BK, FMT_A, PREC, CS, PS)
     if HAS_B:
         m_i, l_i, acc_e, acc_o = _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0,
                                               b_ptr, stride_b, ib_ptr, stride_ib, num_b,
-                                              qk_scale, D, DJ, DC, BK, FMT_B, PREC)
+                                              qk_scale, D, DJ, DC, BK, FMT_B, PREC, CS, PS)
     sink = tl.load(sink_ptr + h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
     m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i + tl.exp2(sink - m_use)
@@ -153,21 +162,28 @@ def _sparse_attn_sink_kernel(
     out_o = acc_o / denom[:, None]
     jo = j0 + tl.arange(0, DJ)
     o_rows = out_ptr + n.to(tl.int64) * stride_on + h[:, None] * stride_oh
-    tl.store(o_rows + 2 * jo[None, :], out_e.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
-    tl.store(o_rows + 2 * jo[None, :] + 1, out_o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    tl.store(o_rows + CS * jo[None, :], out_e.to(out_ptr.dtype.element_ty),
+             mask=hmask[:, None])
+    tl.store(o_rows + CS * jo[None, :] + PS, out_o.to(out_ptr.dtype.element_ty),
+             mask=hmask[:, None])
 
 
 def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
                 q_dtype: torch.dtype = torch.bfloat16, num_queries: int = 1) -> dict[str, Any]:
     """Constexprs and launch options of one launch (shared with the SM90 compile test).
-    fp32 q keeps fp32 dots ("ieee"; the GPU default would be tf32)."""
-    split = max(1, min(DV_SPLIT, d // 64))
-    rows = PREFILL_BLOCK_ROWS if num_queries > PREFILL_MIN_QUERIES else BLOCK_ROWS
+    fp32 q keeps fp32 dots ("ieee"; the GPU default would be tf32). Float rows (both lists
+    FMT_FLOAT) take contiguous channel halves, records interleaved pairs."""
+    prefill = num_queries > PREFILL_MIN_QUERIES
+    split = max(1, min(PREFILL_DV_SPLIT if prefill else DV_SPLIT, d // 64))
+    heads = PREFILL_BLOCK_HEADS if prefill else BLOCK_HEADS
+    float_rows = FLOAT_HALVES and fmt_a == FMT_FLOAT and (fmt_b == FMT_FLOAT or not has_b)
     return dict(D=d, DJ=d // 2 // split, DC=min(DOT_SLICE, d // 2),
-                BH=min(BLOCK_HEADS, triton.next_power_of_2(h)), BK=rows,
+                BH=min(heads, triton.next_power_of_2(h)),
+                BK=PREFILL_BLOCK_ROWS if prefill else BLOCK_ROWS,
                 FMT_A=fmt_a, FMT_B=fmt_b, HAS_B=has_b,
-                PREC="ieee" if q_dtype == torch.float32 else "tf32", num_warps=NUM_WARPS,
-                num_stages=NUM_STAGES)
+                PREC="ieee" if q_dtype == torch.float32 else "tf32",
+                CS=1 if float_rows else 2, PS=d // 2 if float_rows else 1,
+                num_warps=NUM_WARPS, num_stages=PREFILL_NUM_STAGES if prefill else NUM_STAGES)
 
 
 def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):

@@ -463,7 +463,8 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
                 limit: float, mma: str = "auto", combine: bool = True,
                 skip_foreign_ids: bool = False,
-                combine_ids: torch.Tensor | None = None) -> torch.Tensor:
+                combine_ids: torch.Tensor | None = None,
+                config: dict | None = None) -> torch.Tensor:
     """The grouped expert pipeline. mma: "fp8" (W4A8/W8A8 FP8 dots), "bf16" (W4A16 style: scales
     folded into bf16 operands) or "auto" (bf16, except FP8 weights at prefill; ``moe_config``).
 
@@ -472,6 +473,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     local to this rank's slots) are skipped and their per-pair outputs are 0 (one extra memset).
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
+    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, num_warps, num_stages) —
+    for benchmarks that compare tilings (bench/moe_decode.py --configs).
     """
     num_tokens, dim = x.shape
     topk = expert_ids.shape[1]
@@ -488,6 +491,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     interpret = is_interpreting()
     cfg = moe_config(num_pairs, num_experts, interpret, plain=fmt == FMT_PLAIN, mma=mma,
                      fp8_weights=fmt == FMT_FP8)
+    cfg.update(config or {})
     mma_fp8 = cfg["MMA_FP8"]
     dot_bf16 = not interpret
     act = _ACT_CODES[x.dtype]

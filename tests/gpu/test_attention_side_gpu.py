@@ -120,10 +120,10 @@ def test_sparse_attention_records(n):
             f"DV_SPLIT=2 {times[0]:.3f} ms, =4 {times[1]:.3f} ms")
 
 
-def test_sparse_attention_bf16_rows():
+@pytest.mark.parametrize("n", [64, 1024])  # 1024: a prefill-sized launch (contiguous halves)
+def test_sparse_attention_bf16_rows(n):
     from deepinfer.kernels.triton import attention as tri
 
-    n = 64
     q = torch.randn(n, H, D, device="cuda").to(torch.bfloat16)
     kv = torch.randn(4096, D, device="cuda").to(torch.bfloat16)
     idx = torch.randint(-1, 4096, (n, W + TOPK), device="cuda")
@@ -133,7 +133,7 @@ def test_sparse_attention_bf16_rows():
     want = ref_attn.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
     assert bool((out[0] == 0).all())
     ms = _time_ms(lambda: tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5))
-    _record("sparse_attention_sink bf16 rows N=64", _rel(out, want), ATTN_TOL, ms)
+    _record(f"sparse_attention_sink bf16 rows N={n}", _rel(out, want), ATTN_TOL, ms)
 
 
 def _freq(dev):

@@ -94,6 +94,31 @@ def test_sparse_attention_records_production_tiling(d, heads, prefill, monkeypat
     torch.testing.assert_close(out, want, **TOL[torch.float32])
 
 
+@pytest.mark.parametrize("heads,split,prefill", [(16, 2, False), (16, 2, True),
+                                                 (16, 1, True)])
+def test_sparse_attention_float_rows_production_tiling(heads, split, prefill, monkeypatch):
+    """Float rows (the prefill path: unpacked window and entries) take contiguous channel
+    halves (CS=1, PS=D/2) at D=256: several q.k slices, the output split across programs or
+    (split 1, prefill) one program over all channels; the mapping must put every output
+    channel back in place and match the reference."""
+    monkeypatch.setattr(tri, "PREFILL_DV_SPLIT", split)
+    if prefill:
+        monkeypatch.setattr(tri, "PREFILL_MIN_QUERIES", 1)
+    d, n, m = 256, 3, 150
+    meta = tri.launch_meta(d, heads, tri.FMT_FLOAT, tri.FMT_FLOAT, False, num_queries=n)
+    assert (meta["CS"], meta["PS"]) == (1, d // 2)
+    assert meta["DJ"] == d // 2 // split and meta["DC"] < d // 2
+    gen = torch.Generator().manual_seed(17)
+    q = torch.randn(n, heads, d, generator=gen)
+    kv = torch.randn(m, d, generator=gen)
+    idx = _indices(n, 90, m, gen)
+    sink = torch.randn(heads, generator=gen)
+    out = tri.sparse_attention_sink(q, kv, idx, sink, d ** -0.5)
+    want = ref.sparse_attention_sink(q, kv, idx, sink, d ** -0.5)
+    torch.testing.assert_close(out, want, **TOL[torch.float32])
+    assert bool((out[-1] == 0).all())
+
+
 def test_sparse_attention_sm90_compiles():
     sys.path.insert(0, str(Path(__file__).parent))
     from aot_attention_side import SM90_SHARED_LIMIT, compile_cases
