@@ -45,14 +45,15 @@ DOT_SLICE = 64  # channel pairs per q.k slice
 DV_SPLIT = 2  # programs per (query, head block), each accumulating 1/DV_SPLIT of the output
 BLOCK_ROWS = 16
 # Prefill-sized launches (more than PREFILL_MIN_QUERIES queries): rows per online-softmax chunk,
-# heads per program, output split across programs and pipeline stages, chosen on the H200 by
-# bench/attention_prefill.py (docs/performance.md). Session 4 measured 64-row chunks faster than
-# 16 (records; float rows ran interleaved then); contiguous halves let loads go through cp.async, and 64 rows
-# then need 262 KB of shared memory at 2 stages (over SM90's 227 KB): 32 rows until measured.
+# heads per program, output split across programs and pipeline stages. Measured on the H200 at
+# 4,096 queries x 64 heads x 640 bf16 rows (bench/attention_prefill.py, docs/performance.md
+# session 5): 32 rows, 64 heads, no split (q.k computed once per head), 2 stages: 2.18 ms, against
+# 23.7 ms for the former interleaved 64-row split-2 launch and 3.4-6.2 ms for the other variants
+# (64 rows at 2 stages needs more than SM90's 227 KB of shared memory).
 PREFILL_BLOCK_ROWS = 32
 PREFILL_MIN_QUERIES = 256
 PREFILL_BLOCK_HEADS = 64
-PREFILL_DV_SPLIT = 2
+PREFILL_DV_SPLIT = 1
 PREFILL_NUM_STAGES = 2
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True

@@ -417,27 +417,32 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     BM=16 rows (mma.sync; wgmma needs M=64), one 128-byte slab per weight row and K step (BK=256
     MXFP4, 128 FP8 e4m3, 64 plain bf16), scales folded into bf16 operands (one dot per step, no
     promotion, fewest instructions per weight byte); mma="fp8" keeps FP8 dots there (BK=32, per-32
-    promotion: the former decode config, kept for comparison). Prefill (BM=128): mma="auto"
-    takes FP8 dots for FP8 weights and the folded bf16 dot for MXFP4 (faster on the H200).
+    promotion: the former decode config, kept for comparison). Prefill: mma="auto"
+    takes FP8 dots for FP8 weights and the folded bf16 dot for MXFP4 (faster on the H200), the
+    latter at BM=64 with the split unpack (a 4K chunk gives each expert ~64 rows).
     Register and shared-memory use of each are checked by the SM90 compile test (no spills).
     """
     decode = num_pairs <= 16 * num_experts
     # auto: FP8 dots only for FP8 weights at prefill; MXFP4 takes the folded bf16 dot at every
     # size (measured on the H200, docs/performance.md: W4A16 beat W4A8 from 64 to 4096 tokens)
     mma_fp8 = not plain and (mma == "fp8" or (mma == "auto" and not decode and fp8_weights))
-    # MXFP4 folded: decode tiles unpack by inline PTX into even/odd halves (SPLIT_K, measured
-    # 11-40 % faster on the H200); prefill tiles keep the interleaved fp32-bits unpack (the split
-    # one measured 200 vs 153 ms of a 4K prefill's expert GEMMs there)
+    # MXFP4 folded: tiles unpack by inline PTX into even/odd halves (SPLIT_K): decode measured
+    # 11-40 % faster on the H200 than the interleaved fp32-bits unpack; prefill at BM=64 x BN=64
+    # x BK=128 12.9 ms vs 19.2 ms (BM=128 x 64 x 32 interleaved) per 4K-token layer
+    # (bench/moe_decode.py --configs: a 4K chunk routes ~64 pairs per expert, BM=128 idles half)
     mxfp4_folded = not plain and not fp8_weights and not mma_fp8
     if interpret:
         return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8,
-                    SPLIT_K=mxfp4_folded and decode, num_warps=4, num_stages=1)
+                    SPLIT_K=mxfp4_folded, num_warps=4, num_stages=1)
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
                     MMA_FP8=False, SPLIT_K=mxfp4_folded, num_warps=4, num_stages=4)
     if decode:
         return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, num_warps=8,
                     num_stages=6)
+    if mxfp4_folded:
+        return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True, num_warps=4,
+                    num_stages=4)
     return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, num_warps=8,
                 num_stages=4 if plain else 6)
 

@@ -68,14 +68,14 @@ def _routed(num_tokens: int, dim: int, num_experts: int, topk: int, seed: int):
 
 
 @pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "mxfp4_bf16mma_prefill",
-                                     "fp8_reencoded", "plain"])
+                                     "mxfp4_bf16mma_interleaved", "fp8_reencoded", "plain"])
 def test_moe_routed_experts(variant):
-    """Decode-sized (7 tokens: the split even/odd unpack) and, for _prefill, 40 tokens (120 pairs
-    > 16 per expert: the interleaved unpack of the prefill tiles)."""
+    """Decode-sized (7 tokens) and, for _prefill, 40 tokens (120 pairs > 16 per expert: the
+    prefill class); MXFP4 bf16 dots take the split even/odd unpack in both, _interleaved forces
+    the interleaved fp32-bits unpack (bench/moe_decode.py's comparison tilings)."""
     num_tokens = 40 if variant.endswith("_prefill") else 7
     dim, inter, num_experts, topk = 64, 64, 6, 3
-    assert moe_experts.moe_config(num_tokens * topk, num_experts, interpret=True)["SPLIT_K"] \
-        == (num_tokens == 7)
+    assert moe_experts.moe_config(num_tokens * topk, num_experts, interpret=True)["SPLIT_K"]
     x, ids, weights = _routed(num_tokens, dim, num_experts, topk, seed=5)
     packed, dequant = _experts(num_experts, inter, dim, seed=6)
     limit = 0.7  # small enough that both clamps are exercised
@@ -83,7 +83,8 @@ def test_moe_routed_experts(variant):
     if variant == "mxfp4_fp8mma":
         out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="fp8")
     elif variant.startswith("mxfp4_bf16mma"):
-        out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="bf16")
+        out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="bf16",
+                                      config={"SPLIT_K": not variant.endswith("interleaved")})
     elif variant == "fp8_reencoded":
         out = moe_experts.moe_routed_experts(
             x, ids, weights, *[moe_experts.mxfp4_to_fp8(p) for p in packed], limit)
