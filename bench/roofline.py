@@ -111,7 +111,8 @@ def rooflines(plan: dict, decode: list[tuple[int, int]], prefill: list[int], cei
                               "flops": cost["flops"]["total_flops"], **roofline_ms(cost, ceil)})
     for prompt in prefill:
         rows = min(prompt, topo.scheduler.max_num_batched_tokens)
-        cost = step_cost(spec, topo, placement, rows, prompt / 2, dp_per_ep, rows)
+        # one prompt: logits only for its last row (the head runs on one row per step at most)
+        cost = step_cost(spec, topo, placement, rows, prompt / 2, dp_per_ep, rows, logit_rows=1)
         r = roofline_ms(cost, ceil)
         steps = -(-prompt // rows)
         out["prefill"].append({"prompt_len": prompt, "rows_per_step": rows, "steps": steps,

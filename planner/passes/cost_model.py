@@ -22,7 +22,8 @@ average over a request's decode). Bytes:
 - activations: ``activation_bytes_per_token`` per row and layer (cache_layout's estimate).
 
 FLOPs: ``2 * rows * dense_matmul_params`` (shared experts, attention projections, router, mHC,
-head), ``2 * 3 * D * moe_inter`` per routed pick landing on this rank, attention
+head; the head only over rows that need logits: a prefill step's prompt-last rows),
+``2 * 3 * D * moe_inter`` per routed pick landing on this rank, attention
 ``4 * H * Dh * (window + top-k)`` per row and layer, indexer ``2 * heads * dim * keys``.
 
 Prefill step: ``max_num_batched_tokens`` rows at average context ``prompt / 2``, same formulas
@@ -69,10 +70,12 @@ def _kv_bytes_and_flops_per_row(spec: ModelSpec, context: float, cp: int) -> dic
 
 
 def step_cost(spec: ModelSpec, topo: Topology, placement: dict, rows: int, context: float,
-          dp_per_ep_group: int, kv_readers: int) -> dict:
+          dp_per_ep_group: int, kv_readers: int, logit_rows: int | None = None) -> dict:
     """Bytes, FLOPs and times of one step with ``rows`` query rows on one rank; the cache is
     read ``kv_readers`` times (once per sequence in decode: a sequence's verify rows share one
-    read of its cache; once per row in prefill, an upper bound)."""
+    read of its cache; once per row in prefill, an upper bound). ``logit_rows`` (default
+    ``rows``): the rows the vocabulary head multiplies — every decode/verify row, but only each
+    prompt's last row in a prefill step."""
     hw, p = topo.hardware, topo.parallel
     s = weight_summary(spec)
     per_row = _kv_bytes_and_flops_per_row(spec, context, p.cp)
@@ -87,7 +90,9 @@ def step_cost(spec: ModelSpec, topo: Topology, placement: dict, rows: int, conte
     kv_bytes = kv_readers * per_row["kv_bytes"]
     total_bytes = dense_bytes + expert_bytes + kv_bytes + engram_bytes + act_bytes
     expert_params = 3 * spec.hidden_size * spec.moe_intermediate_size
-    dense_flops = 2.0 * rows * s.dense_matmul_params
+    head_params = spec.vocab_size * spec.hidden_size  # part of dense_matmul_params
+    logit_rows = rows if logit_rows is None else logit_rows
+    dense_flops = 2.0 * (rows * (s.dense_matmul_params - head_params) + logit_rows * head_params)
     expert_flops = 2.0 * expert_params * picks / p.ep * spec.num_hidden_layers
     attn_flops = rows * per_row["attention_flops"]
     idx_flops = rows * per_row["indexer_flops"]
@@ -134,7 +139,8 @@ def plan_cost_model(spec: ModelSpec, topo: Topology, cache_layout: dict, placeme
                               if decode["step_time_s"] else None)
 
     rows = sched.max_num_batched_tokens
-    prefill = step_cost(spec, topo, placement, rows, w.prompt_len_tokens / 2, dp_per_ep_group, rows)
+    prefill = step_cost(spec, topo, placement, rows, w.prompt_len_tokens / 2, dp_per_ep_group, rows,
+                        logit_rows=-(-rows // max(1, w.prompt_len_tokens)))
     prefill["tokens_per_s"] = (rows * p.dp / prefill["step_time_s"]
                                if prefill["step_time_s"] else None)
     return {

@@ -101,3 +101,16 @@ def test_cpu_has_no_times():
 
 def test_deterministic(released, released_cost):
     assert plan(released, RELEASED_8)[0] == released_cost[0]
+
+
+def test_head_flops_only_for_rows_with_logits(released, released_cost):
+    """Decode: every row multiplies the vocabulary head; a prefill step only each prompt's last
+    row (the engine computes no logits for the others): the head leaves the other rows' FLOPs."""
+    cost, _ = released_cost
+    s = weight_summary(released)
+    head = released.vocab_size * released.hidden_size
+    d, p = cost["decode"], cost["prefill"]
+    assert d["flops"]["dense_flops"] == pytest.approx(2.0 * d["rows"] * s.dense_matmul_params)
+    prompts = -(-p["rows"] // RELEASED_8.workload.prompt_len_tokens)
+    assert p["flops"]["dense_flops"] == pytest.approx(
+        2.0 * (p["rows"] * (s.dense_matmul_params - head) + prompts * head))
