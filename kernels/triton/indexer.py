@@ -7,8 +7,10 @@ either float rows (the registered ``index_scores`` op) or 68-B FP4 index-key rec
 with the visibility rule ``t < num_visible[n]`` applied in the epilogue (-inf elsewhere).
 ``index_scores_paged`` scores each query over its own entries of a paged record pool (one query
 row per program: rows do not share keys), reading only visible entries.
-As in the attention kernel the 128 channels are taken as an even and an odd half, so one record
-byte feeds both halves. Dots run in q's dtype (bf16 on the GPU: FP4-grid values are exact in
+As in the attention kernel the 128 channels are taken as two halves, pair j = (channel j*CS,
+channel j*CS + PS): records interleave (CS=2, PS=1: one record byte feeds both halves), float
+keys take contiguous halves (CS=1, PS=D/2: vectorized loads instead of a stride-2 gather; the
+attention kernel's prefill launch measured 23.7 -> 3.4 ms from this kind of change). Dots run in q's dtype (bf16 on the GPU: FP4-grid values are exact in
 bf16) with fp32 accumulation; the head reduction is fp32.
 """
 
@@ -28,6 +30,13 @@ BLOCK_KEYS = 128
 KEY_TILES = 8  # key tiles per program (q stays in registers/shared across them)
 ROWS_PER_PROGRAM = 64  # BN * Hi
 NUM_WARPS = 4
+# float keys (the prefill path: one sequence's unpacked index keys): key tiles per program, q rows
+# per program and the channel layout; bench/index_prefill.py varies them (not yet measured on
+# the H200: KEY_TILES_FLOAT = 1 and interleaved pairs ran until session 5)
+KEY_TILES_FLOAT = 4
+ROWS_PER_PROGRAM_FLOAT = 64
+FLOAT_HALVES = True
+NUM_WARPS_FLOAT = 4
 
 
 @triton.jit
@@ -35,7 +44,8 @@ def _index_scores_kernel(
     q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, stride_k, vis_ptr, out_ptr,
     stride_on, num_q, num_keys,
     HI: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, BT: tl.constexpr, KT: tl.constexpr,
-    RECORDS: tl.constexpr, HAS_VIS: tl.constexpr, PREC: tl.constexpr,
+    RECORDS: tl.constexpr, HAS_VIS: tl.constexpr, PREC: tl.constexpr, CS: tl.constexpr,
+    PS: tl.constexpr,
 ):
     n0 = tl.program_id(0) * BN
     t0 = tl.program_id(1) * (BT * KT)
@@ -44,8 +54,8 @@ def _index_scores_kernel(
     qmask = qn < num_q
     j = tl.arange(0, D // 2)
     q_rows = q_ptr + qn.to(tl.int64)[:, None] * stride_qn + (r % HI)[:, None] * stride_qh
-    q_e = tl.load(q_rows + 2 * j[None, :], mask=qmask[:, None], other=0.0)
-    q_o = tl.load(q_rows + 2 * j[None, :] + 1, mask=qmask[:, None], other=0.0)
+    q_e = tl.load(q_rows + CS * j[None, :], mask=qmask[:, None], other=0.0)
+    q_o = tl.load(q_rows + CS * j[None, :] + PS, mask=qmask[:, None], other=0.0)
 
     w = tl.load(w_ptr + qn.to(tl.int64) * stride_wn + r % HI, mask=qmask, other=0.0)
     w = w.to(tl.float32)
@@ -63,8 +73,8 @@ def _index_scores_kernel(
             k_e = e2m1_to_f32(byte & 15) * scale
             k_o = e2m1_to_f32((byte >> 4) & 15) * scale
         else:
-            k_e = tl.load(k_rows + 2 * j[None, :], mask=tmask[:, None], other=0.0)
-            k_o = tl.load(k_rows + 2 * j[None, :] + 1, mask=tmask[:, None], other=0.0)
+            k_e = tl.load(k_rows + CS * j[None, :], mask=tmask[:, None], other=0.0)
+            k_o = tl.load(k_rows + CS * j[None, :] + PS, mask=tmask[:, None], other=0.0)
             k_e = k_e.to(tl.float32)
             k_o = k_o.to(tl.float32)
         s = tl.dot(q_e, tl.trans(k_e.to(q_e.dtype)), input_precision=PREC)
@@ -128,11 +138,15 @@ def _index_scores_paged_kernel(
 def launch_meta(hi: int, d: int, records: bool, has_vis: bool,
                 q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
     """Constexprs and launch options (shared with the SM90 compile test); fp32 q keeps fp32
-    dots ("ieee", not the GPU's default tf32)."""
-    return dict(HI=hi, D=d, BN=max(1, ROWS_PER_PROGRAM // hi), BT=BLOCK_KEYS,
-                KT=KEY_TILES if records else 1, RECORDS=records, HAS_VIS=has_vis,
-                PREC="ieee" if q_dtype == torch.float32 else "tf32", num_warps=NUM_WARPS,
-                num_stages=2)
+    dots ("ieee", not the GPU's default tf32). Records: interleaved channel pairs; float keys:
+    contiguous halves (``FLOAT_HALVES``) and their own tiling."""
+    halves = FLOAT_HALVES and not records
+    rows = ROWS_PER_PROGRAM if records else ROWS_PER_PROGRAM_FLOAT
+    return dict(HI=hi, D=d, BN=max(1, rows // hi), BT=BLOCK_KEYS,
+                KT=KEY_TILES if records else KEY_TILES_FLOAT, RECORDS=records, HAS_VIS=has_vis,
+                PREC="ieee" if q_dtype == torch.float32 else "tf32",
+                CS=1 if halves else 2, PS=d // 2 if halves else 1,
+                num_warps=NUM_WARPS if records else NUM_WARPS_FLOAT, num_stages=2)
 
 
 def _launch(q, w, keys, vis, records):

@@ -45,6 +45,21 @@ def test_index_scores_matches_reference(dtype):
     torch.testing.assert_close(got, ref.index_scores(q, w, keys), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("halves", [True, False])
+def test_index_scores_float_keys_released_shape(halves, monkeypatch):
+    """Float keys at the released 32 x 128 over 1,100 keys: several key tiles per program
+    (KEY_TILES_FLOAT), a partial last tile, 3 queries (a partial query block); both channel
+    layouts (contiguous halves, the default, and interleaved pairs) match the reference."""
+    monkeypatch.setattr(tri, "FLOAT_HALVES", halves)
+    meta = tri.launch_meta(32, 128, False, False, torch.float32)
+    assert meta["KT"] == tri.KEY_TILES_FLOAT > 1
+    assert (meta["CS"], meta["PS"]) == ((1, 64) if halves else (2, 1))
+    q, w, keys = _inputs(torch.Generator().manual_seed(9), n=3, hi=32, d=128, t=1100)
+    keys = quant.fake_quant_fp4_ue8m0_block32(keys)
+    got = tri.index_scores(q, w, keys)
+    torch.testing.assert_close(got, ref.index_scores(q, w, keys), atol=1e-4, rtol=1e-5)
+
+
 # BN = 16 queries per program; the released 32 x 128 (BN = 2); T past one program's key range
 @pytest.mark.parametrize("hi,d,t", [(4, 32, 70), (32, 128, 70), (4, 32, 1100)])
 def test_index_scores_records_visibility(hi, d, t):

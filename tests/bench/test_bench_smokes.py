@@ -1,0 +1,50 @@
+"""The kernel benches' CPU smoke modes (interpreter: every variant runs and, where the bench
+checks it, matches the torch reference) and the round scripts' winner picker."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from pick_fastest import fastest  # noqa: E402
+
+
+def _smoke(*args: str) -> str:
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, str(BENCH / args[0]), "--smoke", *args[1:]],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_index_prefill_smoke_matches_reference_in_every_variant():
+    out = _smoke("index_prefill.py")
+    lines = [ln for ln in out.splitlines() if "max abs err vs reference" in ln]
+    assert len(lines) == len(__import__("index_prefill").DEFAULT_VARIANTS.split(","))
+
+
+def test_attention_prefill_smoke_variants_agree():
+    out = _smoke("attention_prefill.py", "--variants",
+                 "float:h:32:64:1:2,float:i:16:64:2:2,records:i:32:64:2:2")
+    lines = [ln for ln in out.splitlines() if ln.startswith(("float:", "records:"))]
+    assert len(lines) == 3 and all("finite True" in ln for ln in lines), out
+    diffs = [float(ln.rsplit(" ", 1)[1]) for ln in lines]
+    assert max(diffs) < 1e-4, out  # a tiling or layout change reorders fp32 sums only
+
+
+def test_moe_decode_smoke_matches_reference():
+    assert "smoke ok" in _smoke("moe_decode.py")
+
+
+@pytest.mark.parametrize("prefix,want", [("float:", "float:h:32:64:1:2"), ("", "records:i")])
+def test_pick_fastest(prefix, want):
+    table = ["| variant | ms |", "|---|---:|", "| float:i:64:64:2:2 | 23.6 |",
+             "| float:h:32:64:1:2 | 2.18 |", "| float:h:16:64:2:2 | failed: OutOfResources |",
+             "| records:i | 1.5 |", "| 64 | mxfp4 bf16 | 3.9 |"]
+    assert fastest(table, prefix) == want
+    assert fastest(["no table"], "") is None
