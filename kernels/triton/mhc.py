@@ -170,12 +170,31 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
              y.to(y_ptr.dtype.element_ty), mask=mask_d[None, :])
 
 
+# _hc_coeffs_kernel's launch (bench/mhc_prefill.py varies them): BM=16 tokens (mma.sync M), BK=64
+# of S*D (BK=128 spills with the 3xTF32 operand splits), split-K up to TARGET_PROGRAMS programs.
+# Each program streams its K range serially (320 BK steps at split 1), so a 4K prefill's 256
+# token blocks at ~2 programs per SM ran latency-bound (1.04 ms per call on the H200, session 5,
+# ~4 % of the time its bf16 input takes to read); 8 programs per SM split K four ways there
+# (unmeasured; decode's split is capped at 32 either way).
+COEFFS_BLOCK_M = 16
+COEFFS_BLOCK_K = 64
+COEFFS_NUM_WARPS = 4
+COEFFS_NUM_STAGES = 4
+COEFFS_TARGET_PROGRAMS = 1056
+
+
 def coeffs_config(interpret: bool = False) -> dict:
-    """BM=16 tokens (mma.sync M), BK=64 of S*D (BK=128 spills with the 3xTF32 operand splits);
-    split-K targets ~2 programs per SM (132)."""
+    """The launch of ``_hc_coeffs_kernel`` (module constants above; the interpreter: small)."""
     if interpret:
         return dict(BM=16, BK=32, num_warps=4, num_stages=1, target_programs=2)
-    return dict(BM=16, BK=64, num_warps=4, num_stages=4, target_programs=264)
+    return dict(BM=COEFFS_BLOCK_M, BK=COEFFS_BLOCK_K, num_warps=COEFFS_NUM_WARPS,
+                num_stages=COEFFS_NUM_STAGES, target_programs=COEFFS_TARGET_PROGRAMS)
+
+
+def coeffs_split(num_tokens: int, num_k: int, cfg: dict) -> int:
+    """K partitions of a launch: up to ``target_programs`` programs, >= 4 BK steps each, <= 32."""
+    num_m_blocks = triton.cdiv(num_tokens, cfg["BM"])
+    return max(1, min(cfg["target_programs"] // num_m_blocks, num_k // cfg["BK"] // 4, 32))
 
 
 def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor,
@@ -203,8 +222,7 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
         return pre, post, comb
     num_m_blocks = triton.cdiv(num_tokens, cfg["BM"])
     num_k_blocks = num_k // cfg["BK"]
-    if split is None:
-        split = max(1, min(cfg["target_programs"] // num_m_blocks, num_k_blocks // 4, 32))
+    split = coeffs_split(num_tokens, num_k, cfg) if split is None else split
     k_blocks_per_split = triton.cdiv(num_k_blocks, split)
     split = triton.cdiv(num_k_blocks, k_blocks_per_split)  # no empty splits
     sp = max(16, s)

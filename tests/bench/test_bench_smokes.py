@@ -37,6 +37,12 @@ def test_attention_prefill_smoke_variants_agree():
     assert max(diffs) < 1e-4, out  # a tiling or layout change reorders fp32 sums only
 
 
+def test_mhc_prefill_smoke_matches_reference():
+    out = _smoke("mhc_prefill.py")
+    assert out.count("max abs err vs reference") == len(
+        __import__("mhc_prefill").DEFAULT_VARIANTS.split(","))
+
+
 def test_moe_decode_smoke_matches_reference():
     assert "smoke ok" in _smoke("moe_decode.py")
 
