@@ -1,6 +1,6 @@
-"""Decode-size timing of the routed-expert GEMMs (kernels/triton/moe_experts.py) vs HBM bandwidth.
+"""Timing of the routed-expert GEMMs (kernels/triton/moe_experts.py) vs HBM bandwidth.
 
-    TRITON_INTERPRET=0 python bench/moe_decode.py [--tokens 1 8 64 256 4096]   # GPU: the table
+    TRITON_INTERPRET=0 python bench/moe_decode.py [--tokens 1 8 64 256 4096] [--config-tokens N]
     python bench/moe_decode.py --smoke          # CPU, TRITON_INTERPRET=1: correctness only
 
 Shapes of the v41-flash-slice plan: hidden D=5120, expert width I=2304, 384 experts, top-6, bf16
@@ -15,6 +15,9 @@ Per row: the median ms of ``run_experts`` (bench/roofline.py's ``median_ms``: CU
 after 3 warm-ups), the experts the batch touches, their weight bytes (w1, w3, w2 data + scales,
 each read once; activations are negligible), GB/s = bytes / time, and η = GB/s / the HBM ceiling
 measured in the same run (``measure_ceilings``: a large device-to-device copy).
+Then the W4A16 kernel at one size (``--config-tokens``, default 4096; 0: skip) under several
+tilings (``--configs``; defaults PREFILL_CONFIGS or DECODE_CONFIGS by moe_config's class): ms,
+TFLOP/s against the bf16 ceiling, rel. error against the first (moe_config's own) tiling.
 """
 
 from __future__ import annotations
@@ -118,6 +121,12 @@ PREFILL_CONFIGS = ("128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,64x128x32:0:4
                    "64x64x128:1:4:4,64x64x256:1:4:4,64x128x128:1:8:3,128x128x64:0:8:3")
 
 
+# decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16 (mma.sync), the weight
+# slab per K step and the programs in flight vary; the first is moe_config's
+DECODE_CONFIGS = ("16x64x256:1:4:4,16x32x256:1:4:4,16x128x256:1:4:3,16x32x128:1:4:6,"
+                  "16x64x128:1:4:6,16x64x256:1:8:4,16x64x128:1:4:8")
+
+
 def parse_config(text: str) -> dict:
     tile, split_k, warps, stages = text.split(":")
     bm, bn, bk = map(int, tile.split("x"))
@@ -166,8 +175,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
     parser.add_argument("--config-tokens", type=int, default=4096,
                         help="the size the tiling comparison runs at (0: none)")
-    parser.add_argument("--configs", default=PREFILL_CONFIGS,
-                        help="comma-separated BMxBNxBK:split_k:warps:stages")
+    parser.add_argument("--configs", default=None,
+                        help="comma-separated BMxBNxBK:split_k:warps:stages (default: "
+                        "PREFILL_CONFIGS above 16 pairs per expert, else DECODE_CONFIGS)")
     args = parser.parse_args()
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernel modules import triton
@@ -180,7 +190,9 @@ def main() -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_common
     bench(args.tokens)
     if args.config_tokens:
-        bench_configs(args.config_tokens, args.configs.split(","))
+        decode = args.config_tokens * TOPK <= 16 * EXPERTS  # moe_config's decode class
+        configs = args.configs or (DECODE_CONFIGS if decode else PREFILL_CONFIGS)
+        bench_configs(args.config_tokens, configs.split(","))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,12 @@ def test_mhc_prefill_smoke_matches_reference():
         __import__("mhc_prefill").DEFAULT_VARIANTS.split(","))
 
 
+def test_gemm_prefill_smoke_weight_forms_agree():
+    out = _smoke("gemm_prefill.py")
+    assert out.count("max rel err vs first") == len(
+        __import__("gemm_prefill").DEFAULT_VARIANTS.split(","))
+
+
 def test_moe_decode_smoke_matches_reference():
     assert "smoke ok" in _smoke("moe_decode.py")
 
