@@ -46,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
+import kernel_overrides  # noqa: E402
 from decode_report import report  # noqa: E402
 
 RECORD_ROWS = 4093  # random rows packed per record kind, tiled over the pools
@@ -396,7 +397,9 @@ def main() -> int:
     ap.add_argument("--gap-tokens", type=int, default=None, help="default 64 (CPU: 16)")
     ap.add_argument("--report", type=Path, default=None,
                     help="only print the tables of a (partial) results JSON")
+    kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
+    kernel_overrides.apply(args.attention_config, args.moe_config)
     if args.report is not None:
         report(json.loads(args.report.read_text()))
         return 0

@@ -121,17 +121,22 @@ PREFILL_CONFIGS = ("128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,64x128x32:0:4
                    "64x64x128:1:4:4,64x64x256:1:4:4,64x128x128:1:8:3,128x128x64:0:8:3")
 
 
-# decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16 (mma.sync), the weight
-# slab per K step and the programs in flight vary; the first is moe_config's
+# decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16, the weight slab per K
+# step and the programs in flight vary, and the MMA's orientation (swap); the first is
+# moe_config's
 DECODE_CONFIGS = ("16x64x256:1:4:4,16x32x256:1:4:4,16x128x256:1:4:3,16x32x128:1:4:6,"
-                  "16x64x128:1:4:6,16x64x256:1:8:4,16x64x128:1:4:8")
+                  "16x64x128:1:4:6,16x64x256:1:8:4,16x64x128:1:4:8,"
+                  # swap AB: weight rows as the wgmma M side, fed from registers
+                  "16x64x256:1:4:4:1,16x64x128:1:4:6:1,16x128x128:1:8:4:1,16x128x256:1:8:4:1,"
+                  "16x64x128:1:4:8:1")
 
 
 def parse_config(text: str) -> dict:
-    tile, split_k, warps, stages = text.split(":")
+    """``BMxBNxBK:split_k:warps:stages[:swap]`` -> a ``run_experts`` config (swap: SWAP_AB)."""
+    tile, split_k, warps, stages, *swap = text.split(":")
     bm, bn, bk = map(int, tile.split("x"))
-    return dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", num_warps=int(warps),
-                num_stages=int(stages))
+    return dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", SWAP_AB=swap == ["1"],
+                num_warps=int(warps), num_stages=int(stages))
 
 
 def bench_configs(num_tokens: int, configs: list[str]) -> None:

@@ -32,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
+import kernel_overrides  # noqa: E402
 
 DEFAULTS = {"prompt_lens": ("4096,16384", "512,1024"), "eager_probe_len": (512, 128)}
 
@@ -184,29 +185,6 @@ def print_target(res: dict) -> None:
           f"{'met' if share >= 0.4 else 'NOT met'}")
 
 
-def apply_kernel_configs(attention_config: str | None, moe_config: str | None) -> None:
-    """Candidate launch configs of the two prefill kernels under measurement, set before the
-    plan loads (a device round measures the variants alone, then the best end to end)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    if attention_config:
-        from attention_prefill import set_variant
-
-        from deepinfer.kernels.triton import attention
-        layout, *nums = attention_config.split(":")
-        set_variant(attention, layout, *map(int, nums))
-    if moe_config:
-        from moe_decode import parse_config
-
-        from deepinfer.kernels.triton import moe_experts
-        override, base = parse_config(moe_config), moe_experts.moe_config
-
-        def with_override(num_pairs, num_experts, *a, **kw):
-            cfg = base(num_pairs, num_experts, *a, **kw)
-            prefill = num_pairs > 16 * num_experts and not cfg["MMA_FP8"]
-            return {**cfg, **override} if prefill else cfg
-        moe_experts.moe_config = with_override
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prompt-lens", default=None, help="default 4096,16384 (CPU: 512,1024)")
@@ -220,14 +198,9 @@ def main() -> int:
     ap.add_argument("--eager-budget-s", type=float, default=60.0)
     ap.add_argument("--report", type=Path, default=None,
                     help="only print the table of a (partial) results JSON")
-    ap.add_argument("--attention-config", default=None,
-                    help="LAYOUT:BK:BH:SPLIT:STAGES of prefill-sized attention launches "
-                    "(bench/attention_prefill.py variants; default: the module's constants)")
-    ap.add_argument("--moe-config", default=None,
-                    help="BMxBNxBK:split_k:warps:stages of prefill-class expert GEMMs "
-                    "(bench/moe_decode.py --configs; default: moe_config's)")
+    kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
-    apply_kernel_configs(args.attention_config, args.moe_config)
+    kernel_overrides.apply(args.attention_config, args.moe_config)
     if args.report is not None:
         res = json.loads(args.report.read_text())
         report(res)

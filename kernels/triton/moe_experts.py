@@ -259,14 +259,21 @@ def _dot_tile(acc, a, a_scale, w, w_scale, MMA_FP8: tl.constexpr, DOT_BF16: tl.c
 
 
 @triton.jit
-def _dot_halves(acc, a_even, a_odd, w_even, w_odd, DOT_BF16: tl.constexpr):
-    """acc [BM, BN] += a_even @ w_even^T + a_odd @ w_odd^T (the K elements split by parity)."""
-    if DOT_BF16:
-        acc = tl.dot(a_even, tl.trans(w_even), acc)
-        acc = tl.dot(a_odd, tl.trans(w_odd), acc)
+def _dot_halves(acc, a_even, a_odd, w_even, w_odd, DOT_BF16: tl.constexpr,
+                SWAP_AB: tl.constexpr):
+    """acc [BM, BN] += a_even @ w_even^T + a_odd @ w_odd^T (the K elements split by parity).
+
+    SWAP_AB: acc is the transposed [BN, BM] += w_even @ a_even^T + w_odd @ a_odd^T — the weight
+    rows are the MMA's M side (64 per warpgroup: wgmma, fed from the registers the unpack
+    wrote) and the few tokens of a decode tile its N side, instead of 16-token mma.sync tiles
+    whose weight operand goes through shared memory."""
+    prec: tl.constexpr = "tf32" if DOT_BF16 else "ieee"
+    if SWAP_AB:
+        acc = tl.dot(w_even, tl.trans(a_even), acc, input_precision=prec)
+        acc = tl.dot(w_odd, tl.trans(a_odd), acc, input_precision=prec)
     else:
-        acc = tl.dot(a_even, tl.trans(w_even), acc, input_precision="ieee")
-        acc = tl.dot(a_odd, tl.trans(w_odd), acc, input_precision="ieee")
+        acc = tl.dot(a_even, tl.trans(w_even), acc, input_precision=prec)
+        acc = tl.dot(a_odd, tl.trans(w_odd), acc, input_precision=prec)
     return acc
 
 
@@ -280,10 +287,11 @@ def _moe_gemm_kernel(
     num_pairs, O, K, a_row_div, limit,
     stride_am, stride_asm, stride_we, stride_wn, stride_se, stride_sn, stride_om, stride_osm,
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
-    DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
+    DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):
-    """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0)."""
+    """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0).
+    SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -303,8 +311,13 @@ def _moe_gemm_kernel(
     w3_base = w3_ptr + expert.to(tl.int64) * stride_we
     s3_base = s3_ptr + expert.to(tl.int64) * stride_se
 
-    acc1 = tl.zeros((BM, BN), dtype=tl.float32)
-    acc3 = tl.zeros((BM, BN), dtype=tl.float32)
+    tl.static_assert(SPLIT_K or not SWAP_AB, "SWAP_AB needs the split MXFP4 unpack")
+    if SWAP_AB:
+        acc1 = tl.zeros((BN, BM), dtype=tl.float32)
+        acc3 = tl.zeros((BN, BM), dtype=tl.float32)
+    else:
+        acc1 = tl.zeros((BM, BN), dtype=tl.float32)
+        acc3 = tl.zeros((BM, BN), dtype=tl.float32)
     for k0 in range(0, K, BK):
         a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
         a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
@@ -313,11 +326,11 @@ def _moe_gemm_kernel(
             a_even, a_odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
             w_even, w_odd = _load_mxfp4_halves(w1_base, s1_base, rows_w, stride_wn, stride_sn,
                                                k0, DOT_BF16, BN, BK)
-            acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16)
+            acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
             if GATED:
                 w_even, w_odd = _load_mxfp4_halves(w3_base, s3_base, rows_w, stride_wn,
                                                    stride_sn, k0, DOT_BF16, BN, BK)
-                acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16)
+                acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
         else:
             w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
                                   FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
@@ -327,6 +340,9 @@ def _moe_gemm_kernel(
                                       FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
                 acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
 
+    if SWAP_AB:
+        acc1 = tl.trans(acc1)
+        acc3 = tl.trans(acc3)
     pairs64 = pairs.to(tl.int64)
     store_mask = valid[:, None] & mask_n[None, :]
     if GATED:
@@ -433,18 +449,19 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     mxfp4_folded = not plain and not fp8_weights and not mma_fp8
     if interpret:
         return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8,
-                    SPLIT_K=mxfp4_folded, num_warps=4, num_stages=1)
+                    SPLIT_K=mxfp4_folded, SWAP_AB=False, num_warps=4, num_stages=1)
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
-                    MMA_FP8=False, SPLIT_K=mxfp4_folded, num_warps=4, num_stages=4)
-    if decode:
-        return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, num_warps=8,
-                    num_stages=6)
-    if mxfp4_folded:
-        return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True, num_warps=4,
+                    MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, num_warps=4,
                     num_stages=4)
-    return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, num_warps=8,
-                num_stages=4 if plain else 6)
+    if decode:
+        return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, SWAP_AB=False,
+                    num_warps=8, num_stages=6)
+    if mxfp4_folded:
+        return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
+                    num_warps=4, num_stages=4)
+    return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, SWAP_AB=False,
+                num_warps=8, num_stages=4 if plain else 6)
 
 
 def _block_k(k: int, block_k: int) -> int:
@@ -478,7 +495,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     local to this rank's slots) are skipped and their per-pair outputs are 0 (one extra memset).
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
-    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, num_warps, num_stages) —
+    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, num_warps,
+    num_stages) —
     for benchmarks that compare tilings (bench/moe_decode.py --configs).
     """
     num_tokens, dim = x.shape
@@ -515,7 +533,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s1.stride(0) if fmt != FMT_PLAIN else 0, s1.stride(1) if fmt != FMT_PLAIN else 0,
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        SPLIT_K=cfg["SPLIT_K"], BM=cfg["BM"], BN=cfg["BN"], BK=bk_up,
+        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], BM=cfg["BM"], BN=cfg["BN"],
+        BK=bk_up,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
@@ -528,7 +547,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s2.stride(0) if fmt != FMT_PLAIN else 0, s2.stride(1) if fmt != FMT_PLAIN else 0,
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        SPLIT_K=cfg["SPLIT_K"], BM=cfg["BM"], BN=cfg["BN"], BK=bk_down,
+        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], BM=cfg["BM"], BN=cfg["BN"],
+        BK=bk_down,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not combine:
         return y

@@ -60,3 +60,26 @@ def test_pick_fastest(prefix, want):
              "| records:i | 1.5 |", "| 64 | mxfp4 bf16 | 3.9 |"]
     assert fastest(table, prefix) == want
     assert fastest(["no table"], "") is None
+
+
+def test_kernel_overrides_set_each_class_and_leave_the_rest(monkeypatch):
+    from deepinfer.kernels.triton import attention, moe_experts
+
+    import kernel_overrides
+
+    for name in ("moe_config",):
+        monkeypatch.setattr(moe_experts, name, getattr(moe_experts, name))
+    for name in ("FLOAT_HALVES", "PREFILL_BLOCK_ROWS", "PREFILL_BLOCK_HEADS", "PREFILL_DV_SPLIT",
+                 "PREFILL_NUM_STAGES"):
+        monkeypatch.setattr(attention, name, getattr(attention, name))
+    kernel_overrides.apply("i:16:32:2:1", ["16x32x128:1:4:6:1", "64x128x64:1:8:3"])
+    assert (attention.FLOAT_HALVES, attention.PREFILL_BLOCK_ROWS, attention.PREFILL_BLOCK_HEADS,
+            attention.PREFILL_DV_SPLIT, attention.PREFILL_NUM_STAGES) == (False, 16, 32, 2, 1)
+    decode = moe_experts.moe_config(64 * 6, 384)
+    assert (decode["BN"], decode["BK"], decode["SWAP_AB"], decode["num_stages"]) == \
+        (32, 128, True, 6)
+    prefill = moe_experts.moe_config(4096 * 6, 384)
+    assert (prefill["BM"], prefill["BN"], prefill["BK"], prefill["SWAP_AB"]) == \
+        (64, 128, 64, False)
+    fp8 = moe_experts.moe_config(64 * 6, 384, fp8_weights=True)  # not the MXFP4 kernel
+    assert not fp8["SPLIT_K"] and fp8["BK"] == 128 and not fp8["SWAP_AB"]

@@ -68,11 +68,13 @@ def _routed(num_tokens: int, dim: int, num_experts: int, topk: int, seed: int):
 
 
 @pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "mxfp4_bf16mma_prefill",
-                                     "mxfp4_bf16mma_interleaved", "fp8_reencoded", "plain"])
+                                     "mxfp4_bf16mma_interleaved", "mxfp4_bf16mma_swap",
+                                     "mxfp4_bf16mma_swap_prefill", "fp8_reencoded", "plain"])
 def test_moe_routed_experts(variant):
     """Decode-sized (7 tokens) and, for _prefill, 40 tokens (120 pairs > 16 per expert: the
     prefill class); MXFP4 bf16 dots take the split even/odd unpack in both, _interleaved forces
-    the interleaved fp32-bits unpack (bench/moe_decode.py's comparison tilings)."""
+    the interleaved fp32-bits unpack (bench/moe_decode.py's comparison tilings), _swap the
+    transposed accumulator (weight rows as the MMA's M side)."""
     num_tokens = 40 if variant.endswith("_prefill") else 7
     dim, inter, num_experts, topk = 64, 64, 6, 3
     assert moe_experts.moe_config(num_tokens * topk, num_experts, interpret=True)["SPLIT_K"]
@@ -84,7 +86,8 @@ def test_moe_routed_experts(variant):
         out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="fp8")
     elif variant.startswith("mxfp4_bf16mma"):
         out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="bf16",
-                                      config={"SPLIT_K": not variant.endswith("interleaved")})
+                                      config={"SPLIT_K": "interleaved" not in variant,
+                                              "SWAP_AB": "swap" in variant})
     elif variant == "fp8_reencoded":
         out = moe_experts.moe_routed_experts(
             x, ids, weights, *[moe_experts.mxfp4_to_fp8(p) for p in packed], limit)
@@ -167,8 +170,8 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs) -> dict:
            "stride_am": "i32", "stride_asm": "i32", "stride_we": "i32", "stride_wn": "i32",
            "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
     ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
-          "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "BM": cfg["BM"], "BN": cfg["BN"],
-          "BK": cfg["BK"]}
+          "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "SWAP_AB": cfg["SWAP_AB"],
+          "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
