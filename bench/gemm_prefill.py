@@ -76,8 +76,8 @@ def main() -> int:
         weight, cfg = parse(variant)
         gemm_fp8.gemm_config = (base_config if cfg is None or args.smoke
                                 else (lambda *a, cfg=cfg, **k: dict(cfg)))
-        runs = [lambda c=c: gemm_fp8.gemm_q8(c[2], c[3], c[0] if weight == "fp8" else c[1],
-                                             torch.bfloat16) for c in cases]
+        runs = [lambda c=c, w=weight: gemm_fp8.gemm_q8(c[2], c[3], c[0] if w == "fp8" else c[1],
+                                                       torch.bfloat16) for c in cases]
         try:
             outs = [run().float() for run in runs]
         except Exception as e:  # a tiling that does not compile (registers, shared memory)

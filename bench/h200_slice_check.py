@@ -192,7 +192,7 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     tri_logits = forced_all(llm, [prompts[i] for i in subset], [outs[i] for i in subset])
     # one slice model fits at a time: every name that reaches the Triton model goes
     llm.engine.worker.close()
-    del llm, graph_engine, graphs
+    llm = graph_engine = graphs = None  # (not del: closures above captured the names)
     release_device_memory()
 
     # Step 3: the reference backend. Its greedy tokens along Triton's sequences are the argmax
@@ -220,7 +220,7 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
     pert_logits = forced_all(ref, ref_prompts, [outs[i] for i in subset])
     print(f"gpu-ref: forced logits of {len(subset)} prompts in {res['ref_forced_s']:.1f} s",
           flush=True)
-    del ref
+    ref = None
     release_device_memory()
 
     # Step 4
@@ -232,7 +232,8 @@ def run(root: Path, num_prompts: int, num_tokens: int, num_ref: int, out: Path |
         row = {"index": i, "prompt_len": len(prompts[i]), "match": a.token_ids == ref_greedy}
         pos = len(a.token_ids) - 1
         if not row["match"]:
-            pos = next(p for p, (x, y) in enumerate(zip(a.token_ids, ref_greedy)) if x != y)
+            pos = next(p for p, (x, y) in enumerate(zip(a.token_ids, ref_greedy, strict=True))
+                       if x != y)
             top2 = ref_logits[j][pos].topk(2).values
             row.update(first_divergence=pos, logit_err=float(err[pos]),
                        margin_ref=float(top2[0] - top2[1]), margin_triton=mc.margin(a, pos))

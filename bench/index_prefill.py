@@ -1,4 +1,4 @@
-"""Prefill-shaped indexer scores (kernels/triton/indexer.py, float keys) under several launch configs.
+"""Prefill-shaped indexer scores (kernels/triton/indexer.py, float keys) under several configs.
 
     TRITON_INTERPRET=0 python bench/index_prefill.py [--queries 4096] [--keys 1024] [--variants ...]
     python bench/index_prefill.py --smoke                                   # CPU interpreter

@@ -64,7 +64,7 @@ def main() -> int:
         for variant in args.variants.split(","):
             set_variant(mhc, *map(int, variant.split(":")))
             split = mhc.coeffs_split(n, STREAMS * dim, mhc.coeffs_config(args.smoke))
-            run = lambda: mhc.hc_coeffs(*args_)  # noqa: E731
+            run = lambda a=args_: mhc.hc_coeffs(*a)  # noqa: E731
             out = torch.cat([o.reshape(n, -1) for o in run()], 1)
             first = out if first is None else first
             diff = (out - first).abs().max().item()

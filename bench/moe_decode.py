@@ -159,8 +159,8 @@ def bench_configs(num_tokens: int, configs: list[str]) -> None:
     first = None
     for text in configs:
         cfg = parse_config(text)
-        run = lambda cfg=cfg: moe_experts.run_experts(x, ids, route_w, *ws, 10.0, mma="bf16",
-                                                      config=cfg)
+        def run(cfg=cfg):
+            return moe_experts.run_experts(x, ids, route_w, *ws, 10.0, mma="bf16", config=cfg)
         try:
             out = run()
         except Exception as e:  # a tiling that does not compile (registers, shared memory)

@@ -17,8 +17,9 @@ take the interleaved pairs (CS=2, PS=1: channel 2j and 2j + 1): one FP4 byte hol
 even and one odd channel, so a record is read once, coalesced, with no nibble interleave. Float
 rows take contiguous halves (CS=1, PS=D/2: channels j and D/2 + j), so every load is a run of
 neighbouring elements (vectorized) instead of a stride-2 gather. q and the accumulator are split
-the same way and the output is stored back in place; the q.k sum only runs in another order. Dots run in q's dtype (bf16 on the GPU: every dequantized value is exact in bf16)
-with fp32 accumulation.
+the same way and the output is stored back in place; the q.k sum only runs in another order.
+Dots run in q's dtype (bf16 on the GPU: every dequantized value is exact in bf16) with fp32
+accumulation.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ row per program: rows do not share keys), reading only visible entries.
 As in the attention kernel the 128 channels are taken as two halves, pair j = (channel j*CS,
 channel j*CS + PS): records interleave (CS=2, PS=1: one record byte feeds both halves), float
 keys take contiguous halves (CS=1, PS=D/2: vectorized loads instead of a stride-2 gather; the
-attention kernel's prefill launch measured 23.7 -> 3.4 ms from this kind of change). Dots run in q's dtype (bf16 on the GPU: FP4-grid values are exact in
-bf16) with fp32 accumulation; the head reduction is fp32.
+attention kernel's prefill launch measured 23.7 -> 3.4 ms from this kind of change). Dots run
+in q's dtype (bf16 on the GPU: FP4-grid values are exact in bf16) with fp32 accumulation; the
+head reduction is fp32.
 """
 
 from __future__ import annotations

@@ -63,9 +63,9 @@ def test_pick_fastest(prefix, want):
 
 
 def test_kernel_overrides_set_each_class_and_leave_the_rest(monkeypatch):
-    from deepinfer.kernels.triton import attention, moe_experts
-
     import kernel_overrides
+
+    from deepinfer.kernels.triton import attention, moe_experts
 
     for name in ("moe_config",):
         monkeypatch.setattr(moe_experts, name, getattr(moe_experts, name))
