@@ -116,9 +116,13 @@ def bench(token_counts: list[int]) -> None:
 
 
 # prefill-chunk tilings of the W4A16 kernel (moe_config's prefill class is the first):
-# BM x BN x BK, SPLIT_K (inline-PTX even/odd unpack, else the interleaved one), warps, stages
-PREFILL_CONFIGS = ("128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,64x128x32:0:4:6,"
-                   "64x64x128:1:4:4,64x64x256:1:4:4,64x128x128:1:8:3,128x128x64:0:8:3")
+# BM x BN x BK, SPLIT_K (inline-PTX even/odd unpack, else the interleaved one), warps, stages,
+# [swap]
+PREFILL_CONFIGS = ("64x64x128:1:4:4,128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,"
+                   "64x64x256:1:4:4,128x128x64:0:8:3,"
+                   # swap AB: weight rows as the wgmma M side, fed from registers
+                   "64x64x128:1:4:4:1,64x128x128:1:8:3:1,128x64x128:1:4:3:1,64x128x64:1:8:4:1,"
+                   "128x128x64:1:8:3:1")
 
 
 # decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16, the weight slab per K
