@@ -19,11 +19,13 @@ measurement for choosing the prefill config, not a test.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_args  # noqa: E402
 
 HEADS, DIM, WINDOW, TOPK = 64, 512, 128, 512
 
@@ -63,18 +65,12 @@ def set_variant(attention, layout: str, bk: int, bh: int, split: int, stages: in
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--queries", type=int, default=4096)
-    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
-    ap.add_argument("--smoke", action="store_true", help="CPU interpreter, 8 queries")
-    args = ap.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    args = sweep_args.parse(__doc__, DEFAULT_VARIANTS, "8 queries",
+                            lambda ap: ap.add_argument("--queries", type=int, default=4096))
     from deepinfer.kernels import formats
     from deepinfer.kernels.triton import attention
 
-    device = "cpu" if args.smoke else "cuda"
+    device = args.device
     n = 8 if args.smoke else args.queries
     q, window, win_idx, comp, comp_idx, sink = make_inputs(n, device)
     if args.smoke:

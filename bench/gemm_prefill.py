@@ -17,11 +17,13 @@ fp32 summation order differs).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_args  # noqa: E402
 
 SHAPES = ((1280, 5120), (32768, 1280), (512, 5120), (5120, 8192), (4096, 1280))
 DEFAULT_VARIANTS = ("default,fp8:128:128:64:8:8:4,fp8:128:256:32:8:8:4,fp8:64:128:32:8:4:6,"
@@ -39,19 +41,13 @@ def parse(variant: str) -> tuple[str, dict | None]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rows", type=int, default=4096)
-    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
-    ap.add_argument("--smoke", action="store_true", help="CPU interpreter, small shapes")
-    args = ap.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    args = sweep_args.parse(__doc__, DEFAULT_VARIANTS, "small shapes",
+                            lambda ap: ap.add_argument("--rows", type=int, default=4096))
     from deepinfer.kernels.formats import dequantize_fp8_weight, quantize_fp8_weight
     from deepinfer.kernels.quantized import Fp8BlockWeight
     from deepinfer.kernels.triton import gemm_fp8, quant_act
 
-    device = "cpu" if args.smoke else "cuda"
+    device = args.device
     rows, shapes = (40, ((96, 128), (64, 96))) if args.smoke else (args.rows, SHAPES)
     g = torch.Generator(device="cpu").manual_seed(0)
     cases = []

@@ -16,11 +16,13 @@ same run. A measurement for choosing the config, not a test.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_args  # noqa: E402
 
 HEADS, DIM = 32, 128
 DEFAULT_VARIANTS = "i:1:64:4,h:1:64:4,h:4:64:4,h:8:64:4,h:4:64:8,h:4:128:8,h:1:128:8,h:8:128:8"
@@ -33,19 +35,14 @@ def set_variant(indexer, layout: str, key_tiles: int, rows: int, warps: int) -> 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--queries", type=int, default=4096)
-    ap.add_argument("--keys", type=int, default=1024)
-    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
-    ap.add_argument("--smoke", action="store_true", help="CPU interpreter, 4 queries x 300 keys")
-    args = ap.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    def shapes(ap):
+        ap.add_argument("--queries", type=int, default=4096)
+        ap.add_argument("--keys", type=int, default=1024)
+    args = sweep_args.parse(__doc__, DEFAULT_VARIANTS, "4 queries x 300 keys", shapes)
     from deepinfer.kernels.reference import indexer as ref
     from deepinfer.kernels.triton import indexer
 
-    device = "cpu" if args.smoke else "cuda"
+    device = args.device
     n, t = (4, 300) if args.smoke else (args.queries, args.keys)
     g = torch.Generator(device="cpu").manual_seed(0)
     dtype = torch.float32 if args.smoke else torch.bfloat16

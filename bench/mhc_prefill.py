@@ -14,11 +14,13 @@ the same run that reading x once (N x S x D x 2 B) takes: the kernel is a stream
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_args  # noqa: E402
 
 STREAMS, DIM, ITERS = 4, 5120, 20
 DEFAULT_VARIANTS = "16:64:4:4:264,16:64:4:4:528,16:64:4:4:1056,16:64:4:4:2112,16:32:4:4:1056"
@@ -30,18 +32,13 @@ def set_variant(mhc, bm: int, bk: int, warps: int, stages: int, target: int) -> 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tokens", type=int, nargs="+", default=[4096, 64])
-    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
-    ap.add_argument("--smoke", action="store_true", help="CPU interpreter, 20 tokens, D=64")
-    args = ap.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    args = sweep_args.parse(__doc__, DEFAULT_VARIANTS, "20 tokens, D=64",
+                            lambda ap: ap.add_argument("--tokens", type=int, nargs="+",
+                                                       default=[4096, 64]))
     from deepinfer.kernels.reference import mhc as ref
     from deepinfer.kernels.triton import mhc
 
-    device = "cpu" if args.smoke else "cuda"
+    device = args.device
     dim = 64 if args.smoke else DIM
     token_counts = [20] if args.smoke else args.tokens
     g = torch.Generator(device="cpu").manual_seed(0)

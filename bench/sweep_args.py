@@ -1,0 +1,23 @@
+"""The command line every launch-config sweep shares (attention_prefill.py, index_prefill.py,
+mhc_prefill.py, gemm_prefill.py): ``--variants`` (comma-separated) and ``--smoke`` (the CPU
+interpreter on small shapes, set before any kernel module imports triton), plus the sweep's own
+shape arguments; ``args.device`` is "cpu" for a smoke run, else "cuda"."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+
+def parse(doc: str, default_variants: str, smoke_help: str,
+          add_shapes: Callable[[argparse.ArgumentParser], None]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    add_shapes(ap)
+    ap.add_argument("--variants", default=default_variants)
+    ap.add_argument("--smoke", action="store_true", help=f"CPU interpreter, {smoke_help}")
+    args = ap.parse_args()
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    args.device = "cpu" if args.smoke else "cuda"
+    return args
