@@ -6,13 +6,17 @@
       plan.json      the plan (canonical JSON: sorted keys, 12-significant-digit floats)
       manifest.json  schema_version, plan_id, and {"bytes", "sha256"} of every other file
       report.md      the plan explained for a person
+      kernel-cache/  (written by deepinfer-run on a GPU, not in the manifest) compiled Triton
+                     kernels, so that a plan copied to a fresh machine starts warm
 
 ``write_plan`` builds the directory in a temporary sibling and renames it into place, so a reader
 never sees a half-written plan; it replaces an existing directory only when that holds the same
 plan (same ``plan_id``) or ``force`` is set, and never replaces a directory that is not a plan.
 ``read_plan`` checks every manifest entry (presence, size, sha256), the schema version and the
 required keys before it returns the plan. Every failure is a :class:`PlanError` naming the file
-and the field. ``docs/plan_format.md`` documents the keys.
+and the field. ``docs/plan_format.md`` documents the keys. Rewriting a plan keeps its
+``kernel-cache/`` (entries are keyed by kernel source, options, GPU and Triton version: an entry
+the new plan does not launch is never read).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from deepinfer.artifacts.plan_schema import (
+    KERNEL_CACHE_DIR,
     MANIFEST_FILE,
     PLAN_FILE,
     REPORT_FILE,
@@ -149,6 +154,8 @@ def _rename_into_place(tmp: Path, out: Path) -> None:
     except BaseException:
         os.rename(old, out)
         raise
+    if (old / KERNEL_CACHE_DIR).is_dir():  # compiled kernels outlive a rewrite of the plan
+        os.rename(old / KERNEL_CACHE_DIR, out / KERNEL_CACHE_DIR)
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -8,6 +8,7 @@ accepts exactly its own version.
 from __future__ import annotations
 
 __all__ = [
+    "KERNEL_CACHE_DIR",
     "MANIFEST_FILE",
     "PLAN_FILE",
     "REPORT_FILE",
@@ -22,6 +23,7 @@ SCHEMA_VERSION = 1
 PLAN_FILE = "plan.json"
 MANIFEST_FILE = "manifest.json"
 REPORT_FILE = "report.md"
+KERNEL_CACHE_DIR = "kernel-cache"  # written by deepinfer-run (runtime/kernel_cache.py), not listed
 
 # Top-level keys of plan.json, every one required.
 REQUIRED_KEYS = (

@@ -32,6 +32,7 @@ from deepinfer.runtime.device import plan_device
 from deepinfer.runtime.distributed import RankContext, init_distributed
 from deepinfer.runtime.engine import Engine
 from deepinfer.runtime.kernel_backends import planned_kernels
+from deepinfer.runtime.kernel_cache import use_plan_kernel_cache
 from deepinfer.runtime.lockstep import run_lockstep
 from deepinfer.runtime.outputs import RequestOutput
 from deepinfer.runtime.plan_loader import RuntimePlan, load_runtime_plan
@@ -64,6 +65,10 @@ class LLM:
         self.plan: RuntimePlan = load_runtime_plan(plan_dir)
         self.dist: RankContext | None = init_distributed(self.plan)  # None: a one-rank plan
         device = plan_device(self.plan.device)  # after init: a rank's current GPU
+        if device.type == "cuda":  # before the first kernel compiles
+            cache_dir, why = use_plan_kernel_cache(plan_dir)
+            if log is not None:
+                log(f"compiled kernels: {cache_dir or 'default location'} ({why})")
         kernels = planned_kernels(self.plan.kernels, self.plan.spec, device, self.plan.source,
                                   int(self.plan.scheduler["max_model_len_tokens"]))
         rank = 0 if self.dist is None else self.dist.rank

@@ -155,3 +155,21 @@ def test_plan_id_must_match_the_manifest(tmp_path):
     with pytest.raises(PlanError) as info:
         read_plan(out)
     assert info.value.field == "plan_id"
+
+
+def test_rewrite_keeps_the_kernel_cache_and_verification_ignores_it(tmp_path):
+    """deepinfer-run's compiled-kernel folder is not part of the plan: the manifest does not list
+    it, verification passes with it, and rewriting the plan (same or forced) keeps it."""
+    from deepinfer.artifacts.plan_schema import KERNEL_CACHE_DIR
+
+    out = tmp_path / "plan"
+    write_plan(out, make_plan(), "one")
+    entry = out / KERNEL_CACHE_DIR / "ABC" / "k.cubin"
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(b"\x7fELF")
+    assert KERNEL_CACHE_DIR not in verify_manifest(out)["files"]
+    assert read_plan(out)["plan_id"] == "a" * 64
+    write_plan(out, make_plan(), "two")
+    write_plan(out, make_plan("b" * 64), "three", force=True)
+    assert entry.read_bytes() == b"\x7fELF" and (out / "report.md").read_text() == "three"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan"]  # no old copy left
