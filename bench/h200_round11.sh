@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device round 11 (one call, ≈ 5 min on a warm cache): sweeps of the session-5 kernel changes not
+# Device round 11 (one call, ≈ 5–8 min; give it the full 600 s): sweeps of the session-5 kernel changes not
 # yet measured — the indexer's float-key layout and tiling (bench/index_prefill.py), the mHC
 # coefficients' split-K target (bench/mhc_prefill.py), the dense FP8 GEMMs' tilings and a
 # bf16-weight form (bench/gemm_prefill.py), the W4A16 expert kernel's tilings incl. the
@@ -12,7 +12,7 @@ for b in index_prefill mhc_prefill gemm_prefill; do
   echo "$b rc=$?"; grep "^|\|ceiling" "$OUT/$b.log"
 done
 for n in 64 4096; do
-  timeout ${MOE_TIMEOUT:-100} python3 bench/moe_decode.py --tokens $n --config-tokens $n \
+  timeout ${MOE_TIMEOUT:-140} python3 bench/moe_decode.py --tokens $n --config-tokens $n \
     >"$OUT/moe_$n.log" 2>&1
   echo "moe $n rc=$?"; tail -16 "$OUT/moe_$n.log"
 done
