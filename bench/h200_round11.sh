@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device round 11 (one call, ≈ 5–8 min; give it the full 600 s): sweeps of the session-5 kernel changes not
-# yet measured — the indexer's float-key layout and tiling (bench/index_prefill.py), the mHC
+# Device round 11 (one call, ≈ 5–8 min: give it the full 600 s): sweeps of the session-5 kernel
+# changes not yet measured — the indexer's float-key layout and tiling (bench/index_prefill.py), the mHC
 # coefficients' split-K target (bench/mhc_prefill.py), the dense FP8 GEMMs' tilings and a
 # bf16-weight form (bench/gemm_prefill.py), the W4A16 expert kernel's tilings incl. the
 # swapped-operand (SWAP_AB) tiles at 64 and 4,096 tokens (bench/moe_decode.py --config-tokens).
