@@ -26,18 +26,29 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def apply(attention_config: str | None, moe_configs: list[str]) -> None:
+    """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if attention_config:
         from attention_prefill import set_variant
 
         from deepinfer.kernels.triton import attention
         layout, *nums = attention_config.split(":")
+        if layout not in ("h", "i") or len(nums) != 4 or not all(n.isdigit() for n in nums):
+            raise SystemExit(f"--attention-config {attention_config!r}: expected "
+                             "LAYOUT:BK:BH:SPLIT:STAGES with LAYOUT h or i, e.g. h:32:64:1:2")
         set_variant(attention, layout, *map(int, nums))
     if moe_configs:
         from moe_decode import parse_config
 
         from deepinfer.kernels.triton import moe_experts
-        overrides = {parse_config(c)["BM"] == 16: parse_config(c) for c in moe_configs}
+        overrides = {}
+        for text in moe_configs:
+            try:
+                cfg = parse_config(text)
+            except ValueError:
+                raise SystemExit(f"--moe-config {text!r}: expected BMxBNxBK:split_k:warps:"
+                                 "stages[:swap], e.g. 16x64x256:1:4:4:1") from None
+            overrides[cfg["BM"] == 16] = cfg
         base = moe_experts.moe_config
 
         def with_overrides(num_pairs, num_experts, *a, **kw):

@@ -1,5 +1,5 @@
 """The command line every launch-config sweep shares (attention_prefill.py, index_prefill.py,
-mhc_prefill.py, gemm_prefill.py): ``--variants`` (comma-separated) and ``--smoke`` (the CPU
+mhc_prefill.py): ``--variants`` (comma-separated) and ``--smoke`` (the CPU
 interpreter on small shapes, set before any kernel module imports triton), plus the sweep's own
 shape arguments; ``args.device`` is "cpu" for a smoke run, else "cuda"."""
 

@@ -23,7 +23,8 @@ Weight formats (``ExpertWeights.fmt``), dequantized in the kernel's K loop:
            at decode the unpacking, not the MMA, is the bottleneck): four bytes per inline-PTX
            call (prmt, shifts, masks, two bf16x2 multiplies: ~3.5 instructions per weight),
            the low and high nibbles kept apart as the even and odd K elements, each dotted
-           with A's even or odd columns (no interleave).
+           with A's even or odd columns (no interleave); SWAP_AB tiles put the weight rows on
+           the MMA's M side instead (wgmma fed from those registers; not a default yet).
   "fp8"    e4m3 (E, O, I) + ue8m0 (E, ceil(O/scale_rows), I/32): the lossless load-time re-encoding
            of MXFP4 (``mxfp4_to_fp8``; 2× the bytes, no unpacking) with scale_rows=1, or a dense
            32×32-tile FP8 weight (the shared expert) with scale_rows=32.
@@ -127,8 +128,9 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
 
     Returns (w [BN, BK], scale [BN, BK // 32] fp32): the weight is w * scale per 32-K block.
     MXFP4 nibbles (s e1 e0 m) are moved into float bits as they are, no lookup, exact for normal
-    and subnormal e2m1 alike: AS_F32 (folded bf16 dots at prefill; decode tiles take
-    ``_load_mxfp4_halves``) into fp32 bits s|0..0 e1 e0|m|0.., i.e. value * 2^-126, times 2^126;
+    and subnormal e2m1 alike: AS_F32 (folded bf16 dots with SPLIT_K off — only the benches'
+    comparison tilings now; ``moe_config`` takes ``_load_mxfp4_halves``) into fp32 bits
+    s|0..0 e1 e0|m|0.., i.e. value * 2^-126, times 2^126;
     else into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6 (FP8 dots), the 2^6 going into the
     scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
     """
