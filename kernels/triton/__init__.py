@@ -45,7 +45,7 @@ def _register_gemm_side() -> list[str]:
 
     table = {
         "fake_quant_fp8_block32": (quant_act.fake_quant_fp8_block32, quant_act.supports_q8_32),
-        "linear_quant_act": (gemm_fp8.linear_quant_act, gemm_fp8.supports_linear_quant_act),
+        "linear_quant_act": (linear.linear_quant_act, gemm_fp8.supports_linear_quant_act),
         "engram_gather_linear": (gemm_fp8.engram_gather_linear,
                                  gemm_fp8.supports_linear_quant_act),
         "route_sqrtsoftplus": (moe_routing.route_sqrtsoftplus, moe_routing.supports_route),

@@ -249,6 +249,26 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertW
     return _launch(x[:, None, :], weight, weight.shape[0], split_k).view(x.shape[0], -1)
 
 
+# Prefill-sized FP8 projections: bf16 wgmma on the weight decoded in registers beat FP8 wgmma with
+# per-32 promotion at 4,096 rows on every slice shape, 1.1-2.0x (H200, session 6 round 11,
+# bench/gemm_prefill_choice.py; also 10x closer to the fp64 reference). Below this row count the
+# FP8 kernel (kernels/triton/gemm_fp8.py) keeps the call.
+BF16_DECODE_MIN_ROWS = 512
+
+
+def linear_quant_act(x: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor) -> torch.Tensor:
+    """Registered op: Q8_32-round x, then GEMM against an FP8 weight; (N, I) -> (N, O) x.dtype.
+
+    N >= ``BF16_DECODE_MIN_ROWS`` with an ``Fp8BlockWeight``: the rounded x in bf16 against the
+    weight decoded in-kernel (``linear``; e4m3 x 2^k and Q8_32 values are exact in bf16, so both
+    paths compute the same products with fp32 sums); otherwise ``gemm_fp8.linear_quant_act``.
+    """
+    if (isinstance(weight, Fp8BlockWeight) and x.dim() == 2 and x.dtype == torch.bfloat16
+            and x.shape[0] >= BF16_DECODE_MIN_ROWS):
+        return linear(quant_act.fake_quant_fp8_block32(x), weight)
+    return gemm_fp8.linear_quant_act(x, weight)
+
+
 def grouped_linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight,
                    split_k: int | None = None) -> torch.Tensor:
     """Registered op: block-diagonal grouped projection (attention ``wo_a``).

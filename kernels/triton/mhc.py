@@ -174,13 +174,14 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
 # of S*D (BK=128 spills with the 3xTF32 operand splits), split-K up to TARGET_PROGRAMS programs.
 # Each program streams its K range serially (320 BK steps at split 1), so a 4K prefill's 256
 # token blocks at ~2 programs per SM ran latency-bound (1.04 ms per call on the H200, session 5,
-# ~4 % of the time its bf16 input takes to read); 8 programs per SM split K four ways there
-# (unmeasured; decode's split is capped at 32 either way).
+# ~4 % of the time its bf16 input takes to read); 4 programs per SM split K two ways there:
+# 0.870 ms vs 1.131 (split 1), 0.966 (split 4), 0.972 (split 8) on the H200 (session 6 round 11,
+# bench/mhc_prefill.py; decode's split is capped at 32 either way, 64 tokens ~0.19 ms for all).
 COEFFS_BLOCK_M = 16
 COEFFS_BLOCK_K = 64
 COEFFS_NUM_WARPS = 4
 COEFFS_NUM_STAGES = 4
-COEFFS_TARGET_PROGRAMS = 1056
+COEFFS_TARGET_PROGRAMS = 528
 
 
 def coeffs_config(interpret: bool = False) -> dict:

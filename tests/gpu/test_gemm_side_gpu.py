@@ -127,6 +127,12 @@ def test_linear_quant_act_gpu(num_tokens, out_features, in_features):
     shape = f"M{num_tokens} N{out_features} K{in_features}"
     _row("linear_quant_act fp8 w", shape, _rel(out, ref), 5e-3,
          _ms(lambda: gemm_fp8.linear_quant_act(x, w)), flops)
+    from deepinfer.kernels.triton import linear as tri_linear  # the registered op: routes by rows
+
+    with nan_poisoned_allocations():
+        out_routed = tri_linear.linear_quant_act(x, w)
+    _row("linear_quant_act registered", shape, _rel(out_routed, ref), 5e-3,
+         _ms(lambda: tri_linear.linear_quant_act(x, w)), flops)
     w_bf16 = w.dequantize().to(torch.bfloat16)
     with nan_poisoned_allocations():
         out_plain = gemm_fp8.linear_quant_act(x, w_bf16)

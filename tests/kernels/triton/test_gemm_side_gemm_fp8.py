@@ -73,6 +73,28 @@ def test_linear_quant_act_fp8_weight(rows, out_features, in_features):
     assert _rel(gemm_fp8.linear_quant_act(x, w_deq), ref) < 1e-5
 
 
+@pytest.mark.parametrize("min_rows,path", [(1, "linear"), (1 << 30, "gemm_q8")])
+def test_registered_linear_quant_act_routes_by_rows(min_rows, path, monkeypatch):
+    """The registered op (kernels/triton/linear.py) sends prefill-sized bf16 rows to the bf16
+    kernel on the decoded weight and the rest to the FP8 kernel; both equal the reference (every
+    product exact, fp32 sums; bf16 output: one rounding, rel 1e-2 of bf16's 2^-8)."""
+    from deepinfer.kernels.triton import linear as tri_linear
+
+    monkeypatch.setattr(tri_linear, "BF16_DECODE_MIN_ROWS", min_rows)
+    taken = []
+    for mod, name in ((tri_linear, "linear"), (gemm_fp8, "gemm_q8")):
+        fn = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _fn=fn, _n=name, **k: taken.append(_n) or _fn(*a, **k))
+    g = torch.Generator().manual_seed(11)
+    x = _activation(5, 96, seed=12).clamp(-3e38, 3e38).to(torch.bfloat16)
+    codes, scale = formats.quantize_fp8_weight(torch.randn(40, 96, generator=g) * 0.05)
+    w_deq = formats.dequantize_fp8_weight(codes, scale)
+    out = tri_linear.linear_quant_act(x, gemm_fp8.Fp8BlockWeight(codes, scale))
+    assert taken == [path]
+    ref = linear.linear_quant_act(x.float(), w_deq)
+    assert out.dtype == torch.bfloat16 and _rel(out, ref) < 1e-2
+
+
 @pytest.mark.parametrize("split_k", [2, 3])
 def test_gemm_split_k(split_k):
     """Decode split-K: fp32 partials per K range, summed in split order by a second kernel."""

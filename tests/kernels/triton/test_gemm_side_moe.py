@@ -176,7 +176,10 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs) -> dict:
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
             "expect_wgmma": cfg["BM"] >= 64,  # BM=16 decode tiles use mma.sync
-            "no_spill": True, "divisible": ["O", "K"]}
+            "no_spill": True, "divisible": ["O", "K"],
+            # the MXFP4 decode tile (BN=128, 4 warps) spills 8 B in the down GEMM (255 registers);
+            # the H200 measured it fastest with that spill (performance.md, session 6)
+            "spill_ok_bytes": 8 if (cfg["BM"] == 16 and cfg["BN"] == 128 and not gated) else 0}
 
 
 def test_sm90_compile(sm90_compile):
