@@ -84,7 +84,8 @@ def test_registered_linear_quant_act_routes_by_rows(min_rows, path, monkeypatch)
     taken = []
     for mod, name in ((tri_linear, "linear"), (gemm_fp8, "gemm_q8")):
         fn = getattr(mod, name)
-        monkeypatch.setattr(mod, name, lambda *a, _fn=fn, _n=name, **k: taken.append(_n) or _fn(*a, **k))
+        monkeypatch.setattr(mod, name,
+                            lambda *a, _fn=fn, _n=name, **k: taken.append(_n) or _fn(*a, **k))
     g = torch.Generator().manual_seed(11)
     x = _activation(5, 96, seed=12).clamp(-3e38, 3e38).to(torch.bfloat16)
     codes, scale = formats.quantize_fp8_weight(torch.randn(40, 96, generator=g) * 0.05)
