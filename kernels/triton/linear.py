@@ -250,10 +250,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertW
 
 
 # Prefill-sized FP8 projections: bf16 wgmma on the weight decoded in registers beat FP8 wgmma with
-# per-32 promotion at 4,096 rows on every slice shape, 1.1-2.0x (H200, session 6 round 11,
-# bench/gemm_prefill_choice.py; also 10x closer to the fp64 reference). Below this row count the
-# FP8 kernel (kernels/triton/gemm_fp8.py) keeps the call.
-BF16_DECODE_MIN_ROWS = 512
+# per-32 promotion on every slice shape at 1,024 and 4,096 rows (1.1-2.0x) and on 6 of 7 at 256
+# rows; the FP8 kernel won all 7 at 64 rows (H200, session 6 rounds 11-12,
+# bench/gemm_prefill_choice.py; the bf16 path is also ~10x closer to the fp64 reference). Below
+# this row count the FP8 kernel (kernels/triton/gemm_fp8.py) keeps the call.
+BF16_DECODE_MIN_ROWS = 256
 
 
 def linear_quant_act(x: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor) -> torch.Tensor:
