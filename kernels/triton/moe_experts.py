@@ -290,10 +290,13 @@ def _moe_gemm_kernel(
     stride_am, stride_asm, stride_we, stride_wn, stride_se, stride_sn, stride_om, stride_osm,
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
     DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    A_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
 ):
     """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0).
-    SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop."""
+    SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop.
+    A_BF16 (folded dots only): A holds the Q8_32-rounded values themselves (bf16, exact; a_scale
+    unused), not codes + scales — no per-program decode of A, which every program of a decode
+    tile would repeat for its BN columns — and GATED writes h the same way (out_scale unused)."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -320,10 +323,16 @@ def _moe_gemm_kernel(
     else:
         acc1 = tl.zeros((BM, BN), dtype=tl.float32)
         acc3 = tl.zeros((BM, BN), dtype=tl.float32)
+    tl.static_assert(not (A_BF16 and MMA_FP8), "A_BF16 feeds the folded (bf16) dots only")
     for k0 in range(0, K, BK):
-        a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
-        a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
-        a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
+        if A_BF16:
+            a = tl.load(a_ptrs + k0)  # [BM, BK] exact Q8_32 values
+            a_scale = a  # unused
+            a = a.to(tl.bfloat16) if DOT_BF16 else a.to(tl.float32)
+        else:
+            a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
+            a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
+            a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
         if SPLIT_K:  # MXFP4 decode tiles: even and odd K elements apart, two dots each
             a_even, a_odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
             w_even, w_odd = _load_mxfp4_halves(w1_base, s1_base, rows_w, stride_wn, stride_sn,
@@ -354,13 +363,18 @@ def _moe_gemm_kernel(
         h = _round_act(tl.load(route_w_ptr + pairs)[:, None] * h, ACT)
         # Q8_32 of h for the down projection: BN columns = BN/32 scale blocks per row
         codes, e = q8_32_groups(tl.reshape(h, (BM, BN // 32, 32)), 2)
-        codes = tl.reshape(codes, (BM, BN))
-        tl.store(out_ptr + pairs64[:, None] * stride_om + offs_n[None, :],
-                 codes.to(tl.uint8, bitcast=True), mask=store_mask)
-        groups = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
-        tl.store(out_scale_ptr + pairs64[:, None] * stride_osm + groups[None, :],
-                 tl.reshape(e, (BM, BN // 32)).to(tl.uint8),
-                 mask=valid[:, None] & (groups[None, :] < O // 32))
+        if A_BF16:  # code * 2^(e - 127), exact in fp32 and in out's dtype
+            vals = codes.to(tl.float32) * ue8m0_to_f32(e.to(tl.uint8))
+            tl.store(out_ptr + pairs64[:, None] * stride_om + offs_n[None, :],
+                     tl.reshape(vals, (BM, BN)).to(out_ptr.dtype.element_ty), mask=store_mask)
+        else:
+            codes = tl.reshape(codes, (BM, BN))
+            tl.store(out_ptr + pairs64[:, None] * stride_om + offs_n[None, :],
+                     codes.to(tl.uint8, bitcast=True), mask=store_mask)
+            groups = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
+            tl.store(out_scale_ptr + pairs64[:, None] * stride_osm + groups[None, :],
+                     tl.reshape(e, (BM, BN // 32)).to(tl.uint8),
+                     mask=valid[:, None] & (groups[None, :] < O // 32))
     else:
         tl.store(out_ptr + pairs64[:, None] * stride_om + offs_n[None, :],
                  acc1.to(out_ptr.dtype.element_ty), mask=store_mask)
@@ -451,25 +465,25 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     mxfp4_folded = not plain and not fp8_weights and not mma_fp8
     if interpret:
         return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8,
-                    SPLIT_K=mxfp4_folded, SWAP_AB=False, num_warps=4, num_stages=1)
+                    SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=False, num_warps=4, num_stages=1)
     # MXFP4 decode: BN=128 x 3 stages, 3.73 ms vs 4.44 (BN=64 x 4 stages) per 64-token slice
     # layer on the H200 (session 6 round 11; the swapped tiles were slower at decode)
     if decode and not mma_fp8:
         return dict(BM=16, BN=128 if mxfp4_folded else 64,
                     BK=64 if plain else 128 if fp8_weights else 256,
-                    MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, num_warps=4,
-                    num_stages=3 if mxfp4_folded else 4)
+                    MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=False,
+                    num_warps=4, num_stages=3 if mxfp4_folded else 4)
     if decode:
         return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, SWAP_AB=False,
-                    num_warps=8, num_stages=6)
+                    A_BF16=False, num_warps=8, num_stages=6)
     # prefill: swapped operands (BN=128 weight rows as the wgmma M side, fed from the unpack's
     # registers; BM=64 token rows its N side) x BK=64, 12.83 ms vs 13.05 (64x64x128 unswapped) per
     # 4K-token slice layer on the H200 (session 6 round 11)
     if mxfp4_folded:
         return dict(BM=64, BN=128, BK=64, MMA_FP8=False, SPLIT_K=True, SWAP_AB=True,
-                    num_warps=8, num_stages=4)
+                    A_BF16=False, num_warps=8, num_stages=4)
     return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, SWAP_AB=False,
-                num_warps=8, num_stages=4 if plain else 6)
+                A_BF16=False, num_warps=8, num_stages=4 if plain else 6)
 
 
 def _block_k(k: int, block_k: int) -> int:
@@ -503,7 +517,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     local to this rank's slots) are skipped and their per-pair outputs are 0 (one extra memset).
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
-    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, num_warps,
+    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, num_warps,
     num_stages) —
     for benchmarks that compare tilings (bench/moe_decode.py --configs).
     """
@@ -530,9 +544,19 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     num_blocks = block_expert.numel()
     route_w = weights.reshape(-1).to(torch.float32).contiguous()
 
-    a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
-    h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
-    h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
+    # A_BF16: the rounded values in bf16 (fp32 for fp32 x; fp16 x keeps codes + scales: not
+    # every Q8_32 value is an fp16 value)
+    a_bf16 = cfg.get("A_BF16", False) and not mma_fp8 and x.dtype != torch.float16
+    if a_bf16:
+        a_codes = quant_act.fake_quant_fp8_block32(x.contiguous())
+        a_scale = a_codes  # unused
+        h_codes = torch.empty((num_pairs, inter), device=x.device,
+                              dtype=torch.float32 if x.dtype == torch.float32 else torch.bfloat16)
+        h_scale = h_codes  # unused
+    else:
+        a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
+        h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
+        h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
     bk_up = _block_k(dim, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
         a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
@@ -541,7 +565,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s1.stride(0) if fmt != FMT_PLAIN else 0, s1.stride(1) if fmt != FMT_PLAIN else 0,
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], BM=cfg["BM"], BN=cfg["BN"],
+        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
+        BN=cfg["BN"],
         BK=bk_up,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
@@ -555,7 +580,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s2.stride(0) if fmt != FMT_PLAIN else 0, s2.stride(1) if fmt != FMT_PLAIN else 0,
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], BM=cfg["BM"], BN=cfg["BN"],
+        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
+        BN=cfg["BN"],
         BK=bk_down,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not combine:

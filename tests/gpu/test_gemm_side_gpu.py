@@ -218,11 +218,13 @@ def test_moe_experts_accuracy_gpu(num_tokens):
     ref = moe.moe_routed_experts(x.cpu(), ids.cpu(), weights.cpu(), _dequant_experts(w1).cpu(),
                                  _dequant_experts(w3).cpu(), _dequant_experts(w2).cpu(), 10.0)
     fp8 = [moe_experts.mxfp4_to_fp8(w) for w in (w1, w3, w2)]
-    for name, ws, mma in (("moe mxfp4 W4A8 (fp8 mma)", (w1, w3, w2), "fp8"),
-                          ("moe mxfp4 W4A16 (bf16 mma)", (w1, w3, w2), "bf16"),
-                          ("moe fp8-reencoded", fp8, "fp8")):
+    for name, ws, mma, cfg in (("moe mxfp4 W4A8 (fp8 mma)", (w1, w3, w2), "fp8", None),
+                               ("moe mxfp4 W4A16 (bf16 mma)", (w1, w3, w2), "bf16", None),
+                               ("moe mxfp4 W4A16 A_BF16", (w1, w3, w2), "bf16",
+                                {"A_BF16": True}),
+                               ("moe fp8-reencoded", fp8, "fp8", None)):
         with nan_poisoned_allocations():
-            out = moe_experts.run_experts(x, ids, weights, *ws, 10.0, mma=mma)
+            out = moe_experts.run_experts(x, ids, weights, *ws, 10.0, mma=mma, config=cfg)
         _row(name, f"N{num_tokens} top{V41_TOPK}/{num_experts}", _rel(out.cpu(), ref), 1e-2)
 
 

@@ -69,12 +69,15 @@ def _routed(num_tokens: int, dim: int, num_experts: int, topk: int, seed: int):
 
 @pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "mxfp4_bf16mma_prefill",
                                      "mxfp4_bf16mma_interleaved", "mxfp4_bf16mma_swap",
-                                     "mxfp4_bf16mma_swap_prefill", "fp8_reencoded", "plain"])
+                                     "mxfp4_bf16mma_swap_prefill", "mxfp4_bf16mma_abf16",
+                                     "mxfp4_bf16mma_swap_abf16_prefill", "fp8_reencoded",
+                                     "fp8_reencoded_abf16", "plain", "plain_abf16"])
 def test_moe_routed_experts(variant):
     """Decode-sized (7 tokens) and, for _prefill, 40 tokens (120 pairs > 16 per expert: the
     prefill class); MXFP4 bf16 dots take the split even/odd unpack in both, _interleaved forces
     the interleaved fp32-bits unpack (bench/moe_decode.py's comparison tilings), _swap the
-    transposed accumulator (weight rows as the MMA's M side)."""
+    transposed accumulator (weight rows as the MMA's M side), _abf16 activations and h as
+    rounded values (A_BF16) instead of codes + scales."""
     num_tokens = 40 if variant.endswith("_prefill") else 7
     dim, inter, num_experts, topk = 64, 64, 6, 3
     assert moe_experts.moe_config(num_tokens * topk, num_experts, interpret=True)["SPLIT_K"]
@@ -87,12 +90,15 @@ def test_moe_routed_experts(variant):
     elif variant.startswith("mxfp4_bf16mma"):
         out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="bf16",
                                       config={"SPLIT_K": "interleaved" not in variant,
-                                              "SWAP_AB": "swap" in variant})
-    elif variant == "fp8_reencoded":
-        out = moe_experts.moe_routed_experts(
-            x, ids, weights, *[moe_experts.mxfp4_to_fp8(p) for p in packed], limit)
+                                              "SWAP_AB": "swap" in variant,
+                                              "A_BF16": "abf16" in variant})
+    elif variant.startswith("fp8_reencoded"):
+        out = moe_experts.run_experts(
+            x, ids, weights, *[moe_experts.mxfp4_to_fp8(p) for p in packed], limit,
+            config={"A_BF16": "abf16" in variant})
     else:
-        out = moe_experts.moe_routed_experts(x, ids, weights, *dequant, limit)
+        out = moe_experts.run_experts(x, ids, weights, *dequant, limit,
+                                      config={"A_BF16": "abf16" in variant})
     assert out.dtype == torch.float32 and out.shape == ref.shape
     assert _rel(out, ref) < 1e-5
 
@@ -156,22 +162,25 @@ def test_align_pairs_groups_by_expert():
 V41_HIDDEN, V41_INTER, V41_EXPERTS, V41_TOPK = 5120, 2304, 384, 6
 
 
-def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs) -> dict:
+def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None) -> dict:
     cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN,
                                  mma=mma, fp8_weights=fmt == moe_experts.FMT_FP8)
+    a_bf16 = cfg["A_BF16"] if a_bf16 is None else a_bf16
     w_ty = {moe_experts.FMT_MXFP4: "*u8", moe_experts.FMT_FP8: "*u8",
             moe_experts.FMT_PLAIN: "*bf16"}[fmt]
     s_ty = "*u8" if fmt != moe_experts.FMT_PLAIN else w_ty
-    sig = {"a_ptr": "*u8", "a_scale_ptr": "*u8", "w1_ptr": w_ty, "s1_ptr": s_ty,
+    a_ty = "*bf16" if a_bf16 else "*u8"
+    h_ty = "*bf16" if (a_bf16 or not gated) else "*u8"
+    sig = {"a_ptr": a_ty, "a_scale_ptr": a_ty, "w1_ptr": w_ty, "s1_ptr": s_ty,
            "w3_ptr": w_ty, "s3_ptr": s_ty, "sorted_pairs_ptr": "*i32",
            "block_expert_ptr": "*i32", "route_w_ptr": "*fp32",
-           "out_ptr": "*u8" if gated else "*bf16", "out_scale_ptr": "*u8" if gated else "*bf16",
+           "out_ptr": h_ty, "out_scale_ptr": h_ty,
            "num_pairs": "i32", "O": "i32", "K": "i32", "a_row_div": "i32", "limit": "fp32",
            "stride_am": "i32", "stride_asm": "i32", "stride_we": "i32", "stride_wn": "i32",
            "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
     ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
           "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "SWAP_AB": cfg["SWAP_AB"],
-          "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
+          "A_BF16": a_bf16, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
@@ -191,6 +200,8 @@ def test_sm90_compile(sm90_compile):
     cases = [_moe_case("moe_up_mxfp4_auto_decode", True, fp4, "auto", 1, decode),
              _moe_case("moe_down_mxfp4_auto_decode", False, fp4, "auto", 1, decode),
              _moe_case("moe_up_fp8_auto_decode", True, fp8, "auto", 1, decode),
+             _moe_case("moe_up_mxfp4_abf16_decode", True, fp4, "auto", 1, decode, a_bf16=True),
+             _moe_case("moe_down_mxfp4_abf16_decode", False, fp4, "auto", 1, decode, a_bf16=True),
              _moe_case("moe_up_mxfp4_w4a8_decode", True, fp4, "fp8", 1, decode),
              _moe_case("moe_up_mxfp4_auto_prefill", True, fp4, "auto", 1, prefill),
              _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, "fp8", 1, prefill),
