@@ -24,7 +24,7 @@ Weight formats (``ExpertWeights.fmt``), dequantized in the kernel's K loop:
            call (prmt, shifts, masks, two bf16x2 multiplies: ~3.5 instructions per weight),
            the low and high nibbles kept apart as the even and odd K elements, each dotted
            with A's even or odd columns (no interleave); SWAP_AB tiles put the weight rows on
-           the MMA's M side instead (wgmma fed from those registers; the prefill default).
+           the MMA's M side instead (wgmma fed from those registers; measured slower).
   "fp8"    e4m3 (E, O, I) + ue8m0 (E, ceil(O/scale_rows), I/32): the lossless load-time re-encoding
            of MXFP4 (``mxfp4_to_fp8``; 2× the bytes, no unpacking) with scale_rows=1, or a dense
            32×32-tile FP8 weight (the shared expert) with scale_rows=32.
@@ -465,23 +465,24 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     mxfp4_folded = not plain and not fp8_weights and not mma_fp8
     if interpret:
         return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8,
-                    SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=False, num_warps=4, num_stages=1)
-    # MXFP4 decode: BN=128 x 3 stages, 3.73 ms vs 4.44 (BN=64 x 4 stages) per 64-token slice
-    # layer on the H200 (session 6 round 11; the swapped tiles were slower at decode)
+                    SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded, num_warps=4,
+                    num_stages=1)
+    # MXFP4 decode: A as bf16 values (A_BF16) at BN=64 x 4 stages, 3.15 ms per 64-token slice
+    # layer vs 3.50 (codes + scales, BN=128 x 3 stages; the best in round 11) and 4.17 (codes,
+    # BN=64 x 4) on the H200 (session 6 round 14; swapped tiles were slower at decode)
     if decode and not mma_fp8:
-        return dict(BM=16, BN=128 if mxfp4_folded else 64,
-                    BK=64 if plain else 128 if fp8_weights else 256,
-                    MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=False,
-                    num_warps=4, num_stages=3 if mxfp4_folded else 4)
+        return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
+                    MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded,
+                    num_warps=4, num_stages=4)
     if decode:
         return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, SWAP_AB=False,
                     A_BF16=False, num_warps=8, num_stages=6)
-    # prefill: swapped operands (BN=128 weight rows as the wgmma M side, fed from the unpack's
-    # registers; BM=64 token rows its N side) x BK=64, 12.83 ms vs 13.05 (64x64x128 unswapped) per
-    # 4K-token slice layer on the H200 (session 6 round 11)
+    # prefill: 64 x 64 x 128 with A as bf16 values, 12.23 ms per 4K-token slice layer vs 12.41
+    # (codes + scales) and 12.90 (swapped operands, BN=128 weight rows as the wgmma M side: the
+    # round-11 winner by 0.2 ms, slower in round 14) on the H200 (session 6)
     if mxfp4_folded:
-        return dict(BM=64, BN=128, BK=64, MMA_FP8=False, SPLIT_K=True, SWAP_AB=True,
-                    A_BF16=False, num_warps=8, num_stages=4)
+        return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
+                    A_BF16=True, num_warps=4, num_stages=4)
     return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, SWAP_AB=False,
                 A_BF16=False, num_warps=8, num_stages=4 if plain else 6)
 
