@@ -5,7 +5,7 @@
 # all-reference plan), then the full tables (bench/h200_round4.sh's decode 1-256 x 4K/32K and
 # prefill 4K/16K, eager reference at decode 1 and 64, and at the 4K prefill).
 source "$(dirname "$0")/device_setup.sh"
-timeout ${GPU_TESTS_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -m gpu -rf tests/gpu \
+timeout ${GPU_TESTS_TIMEOUT:-200} python3 -m pytest -p no:cacheprovider -m gpu -rf tests/gpu \
   >"$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -8
 timeout ${DECODE_TIMEOUT:-250} python3 bench/decode.py --out "$OUT" >"$OUT/decode.log" 2>&1
