@@ -4,7 +4,8 @@ measures the variants alone, then the best end to end.
 
     --attention-config LAYOUT:BK:BH:SPLIT:STAGES   prefill-sized attention launches
                                                    (attention_prefill.py variants)
-    --moe-config BMxBNxBK:split:warps:stages[:swap[:abf16]] MXFP4 expert GEMMs (bf16 dots) of the
+    --moe-config BMxBNxBK:split:warps:stages[:swap[:abf16[:onemul]]]
+                                                   MXFP4 expert GEMMs (bf16 dots) of the
                                                    config's class: BM=16 decode, else prefill
                                                    (moe_decode.py --configs; repeatable)
 """
@@ -21,8 +22,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="LAYOUT:BK:BH:SPLIT:STAGES of prefill-sized attention launches "
                     "(bench/attention_prefill.py; default: the module's constants)")
     ap.add_argument("--moe-config", action="append", default=[],
-                    help="BMxBNxBK:split_k:warps:stages[:swap[:abf16]] for expert GEMMs of its "
-                    "class (BM=16: decode, else prefill; repeatable; default: moe_config's)")
+                    help="BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]] for expert "
+                    "GEMMs of its class (BM=16: decode, else prefill; repeatable; default: "
+                    "moe_config's)")
 
 
 def apply(attention_config: str | None, moe_configs: list[str]) -> None:
@@ -47,7 +49,8 @@ def apply(attention_config: str | None, moe_configs: list[str]) -> None:
                 cfg = parse_config(text)
             except ValueError:
                 raise SystemExit(f"--moe-config {text!r}: expected BMxBNxBK:split_k:warps:"
-                                 "stages[:swap[:abf16]], e.g. 16x128x256:1:4:3:0:1") from None
+                                 "stages[:swap[:abf16[:onemul]]], e.g. 16x64x256:1:4:4:0:1:1"
+                                 ) from None
             overrides[cfg["BM"] == 16] = cfg
         base = moe_experts.moe_config
 

@@ -117,8 +117,9 @@ def bench(token_counts: list[int]) -> None:
 
 # prefill-chunk tilings of the W4A16 kernel (moe_config's prefill class is the first):
 # BM x BN x BK, SPLIT_K (inline-PTX even/odd unpack, else the interleaved one), warps, stages,
-# [swap[:abf16]] (abf16: activations as rounded bf16 values, A_BF16)
-PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1,64x64x128:1:4:4,64x128x64:1:8:4:1:1,64x128x64:1:8:4:1,"
+# [swap[:abf16[:onemul]]] (abf16: activations as rounded bf16 values, A_BF16; onemul: W_ONE_MUL)
+PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1,64x64x128:1:4:4:0:1:1,64x64x128:1:4:4,"
+                   "64x128x64:1:8:4:1:1,64x128x64:1:8:4:1,"
                    "64x128x128:1:8:3:1:1,128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,"
                    "64x64x256:1:4:4,128x128x64:0:8:3,"
                    # swap AB: weight rows as the wgmma M side, fed from registers
@@ -129,7 +130,8 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1,64x64x128:1:4:4,64x128x64:1:8:4:1:1,64x1
 # decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16, the weight slab per K
 # step and the programs in flight vary, and the MMA's orientation (swap); the first is
 # moe_config's
-DECODE_CONFIGS = ("16x64x256:1:4:4:0:1,16x128x256:1:4:3,16x128x256:1:4:3:0:1,"
+DECODE_CONFIGS = ("16x64x256:1:4:4:0:1,16x64x256:1:4:4:0:1:1,16x128x256:1:4:3:0:1:1,"
+                  "16x128x128:1:4:4:0:1:1,16x128x256:1:4:3,16x128x256:1:4:3:0:1,"
                   "16x128x256:1:4:4:0:1,16x128x128:1:4:4:0:1,16x128x128:1:4:6:0:1,"
                   "16x64x256:1:4:4,16x32x256:1:4:4,16x32x128:1:4:6,"
                   "16x64x128:1:4:6,16x64x256:1:8:4,16x64x128:1:4:8,"
@@ -139,15 +141,17 @@ DECODE_CONFIGS = ("16x64x256:1:4:4:0:1,16x128x256:1:4:3,16x128x256:1:4:3:0:1,"
 
 
 def parse_config(text: str) -> dict:
-    """``BMxBNxBK:split_k:warps:stages[:swap[:abf16]]`` -> a ``run_experts`` config (swap:
-    SWAP_AB; abf16: A_BF16, activations as rounded bf16 values instead of codes + scales)."""
+    """``BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]]`` -> a ``run_experts`` config
+    (swap: SWAP_AB; abf16: A_BF16, activations as rounded bf16 values instead of codes + scales;
+    onemul: W_ONE_MUL, one bf16x2 multiply per weight pair where the scales allow it)."""
     tile, split_k, warps, stages, *flags = text.split(":")
     bm, bn, bk = map(int, tile.split("x"))
-    if len(flags) > 2 or any(f not in ("0", "1") for f in flags):
+    if len(flags) > 3 or any(f not in ("0", "1") for f in flags):
         raise ValueError(text)
-    flags += ["0"] * (2 - len(flags))
+    flags += ["0"] * (3 - len(flags))
     return dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", SWAP_AB=flags[0] == "1",
-                A_BF16=flags[1] == "1", num_warps=int(warps), num_stages=int(stages))
+                A_BF16=flags[1] == "1", W_ONE_MUL=flags[2] == "1", num_warps=int(warps),
+                num_stages=int(stages))
 
 
 def bench_configs(num_tokens: int, configs: list[str]) -> None:

@@ -188,22 +188,60 @@ or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $3, a, $6, nz;
 """)
 
 
+# The same with ONE multiply per bf16x2: $5, $6 = 2^(e - 1) (bits (e + 126) << 7, a normal bf16
+# for every e <= 128), which takes value * 2^-126 straight to value * 2^(e - 127); exact like the
+# two-multiply form. A scale byte > 128 (a weight scale >= 2) would overflow 2^(e - 1):
+# _load_mxfp4_halves checks each tile's largest byte and takes the two-multiply form then.
+_E2M1X4_TO_BF16_ONE_MUL = tl.constexpr("""
+{
+.reg .b32 z, t0, t1, a, b, nz;
+mov.b32 z, 0;
+mov.b32 nz, 0x80008000;
+prmt.b32 t0, $4, z, 0x4140;
+prmt.b32 t1, $4, z, 0x4342;
+shl.b32 a, t0, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 12; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 $0, a, $5, nz;
+shl.b32 a, t1, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 12; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 $1, a, $6, nz;
+shl.b32 a, t0, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 8; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 $2, a, $5, nz;
+shl.b32 a, t1, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 8; and.b32 b, b, 0x80008000;
+or.b32 a, a, b; fma.rn.bf16x2 $3, a, $6, nz;
+}
+""")
+
+
 @triton.jit
-def _load_mxfp4_halves(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, ASM: tl.constexpr,
-                       BN: tl.constexpr, BK: tl.constexpr):
-    """K elements [k0, k0 + BK) of BN MXFP4 rows, dequantized exactly, split by parity.
+def _load_mxfp4_raw(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, BN: tl.constexpr,
+                    BK: tl.constexpr):
+    """K elements [k0, k0 + BK) of BN MXFP4 rows as stored: packed bytes [BN, BK // 2] and
+    ue8m0 scale bytes [BN, BK // 32] (int32)."""
+    p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2 + tl.arange(0, BK // 2)[None, :])
+    e_blocks = tl.load(s_ptr + rows_w[:, None] * stride_sn + k0 // 32
+                       + tl.arange(0, BK // 32)[None, :]).to(tl.int32)
+    return p, e_blocks
+
+
+@triton.jit
+def _unpack_mxfp4_halves(p, e_blocks, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
+                         BN: tl.constexpr, BK: tl.constexpr):
+    """``_load_mxfp4_raw``'s tile dequantized exactly, split by parity.
 
     Returns (even, odd), each [BN, BK // 2]: the low nibbles (K elements k0 + 2j) and the high
     nibbles (k0 + 2j + 1) times their ue8m0 scales, with no interleave (the caller dots them
     with A's even and odd columns). ASM: bf16 from the packed bytes by ``_E2M1X4_TO_BF16``
-    (about 3 instructions per element, the GPU path); else the same bits built with tl integer
-    ops in fp32 (the interpreter's twin of it).
+    (about 3 instructions per element, the GPU path), or ``_E2M1X4_TO_BF16_ONE_MUL`` with
+    ONE_MUL (the caller has checked that every scale byte of the tile is <= 128); else the same
+    bits built with tl integer ops in fp32 (the interpreter's twin of it).
     """
     NB: tl.constexpr = BK // 32
-    p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2 + tl.arange(0, BK // 2)[None, :])
-    e = tl.load(s_ptr + rows_w[:, None] * stride_sn + k0 // 32 + tl.arange(0, NB)[None, :])
-    e = tl.reshape(tl.broadcast_to(e.to(tl.int32)[:, :, None], (BN, NB, 16)), (BN, BK // 2))
-    if ASM:
+    e = tl.reshape(tl.broadcast_to(e_blocks[:, :, None], (BN, NB, 16)), (BN, BK // 2))
+    if ASM and ONE_MUL:
+        s16 = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(e - 1)
+        even, odd = tl.inline_asm_elementwise(
+            _E2M1X4_TO_BF16_ONE_MUL, "=r,=r,=r,=r,r,r,r", [p, s16],
+            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    elif ASM:
         # 2^(e - 127) in bf16 bits: e << 7, or the subnormal 0x0040 for e = 0
         s16 = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
         even, odd = tl.inline_asm_elementwise(
@@ -217,6 +255,19 @@ def _load_mxfp4_halves(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, ASM: tl.c
         even = even * 2.0**126 * scale
         odd = odd * 2.0**126 * scale
     return even, odd
+
+
+@triton.jit
+def _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED: tl.constexpr,
+                DOT_BF16: tl.constexpr, SWAP_AB: tl.constexpr, ONE_MUL: tl.constexpr,
+                BN: tl.constexpr, BK: tl.constexpr):
+    """One K step of the split MXFP4 tiles: unpack w1 (and w3 when GATED), two dots each."""
+    w_even, w_odd = _unpack_mxfp4_halves(p1, e1, DOT_BF16, ONE_MUL, BN, BK)
+    acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
+    if GATED:
+        w_even, w_odd = _unpack_mxfp4_halves(p3, e3, DOT_BF16, ONE_MUL, BN, BK)
+        acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
+    return acc1, acc3
 
 
 @triton.jit
@@ -280,6 +331,71 @@ def _dot_halves(acc, a_even, a_odd, w_even, w_odd, DOT_BF16: tl.constexpr,
 
 
 @triton.jit
+def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_base, rows_w,
+                stride_wn, stride_sn, K, GATED: tl.constexpr, FMT: tl.constexpr,
+                SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr,
+                SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr, A_BF16: tl.constexpr,
+                ONE_MUL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                STAGES: tl.constexpr = None):
+    """``_moe_gemm_kernel``'s K loop: acc1 (and acc3 when GATED) += A @ W^T over K; STAGES:
+    this loop's software-pipeline depth (None: the launch's num_stages)."""
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        if A_BF16:
+            a = tl.load(a_ptrs + k0)  # [BM, BK] exact Q8_32 values
+            a_scale = a  # unused
+            a = a.to(tl.bfloat16) if DOT_BF16 else a.to(tl.float32)
+        else:
+            a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
+            a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
+            a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
+        if SPLIT_K:  # MXFP4 decode tiles: even and odd K elements apart, two dots each
+            a_even, a_odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
+            p1, e1 = _load_mxfp4_raw(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0, BN, BK)
+            p3, e3 = p1, e1
+            if GATED:
+                p3, e3 = _load_mxfp4_raw(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
+                                         BN, BK)
+            acc1, acc3 = _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED,
+                                     DOT_BF16, SWAP_AB, ONE_MUL, BN, BK)
+        else:
+            w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
+                                  FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
+            acc1 = _dot_tile(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16, BM, BN, BK)
+            if GATED:
+                w3, s3 = _load_w_tile(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
+                                      FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
+                acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
+
+    return acc1, acc3
+
+
+@triton.jit
+def _scales_fit_one_mul(s1_base, s3_base, rows_w, stride_sn, K, GATED: tl.constexpr,
+                        BN: tl.constexpr):
+    """Whether every ue8m0 byte of this program's rows of w1 (and w3) is <= 128, i.e. 2^(e - 1)
+    is a normal bf16 for all of them (``_E2M1X4_TO_BF16_ONE_MUL``). Once per program, 4 bytes
+    per load (the caller guarantees (K / 32) % 4 == 0): 1/16 of the bytes the K loop streams
+    (mostly L2 hits for it afterwards). A byte b > 128 has bit 7 set and a nonzero low 7 bits;
+    adding 0x7F to the low 7 bits carries into bit 7 exactly when they are nonzero."""
+    CW: tl.constexpr = 64  # words per row per chunk
+    words_per_row = K // 128
+    row_words = rows_w[:, None] * (stride_sn // 4)
+    w1_words = s1_base.to(tl.pointer_type(tl.int32))
+    w3_words = s3_base.to(tl.pointer_type(tl.int32))
+    bad = tl.zeros((BN, CW), dtype=tl.int32)
+    for kw in range(0, words_per_row, CW):
+        cols = kw + tl.arange(0, CW)[None, :]
+        mask = cols < words_per_row
+        w = tl.load(w1_words + row_words + cols, mask=mask, other=0)
+        bad |= w & ((w & 0x7F7F7F7F) + 0x7F7F7F7F)
+        if GATED:
+            w = tl.load(w3_words + row_words + cols, mask=mask, other=0)
+            bad |= w & ((w & 0x7F7F7F7F) + 0x7F7F7F7F)
+    bad = bad & -2139062144  # 0x80808080 as int32: the bytes' bit 7
+    return tl.max(tl.max(bad != 0, axis=1), axis=0) == 0
+
+
+@triton.jit
 def _moe_gemm_kernel(
     a_ptr, a_scale_ptr,  # uint8 A codes (rows, K) + ue8m0 (rows, K/32)
     w1_ptr, s1_ptr, w3_ptr, s3_ptr,  # expert weights (E, O, ...) and their scales (E, ., K/32)
@@ -291,12 +407,15 @@ def _moe_gemm_kernel(
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
     DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
     A_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    W_ONE_MUL: tl.constexpr = False,
 ):
     """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0).
     SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop.
     A_BF16 (folded dots only): A holds the Q8_32-rounded values themselves (bf16, exact; a_scale
     unused), not codes + scales — no per-program decode of A, which every program of a decode
-    tile would repeat for its BN columns — and GATED writes h the same way (out_scale unused)."""
+    tile would repeat for its BN columns — and GATED writes h the same way (out_scale unused).
+    W_ONE_MUL (SPLIT_K MXFP4 tiles on the GPU): one bf16x2 multiply per weight pair where the
+    tile's scale bytes allow it (``_load_mxfp4_halves``)."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -324,32 +443,25 @@ def _moe_gemm_kernel(
         acc1 = tl.zeros((BM, BN), dtype=tl.float32)
         acc3 = tl.zeros((BM, BN), dtype=tl.float32)
     tl.static_assert(not (A_BF16 and MMA_FP8), "A_BF16 feeds the folded (bf16) dots only")
-    for k0 in range(0, K, BK):
-        if A_BF16:
-            a = tl.load(a_ptrs + k0)  # [BM, BK] exact Q8_32 values
-            a_scale = a  # unused
-            a = a.to(tl.bfloat16) if DOT_BF16 else a.to(tl.float32)
+    if SPLIT_K and W_ONE_MUL and DOT_BF16:
+        # one bf16x2 multiply per weight pair where the scales allow it (real checkpoints' weight
+        # scales are far below 2): two copies of the loop (a branch inside one loop would cost
+        # its cp.async pipelining); the fallback runs unpipelined, so that its buffers do not
+        # double the shared memory (occupancy) of the loop that runs
+        if _scales_fit_one_mul(s1_base, s3_base, rows_w, stride_sn, K, GATED, BN):
+            acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
+                                     s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT,
+                                     SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
+                                     True, BM, BN, BK)
         else:
-            a = tl.load(a_ptrs + k0).to(tl.float8e4nv, bitcast=True)  # [BM, BK]
-            a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + k0 // 32))  # [BM, BK // 32]
-            a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
-        if SPLIT_K:  # MXFP4 decode tiles: even and odd K elements apart, two dots each
-            a_even, a_odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
-            w_even, w_odd = _load_mxfp4_halves(w1_base, s1_base, rows_w, stride_wn, stride_sn,
-                                               k0, DOT_BF16, BN, BK)
-            acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
-            if GATED:
-                w_even, w_odd = _load_mxfp4_halves(w3_base, s3_base, rows_w, stride_wn,
-                                                   stride_sn, k0, DOT_BF16, BN, BK)
-                acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
-        else:
-            w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
-                                  FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
-            acc1 = _dot_tile(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16, BM, BN, BK)
-            if GATED:
-                w3, s3 = _load_w_tile(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
-                                      FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
-                acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
+            acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
+                                     s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT,
+                                     SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
+                                     False, BM, BN, BK, 1)
+    else:
+        acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
+                                 s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
+                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, False, BM, BN, BK)
 
     if SWAP_AB:
         acc1 = tl.trans(acc1)
@@ -465,26 +577,33 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     mxfp4_folded = not plain and not fp8_weights and not mma_fp8
     if interpret:
         return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8,
-                    SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded, num_warps=4,
-                    num_stages=1)
+                    SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded, W_ONE_MUL=False,
+                    num_warps=4, num_stages=1)
     # MXFP4 decode: A as bf16 values (A_BF16) at BN=64 x 4 stages, 3.15 ms per 64-token slice
     # layer vs 3.50 (codes + scales, BN=128 x 3 stages; the best in round 11) and 4.17 (codes,
     # BN=64 x 4) on the H200 (session 6 round 14; swapped tiles were slower at decode)
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
                     MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded,
-                    num_warps=4, num_stages=4)
+                    W_ONE_MUL=False, num_warps=4, num_stages=4)
     if decode:
         return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, SWAP_AB=False,
-                    A_BF16=False, num_warps=8, num_stages=6)
+                    A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=6)
     # prefill: 64 x 64 x 128 with A as bf16 values, 12.23 ms per 4K-token slice layer vs 12.41
     # (codes + scales) and 12.90 (swapped operands, BN=128 weight rows as the wgmma M side: the
     # round-11 winner by 0.2 ms, slower in round 14) on the H200 (session 6)
     if mxfp4_folded:
         return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
-                    A_BF16=True, num_warps=4, num_stages=4)
+                    A_BF16=True, W_ONE_MUL=False, num_warps=4, num_stages=4)
     return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, SWAP_AB=False,
-                A_BF16=False, num_warps=8, num_stages=4 if plain else 6)
+                A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=4 if plain else 6)
+
+
+def _word_scales(*scales: torch.Tensor) -> bool:
+    """Whether ``_scales_fit_one_mul`` may read these (E, O, K/32) ue8m0 tensors 4 bytes at a
+    time: 4-byte aligned, row and expert strides multiples of 4, K/32 a multiple of 4."""
+    return all(s.data_ptr() % 4 == 0 and s.stride(0) % 4 == 0 and s.stride(1) % 4 == 0
+               and s.shape[2] % 4 == 0 and s.stride(2) == 1 for s in scales)
 
 
 def _block_k(k: int, block_k: int) -> int:
@@ -518,7 +637,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     local to this rank's slots) are skipped and their per-pair outputs are 0 (one extra memset).
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
-    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, num_warps,
+    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, W_ONE_MUL,
+    num_warps,
     num_stages) —
     for benchmarks that compare tilings (bench/moe_decode.py --configs).
     """
@@ -558,6 +678,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
         h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
         h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
+    one_mul = cfg.get("W_ONE_MUL", False) and fmt == FMT_MXFP4 and cfg["SPLIT_K"]
     bk_up = _block_k(dim, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
         a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
@@ -567,7 +688,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"],
+        BN=cfg["BN"], W_ONE_MUL=one_mul and _word_scales(s1, s3),
         BK=bk_up,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
@@ -582,7 +703,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"],
+        BN=cfg["BN"], W_ONE_MUL=one_mul and _word_scales(s2),
         BK=bk_down,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not combine:

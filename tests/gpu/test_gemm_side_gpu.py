@@ -228,6 +228,36 @@ def test_moe_experts_accuracy_gpu(num_tokens):
         _row(name, f"N{num_tokens} top{V41_TOPK}/{num_experts}", _rel(out.cpu(), ref), 1e-2)
 
 
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 512])
+def test_moe_one_mul_matches_two_mul_gpu(num_tokens):
+    """W_ONE_MUL (one bf16x2 multiply per weight pair, 2^(e - 1) scales) builds the same bf16
+    weights as the two-multiply unpack, so the outputs are bit-identical — on tiles whose scale
+    bytes are all <= 128 (the fast loop) and on experts given bytes up to 200 (the programs that
+    fall back); and both match the CPU reference."""
+    from deepinfer.kernels.reference import moe
+    from deepinfer.kernels.triton import moe_experts
+
+    num_experts = 16
+    w1 = _random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN)
+    w3 = _random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN)
+    w2 = _random_mxfp4_experts(num_experts, V41_HIDDEN, V41_INTER)
+    for w in (w1, w3, w2):  # experts 0-3: scale bytes 125..200 on some rows (weights x 2^73)
+        w.scale[:4, ::7] = torch.randint(125, 201, w.scale[:4, ::7].shape, dtype=torch.uint8,
+                                         device="cuda")
+    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16) * 2.0**-60
+    ids, weights = _routing(num_tokens, num_experts)
+    outs = {}
+    for one_mul in (False, True):
+        with nan_poisoned_allocations():
+            outs[one_mul] = moe_experts.run_experts(x, ids, weights, w1, w3, w2, 10.0, mma="bf16",
+                                                    config={"W_ONE_MUL": one_mul})
+    assert torch.equal(outs[True], outs[False]), "one-multiply unpack differs from two-multiply"
+    ref = moe.moe_routed_experts(x.cpu(), ids.cpu(), weights.cpu(), _dequant_experts(w1).cpu(),
+                                 _dequant_experts(w3).cpu(), _dequant_experts(w2).cpu(), 10.0)
+    _row("moe mxfp4 W_ONE_MUL", f"N{num_tokens} top{V41_TOPK}/{num_experts}",
+         _rel(outs[True].cpu(), ref), 1e-2)
+
+
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
 def test_moe_experts_speed_gpu(v41_experts, num_tokens):
     from deepinfer.kernels.triton import moe_experts

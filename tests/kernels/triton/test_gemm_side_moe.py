@@ -162,10 +162,11 @@ def test_align_pairs_groups_by_expert():
 V41_HIDDEN, V41_INTER, V41_EXPERTS, V41_TOPK = 5120, 2304, 384, 6
 
 
-def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None) -> dict:
+def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul=None) -> dict:
     cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN,
                                  mma=mma, fp8_weights=fmt == moe_experts.FMT_FP8)
     a_bf16 = cfg["A_BF16"] if a_bf16 is None else a_bf16
+    one_mul = cfg["W_ONE_MUL"] if one_mul is None else one_mul
     w_ty = {moe_experts.FMT_MXFP4: "*u8", moe_experts.FMT_FP8: "*u8",
             moe_experts.FMT_PLAIN: "*bf16"}[fmt]
     s_ty = "*u8" if fmt != moe_experts.FMT_PLAIN else w_ty
@@ -180,7 +181,7 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None) -> dict
            "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
     ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
           "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "SWAP_AB": cfg["SWAP_AB"],
-          "A_BF16": a_bf16, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
+          "A_BF16": a_bf16, "W_ONE_MUL": one_mul, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
@@ -201,6 +202,11 @@ def test_sm90_compile(sm90_compile):
              _moe_case("moe_up_fp8_auto_decode", True, fp8, "auto", 1, decode),
              _moe_case("moe_up_mxfp4_codes_decode", True, fp4, "auto", 1, decode, a_bf16=False),
              _moe_case("moe_down_mxfp4_auto_prefill", False, fp4, "auto", 1, prefill),
+             _moe_case("moe_up_mxfp4_onemul_decode", True, fp4, "auto", 1, decode, one_mul=True),
+             _moe_case("moe_down_mxfp4_onemul_decode", False, fp4, "auto", 1, decode,
+                       one_mul=True),
+             _moe_case("moe_up_mxfp4_onemul_prefill", True, fp4, "auto", 1, prefill,
+                       one_mul=True),
              _moe_case("moe_up_mxfp4_w4a8_decode", True, fp4, "fp8", 1, decode),
              _moe_case("moe_up_mxfp4_auto_prefill", True, fp4, "auto", 1, prefill),
              _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, "fp8", 1, prefill),
