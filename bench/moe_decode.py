@@ -118,7 +118,7 @@ def bench(token_counts: list[int]) -> None:
 # prefill-chunk tilings of the W4A16 kernel (moe_config's prefill class is the first):
 # BM x BN x BK, SPLIT_K (inline-PTX even/odd unpack, else the interleaved one), warps, stages,
 # [swap[:abf16[:onemul]]] (abf16: activations as rounded bf16 values, A_BF16; onemul: W_ONE_MUL)
-PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1,64x64x128:1:4:4:0:1:1,64x64x128:1:4:4,"
+PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
                    "64x128x64:1:8:4:1:1,64x128x64:1:8:4:1,"
                    "64x128x128:1:8:3:1:1,128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,"
                    "64x64x256:1:4:4,128x128x64:0:8:3,"
@@ -130,7 +130,7 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1,64x64x128:1:4:4:0:1:1,64x64x128:1:4:4,"
 # decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16, the weight slab per K
 # step and the programs in flight vary, and the MMA's orientation (swap); the first is
 # moe_config's
-DECODE_CONFIGS = ("16x64x256:1:4:4:0:1,16x64x256:1:4:4:0:1:1,16x128x256:1:4:3:0:1:1,"
+DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1,16x128x256:1:4:3:0:1:1,"
                   "16x128x128:1:4:4:0:1:1,16x128x256:1:4:3,16x128x256:1:4:3:0:1,"
                   "16x128x256:1:4:4:0:1,16x128x128:1:4:4:0:1,16x128x128:1:4:6:0:1,"
                   "16x64x256:1:4:4,16x32x256:1:4:4,16x32x128:1:4:6,"

@@ -581,20 +581,22 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
                     num_warps=4, num_stages=1)
     # MXFP4 decode: A as bf16 values (A_BF16) at BN=64 x 4 stages, 3.15 ms per 64-token slice
     # layer vs 3.50 (codes + scales, BN=128 x 3 stages; the best in round 11) and 4.17 (codes,
-    # BN=64 x 4) on the H200 (session 6 round 14; swapped tiles were slower at decode)
+    # BN=64 x 4) on the H200 (session 6 round 14; swapped tiles were slower at decode); with
+    # W_ONE_MUL 3.51 vs 3.71 ms in one later run (round 16; runs differ by up to 15 %)
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
                     MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded,
-                    W_ONE_MUL=False, num_warps=4, num_stages=4)
+                    W_ONE_MUL=mxfp4_folded, num_warps=4, num_stages=4)
     if decode:
         return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, SWAP_AB=False,
                     A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=6)
     # prefill: 64 x 64 x 128 with A as bf16 values, 12.23 ms per 4K-token slice layer vs 12.41
     # (codes + scales) and 12.90 (swapped operands, BN=128 weight rows as the wgmma M side: the
-    # round-11 winner by 0.2 ms, slower in round 14) on the H200 (session 6)
+    # round-11 winner by 0.2 ms, slower in round 14) on the H200 (session 6); W_ONE_MUL 12.77 vs
+    # 13.24 ms in one run (round 16)
     if mxfp4_folded:
         return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
-                    A_BF16=True, W_ONE_MUL=False, num_warps=4, num_stages=4)
+                    A_BF16=True, W_ONE_MUL=True, num_warps=4, num_stages=4)
     return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, SWAP_AB=False,
                 A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=4 if plain else 6)
 
