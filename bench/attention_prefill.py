@@ -30,14 +30,15 @@ import sweep_args  # noqa: E402
 HEADS, DIM, WINDOW, TOPK = 64, 512, 128, 512
 
 
-def make_inputs(n: int, device: str, seed: int = 0) -> tuple:
-    """q (N, H, D) bf16; window records (N + WINDOW, 528) and compressed records (N // 4 + 1,
-    288) uint8 with finite values; per-query row lists (N, WINDOW), (N, TOPK); sink (H,)."""
+def make_inputs(n: int, device: str, seed: int = 0, compressed_rows: int | None = None) -> tuple:
+    """q (N, H, D) bf16; window records (N + WINDOW, 528) and compressed records
+    (``compressed_rows``, default N // 4 + 1, 288) uint8 with finite values; per-query row lists
+    (N, WINDOW), (N, TOPK); sink (H,)."""
     from deepinfer.kernels import formats
 
     g = torch.Generator(device="cpu").manual_seed(seed)
     q = (torch.randn(n, HEADS, DIM, generator=g) * 0.3).to(torch.bfloat16)
-    rows_w, rows_c = n + WINDOW, n // 4 + 1
+    rows_w, rows_c = n + WINDOW, compressed_rows or n // 4 + 1
     codes = (torch.randn(rows_w, DIM, generator=g) * 0.5).to(torch.float8_e4m3fn).view(torch.uint8)
     scales = torch.full((rows_w, DIM // 32), 127, dtype=torch.uint8)  # ue8m0 1.0
     window = torch.cat([codes, scales], 1)

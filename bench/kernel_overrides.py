@@ -3,7 +3,9 @@ decode.py) runs the winner of a one-kernel sweep before it becomes a default: a 
 measures the variants alone, then the best end to end.
 
     --attention-config LAYOUT:BK:BH:SPLIT:STAGES   prefill-sized attention launches
-                                                   (attention_prefill.py variants)
+                                                   (attention_prefill.py variants), or
+                       decode:BK:BH:DV:STAGES:WARPS:SPLITS  decode-sized ones
+                                                   (attention_decode.py variants)
     --moe-config BMxBNxBK:split:warps:stages[:swap[:abf16[:onemul]]]
                                                    MXFP4 expert GEMMs (bf16 dots) of the
                                                    config's class: BM=16 decode, else prefill
@@ -30,7 +32,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def apply(attention_config: str | None, moe_configs: list[str]) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    if attention_config:
+    if attention_config and attention_config.startswith("decode:"):
+        from attention_decode import set_variant as set_decode
+
+        from deepinfer.kernels.triton import attention
+        nums = attention_config.split(":")[1:]
+        if len(nums) != 6 or not all(n.isdigit() for n in nums):
+            raise SystemExit(f"--attention-config {attention_config!r}: expected "
+                             "decode:BK:BH:DV:STAGES:WARPS:SPLITS, e.g. decode:16:64:2:2:8:4")
+        set_decode(attention, *map(int, nums))
+    elif attention_config:
         from attention_prefill import set_variant
 
         from deepinfer.kernels.triton import attention

@@ -56,6 +56,14 @@ PREFILL_MIN_QUERIES = 256
 PREFILL_BLOCK_HEADS = 64
 PREFILL_DV_SPLIT = 1
 PREFILL_NUM_STAGES = 2
+# Row splits (flash-decoding): each (query, head block, output slice) program walks 1/ROW_SPLITS
+# of each row list and writes its partial (running max, sum, unnormalized output); a second
+# kernel merges them with the sink. A decode step's 64 queries x 1 head block x 2 output slices
+# give 128 programs that each walk 640 rows in 40 dependent chunks (0.26 ms per layer on the
+# H200 at 64 x 4K, session 6: ~50x its bytes' time); splits give the SMs more, shorter programs.
+# 1 = no split (the measured default until bench/attention_prefill.py --queries 64 sweeps it).
+DECODE_ROW_SPLITS = 1
+PREFILL_ROW_SPLITS = 1
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
 NUM_WARPS = 8
@@ -95,16 +103,24 @@ def _load_rows(base_ptr, row_stride, idx, valid, j0, D: tl.constexpr, DJ: tl.con
 def _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0, rows_ptr, row_stride, idx_ptr,
                  idx_stride, num_idx, qk_scale, D: tl.constexpr, DJ: tl.constexpr,
                  DC: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                 PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr):
-    """Online-softmax update over one query's row list (entries < 0 are skipped).
+                 PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr,
+                 split, NSPLIT: tl.constexpr):
+    """Online-softmax update over one query's row list (entries < 0 are skipped): all of it, or
+    with NSPLIT > 1 the ``split``-th of NSPLIT ranges of whole BK chunks.
 
     q . k runs over D in slices of DC channel pairs (q slices are re-read from L1/L2 each
     chunk), which bounds the registers live at once to one slice of q and of the K tile.
     """
     kk = tl.arange(0, BK)
     jc = tl.arange(0, DC)
-    for start in range(0, num_idx, BK):
-        in_list = start + kk < num_idx
+    lo = 0
+    hi = num_idx
+    if NSPLIT > 1:
+        per_split = tl.cdiv(tl.cdiv(num_idx, BK), NSPLIT) * BK
+        lo = split * per_split
+        hi = tl.minimum(lo + per_split, num_idx)
+    for start in range(lo, hi, BK):
+        in_list = start + kk < hi
         idx = tl.load(idx_ptr + n * idx_stride + start + kk, mask=in_list, other=-1)
         valid = idx >= 0
         s = tl.zeros((acc_e.shape[0], BK), tl.float32)
@@ -133,15 +149,20 @@ def _sparse_attn_sink_kernel(
     q_ptr, stride_qn, stride_qh,
     a_ptr, stride_a, ia_ptr, stride_ia, num_a,
     b_ptr, stride_b, ib_ptr, stride_ib, num_b,
-    sink_ptr, out_ptr, stride_on, stride_oh,
+    sink_ptr, out_ptr, stride_on, stride_oh, part_ptr, ml_ptr,
     num_heads, qk_scale,
     D: tl.constexpr, DJ: tl.constexpr, DC: tl.constexpr, BH: tl.constexpr,
     BK: tl.constexpr, FMT_A: tl.constexpr, FMT_B: tl.constexpr, HAS_B: tl.constexpr,
-    PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr,
+    PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr, NSPLIT: tl.constexpr = 1,
 ):
+    """NSPLIT == 1: out = softmax-with-sink attention. NSPLIT > 1: this program's row range only,
+    unnormalized, to part (NSPLIT, N, H, D) fp32 and (running max, sum) to ml (NSPLIT, N, H, 2)
+    fp32, for ``_merge_splits_kernel``."""
     n = tl.program_id(0)
     hb = tl.program_id(1)
-    j0 = tl.program_id(2) * DJ  # output channel pairs [j0, j0 + DJ) of this program
+    DVS: tl.constexpr = D // 2 // DJ  # output slices per (query, head block)
+    j0 = (tl.program_id(2) % DVS) * DJ  # output channel pairs [j0, j0 + DJ) of this program
+    split = tl.program_id(2) // DVS
     h = hb * BH + tl.arange(0, BH)
     hmask = h < num_heads
     q_rows = q_ptr + n.to(tl.int64) * stride_qn + h[:, None] * stride_qh
@@ -152,22 +173,55 @@ def _sparse_attn_sink_kernel(
     acc_o = tl.zeros((BH, DJ), tl.float32)
     m_i, l_i, acc_e, acc_o = _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0,
                                           a_ptr, stride_a, ia_ptr, stride_ia, num_a, qk_scale,
-                                          D, DJ, DC, BK, FMT_A, PREC, CS, PS)
+                                          D, DJ, DC, BK, FMT_A, PREC, CS, PS, split, NSPLIT)
     if HAS_B:
         m_i, l_i, acc_e, acc_o = _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0,
                                               b_ptr, stride_b, ib_ptr, stride_ib, num_b,
-                                              qk_scale, D, DJ, DC, BK, FMT_B, PREC, CS, PS)
+                                              qk_scale, D, DJ, DC, BK, FMT_B, PREC, CS, PS,
+                                              split, NSPLIT)
+    jo = j0 + tl.arange(0, DJ)
+    if NSPLIT > 1:
+        row = (split * tl.num_programs(0) + n).to(tl.int64) * num_heads + h  # [BH]
+        p_rows = part_ptr + row[:, None] * D
+        tl.store(p_rows + CS * jo[None, :], acc_e, mask=hmask[:, None])
+        tl.store(p_rows + CS * jo[None, :] + PS, acc_o, mask=hmask[:, None])
+        if j0 == 0:
+            tl.store(ml_ptr + row * 2, m_i, mask=hmask)
+            tl.store(ml_ptr + row * 2 + 1, l_i, mask=hmask)
+        return
     sink = tl.load(sink_ptr + h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
     m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i + tl.exp2(sink - m_use)
     out_e = acc_e / denom[:, None]
     out_o = acc_o / denom[:, None]
-    jo = j0 + tl.arange(0, DJ)
     o_rows = out_ptr + n.to(tl.int64) * stride_on + h[:, None] * stride_oh
     tl.store(o_rows + CS * jo[None, :], out_e.to(out_ptr.dtype.element_ty),
              mask=hmask[:, None])
     tl.store(o_rows + CS * jo[None, :] + PS, out_o.to(out_ptr.dtype.element_ty),
              mask=hmask[:, None])
+
+
+@triton.jit
+def _merge_splits_kernel(part_ptr, ml_ptr, sink_ptr, out_ptr, stride_on, stride_oh, num_queries,
+                         num_heads, D: tl.constexpr, NSPLIT: tl.constexpr, BD: tl.constexpr):
+    """out[n, h] = sum_s 2^(m_s - M) acc_s / (sum_s 2^(m_s - M) l_s + 2^(sink - M)), M = max_s
+    m_s (0 when every split saw no row): the single-pass softmax with sink, from the splits."""
+    n = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    s = tl.arange(0, NSPLIT)
+    row = (s * num_queries + n) * num_heads + h  # [NSPLIT]
+    m_s = tl.load(ml_ptr + row * 2)
+    l_s = tl.load(ml_ptr + row * 2 + 1)
+    m = tl.max(m_s, axis=0)
+    m_use = tl.where(m == float("-inf"), 0.0, m)
+    w = tl.where(m_s == float("-inf"), 0.0, tl.exp2(m_s - m_use))  # [NSPLIT]
+    sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
+    denom = tl.sum(w * l_s, axis=0) + tl.exp2(sink - m_use)
+    for d0 in tl.static_range(0, D, BD):
+        cols = d0 + tl.arange(0, BD)
+        acc = tl.load(part_ptr + row[:, None] * D + cols[None, :])  # [NSPLIT, BD]
+        o = tl.sum(w[:, None] * acc, axis=0) / denom
+        tl.store(out_ptr + n * stride_on + h * stride_oh + cols, o.to(out_ptr.dtype.element_ty))
 
 
 def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
@@ -185,6 +239,7 @@ def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
                 FMT_A=fmt_a, FMT_B=fmt_b, HAS_B=has_b,
                 PREC="ieee" if q_dtype == torch.float32 else "tf32",
                 CS=1 if float_rows else 2, PS=d // 2 if float_rows else 1,
+                NSPLIT=PREFILL_ROW_SPLITS if prefill else DECODE_ROW_SPLITS,
                 num_warps=NUM_WARPS, num_stages=PREFILL_NUM_STAGES if prefill else NUM_STAGES)
 
 
@@ -198,14 +253,23 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
     if n == 0:
         return out
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
-    grid = (n, triton.cdiv(h, meta["BH"]), d // 2 // meta["DJ"])
+    nsplit = meta["NSPLIT"]
+    assert nsplit & (nsplit - 1) == 0, f"attention: row splits must be a power of two, {nsplit}"
+    part = ml = out  # unused without splits
+    if nsplit > 1:
+        part = attn_common.alloc((nsplit, n, h, d), torch.float32, q.device)
+        ml = attn_common.alloc((nsplit, n, h, 2), torch.float32, q.device)
+    grid = (n, triton.cdiv(h, meta["BH"]), d // 2 // meta["DJ"] * nsplit)
     _sparse_attn_sink_kernel[grid](
         q, q.stride(0), q.stride(1),
         a, a.stride(0), ia, ia.stride(0), ia.shape[-1],
         b, b.stride(0), ib, ib.stride(0), ib.shape[-1] if has_b else 0,
-        sink, out, out.stride(0), out.stride(1),
+        sink, out, out.stride(0), out.stride(1), part, ml,
         h, float(softmax_scale) * _LOG2E, **meta,
     )
+    if nsplit > 1:
+        _merge_splits_kernel[(n, h)](part, ml, sink, out, out.stride(0), out.stride(1), n, h,
+                                     D=d, NSPLIT=nsplit, BD=min(d, 256), num_warps=4)
     return out
 
 

@@ -37,6 +37,15 @@ def test_attention_prefill_smoke_variants_agree():
     assert max(diffs) < 1e-4, out  # a tiling or layout change reorders fp32 sums only
 
 
+def test_attention_decode_smoke_variants_agree():
+    """Decode tilings incl. row splits (the merge kernel) give the same output up to fp32 sum
+    order."""
+    out = _smoke("attention_decode.py", "--variants", "16:64:2:2:8:1,16:64:2:2:4:4,32:64:1:2:4:2")
+    lines = [ln for ln in out.splitlines() if "max abs diff vs first" in ln]
+    assert len(lines) == 3 and all("finite True" in ln for ln in lines), out
+    assert max(float(ln.rsplit(" ", 1)[1]) for ln in lines) < 1e-4, out
+
+
 def test_mhc_prefill_smoke_matches_reference():
     out = _smoke("mhc_prefill.py")
     assert out.count("max abs err vs reference") == len(
@@ -79,7 +88,24 @@ def test_kernel_overrides_set_each_class_and_leave_the_rest(monkeypatch):
     assert not fp8["SPLIT_K"] and fp8["BK"] == 128 and not fp8["SWAP_AB"]
 
 
-@pytest.mark.parametrize("attention,moe", [("x:1:2", []), (None, ["16x64:1:4"])])
+def test_kernel_overrides_decode_attention(monkeypatch):
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import attention
+
+    for name in ("BLOCK_ROWS", "BLOCK_HEADS", "DV_SPLIT", "NUM_STAGES", "NUM_WARPS",
+                 "DECODE_ROW_SPLITS", "PREFILL_BLOCK_ROWS"):
+        monkeypatch.setattr(attention, name, getattr(attention, name))
+    prefill_rows = attention.PREFILL_BLOCK_ROWS
+    kernel_overrides.apply("decode:32:32:4:3:4:8", [])
+    assert (attention.BLOCK_ROWS, attention.BLOCK_HEADS, attention.DV_SPLIT, attention.NUM_STAGES,
+            attention.NUM_WARPS, attention.DECODE_ROW_SPLITS) == (32, 32, 4, 3, 4, 8)
+    assert attention.PREFILL_BLOCK_ROWS == prefill_rows
+    assert attention.launch_meta(512, 64, 1, 2, True)["NSPLIT"] == 8
+
+
+@pytest.mark.parametrize("attention,moe", [("x:1:2", []), (None, ["16x64:1:4"]),
+                                           ("decode:16:64:2", [])])
 def test_kernel_overrides_reject_malformed_values_by_flag(attention, moe):
     import kernel_overrides
 

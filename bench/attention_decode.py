@@ -1,0 +1,95 @@
+"""Decode-shaped sparse attention (kernels/triton/attention.py, records) under launch configs.
+
+    TRITON_INTERPRET=0 python bench/attention_decode.py [--queries 64] [--context 4096]
+    python bench/attention_decode.py --smoke                                # CPU interpreter
+
+The slice plan's attention layer in a decode step: N queries (one per sequence) x 64 heads of
+512 over one shared latent, each reading its 128 window records (528 B, FP8) and 512 selected
+compressed records (288 B, FP4) of a ``context``-token sequence (context / 4 entries), plus the
+sink. A variant is ``BK:BH:DV:STAGES:WARPS:SPLITS`` — the module's decode constants: rows per
+online-softmax chunk, heads per program, output split across programs, pipeline stages, warps,
+and row splits (flash-decoding: programs over 1/SPLITS of each row list, then a merge kernel;
+``DECODE_ROW_SPLITS``). The first variant is the module's default. Per variant: the median ms
+(CUDA events), max |out - out of the first variant| (fp32 sums reordered only), the bytes the
+rows take (each record read once) against the HBM ceiling measured in the same run. A
+measurement for choosing the decode config, not a test.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_args  # noqa: E402
+from attention_prefill import DIM, HEADS, TOPK, WINDOW, make_inputs  # noqa: E402
+
+# the default first; then row splits; output splits of 4 (half the accumulator registers per
+# program: 2 CTAs per SM at 8 warps need <= 128); 4 warps (spill at SM90: 144-264 B); 32 heads
+# (mma.sync)
+DEFAULT_VARIANTS = ("16:64:2:2:8:1,16:64:2:2:8:2,16:64:2:2:8:4,16:64:2:2:8:8,16:64:4:2:8:1,"
+                    "16:64:4:2:8:2,16:64:1:2:8:4,32:64:2:2:8:2,16:64:2:3:8:2,16:64:2:2:4:2,"
+                    "16:32:2:2:4:2")
+
+
+def set_variant(attention, bk: int, bh: int, dv: int, stages: int, warps: int,
+                splits: int) -> None:
+    attention.BLOCK_ROWS, attention.BLOCK_HEADS, attention.DV_SPLIT = bk, bh, dv
+    attention.NUM_STAGES, attention.NUM_WARPS, attention.DECODE_ROW_SPLITS = stages, warps, splits
+
+
+def main() -> int:
+    def shapes(ap):
+        ap.add_argument("--queries", type=int, default=64)
+        ap.add_argument("--context", type=int, default=4096)
+
+    args = sweep_args.parse(__doc__, DEFAULT_VARIANTS, "4 queries", shapes)
+    from deepinfer.kernels.triton import attention
+
+    n = 4 if args.smoke else args.queries
+    q, window, win_idx, comp, comp_idx, sink = make_inputs(
+        n, args.device, compressed_rows=max(TOPK, args.context // 4))
+    if args.smoke:
+        q = q.float()
+    scale = DIM ** -0.5
+    assert n <= attention.PREFILL_MIN_QUERIES, "decode-sized launches only"
+
+    def run():
+        return attention.sparse_attention_sink_records(q, window, win_idx, comp, comp_idx, sink,
+                                                      scale)
+
+    n_bytes = n * (WINDOW * window.shape[1] + TOPK * comp.shape[1])
+    if not args.smoke:
+        from roofline import measure_ceilings, median_ms
+
+        hbm = measure_ceilings()["hbm_bytes_per_s"]
+        print(f"{torch.cuda.get_device_name()}: HBM ceiling {hbm / 1e12:.2f} TB/s; N={n} H={HEADS} "
+              f"D={DIM} rows {WINDOW}+{TOPK} of a {args.context}-token context")
+        print("| variant BK:BH:DV:STAGES:WARPS:SPLITS | ms | GB/s of rows | of HBM | "
+              "max abs diff vs first |")
+        print("|---|---:|---:|---:|---:|")
+    first = None
+    for variant in args.variants.split(","):
+        set_variant(attention, *map(int, variant.split(":")))
+        try:
+            out = run().float()
+        except Exception as e:  # a variant that does not compile (e.g. out of shared memory)
+            print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |",
+                  flush=True)
+            continue
+        first = out if first is None else first
+        diff = (out - first).abs().max().item()
+        if args.smoke:
+            print(f"{variant}: finite {bool(torch.isfinite(out).all())}, "
+                  f"max abs diff vs first {diff:.2e}")
+            continue
+        ms = median_ms(run)
+        print(f"| {variant} | {ms:.3f} | {n_bytes / ms / 1e6:.0f} | {n_bytes / ms * 1e3 / hbm:.3f} "
+              f"| {diff:.2e} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
