@@ -73,11 +73,8 @@ def main() -> int:
     first = None
     for variant in args.variants.split(","):
         set_variant(attention, *map(int, variant.split(":")))
-        try:
-            out = run().float()
-        except Exception as e:  # a variant that does not compile (e.g. out of shared memory)
-            print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |",
-                  flush=True)
+        out = sweep_args.try_variant(variant, lambda: run().float())
+        if out is None:
             continue
         first = out if first is None else first
         diff = (out - first).abs().max().item()

@@ -99,11 +99,8 @@ def main() -> int:
     for variant in args.variants.split(","):
         fmt, layout, *nums = variant.split(":")
         set_variant(attention, layout, *map(int, nums))
-        try:
-            out = runs[fmt]().float()
-        except Exception as e:  # a variant that does not compile (e.g. out of shared memory)
-            print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |",
-                  flush=True)
+        out = sweep_args.try_variant(variant, lambda: runs[fmt]().float())  # noqa: B023
+        if out is None:
             continue
         first = base.setdefault(fmt, out)
         diff = (out - first).abs().max().item()

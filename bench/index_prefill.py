@@ -65,11 +65,8 @@ def main() -> int:
     for variant in args.variants.split(","):
         layout, *nums = variant.split(":")
         set_variant(indexer, layout, *map(int, nums))
-        try:
-            out = run()
-        except Exception as e:  # a variant that does not compile
-            print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |",
-                  flush=True)
+        out = sweep_args.try_variant(variant, run)
+        if out is None:
             continue
         first = out if first is None else first
         diff = (out - first).abs().max().item()

@@ -1,13 +1,15 @@
-"""The command line every launch-config sweep shares (attention_prefill.py, index_prefill.py,
-mhc_prefill.py): ``--variants`` (comma-separated) and ``--smoke`` (the CPU
+"""The command line every launch-config sweep shares (attention_prefill.py, attention_decode.py,
+index_prefill.py, mhc_prefill.py): ``--variants`` (comma-separated) and ``--smoke`` (the CPU
 interpreter on small shapes, set before any kernel module imports triton), plus the sweep's own
-shape arguments; ``args.device`` is "cpu" for a smoke run, else "cuda"."""
+shape arguments; ``args.device`` is "cpu" for a smoke run, else "cuda". ``try_variant`` runs one
+variant, printing a failed row instead of stopping the sweep."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from collections.abc import Callable
+from typing import Any
 
 
 def parse(doc: str, default_variants: str, smoke_help: str,
@@ -21,3 +23,14 @@ def parse(doc: str, default_variants: str, smoke_help: str,
         os.environ["TRITON_INTERPRET"] = "1"
     args.device = "cpu" if args.smoke else "cuda"
     return args
+
+
+def try_variant(variant: str, run: Callable[[], Any]) -> Any:
+    """``run()``'s result, or None after printing the variant's failed table row (a launch config
+    that does not compile, e.g. out of shared memory)."""
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001 - any compile/launch failure is a row, not a crash
+        print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |",
+              flush=True)
+        return None
