@@ -50,6 +50,14 @@ def prefill_s(llm, prompt: list[int]) -> float:
     return bc.timed(lambda: llm.generate([prompt], first))[1]
 
 
+def eager_estimate_s(half_s: float, probe_s: float, probe_len: int, length: int) -> float:
+    """The reference's time at ``length`` tokens from warm probes at probe_len // 2 and
+    probe_len tokens: fixed + per-token time fitted through the two (the slope clamped at 0:
+    timing noise), extrapolated, with a 25 % margin (attention grows faster than linearly)."""
+    per_token_s = max(probe_s - half_s, 0.0) / (probe_len - probe_len // 2)
+    return (probe_s + per_token_s * (length - probe_len)) * 1.25
+
+
 def eager_baseline(llm, length: int, probe_len: int, budget_s: float) -> dict:
     """The reference backend swapped into the model: two probe runs predict the full one.
 
@@ -66,8 +74,7 @@ def eager_baseline(llm, length: int, probe_len: int, budget_s: float) -> dict:
         prefill_s(llm, make_prompt(min(64, probe_len), vocab, 7))  # warm-up
         half_s = prefill_s(llm, make_prompt(probe_len // 2, vocab, 6))
         probe_s = prefill_s(llm, make_prompt(probe_len, vocab, 8))
-        per_token_s = max(probe_s - half_s, 0.0) / (probe_len - probe_len // 2)
-        estimate_s = (probe_s + per_token_s * (length - probe_len)) * 1.25
+        estimate_s = eager_estimate_s(half_s, probe_s, probe_len, length)
         out = {"prompt_len": length, "probe_len": probe_len, "probe_s": probe_s,
                "half_probe_s": half_s, "estimate_s": estimate_s}
         if estimate_s > budget_s:
