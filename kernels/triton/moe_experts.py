@@ -190,8 +190,12 @@ or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $3, a, $6, nz;
 
 # The same with ONE multiply per bf16x2: $5, $6 = 2^(e - 1) (bits (e + 126) << 7, a normal bf16
 # for every e <= 128), which takes value * 2^-126 straight to value * 2^(e - 127); exact like the
-# two-multiply form. A scale byte > 128 (a weight scale >= 2) would overflow 2^(e - 1):
-# _load_mxfp4_halves checks each tile's largest byte and takes the two-multiply form then.
+# two-multiply form. Low nibbles: t << 6 has no bit at 15/31 and t << 12 none at 6-8/22-24, so
+# one mask of their OR keeps both fields (one LOP3 instead of two); the high nibbles' t << 8
+# would bring bit 0/16 to 8/24, so they keep two masks. tests/kernels/triton/
+# test_moe_unpack_ptx.py emulates both asm strings on every byte. A scale byte > 128 (a weight
+# scale >= 2) would overflow 2^(e - 1): ``_scales_fit_one_mul`` checks a program's scale bytes
+# first and the kernel takes the two-multiply loop for it then.
 _E2M1X4_TO_BF16_ONE_MUL = tl.constexpr("""
 {
 .reg .b32 z, t0, t1, a, b, nz;
@@ -199,10 +203,10 @@ mov.b32 z, 0;
 mov.b32 nz, 0x80008000;
 prmt.b32 t0, $4, z, 0x4140;
 prmt.b32 t1, $4, z, 0x4342;
-shl.b32 a, t0, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 12; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 $0, a, $5, nz;
-shl.b32 a, t1, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 12; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 $1, a, $6, nz;
+shl.b32 a, t0, 6; shl.b32 b, t0, 12; or.b32 a, a, b; and.b32 a, a, 0x81C081C0;
+fma.rn.bf16x2 $0, a, $5, nz;
+shl.b32 a, t1, 6; shl.b32 b, t1, 12; or.b32 a, a, b; and.b32 a, a, 0x81C081C0;
+fma.rn.bf16x2 $1, a, $6, nz;
 shl.b32 a, t0, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 8; and.b32 b, b, 0x80008000;
 or.b32 a, a, b; fma.rn.bf16x2 $2, a, $5, nz;
 shl.b32 a, t1, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 8; and.b32 b, b, 0x80008000;
