@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Device round 17 (one call, ≈ 4 min; not yet run): the decode attention's launch configs
+# Device round 17 (one call, ≈ 5 min; not yet run): the expert kernels' GPU checks (the default
+# unpack asm changed after round 16: emulated bit-exact on CPU), the decode attention's configs
 # (bench/attention_decode.py: row splits — flash-decoding with a merge kernel —, output splits,
 # warps; at 64 and 256 queries), the attention GPU checks incl. row splits, then decode at
 # 64 / 256 x 4K and 256 x 32K with the fastest (bench/kernel_overrides.py
 # --attention-config decode:...; not a default until measured).
 source "$(dirname "$0")/device_setup.sh"
-timeout 120 python3 -m pytest -p no:cacheprovider -m gpu -rf tests/gpu/test_attention_side_gpu.py \
-  >"$OUT/gpu_tests.log" 2>&1
+timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf tests/gpu/test_attention_side_gpu.py \
+  tests/gpu/test_gemm_side_gpu.py -k "sparse_attention or moe" >"$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -6
 for n in 64 256; do
   timeout 90 python3 bench/attention_decode.py --queries $n --context 4096 >"$OUT/attn_$n.log" 2>&1
