@@ -56,14 +56,14 @@ PREFILL_MIN_QUERIES = 256
 PREFILL_BLOCK_HEADS = 64
 PREFILL_DV_SPLIT = 1
 PREFILL_NUM_STAGES = 2
-# Row splits (flash-decoding): each (query, head block, output slice) program walks 1/ROW_SPLITS
-# of each row list and writes its partial (running max, sum, unnormalized output); a second
-# kernel merges them with the sink. A decode step's 64 queries x 1 head block x 2 output slices
-# give 128 programs that each walk 640 rows in 40 dependent chunks (0.26 ms per layer on the
-# H200 at 64 x 4K, session 6: ~50x its bytes' time); splits give the SMs more, shorter programs.
-# 1 = no split (the measured default until bench/attention_prefill.py --queries 64 sweeps it).
+# Decode row splits (flash-decoding): each (query, head block, output slice) program walks
+# 1/DECODE_ROW_SPLITS of each row list and writes its partial (running max, sum, unnormalized
+# output); a second kernel merges them with the sink. A decode step's 64 queries x 1 head block
+# x 2 output slices give 128 programs that each walk 640 rows in 40 dependent chunks (0.26 ms
+# per layer on the H200 at 64 x 4K, session 6: ~50x its bytes' time). 1 = no split, the
+# default until bench/attention_decode.py has measured splits on the GPU. Prefill-sized
+# launches never split (thousands of queries fill the GPU).
 DECODE_ROW_SPLITS = 1
-PREFILL_ROW_SPLITS = 1
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
 NUM_WARPS = 8
@@ -239,7 +239,7 @@ def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
                 FMT_A=fmt_a, FMT_B=fmt_b, HAS_B=has_b,
                 PREC="ieee" if q_dtype == torch.float32 else "tf32",
                 CS=1 if float_rows else 2, PS=d // 2 if float_rows else 1,
-                NSPLIT=PREFILL_ROW_SPLITS if prefill else DECODE_ROW_SPLITS,
+                NSPLIT=1 if prefill else DECODE_ROW_SPLITS,
                 num_warps=NUM_WARPS, num_stages=PREFILL_NUM_STAGES if prefill else NUM_STAGES)
 
 

@@ -21,7 +21,8 @@ Weight formats (``ExpertWeights.fmt``), dequantized in the kernel's K loop:
            whose fp32 result gets the per-(row, 32 K) power-of-two scales (W4A8, mma="fp8"), or
            unpacked to exactly scaled bf16 (W4A16 style, mma="bf16", the default at every size:
            at decode the unpacking, not the MMA, is the bottleneck): four bytes per inline-PTX
-           call (prmt, shifts, masks, two bf16x2 multiplies: ~3.5 instructions per weight),
+           call (prmt, shifts, masks and one bf16x2 multiply — two where a program's scale
+           bytes exceed 128: ~3 instructions per weight),
            the low and high nibbles kept apart as the even and odd K elements, each dotted
            with A's even or odd columns (no interleave); SWAP_AB tiles put the weight rows on
            the MMA's M side instead (wgmma fed from those registers; measured slower).
@@ -129,7 +130,7 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
     Returns (w [BN, BK], scale [BN, BK // 32] fp32): the weight is w * scale per 32-K block.
     MXFP4 nibbles (s e1 e0 m) are moved into float bits as they are, no lookup, exact for normal
     and subnormal e2m1 alike: AS_F32 (folded bf16 dots with SPLIT_K off — only the benches'
-    comparison tilings now; ``moe_config`` takes ``_load_mxfp4_halves``) into fp32 bits
+    comparison tilings now; ``moe_config`` takes ``_unpack_mxfp4_halves``) into fp32 bits
     s|0..0 e1 e0|m|0.., i.e. value * 2^-126, times 2^126;
     else into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6 (FP8 dots), the 2^6 going into the
     scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
@@ -418,8 +419,8 @@ def _moe_gemm_kernel(
     A_BF16 (folded dots only): A holds the Q8_32-rounded values themselves (bf16, exact; a_scale
     unused), not codes + scales — no per-program decode of A, which every program of a decode
     tile would repeat for its BN columns — and GATED writes h the same way (out_scale unused).
-    W_ONE_MUL (SPLIT_K MXFP4 tiles on the GPU): one bf16x2 multiply per weight pair where the
-    tile's scale bytes allow it (``_load_mxfp4_halves``)."""
+    W_ONE_MUL (SPLIT_K MXFP4 tiles on the GPU): one bf16x2 multiply per weight pair in programs
+    whose scale bytes allow it (``_scales_fit_one_mul``)."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -644,9 +645,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
     config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, W_ONE_MUL,
-    num_warps,
-    num_stages) —
-    for benchmarks that compare tilings (bench/moe_decode.py --configs).
+    num_warps, num_stages) — for benchmarks that compare tilings (bench/moe_decode.py --configs).
     """
     num_tokens, dim = x.shape
     topk = expert_ids.shape[1]
@@ -673,7 +672,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
 
     # A_BF16: the rounded values in bf16 (fp32 for fp32 x; fp16 x keeps codes + scales: not
     # every Q8_32 value is an fp16 value)
-    a_bf16 = cfg.get("A_BF16", False) and not mma_fp8 and x.dtype != torch.float16
+    a_bf16 = cfg["A_BF16"] and not mma_fp8 and x.dtype != torch.float16
     if a_bf16:
         a_codes = quant_act.fake_quant_fp8_block32(x.contiguous())
         a_scale = a_codes  # unused
@@ -684,7 +683,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
         h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
         h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
-    one_mul = cfg.get("W_ONE_MUL", False) and fmt == FMT_MXFP4 and cfg["SPLIT_K"]
+    one_mul = cfg["W_ONE_MUL"] and fmt == FMT_MXFP4 and cfg["SPLIT_K"]
     bk_up = _block_k(dim, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
         a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
@@ -694,8 +693,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"], W_ONE_MUL=one_mul and _word_scales(s1, s3),
-        BK=bk_up,
+        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=one_mul and _word_scales(s1, s3),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
@@ -709,8 +707,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"], W_ONE_MUL=one_mul and _word_scales(s2),
-        BK=bk_down,
+        BN=cfg["BN"], BK=bk_down, W_ONE_MUL=one_mul and _word_scales(s2),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not combine:
         return y
