@@ -1,0 +1,66 @@
+"""One launch of a decode kernel between cudaProfilerStart/Stop, for Nsight Compute.
+
+    ncu --clock-control none --profile-from-start off --section ... \
+        python3 bench/ncu_probe.py experts --tokens 64
+    python3 bench/ncu_probe.py attention --tokens 64 --context 4096
+
+experts: ``run_experts`` (the gated and the down GEMM, the combine) at moe_config's decode tiling,
+the shapes and random MXFP4 weights of bench/moe_decode.py; attention: the decode-shaped sparse
+attention over records of bench/attention_decode.py. Each is run twice first (compile, warm
+caches), then once under the profiler. Prints nothing but what it ran: the figures are ncu's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def experts_call(num_tokens: int):
+    from moe_decode import EXPERTS, HIDDEN, INTER, TOPK, make_inputs, random_experts
+
+    from deepinfer.kernels.triton import moe_experts
+
+    torch.manual_seed(0)
+    ws = random_experts(EXPERTS, HIDDEN, INTER, "cuda")
+    x, ids, route_w = make_inputs(num_tokens, HIDDEN, EXPERTS, TOPK, torch.bfloat16, "cuda")
+    return lambda: moe_experts.run_experts(x, ids, route_w, *ws, 10.0)
+
+
+def attention_call(num_queries: int, context: int):
+    from attention_prefill import DIM, TOPK, make_inputs
+
+    from deepinfer.kernels.triton import attention
+
+    q, window, win_idx, comp, comp_idx, sink = make_inputs(
+        num_queries, "cuda", compressed_rows=max(TOPK, context // 4))
+    return lambda: attention.sparse_attention_sink_records(q, window, win_idx, comp, comp_idx,
+                                                          sink, DIM ** -0.5)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kernel", choices=("experts", "attention"))
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--context", type=int, default=4096)
+    args = ap.parse_args()
+    call = (experts_call(args.tokens) if args.kernel == "experts"
+            else attention_call(args.tokens, args.context))
+    for _ in range(2):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    print(f"ran {args.kernel} at {args.tokens} tokens once under the profiler")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
