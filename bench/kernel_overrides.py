@@ -60,8 +60,8 @@ def apply(attention_config: str | None, moe_configs: list[str]) -> None:
                 cfg = parse_config(text)
             except ValueError:
                 raise SystemExit(f"--moe-config {text!r}: expected BMxBNxBK:split_k:warps:"
-                                 "stages[:swap[:abf16[:onemul]]], e.g. 16x64x256:1:4:4:0:1:1"
-                                 ) from None
+                                 "stages[:swap[:abf16[:onemul]]][@maxnreg][/BNxBK:warps:"
+                                 "stages], e.g. 16x64x256:1:4:4:0:1:1") from None
             overrides[cfg["BM"] == 16] = cfg
         base = moe_experts.moe_config
 

@@ -141,17 +141,29 @@ DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1,16x128x256:1:4:3:0:
 
 
 def parse_config(text: str) -> dict:
-    """``BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]]`` -> a ``run_experts`` config
-    (swap: SWAP_AB; abf16: A_BF16, activations as rounded bf16 values instead of codes + scales;
-    onemul: W_ONE_MUL, one bf16x2 multiply per weight pair where the scales allow it)."""
-    tile, split_k, warps, stages, *flags = text.split(":")
+    """``BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]][@maxnreg][/BNxBK:warps:stages
+    [@maxnreg]]`` -> a ``run_experts`` config (swap: SWAP_AB; abf16: A_BF16, activations as
+    rounded bf16 values instead of codes + scales; onemul: W_ONE_MUL 1, one bf16x2 multiply per
+    weight pair where a per-program check of the scales allows it, or 2, everywhere without the
+    check (the bench's scales are 2^-8..2^-5); @maxnreg: a register cap; after "/": the down
+    projection's own tiling)."""
+    main, _, down = text.partition("/")
+    main, _, cap = main.partition("@")
+    tile, split_k, warps, stages, *flags = main.split(":")
     bm, bn, bk = map(int, tile.split("x"))
-    if len(flags) > 3 or any(f not in ("0", "1") for f in flags):
+    if len(flags) > 3 or any(f not in ("0", "1", "2") for f in flags):
         raise ValueError(text)
     flags += ["0"] * (3 - len(flags))
-    return dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", SWAP_AB=flags[0] == "1",
-                A_BF16=flags[1] == "1", W_ONE_MUL=flags[2] == "1", num_warps=int(warps),
-                num_stages=int(stages))
+    cfg = dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", SWAP_AB=flags[0] == "1",
+               A_BF16=flags[1] == "1", W_ONE_MUL=int(flags[2]), num_warps=int(warps),
+               num_stages=int(stages), maxnreg=int(cap) if cap else None)
+    if down:
+        down, _, down_cap = down.partition("@")
+        tile, warps, stages = down.split(":")
+        bn, bk = map(int, tile.split("x"))
+        cfg["DOWN"] = dict(BN=bn, BK=bk, num_warps=int(warps), num_stages=int(stages),
+                           maxnreg=int(down_cap) if down_cap else None)
+    return cfg
 
 
 def bench_configs(num_tokens: int, configs: list[str]) -> None:

@@ -108,10 +108,13 @@ class Mxfp4ExpertWeights:
     its low nibble and 2k+1 in its high nibble (e2m1: bit 3 sign, bits 0..2 index into
     0, .5, 1, 1.5, 2, 3, 4, 6); scale: float8_e8m0fnu / uint8 [E, O, I/32], one per row per 32
     input columns. Expert e is checkpoint tensor ``experts.{e}.wN.weight`` / ``.scale``.
+    scale_max: the largest scale byte where the owner of the stacks tracks it (None: unknown);
+    kernels may take a cheaper path when it is known to be small (moe_experts' W_ONE_MUL).
     """
 
     packed: torch.Tensor
     scale: torch.Tensor
+    scale_max: int | None = None
 
     def __post_init__(self) -> None:
         what = "Mxfp4ExpertWeights"
@@ -154,14 +157,14 @@ class Mxfp4ExpertWeights:
         return self.packed.nbytes + self.scale.nbytes
 
     def to(self, device: torch.device | str) -> Mxfp4ExpertWeights:
-        return Mxfp4ExpertWeights(self.packed.to(device), self.scale.to(device))
+        return Mxfp4ExpertWeights(self.packed.to(device), self.scale.to(device), self.scale_max)
 
     def select(self, experts: int | slice | torch.Tensor) -> Mxfp4ExpertWeights:
         """The experts ``experts`` (an int keeps the E axis: a 1-expert container; an int or a
         slice gives views, an index tensor a copy of only those experts)."""
         if isinstance(experts, int):
             experts = slice(experts, experts + 1)
-        return Mxfp4ExpertWeights(self.packed[experts], self.scale[experts])
+        return Mxfp4ExpertWeights(self.packed[experts], self.scale[experts], self.scale_max)
 
     def dequantize(self) -> torch.Tensor:
         """bf16 [E, O, I]: ``e2m1(nibble) * 2^(scale - 127)`` (exact)."""

@@ -62,6 +62,7 @@ class ExpertWeights:
     scale: torch.Tensor
     fmt: str  # "mxfp4" | "fp8"
     scale_rows: int = 1  # rows per ue8m0 scale: 1 (per row), 32 (dense 32×32 tiles)
+    scale_max: int | None = None  # the largest scale byte if known (W_ONE_MUL=2 when <= 128)
 
     @property
     def num_experts(self) -> int:
@@ -412,15 +413,17 @@ def _moe_gemm_kernel(
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
     DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
     A_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    W_ONE_MUL: tl.constexpr = False,
+    W_ONE_MUL: tl.constexpr = 0,
 ):
     """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0).
     SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop.
     A_BF16 (folded dots only): A holds the Q8_32-rounded values themselves (bf16, exact; a_scale
     unused), not codes + scales — no per-program decode of A, which every program of a decode
     tile would repeat for its BN columns — and GATED writes h the same way (out_scale unused).
-    W_ONE_MUL (SPLIT_K MXFP4 tiles on the GPU): one bf16x2 multiply per weight pair in programs
-    whose scale bytes allow it (``_scales_fit_one_mul``)."""
+    W_ONE_MUL (SPLIT_K MXFP4 tiles on the GPU): one bf16x2 multiply per weight pair — 1 (or
+    True): in programs whose scale bytes allow it (``_scales_fit_one_mul``, once per program,
+    two copies of the K loop); 2: everywhere, the caller vouching that every scale byte of the
+    weights is <= 128 (``ExpertWeights.scale_max``: no check, one loop, fewer registers)."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -448,7 +451,11 @@ def _moe_gemm_kernel(
         acc1 = tl.zeros((BM, BN), dtype=tl.float32)
         acc3 = tl.zeros((BM, BN), dtype=tl.float32)
     tl.static_assert(not (A_BF16 and MMA_FP8), "A_BF16 feeds the folded (bf16) dots only")
-    if SPLIT_K and W_ONE_MUL and DOT_BF16:
+    if SPLIT_K and W_ONE_MUL == 2 and DOT_BF16:  # the caller vouches for the scales
+        acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
+                                 s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
+                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, True, BM, BN, BK)
+    elif SPLIT_K and W_ONE_MUL and DOT_BF16:
         # one bf16x2 multiply per weight pair where the scales allow it (real checkpoints' weight
         # scales are far below 2): two copies of the loop (a branch inside one loop would cost
         # its cp.async pipelining); the fallback runs unpipelined, so that its buffers do not
@@ -631,6 +638,26 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     return w, w, FMT_PLAIN, 1
 
 
+def _reg_cap(cfg: dict) -> dict:
+    """The launch's register cap (Triton's maxnreg) where the config sets one: fewer registers
+    per thread, more programs per SM (SM90: 65,536 registers; 3 programs of 128 threads at
+    <= 168)."""
+    return {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
+
+
+def _one_mul_mode(wanted, *weights) -> int:
+    """The kernel's W_ONE_MUL for MXFP4 ``weights`` when the config asks for it (``wanted``): 2
+    where every tensor's known ``scale_max`` is <= 128 (or the config says 2: benchmarks on
+    weights made so), else 1 (a per-program check) where the scales can be read word-wise,
+    else 0."""
+    if not wanted:
+        return 0
+    if wanted == 2 or all(getattr(w, "scale_max", None) is not None and w.scale_max <= 128
+                          for w in weights):
+        return 2
+    return 1 if _word_scales(*(_weight_args(w)[1] for w in weights)) else 0
+
+
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
                 limit: float, mma: str = "auto", combine: bool = True,
                 skip_foreign_ids: bool = False,
@@ -645,7 +672,9 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
     config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, W_ONE_MUL,
-    num_warps, num_stages) — for benchmarks that compare tilings (bench/moe_decode.py --configs).
+    num_warps, num_stages, maxnreg; DOWN: a dict of BN, BK, num_warps, num_stages, maxnreg for
+    the down projection alone) — for benchmarks that compare tilings (bench/moe_decode.py
+    --configs).
     """
     num_tokens, dim = x.shape
     topk = expert_ids.shape[1]
@@ -683,7 +712,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
         h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
         h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
-    one_mul = cfg["W_ONE_MUL"] and fmt == FMT_MXFP4 and cfg["SPLIT_K"]
+    one_mul = cfg["W_ONE_MUL"] if fmt == FMT_MXFP4 and cfg["SPLIT_K"] else 0
     bk_up = _block_k(dim, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
         a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
@@ -693,13 +722,14 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=one_mul and _word_scales(s1, s3),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=_one_mul_mode(one_mul, w1, w3),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg))
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
                                                           device=x.device)
-    bk_down = _block_k(inter, cfg["BK"])
-    _moe_gemm_kernel[(num_blocks, triton.cdiv(dim, cfg["BN"]))](
+    down = {**cfg, **cfg.get("DOWN", {})}  # the down projection's own tiling, if any
+    bk_down = _block_k(inter, down["BK"])
+    _moe_gemm_kernel[(num_blocks, triton.cdiv(dim, down["BN"]))](
         h_codes, h_scale, d2, s2, d2, s2, sorted_pairs, block_expert, route_w, y, y,
         num_pairs, dim, inter, 1, float(limit),
         h_codes.stride(0), h_scale.stride(0), d2.stride(0), d2.stride(1),
@@ -707,8 +737,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"], BK=bk_down, W_ONE_MUL=one_mul and _word_scales(s2),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        BN=down["BN"], BK=bk_down, W_ONE_MUL=_one_mul_mode(one_mul, w2),
+        num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down))
     if not combine:
         return y
     out = torch.empty((num_tokens, dim), dtype=torch.float32, device=x.device)

@@ -10,6 +10,11 @@ the per-expert tensors into one allocation per projection (the checkpoint's int8
 viewed as uint8); per-expert tensors without scales (the fully dequantized form) give plain
 bf16 stacks [E, O, I] instead, which the ops take as well, with the same results.
 
+The largest scale byte of each projection is tracked as the stacks are written (every write
+goes through the methods below) and handed to the kernels with the stacks
+(``Mxfp4ExpertWeights.scale_max``): the expert GEMMs skip a per-program scale check when it is
+small (moe_experts' W_ONE_MUL). None where unknown (before anything is loaded).
+
 Two ways to load: ``load_state_dict`` (every slot's tensors at once, stacked), or streamed
 (``runtime/shard_loader.py``): :meth:`allocate` the empty stacks on the target device, then
 :meth:`load_slot` copies one slot's projection at a time into them — the same bytes, and never
@@ -54,6 +59,7 @@ class ExpertSlots(nn.Module):
                 torch.empty(num_slots, rows, cols // 2, dtype=torch.uint8)))
             self.register_parameter(f"{w}_scale", frozen(
                 torch.empty(num_slots, rows, cols // FP4_BLOCK, dtype=SCALE_DTYPE)))
+        self._scale_max: dict[str, int | None] = dict.fromkeys(PROJECTIONS)
 
     def __len__(self) -> int:
         return self.num_slots
@@ -61,7 +67,11 @@ class ExpertSlots(nn.Module):
     def stack(self, w: str) -> Stack:
         """Projection ``w`` of every slot: ``Mxfp4ExpertWeights`` [E, O, I], or bf16 [E, O, I]."""
         weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
-        return weight if scale is None else Mxfp4ExpertWeights(weight, scale)
+        return weight if scale is None else Mxfp4ExpertWeights(weight, scale, self._scale_max[w])
+
+    def _raise_scale_max(self, w: str, scale_max: int | None) -> None:
+        held = self._scale_max[w]
+        self._scale_max[w] = None if held is None or scale_max is None else max(held, scale_max)
 
     @property
     def w1(self) -> Stack:
@@ -92,6 +102,7 @@ class ExpertSlots(nn.Module):
             if isinstance(dst, Mxfp4ExpertWeights):
                 _bytes(dst.packed[j]).copy_(_bytes(src.packed[0]))
                 _bytes(dst.scale[j]).copy_(_bytes(src.scale[0]))
+                self._raise_scale_max(w, src.scale_max)
             else:
                 dst[j].copy_(src)
 
@@ -110,6 +121,7 @@ class ExpertSlots(nn.Module):
                 scale = None
             self._parameters[f"{w}_weight"] = frozen(weight)
             self._parameters[f"{w}_scale"] = scale
+            self._scale_max[w] = 0 if quantized else None  # nothing loaded yet
 
     def load_slot(self, j: int, w: str, weight: torch.Tensor,
                   scale: torch.Tensor | None = None) -> None:
@@ -133,6 +145,7 @@ class ExpertSlots(nn.Module):
         Mxfp4ExpertWeights(weight[None], scale[None])  # ValueError on a wrong scale shape
         stack[j].copy_(weight)
         _bytes(held_scale[j]).copy_(scale)
+        self._raise_scale_max(w, int(scale.max()))  # the checkpoint's tensor: on the host
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
         for j in range(self.num_slots):
@@ -165,7 +178,9 @@ class ExpertSlots(nn.Module):
                     self._parameters[f"{w}_{part}"] = None
                     continue
                 t = torch.stack(ts)
-                t = t.view(SCALE_DTYPE) if part == "scale" else t
+                if part == "scale":
+                    self._scale_max[w] = int(t.max()) if t.numel() else 0
+                    t = t.view(SCALE_DTYPE)
                 self._parameters[f"{w}_{part}"] = frozen(t.to(held.device) if to_held else t)
 
     def _gather(self, state_dict, prefix: str, quantized: bool

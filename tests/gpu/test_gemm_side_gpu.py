@@ -258,6 +258,36 @@ def test_moe_one_mul_matches_two_mul_gpu(num_tokens):
          _rel(outs[True].cpu(), ref), 1e-2)
 
 
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 512])
+def test_moe_vouched_one_mul_matches_two_mul_gpu(num_tokens):
+    """Weights whose owner vouches for scale bytes <= 128 (``scale_max``) take W_ONE_MUL=2: one
+    K loop, no per-program scale check; the outputs are bit-identical to the two-multiply
+    unpack's and to the checked mode's."""
+    import dataclasses
+
+    from deepinfer.kernels.triton import moe_experts
+
+    num_experts = 16
+    ws = [_random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN),
+          _random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN),
+          _random_mxfp4_experts(num_experts, V41_HIDDEN, V41_INTER)]
+    for w in ws:  # bytes up to exactly 128 on some rows (2^(e - 1) = 2^127, the largest)
+        w.scale[:4, ::5] = torch.randint(120, 129, w.scale[:4, ::5].shape, dtype=torch.uint8,
+                                         device="cuda")
+    vouched = [dataclasses.replace(w, scale_max=int(w.scale.max())) for w in ws]
+    assert moe_experts._one_mul_mode(True, *vouched) == 2
+    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.5
+    ids, weights = _routing(num_tokens, num_experts)
+    outs = {}
+    for name, w, one_mul in (("two-mul", ws, False), ("checked", ws, True),
+                             ("vouched", vouched, True)):
+        with nan_poisoned_allocations():
+            outs[name] = moe_experts.run_experts(x, ids, weights, *w, 10.0, mma="bf16",
+                                                 config={"W_ONE_MUL": one_mul})
+    assert torch.equal(outs["vouched"], outs["two-mul"]), "vouched one-multiply unpack differs"
+    assert torch.equal(outs["checked"], outs["two-mul"])
+
+
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
 def test_moe_experts_speed_gpu(v41_experts, num_tokens):
     from deepinfer.kernels.triton import moe_experts
