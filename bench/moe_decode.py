@@ -127,17 +127,18 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
                    "128x128x64:1:8:3:1")
 
 
-# decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16, the weight slab per K
-# step and the programs in flight vary, and the MMA's orientation (swap); the first is
-# moe_config's
-DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1,16x128x256:1:4:3:0:1:1,"
-                  "16x128x128:1:4:4:0:1:1,16x128x256:1:4:3,16x128x256:1:4:3:0:1,"
-                  "16x128x256:1:4:4:0:1,16x128x128:1:4:4:0:1,16x128x128:1:4:6:0:1,"
-                  "16x64x256:1:4:4,16x32x256:1:4:4,16x32x128:1:4:6,"
-                  "16x64x128:1:4:6,16x64x256:1:8:4,16x64x128:1:4:8,"
-                  # swap AB: weight rows as the wgmma M side, fed from registers
-                  "16x64x256:1:4:4:1,16x64x128:1:4:6:1,16x128x128:1:8:4:1,16x128x256:1:8:4:1,"
-                  "16x64x128:1:4:8:1")
+# decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16; the first is
+# moe_config's. Session 7 (Nsight Compute, round 18): the decode GEMMs ran at 2 programs of 4
+# warps per SM (250 / 189 registers), the gated one issue-bound at 60 % of its slots, the down
+# one at 30 % of HBM (9 K steps per program: prologue-bound). Candidates: the vouched one-multiply
+# loop (onemul 2: no per-program scale check, 177 registers), register caps (@N) and shorter K
+# steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/").
+DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,16x64x256:1:4:4:0:1:2@168,"
+                  "16x64x128:1:4:6:0:1:2,16x64x128:1:4:5:0:1:2@128,16x64x128:1:4:8:0:1:2,"
+                  "16x128x128:1:4:4:0:1:2,16x32x256:1:4:6:0:1:2,16x64x128:1:8:6:0:1:2,"
+                  "16x64x256:1:4:4:0:1:2/64x128:4:6,16x64x256:1:4:4:0:1:2/128x128:4:4,"
+                  "16x64x128:1:4:6:0:1:2/64x128:4:8,16x64x256:1:4:4:0:1:2@168/64x128:4:6@128,"
+                  "16x64x256:1:4:4:0:1:2/32x256:4:6")
 
 
 def parse_config(text: str) -> dict:
@@ -174,15 +175,19 @@ def bench_configs(num_tokens: int, configs: list[str]) -> None:
     from deepinfer.kernels.triton import moe_experts
 
     rl = roofline()
-    bf16 = rl.measure_ceilings()["bf16_flops_per_s"]
+    ceilings = rl.measure_ceilings()
+    bf16, hbm = ceilings["bf16_flops_per_s"], ceilings["hbm_bytes_per_s"]
     torch.manual_seed(0)
     ws = random_experts(EXPERTS, HIDDEN, INTER, "cuda")
     x, ids, route_w = make_inputs(num_tokens, HIDDEN, EXPERTS, TOPK, torch.bfloat16, "cuda")
     flops = 2 * 3 * num_tokens * TOPK * HIDDEN * INTER
-    print(f"\nW4A16 tilings at {num_tokens} tokens ({flops / 1e12:.2f} TFLOP; bf16 ceiling "
-          f"{bf16 / 1e12:.0f} TFLOP/s)")
-    print("| config BMxBNxBK:split:warps:stages | ms | TFLOP/s | of bf16 | rel err vs first |")
-    print("|---|---:|---:|---:|---:|")
+    _, n_bytes = touched_bytes(ws, ids)
+    print(f"\nW4A16 tilings at {num_tokens} tokens ({flops / 1e12:.2f} TFLOP, "
+          f"{n_bytes / 1e9:.2f} GB of touched experts; ceilings bf16 {bf16 / 1e12:.0f} TFLOP/s, "
+          f"HBM {hbm / 1e12:.2f} TB/s)")
+    print("| config BMxBNxBK:split:warps:stages | ms | TFLOP/s | of bf16 | GB/s | of HBM | "
+          "rel err vs first |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     first = None
     for text in configs:
         cfg = parse_config(text)
@@ -197,12 +202,13 @@ def bench_configs(num_tokens: int, configs: list[str]) -> None:
         rel = ((out - first).norm() / first.norm()).item()
         ms = rl.median_ms(run)
         print(f"| {text} | {ms:.3f} | {flops / ms / 1e9:.1f} | {flops / ms * 1e3 / bf16:.3f} | "
-              f"{rel:.1e} |", flush=True)
+              f"{n_bytes / ms / 1e6:.0f} | {n_bytes / ms * 1e3 / hbm:.3f} | {rel:.1e} |",
+              flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 256, 4096],
+    parser.add_argument("--tokens", type=int, nargs="*", default=[1, 8, 64, 256, 4096],
                         help="4096: a prefill chunk, for the FP8-vs-MXFP4 choice at both phases")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
     parser.add_argument("--config-tokens", type=int, default=4096,
