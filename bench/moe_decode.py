@@ -41,7 +41,9 @@ def random_mxfp4(num_experts: int, out_features: int, in_features: int, device: 
                          dtype=torch.uint8, device=device)
     scale = torch.randint(119, 123, (num_experts, out_features, in_features // 32),
                           dtype=torch.uint8, device=device)
-    return ExpertWeights(data.view(torch.int8), scale, "mxfp4")
+    # scale_max as the runtime's ExpertSlots track it: the kernels take the vouched
+    # one-multiply loop (W_ONE_MUL 2), as in the model
+    return ExpertWeights(data.view(torch.int8), scale, "mxfp4", scale_max=int(scale.max()))
 
 
 def random_experts(num_experts: int, dim: int, inter: int, device: str) -> list:
@@ -132,8 +134,9 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
 # warps per SM (250 / 189 registers), the gated one issue-bound at 60 % of its slots, the down
 # one at 30 % of HBM (9 K steps per program: prologue-bound). Candidates: the vouched one-multiply
 # loop (onemul 2: no per-program scale check, 177 registers), register caps (@N) and shorter K
-# steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/").
-DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,16x64x256:1:4:4:0:1:2@168,"
+# steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/"). The
+# first became moe_config's (below DOWN_WIDE_MIN_PAIRS; from there with /128x128:4:4).
+DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168,16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,"
                   "16x64x128:1:4:6:0:1:2,16x64x128:1:4:5:0:1:2@128,16x64x128:1:4:8:0:1:2,"
                   "16x128x128:1:4:4:0:1:2,16x32x256:1:4:6:0:1:2,16x64x128:1:8:6:0:1:2,"
                   "16x64x256:1:4:4:0:1:2/64x128:4:6,16x64x256:1:4:4:0:1:2/128x128:4:4,"
@@ -157,7 +160,8 @@ def parse_config(text: str) -> dict:
     flags += ["0"] * (3 - len(flags))
     cfg = dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", SWAP_AB=flags[0] == "1",
                A_BF16=flags[1] == "1", W_ONE_MUL=int(flags[2]), num_warps=int(warps),
-               num_stages=int(stages), maxnreg=int(cap) if cap else None)
+               num_stages=int(stages), maxnreg=int(cap) if cap else None,
+               DOWN={})  # none given: the down projection takes the same tiling
     if down:
         down, _, down_cap = down.partition("@")
         tile, warps, stages = down.split(":")

@@ -565,6 +565,11 @@ def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
     return sorted_pairs, block_expert
 
 
+# decode batches of at least this many (token, slot) pairs (128 tokens x top-6) run the down
+# projection at BN=128 x BK=128 (``moe_config``)
+DOWN_WIDE_MIN_PAIRS = 768
+
+
 def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
                plain: bool = False, mma: str = "auto", fp8_weights: bool = False) -> dict:
     """One tile config per shape class and dot kind; MMA_FP8 says which dot the kernel uses.
@@ -595,10 +600,20 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     # layer vs 3.50 (codes + scales, BN=128 x 3 stages; the best in round 11) and 4.17 (codes,
     # BN=64 x 4) on the H200 (session 6 round 14; swapped tiles were slower at decode); with
     # W_ONE_MUL 3.51 vs 3.71 ms in one later run (round 16; runs differ by up to 15 %)
+    # Session 7 (round 19, one run; Nsight Compute in round 18 saw 2 programs per SM and the
+    # gated kernel issue-bound): with vouched scales (W_ONE_MUL 2, ``ExpertSlots.scale_max``) 2.84
+    # vs 3.31 ms at 64 tokens, capped at 168 registers (3 programs per SM) 2.74; the down
+    # projection at BN=128 x BK=128 (4 programs per SM, twice the work per program) 3.54 vs
+    # 3.85 ms at 256 tokens but 2.93 vs 2.84 at 64: taken from DOWN_WIDE_MIN_PAIRS pairs on
+    if decode and mxfp4_folded:
+        cfg = dict(BM=16, BN=64, BK=256, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
+                   A_BF16=True, W_ONE_MUL=True, num_warps=4, num_stages=4, maxnreg=168)
+        if num_pairs >= DOWN_WIDE_MIN_PAIRS:
+            cfg["DOWN"] = dict(BN=128, BK=128, num_warps=4, num_stages=4, maxnreg=None)
+        return cfg
     if decode and not mma_fp8:
-        return dict(BM=16, BN=64, BK=64 if plain else 128 if fp8_weights else 256,
-                    MMA_FP8=False, SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded,
-                    W_ONE_MUL=mxfp4_folded, num_warps=4, num_stages=4)
+        return dict(BM=16, BN=64, BK=64 if plain else 128, MMA_FP8=False, SPLIT_K=False,
+                    SWAP_AB=False, A_BF16=False, W_ONE_MUL=False, num_warps=4, num_stages=4)
     if decode:
         return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, SWAP_AB=False,
                     A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=6)
@@ -638,11 +653,11 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     return w, w, FMT_PLAIN, 1
 
 
-def _reg_cap(cfg: dict) -> dict:
-    """The launch's register cap (Triton's maxnreg) where the config sets one: fewer registers
-    per thread, more programs per SM (SM90: 65,536 registers; 3 programs of 128 threads at
-    <= 168)."""
-    return {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
+def _reg_cap(cfg: dict, one_mul_mode: int) -> dict:
+    """The launch's register cap (Triton's maxnreg) where the config sets one, for the vouched
+    one-loop kernel it was measured on (W_ONE_MUL 2): fewer registers per thread, more programs
+    per SM (SM90: 65,536 registers; 3 programs of 128 threads at <= 168)."""
+    return {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") and one_mul_mode == 2 else {}
 
 
 def _one_mul_mode(wanted, *weights) -> int:
@@ -713,6 +728,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
         h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
     one_mul = cfg["W_ONE_MUL"] if fmt == FMT_MXFP4 and cfg["SPLIT_K"] else 0
+    mode_up, mode_down = _one_mul_mode(one_mul, w1, w3), _one_mul_mode(one_mul, w2)
     bk_up = _block_k(dim, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
         a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
@@ -722,8 +738,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=_one_mul_mode(one_mul, w1, w3),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg))
+        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg, mode_up))
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
                                                           device=x.device)
@@ -737,8 +753,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=down["BN"], BK=bk_down, W_ONE_MUL=_one_mul_mode(one_mul, w2),
-        num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down))
+        BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down,
+        num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down, mode_down))
     if not combine:
         return y
     out = torch.empty((num_tokens, dim), dtype=torch.float32, device=x.device)

@@ -43,7 +43,9 @@ _CHILD = textwrap.dedent(r"""
             src = ASTSource(fn, signature, constexprs=case["constexprs"], attrs=attrs)
             compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                       options={"num_warps": case["num_warps"],
-                                               "num_stages": case["num_stages"]})
+                                               "num_stages": case["num_stages"],
+                                               **({"maxnreg": case["maxnreg"]}
+                                                  if case.get("maxnreg") else {})})
             ptx = compiled.asm["ptx"]
             regs, stack = None, None
             cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
@@ -72,7 +74,8 @@ def compile_sm90_cases(cases: list[dict]) -> dict[str, dict]:
     A case: id, module (dotted), kernel (attribute name), signature {arg: "*u8"/"i32"/...} for the
     runtime arguments in order, constexprs {name: value}, num_warps, num_stages; optional
     divisible (names of integer args that real shapes make multiples of 16; pointers and stride_*
-    args always are), expect_wgmma, no_spill (assert a zero spill stack in the cubin).
+    args always are), expect_wgmma, no_spill (assert a zero spill stack in the cubin, or at most
+    max_stack bytes), maxnreg (the launch's register cap).
     Returns {id: {"shared": bytes, "wgmma": bool, "error": str | None}}.
     """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -95,7 +98,9 @@ def assert_compiled(result: dict, case: dict) -> None:
     if case.get("expect_wgmma"):
         assert result["wgmma"], f"{case_id}: PTX has no wgmma (tensor cores unused)"
     if case.get("no_spill") and result.get("stack") is not None:
-        assert result["stack"] == 0, f"{case_id}: {result['stack']} B of register spills"
+        allowed = case.get("max_stack", 0)  # a register cap (maxnreg) may spill a few words
+        assert result["stack"] <= allowed, \
+            f"{case_id}: {result['stack']} B of register spills (allowed {allowed})"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,97 @@
+"""Single-launch pair alignment (kernels/triton/moe_align.py) against the torch version
+``moe_experts._align_pairs``: both outputs bitwise (torch.equal: dtype, shape and content)."""
+
+import zlib
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from deepinfer.kernels.triton import moe_align, moe_experts  # noqa: E402
+
+
+def _check(ids: torch.Tensor, num_experts: int, block_m: int) -> None:
+    want = moe_experts._align_pairs(ids, num_experts, block_m)
+    got = moe_align.align_pairs(ids, num_experts, block_m)
+    for name, g, w in zip(("sorted_pairs", "block_expert"), got, want, strict=True):
+        assert g.dtype == w.dtype == torch.int32 and g.shape == w.shape, \
+            f"{name}: {g.dtype} {tuple(g.shape)} vs {w.dtype} {tuple(w.shape)}"
+        assert torch.equal(g, w), f"{name}: first difference at {(g != w).nonzero()[0].item()}"
+
+
+def _gen(*key) -> torch.Generator:
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+@pytest.mark.parametrize("block_m", [16, 64])
+@pytest.mark.parametrize("num_tokens", [1, 3, 64, 256])
+@pytest.mark.parametrize("topk", [6, 8])
+@pytest.mark.parametrize("num_experts", [384, 16])
+def test_random_ids(num_experts, topk, num_tokens, block_m):
+    ids = torch.randint(0, num_experts, (num_tokens, topk),
+                        generator=_gen(num_experts, topk, num_tokens, block_m))
+    _check(ids, num_experts, block_m)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("num_experts,num_tokens,topk,block_m",
+                         [(48, 256, 6, 16), (16, 64, 8, 64), (384, 3, 6, 16), (1, 17, 6, 1)])
+def test_ids_of_other_ranks_go_to_the_skipped_bucket(num_experts, num_tokens, topk, block_m,
+                                                     dtype):
+    """EP: ids outside [0, num_experts) (-1, num_experts, other ranks', huge) -> blocks of -1."""
+    g = _gen(num_experts, num_tokens, topk, block_m, dtype)
+    ids = torch.randint(-3, num_experts + 4, (num_tokens, topk), generator=g)
+    huge = 2**40 if dtype == torch.int64 else 2**31 - 1  # 2**40 wraps to 0 as an int32
+    ids.view(-1)[:3] = torch.tensor([-1, num_experts, huge])[: ids.numel()]
+    _check(ids.to(dtype), num_experts, block_m)
+
+
+@pytest.mark.parametrize("block_m", [16, 64])
+@pytest.mark.parametrize("expert", ["first", "last", "outside"])
+def test_every_pair_on_one_expert(expert, block_m):
+    num_experts = 384
+    value = {"first": 0, "last": num_experts - 1, "outside": -1}[expert]
+    _check(torch.full((256, 6), value), num_experts, block_m)
+
+
+@pytest.mark.parametrize("num_pairs", [127, 128, 129, 385])
+def test_chunk_edges(num_pairs):
+    """Pair and block counts around the kernel's chunk of 128 (block_m=1: one block per pair)."""
+    ids = torch.randint(-1, 9, (num_pairs,), generator=_gen(num_pairs))
+    _check(ids, 8, 1)
+    _check(ids.reshape(1, -1), 8, 2)
+
+
+def test_non_contiguous_ids_and_no_pairs():
+    ids = torch.randint(0, 16, (40, 12), generator=_gen("strided"))[:, ::2]
+    _check(ids, 16, 16)
+    _check(torch.empty((0, 6), dtype=torch.int64), 384, 16)
+
+
+def test_largest_kernel_size_and_the_fallback_above(monkeypatch):
+    num_experts = 384
+    ids = torch.randint(-2, num_experts + 2, (moe_align.MAX_PAIRS + 6,), generator=_gen("max"))
+    _check(ids[: moe_align.MAX_PAIRS], num_experts, 16)
+
+    class _NoLaunch:
+        def __getitem__(self, grid):
+            raise AssertionError("the kernel was launched above MAX_PAIRS")
+
+    monkeypatch.setattr(moe_align, "_align_pairs_kernel", _NoLaunch())
+    _check(ids[: moe_align.MAX_PAIRS + 1], num_experts, 16)
+
+
+def test_sm90_compile(sm90_compile):
+    sig = {"ids_ptr": "*i64", "sorted_pairs_ptr": "*i32", "block_expert_ptr": "*i32",
+           "num_pairs": "i32", "num_experts": "i32", "num_rows": "i32", "num_blocks": "i32"}
+    cases = []
+    for ids_ty, num_experts, block_m in (("*i64", 384, 16), ("*i32", 48, 64)):
+        cases.append({"id": f"moe_align_{ids_ty[1:]}_e{num_experts}_bm{block_m}",
+                      "module": "deepinfer.kernels.triton.moe_align",
+                      "kernel": "_align_pairs_kernel", "signature": {**sig, "ids_ptr": ids_ty},
+                      "constexprs": {"BM": block_m,
+                                     "E_PAD": triton.next_power_of_2(num_experts + 1),
+                                     "BC": moe_align._CHUNK, "FILL": moe_align._FILL},
+                      "num_warps": moe_align._NUM_WARPS, "num_stages": 1})
+    sm90_compile(cases)
