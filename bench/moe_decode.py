@@ -134,9 +134,10 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
 # warps per SM (250 / 189 registers), the gated one issue-bound at 60 % of its slots, the down
 # one at 30 % of HBM (9 K steps per program: prologue-bound). Candidates: the vouched one-multiply
 # loop (onemul 2: no per-program scale check, 177 registers), register caps (@N) and shorter K
-# steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/"). The
-# first became moe_config's (below DOWN_WIDE_MIN_PAIRS; from there with /128x128:4:4).
-DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168,16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,"
+# steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/"); the
+# first (moe_config's since rounds 19 and 21) combines three of them.
+DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168/128x128:4:4,16x64x256:1:4:4:0:1:2@168,"
+                  "16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,"
                   "16x64x128:1:4:6:0:1:2,16x64x128:1:4:5:0:1:2@128,16x64x128:1:4:8:0:1:2,"
                   "16x128x128:1:4:4:0:1:2,16x32x256:1:4:6:0:1:2,16x64x128:1:8:6:0:1:2,"
                   "16x64x256:1:4:4:0:1:2/64x128:4:6,16x64x256:1:4:4:0:1:2/128x128:4:4,"

@@ -566,11 +566,6 @@ def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
     return sorted_pairs, block_expert
 
 
-# decode batches of at least this many (token, slot) pairs (128 tokens x top-6) run the down
-# projection at BN=128 x BK=128 (``moe_config``)
-DOWN_WIDE_MIN_PAIRS = 768
-
-
 def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
                plain: bool = False, mma: str = "auto", fp8_weights: bool = False) -> dict:
     """One tile config per shape class and dot kind; MMA_FP8 says which dot the kernel uses.
@@ -601,17 +596,16 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     # layer vs 3.50 (codes + scales, BN=128 x 3 stages; the best in round 11) and 4.17 (codes,
     # BN=64 x 4) on the H200 (session 6 round 14; swapped tiles were slower at decode); with
     # W_ONE_MUL 3.51 vs 3.71 ms in one later run (round 16; runs differ by up to 15 %)
-    # Session 7 (round 19, one run; Nsight Compute in round 18 saw 2 programs per SM and the
-    # gated kernel issue-bound): with vouched scales (W_ONE_MUL 2, ``ExpertSlots.scale_max``) 2.84
-    # vs 3.31 ms at 64 tokens, capped at 168 registers (3 programs per SM) 2.74; the down
-    # projection at BN=128 x BK=128 (4 programs per SM, twice the work per program) 3.54 vs
-    # 3.85 ms at 256 tokens but 2.93 vs 2.84 at 64: taken from DOWN_WIDE_MIN_PAIRS pairs on
+    # Session 7 (Nsight Compute in round 18 saw 2 programs per SM and the gated kernel
+    # issue-bound): with vouched scales (W_ONE_MUL 2, ``ExpertSlots.scale_max``) 2.84 vs 3.31 ms
+    # at 64 tokens, capped at 168 registers (3 programs per SM) 2.74 (round 19); the down
+    # projection at BN=128 x BK=128 (4 programs per SM, twice the work per program): with the
+    # cap 2.27 vs 2.40 ms at 64 tokens and 3.35 vs 3.53 at 256 (round 21; round 19 without the
+    # cap: 3.54 vs 3.85 at 256, 2.93 vs 2.84 at 64). 8-warp tiles under a 128 cap lost by 17-35 %.
     if decode and mxfp4_folded:
-        cfg = dict(BM=16, BN=64, BK=256, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
-                   A_BF16=True, W_ONE_MUL=True, num_warps=4, num_stages=4, maxnreg=168)
-        if num_pairs >= DOWN_WIDE_MIN_PAIRS:
-            cfg["DOWN"] = dict(BN=128, BK=128, num_warps=4, num_stages=4, maxnreg=None)
-        return cfg
+        return dict(BM=16, BN=64, BK=256, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
+                    A_BF16=True, W_ONE_MUL=True, num_warps=4, num_stages=4, maxnreg=168,
+                    DOWN=dict(BN=128, BK=128, num_warps=4, num_stages=4, maxnreg=None))
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128, MMA_FP8=False, SPLIT_K=False,
                     SWAP_AB=False, A_BF16=False, W_ONE_MUL=False, num_warps=4, num_stages=4)
