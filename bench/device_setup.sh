@@ -34,3 +34,13 @@ if [ "${SAVE_TRITON_CACHE:-0}" = 1 ] && [ -z "${TRITON_CACHE_SAVER:-}" ]; then
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
   || { tail -20 "$OUT/install.log"; exit 1; }
+# Decode at 64 / 256 x 4K (no eager, no profile) with the fastest expert tiling of a
+# bench/moe_decode.py log ($1) as --moe-config; prints the table.
+decode_with_fastest_moe() {
+  local cfg
+  cfg=$(python3 bench/pick_fastest.py "$1" | grep x)
+  echo "MOE_DECODE=$cfg"
+  timeout 110 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096 --no-eager \
+    --no-profile ${cfg:+--moe-config $cfg} >"$OUT/decode.log" 2>&1
+  echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" | head -9
+}

@@ -14,9 +14,5 @@ echo "moe 64 rc=$?"; grep -A8 "W4A16 tilings" "$OUT/moe_64.log"
 timeout 60 python3 bench/moe_decode.py --tokens 4096 --config-tokens 4096 --configs \
   64x64x128:1:4:4:0:1,64x64x128:1:4:4:0:1:1 >"$OUT/moe_4096.log" 2>&1
 echo "moe 4096 rc=$?"; grep -A5 "W4A16 tilings" "$OUT/moe_4096.log"
-MOE_DECODE=$(python3 bench/pick_fastest.py "$OUT/moe_64.log" | grep x)
-echo "MOE_DECODE=$MOE_DECODE"
-timeout 110 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096 --no-eager \
-  --no-profile ${MOE_DECODE:+--moe-config $MOE_DECODE} >"$OUT/decode.log" 2>&1
-echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" | head -9
+decode_with_fastest_moe "$OUT/moe_64.log"
 rm -f "$OUT/install.log"

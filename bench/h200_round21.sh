@@ -13,9 +13,5 @@ for n in 64 256; do
     >"$OUT/moe_$n.log" 2>&1
   echo "moe $n rc=$?"; grep -A11 "W4A16 tilings" "$OUT/moe_$n.log"
 done
-MOE_DECODE=$(python3 bench/pick_fastest.py "$OUT/moe_64.log" | grep x)
-echo "MOE_DECODE=$MOE_DECODE"
-timeout 110 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096 --no-eager \
-  --no-profile ${MOE_DECODE:+--moe-config $MOE_DECODE} >"$OUT/decode.log" 2>&1
-echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" | head -9
+decode_with_fastest_moe "$OUT/moe_64.log"
 rm -f "$OUT/install.log"
