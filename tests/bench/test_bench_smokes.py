@@ -112,3 +112,18 @@ def test_kernel_overrides_reject_malformed_values_by_flag(attention, moe):
     with pytest.raises(SystemExit) as info:
         kernel_overrides.apply(attention, moe)
     assert ("--attention-config" if attention else "--moe-config") in str(info.value)
+
+
+def test_moe_sass_counts_the_k_loop_of_the_sm90_cubin():
+    """bench/moe_sass.py compiles the decode expert kernel for sm_90 on the CPU and finds its K
+    loop: one MMA per 16 K of each weight tile and one bf16x2 multiply per weight pair there."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(BENCH / "moe_sass.py"), "W_ONE_MUL=2",
+                           "maxnreg=168"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    mix = dict(item.rsplit(" ", 1) for item in
+               done.stdout.split("instructions; ", 1)[1].strip().split(", "))
+    # gated 16x64x256 tile, 4 warps: per warp 2 matrices x (16 rows x 16 cols) x 256 K
+    assert int(mix["HMMA.16816"]) == 2 * 2 * (256 // 16)
+    # 2 x 64 x 256 weights over 128 threads, one multiply per pair: 128 per thread
+    assert int(mix["HMUL2.BF16_V2"]) == 2 * 64 * 256 // 128 // 2
