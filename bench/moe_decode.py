@@ -10,6 +10,8 @@ uniform random top-6 routing (balanced, as after EPLB). Variants (``run_experts`
   mxfp4 bf16      mma="bf16": one 128-byte slab per weight row and K step, unpacked by inline
                   PTX to exactly scaled bf16 (even and odd K elements, two dots per step; what
                   mma="auto" runs at every size)
+  mxfp4 bf16 words  the same on weights re-arranged into word order at load
+                  (kernels/triton/mxfp4_words.py: rotations instead of byte permutes)
   fp8 re-encoded  lossless e4m3 re-encoding (2x the bytes), mma="auto"
 Per row: the median ms of ``run_experts`` (bench/roofline.py's ``median_ms``: CUDA events, 20 runs
 after 3 warm-ups), the experts the batch touches, their weight bytes (w1, w3, w2 data + scales,
@@ -30,7 +32,7 @@ import torch
 
 HIDDEN, INTER, EXPERTS, TOPK = 5120, 2304, 384, 6
 VARIANTS = {"mxfp4 fp8-mma": ("mxfp4", "fp8"), "mxfp4 bf16": ("mxfp4", "bf16"),
-            "fp8 re-encoded": ("fp8", "auto")}
+            "mxfp4 bf16 words": ("mxfp4w", "bf16"), "fp8 re-encoded": ("fp8", "auto")}
 
 
 def random_mxfp4(num_experts: int, out_features: int, in_features: int, device: str):
@@ -76,7 +78,8 @@ def smoke() -> None:
     torch.manual_seed(0)
     dim, inter, num_experts, topk = 64, 64, 8, 2
     fp4 = random_experts(num_experts, dim, inter, "cpu")
-    weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4]}
+    weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4],
+               "mxfp4w": [moe_experts.mxfp4_to_word_order(w) for w in fp4]}
     ref_weights = [Mxfp4ExpertWeights(w.data, w.scale) for w in fp4]
     for num_tokens in (1, 8):
         x, ids, route_w = make_inputs(num_tokens, dim, num_experts, topk, torch.float32, "cpu")
@@ -99,7 +102,8 @@ def bench(token_counts: list[int]) -> None:
     torch.cuda.empty_cache()
     torch.manual_seed(0)
     fp4 = random_experts(EXPERTS, HIDDEN, INTER, "cuda")
-    weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4]}
+    weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4],
+               "mxfp4w": [moe_experts.mxfp4_to_word_order(w) for w in fp4]}
     print(f"{torch.cuda.get_device_name()}: HBM ceiling {hbm_bytes_per_s / 1e12:.2f} TB/s (copy); "
           f"D={HIDDEN} I={INTER} E={EXPERTS} top-{TOPK}")
     print(f"| {'tokens':>6} | {'variant':<15} | {'ms':>7} | {'experts':>7} | {'weight MB':>9} | "
@@ -136,7 +140,8 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
 # loop (onemul 2: no per-program scale check, 177 registers), register caps (@N) and shorter K
 # steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/"); the
 # first (moe_config's since rounds 19 and 21) combines three of them.
-DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168/128x128:4:4,16x64x256:1:4:4:0:1:2@168,"
+DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168/128x128:4:4,w:16x64x256:1:4:4:0:1:2@168/128x128:4:4,"
+                  "w:16x64x256:1:4:4:0:1:2/128x128:4:4,16x64x256:1:4:4:0:1:2@168,"
                   "16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,"
                   "16x64x128:1:4:6:0:1:2,16x64x128:1:4:5:0:1:2@128,16x64x128:1:4:8:0:1:2,"
                   "16x128x128:1:4:4:0:1:2,16x32x256:1:4:6:0:1:2,16x64x128:1:8:6:0:1:2,"
@@ -173,7 +178,8 @@ def parse_config(text: str) -> dict:
 
 
 def bench_configs(num_tokens: int, configs: list[str]) -> None:
-    """The MXFP4 W4A16 kernel (mma="bf16") at one size under several tilings: ms, TFLOP/s
+    """The MXFP4 W4A16 kernel (mma="bf16") at one size under several tilings (a "w:" prefix: the
+    weights in word order, ``mxfp4_to_word_order``): ms, TFLOP/s
     against the bf16 ceiling measured in the same run, rel. error vs the first config's output."""
     from bench_common import roofline
 
@@ -194,10 +200,16 @@ def bench_configs(num_tokens: int, configs: list[str]) -> None:
           "rel err vs first |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     first = None
+    words = None
     for text in configs:
-        cfg = parse_config(text)
-        def run(cfg=cfg):
-            return moe_experts.run_experts(x, ids, route_w, *ws, 10.0, mma="bf16", config=cfg)
+        weights = ws
+        if text.startswith("w:"):  # the weights in word order (kernels/triton/mxfp4_words.py)
+            words = words or [moe_experts.mxfp4_to_word_order(w) for w in ws]
+            weights = words
+        cfg = parse_config(text.removeprefix("w:"))
+        def run(cfg=cfg, weights=weights):
+            return moe_experts.run_experts(x, ids, route_w, *weights, 10.0, mma="bf16",
+                                           config=cfg)
         try:
             out = run()
         except Exception as e:  # a tiling that does not compile (registers, shared memory)

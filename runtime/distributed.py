@@ -14,6 +14,7 @@ and keeps its own:
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -93,6 +94,10 @@ def init_distributed(plan: RuntimePlan,
     timeout = timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
+        # torn down before the interpreter's own teardown: a gloo group still alive then has
+        # aborted a rank that had finished its work ("terminate called without an active
+        # exception", seen once in CI on a loaded machine)
+        atexit.register(_destroy_process_group)
     elif dist.get_world_size() != world or dist.get_rank() != rank:
         raise PlanError(plan.source, "rank_groups.world_size",
                         f"torch.distributed is already initialized as rank {dist.get_rank()} of "
@@ -106,6 +111,11 @@ def init_distributed(plan: RuntimePlan,
         if len(ep_ranks) > 1 else None
     return RankContext(rank, world, dp_ranks.index(rank), len(dp_ranks), int(me["ep_rank"]),
                        len(ep_ranks), dp_group, exchange)
+
+
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _own_group(all_groups: list[list[int]], rank: int, timeout: timedelta) -> Any:

@@ -37,6 +37,7 @@ equivalent of vLLM's moe_align_block_size).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -44,7 +45,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
-from deepinfer.kernels.triton import moe_align, quant_act
+from deepinfer.kernels.triton import moe_align, mxfp4_words, quant_act
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
 from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
 
@@ -64,6 +65,7 @@ class ExpertWeights:
     fmt: str  # "mxfp4" | "fp8"
     scale_rows: int = 1  # rows per ue8m0 scale: 1 (per row), 32 (dense 32×32 tiles)
     scale_max: int | None = None  # the largest scale byte if known (W_ONE_MUL=2 when <= 128)
+    word_order: bool = False  # MXFP4 bytes in ``mxfp4_words``' word order (SPLIT_K tiles only)
 
     @property
     def num_experts(self) -> int:
@@ -101,6 +103,13 @@ def mxfp4_to_fp8(w: ExpertWeights) -> ExpertWeights:
         codes[e, :, 0::2] = lut[(packed[e] & 0xF).long()]  # column 2k: low nibble
         codes[e, :, 1::2] = lut[(packed[e] >> 4).long()]
     return ExpertWeights(codes.view(torch.float8_e4m3fn), w.scale, "fp8", 1)
+
+
+def mxfp4_to_word_order(w: ExpertWeights) -> ExpertWeights:
+    """Lossless load-time re-arrangement of MXFP4 weights into word order (``mxfp4_words``:
+    ~11 instead of ~16 instructions per 8 weights before the scale multiplies)."""
+    assert w.fmt == "mxfp4" and not w.word_order
+    return dataclasses.replace(w, data=mxfp4_words.to_word_order(w.data), word_order=True)
 
 
 def fp8_block_experts(codes: torch.Tensor, scale: torch.Tensor) -> ExpertWeights:
@@ -231,7 +240,7 @@ def _load_mxfp4_raw(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, BN: tl.const
 
 @triton.jit
 def _unpack_mxfp4_halves(p, e_blocks, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
-                         BN: tl.constexpr, BK: tl.constexpr):
+                         BN: tl.constexpr, BK: tl.constexpr, WORDS: tl.constexpr = False):
     """``_load_mxfp4_raw``'s tile dequantized exactly, split by parity.
 
     Returns (even, odd), each [BN, BK // 2]: the low nibbles (K elements k0 + 2j) and the high
@@ -239,11 +248,19 @@ def _unpack_mxfp4_halves(p, e_blocks, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
     with A's even and odd columns). ASM: bf16 from the packed bytes by ``_E2M1X4_TO_BF16``
     (about 3 instructions per element, the GPU path), or ``_E2M1X4_TO_BF16_ONE_MUL`` with
     ONE_MUL (the caller has checked that every scale byte of the tile is <= 128); else the same
-    bits built with tl integer ops in fp32 (the interpreter's twin of it).
+    bits built with tl integer ops in fp32 (the interpreter's twin of it). WORDS: p holds
+    word-order bytes (``mxfp4_words``: fewer instructions per weight), same results.
     """
     NB: tl.constexpr = BK // 32
     e = tl.reshape(tl.broadcast_to(e_blocks[:, :, None], (BN, NB, 16)), (BN, BK // 2))
-    if ASM and ONE_MUL:
+    if WORDS:
+        if ASM and ONE_MUL:
+            s16 = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(e - 1)
+        else:
+            s16 = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        even, odd = mxfp4_words.unpack_words_halves(p, s16, ue8m0_to_f32(e.to(tl.uint8)), ASM,
+                                                    ONE_MUL, BN, BK)
+    elif ASM and ONE_MUL:
         s16 = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(e - 1)
         even, odd = tl.inline_asm_elementwise(
             _E2M1X4_TO_BF16_ONE_MUL, "=r,=r,=r,=r,r,r,r", [p, s16],
@@ -267,12 +284,12 @@ def _unpack_mxfp4_halves(p, e_blocks, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
 @triton.jit
 def _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED: tl.constexpr,
                 DOT_BF16: tl.constexpr, SWAP_AB: tl.constexpr, ONE_MUL: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr):
+                BN: tl.constexpr, BK: tl.constexpr, WORDS: tl.constexpr = False):
     """One K step of the split MXFP4 tiles: unpack w1 (and w3 when GATED), two dots each."""
-    w_even, w_odd = _unpack_mxfp4_halves(p1, e1, DOT_BF16, ONE_MUL, BN, BK)
+    w_even, w_odd = _unpack_mxfp4_halves(p1, e1, DOT_BF16, ONE_MUL, BN, BK, WORDS)
     acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
     if GATED:
-        w_even, w_odd = _unpack_mxfp4_halves(p3, e3, DOT_BF16, ONE_MUL, BN, BK)
+        w_even, w_odd = _unpack_mxfp4_halves(p3, e3, DOT_BF16, ONE_MUL, BN, BK, WORDS)
         acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
     return acc1, acc3
 
@@ -343,9 +360,10 @@ def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_
                 SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr,
                 SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr, A_BF16: tl.constexpr,
                 ONE_MUL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                STAGES: tl.constexpr = None):
+                STAGES: tl.constexpr = None, WORDS: tl.constexpr = False):
     """``_moe_gemm_kernel``'s K loop: acc1 (and acc3 when GATED) += A @ W^T over K; STAGES:
-    this loop's software-pipeline depth (None: the launch's num_stages)."""
+    this loop's software-pipeline depth (None: the launch's num_stages); WORDS: MXFP4 weights
+    in word order (``mxfp4_words``)."""
     for k0 in tl.range(0, K, BK, num_stages=STAGES):
         if A_BF16:
             a = tl.load(a_ptrs + k0)  # [BM, BK] exact Q8_32 values
@@ -363,7 +381,7 @@ def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_
                 p3, e3 = _load_mxfp4_raw(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
                                          BN, BK)
             acc1, acc3 = _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED,
-                                     DOT_BF16, SWAP_AB, ONE_MUL, BN, BK)
+                                     DOT_BF16, SWAP_AB, ONE_MUL, BN, BK, WORDS)
         else:
             w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
                                   FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
@@ -414,7 +432,7 @@ def _moe_gemm_kernel(
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
     DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
     A_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    W_ONE_MUL: tl.constexpr = 0,
+    W_ONE_MUL: tl.constexpr = 0, W_WORDS: tl.constexpr = False,
 ):
     """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0).
     SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop.
@@ -455,7 +473,8 @@ def _moe_gemm_kernel(
     if SPLIT_K and W_ONE_MUL == 2 and DOT_BF16:  # the caller vouches for the scales
         acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                  s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
-                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, True, BM, BN, BK)
+                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, True, BM, BN, BK,
+                                 WORDS=W_WORDS)
     elif SPLIT_K and W_ONE_MUL and DOT_BF16:
         # one bf16x2 multiply per weight pair where the scales allow it (real checkpoints' weight
         # scales are far below 2): two copies of the loop (a branch inside one loop would cost
@@ -465,16 +484,17 @@ def _moe_gemm_kernel(
             acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                      s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT,
                                      SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
-                                     True, BM, BN, BK)
+                                     True, BM, BN, BK, WORDS=W_WORDS)
         else:
             acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                      s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT,
                                      SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
-                                     False, BM, BN, BK, 1)
+                                     False, BM, BN, BK, 1, WORDS=W_WORDS)
     else:
         acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                  s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
-                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, False, BM, BN, BK)
+                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, False, BM, BN, BK,
+                                 WORDS=W_WORDS)
 
     if SWAP_AB:
         acc1 = tl.trans(acc1)
@@ -726,6 +746,10 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
         h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
     one_mul = cfg["W_ONE_MUL"] if fmt == FMT_MXFP4 and cfg["SPLIT_K"] else 0
+    words = [getattr(w, "word_order", False) for w in (w1, w3, w2)]
+    if any(words) and not (all(words) and cfg["SPLIT_K"]):
+        raise ValueError("moe: word-order MXFP4 weights (mxfp4_to_word_order) need all of w1, "
+                         "w3, w2 in word order and the SPLIT_K tiles (mma='bf16' or 'auto')")
     mode_up, mode_down = _one_mul_mode(one_mul, w1, w3), _one_mul_mode(one_mul, w2)
     bk_up = _block_k(dim, cfg["BK"])
     _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
@@ -736,7 +760,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up,
+        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up, W_WORDS=all(words),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg, mode_up))
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
@@ -751,7 +775,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down,
+        BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down, W_WORDS=all(words),
         num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down, mode_down))
     if not combine:
         return y

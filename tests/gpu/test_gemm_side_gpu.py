@@ -317,6 +317,38 @@ def test_moe_vouched_one_mul_matches_two_mul_gpu(num_tokens):
     assert torch.equal(outs["checked"], outs["two-mul"])
 
 
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 512, PREFILL_TOKENS])
+def test_moe_word_order_matches_checkpoint_order_gpu(num_tokens):
+    """MXFP4 weights re-arranged into word order (mxfp4_words: rotations instead of byte
+    permutes in the unpack) give bit-identical outputs to checkpoint order, in the vouched
+    one-multiply loop, the checked one (scale bytes up to 200 on some experts) and the
+    two-multiply unpack."""
+    import dataclasses
+
+    from deepinfer.kernels.triton import moe_experts
+
+    num_experts = 16
+    ws = [_random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN),
+          _random_mxfp4_experts(num_experts, V41_INTER, V41_HIDDEN),
+          _random_mxfp4_experts(num_experts, V41_HIDDEN, V41_INTER)]
+    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.5
+    ids, weights = _routing(num_tokens, num_experts)
+    vouched = [dataclasses.replace(w, scale_max=int(w.scale.max())) for w in ws]
+    big = [dataclasses.replace(w, scale=w.scale.clone()) for w in ws]
+    for w in big:  # experts 0-3: scale bytes up to 200 on some rows (the checked mode's fallback)
+        w.scale[:4, ::7] = torch.randint(125, 201, w.scale[:4, ::7].shape, dtype=torch.uint8,
+                                         device="cuda")
+    for name, base, one_mul in (("vouched", vouched, True), ("checked", big, True),
+                                ("two-mul", ws, False)):
+        words = [moe_experts.mxfp4_to_word_order(w) for w in base]
+        outs = []
+        for w in (base, words):
+            with nan_poisoned_allocations():
+                outs.append(moe_experts.run_experts(x, ids, weights, *w, 10.0,
+                                                    config={"W_ONE_MUL": one_mul}))
+        assert torch.equal(outs[0], outs[1]), f"word order differs ({name}, N{num_tokens})"
+
+
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
 def test_moe_experts_speed_gpu(v41_experts, num_tokens):
     from deepinfer.kernels.triton import moe_experts

@@ -2,7 +2,8 @@
 checks the asm's bits on CPU — the interpreter runs the tl twin instead of the asm.
 
 Supported: ``.reg`` declarations, ``mov.b32``, ``prmt.b32`` (default mode), ``shl.b32``,
-``shr.b32``, ``and.b32``, ``or.b32``, ``fma.rn.bf16x2`` (exact product and sum, one
+``shr.b32``, ``shf.r.wrap.b32`` (funnel shift right of b:a, mod 32), ``and.b32``, ``or.b32``,
+``fma.rn.bf16x2`` (exact product and sum, one
 round-to-nearest-even to bf16, subnormals kept). Registers are Python ints (32-bit).
 """
 
@@ -96,6 +97,9 @@ def run(asm: str, inputs: dict[int, int], num_outputs: int) -> list[int]:
             regs[d] = (srcs[0] << srcs[1]) & 0xFFFFFFFF
         elif op == "shr.b32":
             regs[d] = srcs[0] >> srcs[1]
+        elif op == "shf.r.wrap.b32":
+            lo, hi, n = srcs[0], srcs[1], srcs[2] % 32
+            regs[d] = (((hi << 32) | lo) >> n) & 0xFFFFFFFF
         elif op == "and.b32":
             regs[d] = srcs[0] & srcs[1]
         elif op == "or.b32":

@@ -162,7 +162,8 @@ def test_align_pairs_groups_by_expert():
 V41_HIDDEN, V41_INTER, V41_EXPERTS, V41_TOPK = 5120, 2304, 384, 6
 
 
-def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul=None) -> dict:
+def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul=None,
+              words=False) -> dict:
     cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN,
                                  mma=mma, fp8_weights=fmt == moe_experts.FMT_FP8)
     if not gated:
@@ -183,7 +184,8 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul
            "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
     ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
           "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "SWAP_AB": cfg["SWAP_AB"],
-          "A_BF16": a_bf16, "W_ONE_MUL": one_mul, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"]}
+          "A_BF16": a_bf16, "W_ONE_MUL": one_mul, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"],
+          "W_WORDS": words}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
@@ -215,6 +217,12 @@ def test_sm90_compile(sm90_compile):
                        one_mul=2),
              _moe_case("moe_down_mxfp4_vouched_decode1", False, fp4, "auto", 1, V41_TOPK,
                        one_mul=2),
+             _moe_case("moe_up_mxfp4_words_decode", True, fp4, "auto", 1, decode, one_mul=2,
+                       words=True),
+             _moe_case("moe_down_mxfp4_words_decode", False, fp4, "auto", 1, decode, one_mul=2,
+                       words=True),
+             _moe_case("moe_up_mxfp4_words_prefill", True, fp4, "auto", 1, prefill, one_mul=2,
+                       words=True),
              _moe_case("moe_up_mxfp4_twomul_prefill", True, fp4, "auto", 1, prefill,
                        one_mul=False),
              _moe_case("moe_up_mxfp4_w4a8_decode", True, fp4, "fp8", 1, decode),
