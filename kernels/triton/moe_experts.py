@@ -14,7 +14,8 @@ Three launches after the activation quantizer (quant_act), all grouped over expe
   3. ``_moe_combine_kernel``: out_t = ordered fp32 sum of the token's top-k rows of y
      (deterministic, the reference's expert-id order, no atomics).
 
-Weight formats (``ExpertWeights.fmt``), dequantized in the kernel's K loop:
+Weight formats (``ExpertWeights.fmt``; the containers and re-encodings live in moe_weights.py,
+the MXFP4 unpack's PTX and tl twin in mxfp4_unpack.py), dequantized in the kernel's K loop:
   "mxfp4"  int8 (E, O, I/2) two e2m1 per byte + ue8m0 (E, O, I/32): each K step loads one
            contiguous slab of BK/2 bytes per weight row; the nibbles' bits are moved into e4m3
            (or fp32) bits with integer ops (e2m1 ⊂ e4m3, exact) and fed to an FP8 ``tl.dot``
@@ -37,84 +38,24 @@ equivalent of vLLM's moe_align_block_size).
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
-from deepinfer.kernels.triton import moe_align, mxfp4_words, quant_act
+from deepinfer.kernels.triton import moe_align, mxfp4_unpack, quant_act
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.moe_weights import (  # noqa: F401  (re-exported: the op's API)
+    ExpertWeights,
+    fp8_block_experts,
+    mxfp4_to_fp8,
+    mxfp4_to_word_order,
+    pack_mxfp4_experts,
+)
 from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
 
 FMT_MXFP4, FMT_FP8, FMT_PLAIN = 0, 1, 2
-# e4m3fn byte of each e2m1 nibble (0, .5, 1, 1.5, 2, 3, 4, 6, then the negatives; code 8 = -0)
-_E2M1_TO_E4M3_BYTES = (0x00, 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C,
-                       0x80, 0xB0, 0xB8, 0xBC, 0xC0, 0xC4, 0xC8, 0xCC)
 _ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-
-
-@dataclass(frozen=True)
-class ExpertWeights:
-    """One projection of E experts, kept quantized. See the module docstring for the layouts."""
-
-    data: torch.Tensor
-    scale: torch.Tensor
-    fmt: str  # "mxfp4" | "fp8"
-    scale_rows: int = 1  # rows per ue8m0 scale: 1 (per row), 32 (dense 32×32 tiles)
-    scale_max: int | None = None  # the largest scale byte if known (W_ONE_MUL=2 when <= 128)
-    word_order: bool = False  # MXFP4 bytes in ``mxfp4_words``' word order (SPLIT_K tiles only)
-
-    @property
-    def num_experts(self) -> int:
-        return self.data.shape[0]
-
-    @property
-    def out_features(self) -> int:
-        return self.data.shape[1]
-
-    @property
-    def in_features(self) -> int:
-        return self.data.shape[2] * (2 if self.fmt == "mxfp4" else 1)
-
-
-def pack_mxfp4_experts(w: torch.Tensor) -> ExpertWeights:
-    """(E, O, I) float -> MXFP4 ExpertWeights (formats.quantize_fp4_weight per expert)."""
-    from deepinfer.kernels.formats import quantize_fp4_weight
-
-    pairs = [quantize_fp4_weight(w[e].cpu()) for e in range(w.shape[0])]
-    return ExpertWeights(torch.stack([p for p, _ in pairs]).to(w.device),
-                         torch.stack([s for _, s in pairs]).view(torch.uint8).to(w.device), "mxfp4")
-
-
-def mxfp4_to_fp8(w: ExpertWeights) -> ExpertWeights:
-    """Lossless load-time re-encoding MXFP4 -> e4m3 codes with the same per-row ue8m0 scales.
-
-    Every e2m1 value (0, ±.5 … ±6) is an e4m3 value, so code × 2^(e-127) is unchanged bit for bit.
-    """
-    assert w.fmt == "mxfp4"
-    lut = torch.tensor(_E2M1_TO_E4M3_BYTES, dtype=torch.uint8, device=w.data.device)
-    packed = w.data.view(torch.uint8)
-    codes = torch.empty((*packed.shape[:-1], packed.shape[-1] * 2), dtype=torch.uint8,
-                        device=packed.device)
-    for e in range(packed.shape[0]):  # one expert at a time: int64 indices stay small
-        codes[e, :, 0::2] = lut[(packed[e] & 0xF).long()]  # column 2k: low nibble
-        codes[e, :, 1::2] = lut[(packed[e] >> 4).long()]
-    return ExpertWeights(codes.view(torch.float8_e4m3fn), w.scale, "fp8", 1)
-
-
-def mxfp4_to_word_order(w: ExpertWeights) -> ExpertWeights:
-    """Lossless load-time re-arrangement of MXFP4 weights into word order (``mxfp4_words``:
-    ~11 instead of ~16 instructions per 8 weights before the scale multiplies)."""
-    assert w.fmt == "mxfp4" and not w.word_order
-    return dataclasses.replace(w, data=mxfp4_words.to_word_order(w.data), word_order=True)
-
-
-def fp8_block_experts(codes: torch.Tensor, scale: torch.Tensor) -> ExpertWeights:
-    """One dense FP8 weight (O, I) with 32×32 tile scales as a 1-expert ExpertWeights."""
-    return ExpertWeights(codes[None], scale.view(torch.uint8)[None], "fp8", 32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,7 +82,8 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
     Returns (w [BN, BK], scale [BN, BK // 32] fp32): the weight is w * scale per 32-K block.
     MXFP4 nibbles (s e1 e0 m) are moved into float bits as they are, no lookup, exact for normal
     and subnormal e2m1 alike: AS_F32 (folded bf16 dots with SPLIT_K off — only the benches'
-    comparison tilings now; ``moe_config`` takes ``_unpack_mxfp4_halves``) into fp32 bits
+    comparison tilings now; ``moe_config`` takes ``mxfp4_unpack.unpack_mxfp4_halves``) into
+    fp32 bits
     s|0..0 e1 e0|m|0.., i.e. value * 2^-126, times 2^126;
     else into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6 (FP8 dots), the 2^6 going into the
     scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
@@ -174,122 +116,15 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
     return w, scale
 
 
-# e2m1 nibbles -> scaled bf16, four packed bytes per call (tl.inline_asm_elementwise, pack=4):
-# $4 = bytes b0..b3; $5, $6 = the bf16 scales of bytes (0, 1) and (2, 3); outputs $0, $1 = the low
-# nibbles (elements 2j) of bytes (0, 1), (2, 3) as bf16x2, $2, $3 = the high nibbles (2j + 1).
-# Each byte goes to its own 16-bit half (prmt), its nibble's bits s e1 e0 m to bf16 bits
-# s|0000000|e1 e0|m|000000 (= value * 2^-126, subnormal for e = 0: exact, no lookup), then
-# two bf16x2 multiplies (fma with -0): * 2^126 and * the ue8m0 scale, both exact.
-_E2M1X4_TO_BF16 = tl.constexpr("""
-{
-.reg .b32 z, t0, t1, a, b, k, nz;
-mov.b32 z, 0;
-mov.b32 k, 0x7E807E80;
-mov.b32 nz, 0x80008000;
-prmt.b32 t0, $4, z, 0x4140;
-prmt.b32 t1, $4, z, 0x4342;
-shl.b32 a, t0, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 12; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $0, a, $5, nz;
-shl.b32 a, t1, 6; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 12; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $1, a, $6, nz;
-shl.b32 a, t0, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 8; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $2, a, $5, nz;
-shl.b32 a, t1, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 8; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 a, a, k, nz; fma.rn.bf16x2 $3, a, $6, nz;
-}
-""")
-
-
-# The same with ONE multiply per bf16x2: $5, $6 = 2^(e - 1) (bits (e + 126) << 7, a normal bf16
-# for every e <= 128), which takes value * 2^-126 straight to value * 2^(e - 127); exact like the
-# two-multiply form. Low nibbles: t << 6 has no bit at 15/31 and t << 12 none at 6-8/22-24, so
-# one mask of their OR keeps both fields (one LOP3 instead of two); the high nibbles' t << 8
-# would bring bit 0/16 to 8/24, so they keep two masks. tests/kernels/triton/
-# test_moe_unpack_ptx.py emulates both asm strings on every byte. A scale byte > 128 (a weight
-# scale >= 2) would overflow 2^(e - 1): ``_scales_fit_one_mul`` checks a program's scale bytes
-# first and the kernel takes the two-multiply loop for it then.
-_E2M1X4_TO_BF16_ONE_MUL = tl.constexpr("""
-{
-.reg .b32 z, t0, t1, a, b, nz;
-mov.b32 z, 0;
-mov.b32 nz, 0x80008000;
-prmt.b32 t0, $4, z, 0x4140;
-prmt.b32 t1, $4, z, 0x4342;
-shl.b32 a, t0, 6; shl.b32 b, t0, 12; or.b32 a, a, b; and.b32 a, a, 0x81C081C0;
-fma.rn.bf16x2 $0, a, $5, nz;
-shl.b32 a, t1, 6; shl.b32 b, t1, 12; or.b32 a, a, b; and.b32 a, a, 0x81C081C0;
-fma.rn.bf16x2 $1, a, $6, nz;
-shl.b32 a, t0, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t0, 8; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 $2, a, $5, nz;
-shl.b32 a, t1, 2; and.b32 a, a, 0x01C001C0; shl.b32 b, t1, 8; and.b32 b, b, 0x80008000;
-or.b32 a, a, b; fma.rn.bf16x2 $3, a, $6, nz;
-}
-""")
-
-
-@triton.jit
-def _load_mxfp4_raw(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, BN: tl.constexpr,
-                    BK: tl.constexpr):
-    """K elements [k0, k0 + BK) of BN MXFP4 rows as stored: packed bytes [BN, BK // 2] and
-    ue8m0 scale bytes [BN, BK // 32] (int32)."""
-    p = tl.load(w_ptr + rows_w[:, None] * stride_wn + k0 // 2 + tl.arange(0, BK // 2)[None, :])
-    e_blocks = tl.load(s_ptr + rows_w[:, None] * stride_sn + k0 // 32
-                       + tl.arange(0, BK // 32)[None, :]).to(tl.int32)
-    return p, e_blocks
-
-
-@triton.jit
-def _unpack_mxfp4_halves(p, e_blocks, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
-                         BN: tl.constexpr, BK: tl.constexpr, WORDS: tl.constexpr = False):
-    """``_load_mxfp4_raw``'s tile dequantized exactly, split by parity.
-
-    Returns (even, odd), each [BN, BK // 2]: the low nibbles (K elements k0 + 2j) and the high
-    nibbles (k0 + 2j + 1) times their ue8m0 scales, with no interleave (the caller dots them
-    with A's even and odd columns). ASM: bf16 from the packed bytes by ``_E2M1X4_TO_BF16``
-    (about 3 instructions per element, the GPU path), or ``_E2M1X4_TO_BF16_ONE_MUL`` with
-    ONE_MUL (the caller has checked that every scale byte of the tile is <= 128); else the same
-    bits built with tl integer ops in fp32 (the interpreter's twin of it). WORDS: p holds
-    word-order bytes (``mxfp4_words``: fewer instructions per weight), same results.
-    """
-    NB: tl.constexpr = BK // 32
-    e = tl.reshape(tl.broadcast_to(e_blocks[:, :, None], (BN, NB, 16)), (BN, BK // 2))
-    if WORDS:
-        if ASM and ONE_MUL:
-            s16 = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(e - 1)
-        else:
-            s16 = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        even, odd = mxfp4_words.unpack_words_halves(p, s16, ue8m0_to_f32(e.to(tl.uint8)), ASM,
-                                                    ONE_MUL, BN, BK)
-    elif ASM and ONE_MUL:
-        s16 = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(e - 1)
-        even, odd = tl.inline_asm_elementwise(
-            _E2M1X4_TO_BF16_ONE_MUL, "=r,=r,=r,=r,r,r,r", [p, s16],
-            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-    elif ASM:
-        # 2^(e - 127) in bf16 bits: e << 7, or the subnormal 0x0040 for e = 0
-        s16 = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        even, odd = tl.inline_asm_elementwise(
-            _E2M1X4_TO_BF16, "=r,=r,=r,=r,r,r,r", [p, s16], dtype=(tl.bfloat16, tl.bfloat16),
-            is_pure=True, pack=4)
-    else:
-        scale = ue8m0_to_f32(e.to(tl.uint8))
-        q = p.to(tl.int32)
-        even = (((q & 0x7) << 22) | ((q & 0x8) << 28)).to(tl.float32, bitcast=True)
-        odd = (((q & 0x70) << 18) | ((q & 0x80) << 24)).to(tl.float32, bitcast=True)
-        even = even * 2.0**126 * scale
-        odd = odd * 2.0**126 * scale
-    return even, odd
-
-
 @triton.jit
 def _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED: tl.constexpr,
                 DOT_BF16: tl.constexpr, SWAP_AB: tl.constexpr, ONE_MUL: tl.constexpr,
                 BN: tl.constexpr, BK: tl.constexpr, WORDS: tl.constexpr = False):
     """One K step of the split MXFP4 tiles: unpack w1 (and w3 when GATED), two dots each."""
-    w_even, w_odd = _unpack_mxfp4_halves(p1, e1, DOT_BF16, ONE_MUL, BN, BK, WORDS)
+    w_even, w_odd = mxfp4_unpack.unpack_mxfp4_halves(p1, e1, DOT_BF16, ONE_MUL, BN, BK, WORDS)
     acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
     if GATED:
-        w_even, w_odd = _unpack_mxfp4_halves(p3, e3, DOT_BF16, ONE_MUL, BN, BK, WORDS)
+        w_even, w_odd = mxfp4_unpack.unpack_mxfp4_halves(p3, e3, DOT_BF16, ONE_MUL, BN, BK, WORDS)
         acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
     return acc1, acc3
 
@@ -375,11 +210,12 @@ def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_
             a = _a_operand(a, a_scale, MMA_FP8, DOT_BF16, BM, BK)
         if SPLIT_K:  # MXFP4 decode tiles: even and odd K elements apart, two dots each
             a_even, a_odd = tl.split(tl.reshape(a, (BM, BK // 2, 2)))
-            p1, e1 = _load_mxfp4_raw(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0, BN, BK)
+            p1, e1 = mxfp4_unpack.load_mxfp4_raw(w1_base, s1_base, rows_w, stride_wn, stride_sn,
+                                                 k0, BN, BK)
             p3, e3 = p1, e1
             if GATED:
-                p3, e3 = _load_mxfp4_raw(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
-                                         BN, BK)
+                p3, e3 = mxfp4_unpack.load_mxfp4_raw(w3_base, s3_base, rows_w, stride_wn,
+                                                     stride_sn, k0, BN, BK)
             acc1, acc3 = _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED,
                                      DOT_BF16, SWAP_AB, ONE_MUL, BN, BK, WORDS)
         else:
@@ -392,32 +228,6 @@ def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_
                 acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
 
     return acc1, acc3
-
-
-@triton.jit
-def _scales_fit_one_mul(s1_base, s3_base, rows_w, stride_sn, K, GATED: tl.constexpr,
-                        BN: tl.constexpr):
-    """Whether every ue8m0 byte of this program's rows of w1 (and w3) is <= 128, i.e. 2^(e - 1)
-    is a normal bf16 for all of them (``_E2M1X4_TO_BF16_ONE_MUL``). Once per program, 4 bytes
-    per load (the caller guarantees (K / 32) % 4 == 0): 1/16 of the bytes the K loop streams
-    (mostly L2 hits for it afterwards). A byte b > 128 has bit 7 set and a nonzero low 7 bits;
-    adding 0x7F to the low 7 bits carries into bit 7 exactly when they are nonzero."""
-    CW: tl.constexpr = 64  # words per row per chunk
-    words_per_row = K // 128
-    row_words = rows_w[:, None] * (stride_sn // 4)
-    w1_words = s1_base.to(tl.pointer_type(tl.int32))
-    w3_words = s3_base.to(tl.pointer_type(tl.int32))
-    bad = tl.zeros((BN, CW), dtype=tl.int32)
-    for kw in range(0, words_per_row, CW):
-        cols = kw + tl.arange(0, CW)[None, :]
-        mask = cols < words_per_row
-        w = tl.load(w1_words + row_words + cols, mask=mask, other=0)
-        bad |= w & ((w & 0x7F7F7F7F) + 0x7F7F7F7F)
-        if GATED:
-            w = tl.load(w3_words + row_words + cols, mask=mask, other=0)
-            bad |= w & ((w & 0x7F7F7F7F) + 0x7F7F7F7F)
-    bad = bad & -2139062144  # 0x80808080 as int32: the bytes' bit 7
-    return tl.max(tl.max(bad != 0, axis=1), axis=0) == 0
 
 
 @triton.jit
@@ -440,9 +250,10 @@ def _moe_gemm_kernel(
     unused), not codes + scales — no per-program decode of A, which every program of a decode
     tile would repeat for its BN columns — and GATED writes h the same way (out_scale unused).
     W_ONE_MUL (SPLIT_K MXFP4 tiles on the GPU): one bf16x2 multiply per weight pair — 1 (or
-    True): in programs whose scale bytes allow it (``_scales_fit_one_mul``, once per program,
-    two copies of the K loop); 2: everywhere, the caller vouching that every scale byte of the
-    weights is <= 128 (``ExpertWeights.scale_max``: no check, one loop, fewer registers)."""
+    True): in programs whose scale bytes allow it (``mxfp4_unpack.scales_fit_one_mul``, once
+    per program, two copies of the K loop); 2: everywhere, the caller vouching that every
+    scale byte of the weights is <= 128 (``ExpertWeights.scale_max``: no check, one loop,
+    fewer registers). W_WORDS: MXFP4 weights in word order (``mxfp4_words``)."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -480,7 +291,7 @@ def _moe_gemm_kernel(
         # scales are far below 2): two copies of the loop (a branch inside one loop would cost
         # its cp.async pipelining); the fallback runs unpipelined, so that its buffers do not
         # double the shared memory (occupancy) of the loop that runs
-        if _scales_fit_one_mul(s1_base, s3_base, rows_w, stride_sn, K, GATED, BN):
+        if mxfp4_unpack.scales_fit_one_mul(s1_base, s3_base, rows_w, stride_sn, K, GATED, BN):
             acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                      s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT,
                                      SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
@@ -643,13 +454,6 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
                 A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=4 if plain else 6)
 
 
-def _word_scales(*scales: torch.Tensor) -> bool:
-    """Whether ``_scales_fit_one_mul`` may read these (E, O, K/32) ue8m0 tensors 4 bytes at a
-    time: 4-byte aligned, row and expert strides multiples of 4, K/32 a multiple of 4."""
-    return all(s.data_ptr() % 4 == 0 and s.stride(0) % 4 == 0 and s.stride(1) % 4 == 0
-               and s.shape[2] % 4 == 0 and s.stride(2) == 1 for s in scales)
-
-
 def _block_k(k: int, block_k: int) -> int:
     """The largest BK <= block_k (halving, down to 32) that divides K: the K loop has no mask."""
     while k % block_k:
@@ -685,7 +489,7 @@ def _one_mul_mode(wanted, *weights) -> int:
     if wanted == 2 or all(getattr(w, "scale_max", None) is not None and w.scale_max <= 128
                           for w in weights):
         return 2
-    return 1 if _word_scales(*(_weight_args(w)[1] for w in weights)) else 0
+    return 1 if mxfp4_unpack.word_scales(*(_weight_args(w)[1] for w in weights)) else 0
 
 
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,

@@ -4,7 +4,7 @@ unpack (an option of ``moe_experts``; lossless, the same 4 bits per weight and t
 A stored word (bytes j..j+3 of a weight row, little-endian) holds 8 e2m1 nibbles, K elements
 2j..2j+7: byte a's low nibble is K = 2j + 2a, its high nibble 2j + 2a + 1 (checkpoint order).
 The SPLIT_K tiles want them as four bf16x2 registers (the even K elements in $0/$1, the odd in
-$2/$3, as ``moe_experts._E2M1X4_TO_BF16*``):
+$2/$3, as ``mxfp4_unpack.E2M1X4_TO_BF16*``):
 
     register   $0 (even j, j+1)   $1 (even j+2, j+3)   $2 (odd j, j+1)   $3 (odd j+2, j+3)
     K offsets      0, 2               4, 6                 1, 3              5, 7
@@ -78,9 +78,9 @@ def from_word_order(packed: torch.Tensor) -> torch.Tensor:
     return _permute_words(packed, inverse)
 
 
-# $4 = one word-order word, $5/$6 = the bf16x2 scales (as for _E2M1X4_TO_BF16*); shf.r.wrap with
-# both sources the word is a rotation. The tails multiply like the checkpoint-order asm: one
-# bf16x2 multiply by 2^(e - 1), or two (2^126, then 2^(e - 127)).
+# $4 = one word-order word, $5/$6 = the bf16x2 scales (as for mxfp4_unpack.E2M1X4_TO_BF16*);
+# shf.r.wrap with both sources the word is a rotation. The tails multiply like the
+# checkpoint-order asm: one bf16x2 multiply by 2^(e - 1), or two (2^126, then 2^(e - 127)).
 _EXTRACT = """
 .reg .b32 t0, t1, t2, t3, r, m, nz;
 mov.b32 nz, 0x80008000;
@@ -138,7 +138,7 @@ def _join4(x0, x1, x2, x3, BN: tl.constexpr, BK: tl.constexpr):
 def unpack_words_halves(p, s16, scale, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
                         BN: tl.constexpr, BK: tl.constexpr):
     """Word-order bytes p [BN, BK // 2] -> (even, odd) [BN, BK // 2], as
-    ``moe_experts._unpack_mxfp4_halves``: s16 the scales as the asm takes them (ASM), scale the
+    ``mxfp4_unpack.unpack_mxfp4_halves``: s16 the scales as the asm takes them (ASM), scale the
     fp32 scales per element (the tl twin under the interpreter)."""
     if ASM:
         asm: tl.constexpr = WORDS_TO_BF16_ONE_MUL if ONE_MUL else WORDS_TO_BF16

@@ -1,4 +1,4 @@
-"""A tiny emulator of the PTX our inline asm uses (``moe_experts._E2M1X4_TO_BF16*``), so that CI
+"""A tiny emulator of the PTX our inline asm uses (``mxfp4_unpack.E2M1X4_TO_BF16*``), so that CI
 checks the asm's bits on CPU — the interpreter runs the tl twin instead of the asm.
 
 Supported: ``.reg`` declarations, ``mov.b32``, ``prmt.b32`` (default mode), ``shl.b32``,

@@ -19,7 +19,7 @@ triton = pytest.importorskip("triton")
 
 from deepinfer.kernels import formats  # noqa: E402
 from deepinfer.kernels.reference import moe  # noqa: E402
-from deepinfer.kernels.triton import moe_experts, moe_routing  # noqa: E402
+from deepinfer.kernels.triton import moe_experts, moe_routing, mxfp4_unpack  # noqa: E402
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -297,8 +297,8 @@ def test_moe_over_replica_slots_with_logical_combine_order_equals_logical_stacks
 
 
 def _run_ptx(asm: str, operands: dict[int, int]) -> dict[int, int]:
-    """Execute the straight-line b32 PTX of ``_E2M1X4_TO_BF16`` (mov, prmt, shl, and, or,
-    fma.rn.bf16x2) on integer registers; ``$n`` operands in and out."""
+    """Execute the straight-line b32 PTX of ``mxfp4_unpack.E2M1X4_TO_BF16`` (mov, prmt, shl,
+    and, or, fma.rn.bf16x2) on integer registers; ``$n`` operands in and out."""
     regs: dict[str, int] = {f"${k}": v for k, v in operands.items()}
 
     def val(tok: str) -> int:
@@ -343,7 +343,7 @@ def test_inline_ptx_unpack_is_exact_for_every_byte_and_scale():
     come out as e2m1 * 2^(e - 127) in bf16, exactly, in the documented registers."""
     from deepinfer.kernels.formats import dequantize_fp4_weight
 
-    asm = moe_experts._E2M1X4_TO_BF16.value
+    asm = mxfp4_unpack.E2M1X4_TO_BF16.value
     every_byte = torch.arange(256, dtype=torch.uint8).view(16, 16)  # row r: bytes 16r .. 16r+15
 
     def bf16_bits(v: float) -> int:

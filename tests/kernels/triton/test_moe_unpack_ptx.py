@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 sys.path.insert(0, str(Path(__file__).parent))
 from ptx_subset import bf16_to_float, float_to_bf16, run  # noqa: E402
 
-from deepinfer.kernels.triton import moe_experts  # noqa: E402
+from deepinfer.kernels.triton import mxfp4_unpack  # noqa: E402
 
 E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
 
@@ -40,8 +40,8 @@ def test_emulator_rounds_to_nearest_even():
 @pytest.mark.parametrize("one_mul,exponents", [(False, [0, 1, 100, 127, 128, 200, 254]),
                                                (True, [0, 1, 100, 120, 127, 128])])
 def test_unpack_asm_matches_e2m1_times_scale(one_mul, exponents):
-    asm = str(moe_experts._E2M1X4_TO_BF16_ONE_MUL.value if one_mul
-              else moe_experts._E2M1X4_TO_BF16.value)
+    asm = str(mxfp4_unpack.E2M1X4_TO_BF16_ONE_MUL.value if one_mul
+              else mxfp4_unpack.E2M1X4_TO_BF16.value)
     for e in exponents:
         s = _scale_bits(e, one_mul)
         scale_pair = s | (s << 16)
