@@ -127,3 +127,16 @@ def test_moe_sass_counts_the_k_loop_of_the_sm90_cubin():
     assert int(mix["HMMA.16816"]) == 2 * 2 * (256 // 16)
     # 2 x 64 x 256 weights over 128 threads, one multiply per pair: 128 per thread
     assert int(mix["HMUL2.BF16_V2"]) == 2 * 64 * 256 // 128 // 2
+
+
+def test_attention_sass_finds_the_row_chunk_loop():
+    """bench/attention_sass.py compiles the decode attention for sm_90 on the CPU and finds its
+    row-chunk loop: 64 heads x 16 rows x 512 channels of QK and the P.V of its output share run
+    on wgmma (HGMMA) there."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(BENCH / "attention_sass.py")], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    mix = dict(item.rsplit(" ", 1) for item in
+               done.stdout.split("instructions; ", 1)[1].strip().split(", "))
+    assert int(mix["HGMMA.64"]) > 0

@@ -1,0 +1,85 @@
+"""Instruction mix of the decode sparse attention's row-chunk loop in SASS, compiled for sm_90
+on the CPU (the companion of bench/moe_sass.py).
+
+    python bench/attention_sass.py [BH=32 DJ=64 BK=32 num_warps=4 num_stages=1 maxnreg=128 ...]
+
+Compiles ``attention._sparse_attn_sink_kernel`` at ``attention.launch_meta`` of the slice
+model's decode launch (64 heads x 512, window records FP8 + compressed records FP4) with any
+constexpr or launch option overridden as NAME=VALUE, and prints registers, spill stack, shared
+memory and the opcode counts of its longest loop (one chunk of BK rows). Session 7: 244
+registers at the default (1 program of 8 warps per SM; 2 need <= 128), 1,432 instructions
+per 16-row chunk — a count, not a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from moe_sass import LAUNCH_OPTIONS, longest_loop_mix, nvidia_tool  # noqa: E402
+
+POINTERS = {"q_ptr": "*bf16", "out_ptr": "*bf16", "sink_ptr": "*fp32", "ia_ptr": "*i64",
+            "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32",
+            "part_ptr": "*fp32", "ml_ptr": "*fp32"}
+
+
+def compile_kernel(overrides: dict):
+    os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from deepinfer.kernels.triton import attention
+
+    meta = dict(attention.launch_meta(512, 64, attention.FMT_FP8,
+                                      attention.FMT_FP4, True))
+    meta.update(overrides)
+    options = {k: meta.pop(k) for k in LAUNCH_OPTIONS if k in meta}
+    fn = attention._sparse_attn_sink_kernel
+    signature = {p: "constexpr" if p in meta else POINTERS.get(p, "i32")
+                 for p in inspect.signature(fn.fn).parameters}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, (p, ty) in enumerate(signature.items())
+             if ty.startswith("*") or p.startswith("stride")}
+    return triton.compile(ASTSource(fn, signature, meta, attrs=attrs),
+                          target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("overrides", nargs="*", help="NAME=VALUE (constexprs or launch options)")
+    args = ap.parse_args()
+    overrides = {}
+    for item in args.overrides:
+        name, _, value = item.partition("=")
+        try:
+            overrides[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            ap.error(f"{item!r}: expected NAME=VALUE with a Python literal value")
+    compiled = compile_kernel(overrides)
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = os.path.join(tmp, "k.cubin")
+        with open(cubin, "wb") as f:
+            f.write(compiled.asm["cubin"])
+        usage = subprocess.run([nvidia_tool("cuobjdump"), "-res-usage", cubin],
+                               capture_output=True, text=True).stdout
+        sass = subprocess.run([nvidia_tool("nvdisasm"), "-c", cubin], capture_output=True,
+                              text=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
+    regs, stack = (found.group(1), found.group(2)) if found else ("?", "?")
+    total, mix = longest_loop_mix(sass)
+    print(f"attention {overrides}: registers {regs}, spill stack {stack} B, shared "
+          f"{compiled.metadata.shared} B")
+    print(f"row-chunk loop: {total} instructions; "
+          + ", ".join(f"{op} {n}" for op, n in mix.most_common(12)))
+    return 0 if total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
