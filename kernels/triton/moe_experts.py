@@ -83,8 +83,7 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
     MXFP4 nibbles (s e1 e0 m) are moved into float bits as they are, no lookup, exact for normal
     and subnormal e2m1 alike: AS_F32 (folded bf16 dots with SPLIT_K off — only the benches'
     comparison tilings now; ``moe_config`` takes ``mxfp4_unpack.unpack_mxfp4_halves``) into
-    fp32 bits
-    s|0..0 e1 e0|m|0.., i.e. value * 2^-126, times 2^126;
+    fp32 bits s|0..0 e1 e0|m|0.., i.e. value * 2^-126, times 2^126;
     else into e4m3 bits s 0 0 e1 e0 m 0 0 = value * 2^-6 (FP8 dots), the 2^6 going into the
     scale. FP8 weights: e4m3 codes; plain: the float values, scale 1.
     """
