@@ -14,16 +14,12 @@ per 16-row chunk — a count, not a timing.
 from __future__ import annotations
 
 import argparse
-import ast
 import inspect
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from moe_sass import LAUNCH_OPTIONS, longest_loop_mix, nvidia_tool  # noqa: E402
+from moe_sass import LAUNCH_OPTIONS, parse_overrides, report  # noqa: E402
 
 POINTERS = {"q_ptr": "*bf16", "out_ptr": "*bf16", "sink_ptr": "*fp32", "ia_ptr": "*i64",
             "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32",
@@ -55,30 +51,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("overrides", nargs="*", help="NAME=VALUE (constexprs or launch options)")
     args = ap.parse_args()
-    overrides = {}
-    for item in args.overrides:
-        name, _, value = item.partition("=")
-        try:
-            overrides[name] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            ap.error(f"{item!r}: expected NAME=VALUE with a Python literal value")
-    compiled = compile_kernel(overrides)
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = os.path.join(tmp, "k.cubin")
-        with open(cubin, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        usage = subprocess.run([nvidia_tool("cuobjdump"), "-res-usage", cubin],
-                               capture_output=True, text=True).stdout
-        sass = subprocess.run([nvidia_tool("nvdisasm"), "-c", cubin], capture_output=True,
-                              text=True).stdout
-    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-    regs, stack = (found.group(1), found.group(2)) if found else ("?", "?")
-    total, mix = longest_loop_mix(sass)
-    print(f"attention {overrides}: registers {regs}, spill stack {stack} B, shared "
-          f"{compiled.metadata.shared} B")
-    print(f"row-chunk loop: {total} instructions; "
-          + ", ".join(f"{op} {n}" for op, n in mix.most_common(12)))
-    return 0 if total else 1
+    overrides = parse_overrides(ap, args.overrides)
+    return report(compile_kernel(overrides), f"attention {overrides}", "row-chunk loop")
 
 
 if __name__ == "__main__":

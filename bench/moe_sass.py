@@ -84,19 +84,21 @@ def longest_loop_mix(sass: str) -> tuple[int, collections.Counter]:
     return sum(mix.values()), mix
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--down", action="store_true", help="the down projection (GATED=False)")
-    ap.add_argument("overrides", nargs="*", help="NAME=VALUE (constexprs or launch options)")
-    args = ap.parse_args()
+def parse_overrides(ap: argparse.ArgumentParser, items: list[str]) -> dict:
+    """NAME=VALUE items -> {name: Python literal} (an argparse error otherwise)."""
     overrides = {}
-    for item in args.overrides:
+    for item in items:
         name, _, value = item.partition("=")
         try:
             overrides[name] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
             ap.error(f"{item!r}: expected NAME=VALUE with a Python literal value")
-    compiled = compile_kernel(not args.down, overrides)
+    return overrides
+
+
+def report(compiled, label: str, loop: str) -> int:
+    """Print registers, spill stack, shared memory and the longest loop's opcode counts of a
+    compiled kernel; exit status 1 when no loop is found."""
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "k.cubin")
         with open(cubin, "wb") as f:
@@ -108,11 +110,20 @@ def main() -> int:
     found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
     regs, stack = (found.group(1), found.group(2)) if found else ("?", "?")
     total, mix = longest_loop_mix(sass)
-    print(f"{'down' if args.down else 'gated'} {overrides}: registers {regs}, spill stack "
-          f"{stack} B, shared {compiled.metadata.shared} B")
-    print(f"K loop: {total} instructions; "
+    print(f"{label}: registers {regs}, spill stack {stack} B, shared {compiled.metadata.shared} B")
+    print(f"{loop}: {total} instructions; "
           + ", ".join(f"{op} {n}" for op, n in mix.most_common(12)))
     return 0 if total else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--down", action="store_true", help="the down projection (GATED=False)")
+    ap.add_argument("overrides", nargs="*", help="NAME=VALUE (constexprs or launch options)")
+    args = ap.parse_args()
+    overrides = parse_overrides(ap, args.overrides)
+    return report(compile_kernel(not args.down, overrides),
+                  f"{'down' if args.down else 'gated'} {overrides}", "K loop")
 
 
 if __name__ == "__main__":
