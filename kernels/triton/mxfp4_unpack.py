@@ -97,29 +97,26 @@ def unpack_mxfp4_halves(p, e_blocks, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
     """
     NB: tl.constexpr = BK // 32
     e = tl.reshape(tl.broadcast_to(e_blocks[:, :, None], (BN, NB, 16)), (BN, BK // 2))
-    if WORDS:
-        if ASM and ONE_MUL:
+    if ASM:
+        if ONE_MUL:
             s16 = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(e - 1)
-        else:
+        else:  # 2^(e - 127) in bf16 bits: e << 7, or the subnormal 0x0040 for e = 0
             s16 = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        even, odd = mxfp4_words.unpack_words_halves(p, s16, ue8m0_to_f32(e.to(tl.uint8)), ASM,
-                                                    ONE_MUL, BN, BK)
-    elif ASM and ONE_MUL:
-        s16 = ((e + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)  # 2^(e - 1)
-        even, odd = tl.inline_asm_elementwise(
-            E2M1X4_TO_BF16_ONE_MUL, "=r,=r,=r,=r,r,r,r", [p, s16],
-            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
-    elif ASM:
-        # 2^(e - 127) in bf16 bits: e << 7, or the subnormal 0x0040 for e = 0
-        s16 = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        even, odd = tl.inline_asm_elementwise(
-            E2M1X4_TO_BF16, "=r,=r,=r,=r,r,r,r", [p, s16], dtype=(tl.bfloat16, tl.bfloat16),
-            is_pure=True, pack=4)
+        if WORDS:
+            even, odd = mxfp4_words.words_asm(p, s16, ONE_MUL)
+        else:
+            asm: tl.constexpr = E2M1X4_TO_BF16_ONE_MUL if ONE_MUL else E2M1X4_TO_BF16
+            even, odd = tl.inline_asm_elementwise(
+                asm, "=r,=r,=r,=r,r,r,r", [p, s16], dtype=(tl.bfloat16, tl.bfloat16),
+                is_pure=True, pack=4)
     else:
         scale = ue8m0_to_f32(e.to(tl.uint8))
-        q = p.to(tl.int32)
-        even = (((q & 0x7) << 22) | ((q & 0x8) << 28)).to(tl.float32, bitcast=True)
-        odd = (((q & 0x70) << 18) | ((q & 0x80) << 24)).to(tl.float32, bitcast=True)
+        if WORDS:
+            even, odd = mxfp4_words.words_twin(p, BN, BK)
+        else:
+            q = p.to(tl.int32)
+            even = (((q & 0x7) << 22) | ((q & 0x8) << 28)).to(tl.float32, bitcast=True)
+            odd = (((q & 0x70) << 18) | ((q & 0x80) << 24)).to(tl.float32, bitcast=True)
         even = even * 2.0**126 * scale
         odd = odd * 2.0**126 * scale
     return even, odd

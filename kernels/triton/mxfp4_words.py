@@ -23,8 +23,8 @@ by SIGN_SHIFTS[i] and its e1 e0 m bits from the word rotated right by MAG_SHIFTS
 order (PRMT, shifts and masks per byte pair; SASS of the decode K step, ``bench/moe_sass.py``).
 One shift for all four registers is impossible (no 4 rotations of the pattern {6, 7, 8, 15,
 22, 23, 24, 31} tile 32 bits); these shifts were found by exhaustive search and use every bit
-once. ``to_word_order`` / ``from_word_order`` convert on the host; ``unpack_words_halves`` is
-the kernel side (the PTX, or its tl twin under the interpreter).
+once. ``to_word_order`` / ``from_word_order`` convert on the host; ``words_asm`` is the
+kernel side, ``words_twin`` its tl twin under the interpreter.
 """
 
 from __future__ import annotations
@@ -135,26 +135,25 @@ def _join4(x0, x1, x2, x3, BN: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
-def unpack_words_halves(p, s16, scale, ASM: tl.constexpr, ONE_MUL: tl.constexpr,
-                        BN: tl.constexpr, BK: tl.constexpr):
-    """Word-order bytes p [BN, BK // 2] -> (even, odd) [BN, BK // 2], as
-    ``mxfp4_unpack.unpack_mxfp4_halves``: s16 the scales as the asm takes them (ASM), scale the
-    fp32 scales per element (the tl twin under the interpreter)."""
-    if ASM:
-        asm: tl.constexpr = WORDS_TO_BF16_ONE_MUL if ONE_MUL else WORDS_TO_BF16
-        even, odd = tl.inline_asm_elementwise(
-            asm, "=r,=r,=r,=r,r,r,r", [p, s16], dtype=(tl.bfloat16, tl.bfloat16),
-            is_pure=True, pack=4)
-    else:
-        q = tl.reshape(p.to(tl.uint8).to(tl.uint32), (BN, BK // 8, 2, 2))
-        b02, b13 = tl.split(q)  # [BN, BK // 8, 2]: bytes (0, 2) and (1, 3) of each word
-        b0, b2 = tl.split(b02)
-        b1, b3 = tl.split(b13)
-        w = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
-        r0_lo, r0_hi = _register_values(w, 0, 0)
-        r1_lo, r1_hi = _register_values(w, 1, 6)
-        r2_lo, r2_hi = _register_values(w, 2, 13)
-        r3_lo, r3_hi = _register_values(w, 3, 3)
-        even = _join4(r0_lo, r0_hi, r1_lo, r1_hi, BN, BK) * 2.0**126 * scale
-        odd = _join4(r2_lo, r2_hi, r3_lo, r3_hi, BN, BK) * 2.0**126 * scale
-    return even, odd
+def words_asm(p, s16, ONE_MUL: tl.constexpr):
+    """Word-order bytes p [BN, BK // 2] -> (even, odd) [BN, BK // 2] scaled bf16, as
+    ``mxfp4_unpack.unpack_mxfp4_halves``' PTX path: s16 the scales as its asm takes them."""
+    asm: tl.constexpr = WORDS_TO_BF16_ONE_MUL if ONE_MUL else WORDS_TO_BF16
+    return tl.inline_asm_elementwise(asm, "=r,=r,=r,=r,r,r,r", [p, s16],
+                                     dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+
+
+@triton.jit
+def words_twin(p, BN: tl.constexpr, BK: tl.constexpr):
+    """The interpreter's twin of ``words_asm`` before the scales: (even, odd) [BN, BK // 2] as
+    fp32 values * 2^-126 (the bits the asm builds, in fp32 form)."""
+    q = tl.reshape(p.to(tl.uint8).to(tl.uint32), (BN, BK // 8, 2, 2))
+    b02, b13 = tl.split(q)  # [BN, BK // 8, 2]: bytes (0, 2) and (1, 3) of each word
+    b0, b2 = tl.split(b02)
+    b1, b3 = tl.split(b13)
+    w = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24)
+    r0_lo, r0_hi = _register_values(w, 0, 0)  # (SIGN_SHIFTS[i], MAG_SHIFTS[i]), as the asm
+    r1_lo, r1_hi = _register_values(w, 1, 6)
+    r2_lo, r2_hi = _register_values(w, 2, 13)
+    r3_lo, r3_hi = _register_values(w, 3, 3)
+    return _join4(r0_lo, r0_hi, r1_lo, r1_hi, BN, BK), _join4(r2_lo, r2_hi, r3_lo, r3_hi, BN, BK)
