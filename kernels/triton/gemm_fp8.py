@@ -161,11 +161,12 @@ def choose_split_k(num_tiles: int, num_k: int, block_k: int, num_sms: int = 132)
 
 def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor,
             out_dtype: torch.dtype, ids: torch.Tensor | None = None,
-            split_k: int | None = None) -> torch.Tensor:
+            split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """(M, K) Q8_32 codes/scales (from quant_act.quant_q8_32) x weight (N, K) -> (M, N) out_dtype.
 
     With ``ids`` (M, J) int64, a_codes/a_scale are instead a Q8_32 table (R, C)/(R, C/32) and A's
     row m is the concatenation of table rows ids[m, 0..J-1] (K = J * C), gathered in the K loop.
+    ``config`` replaces ``gemm_config``'s tiling (benchmarks: bench/gemm_decode.py).
     """
     gather_cols = 0
     if ids is not None:
@@ -181,7 +182,7 @@ def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight
     num_cols = w.shape[0]
     assert w.shape[1] == num_k and w.stride(1) == 1, \
         f"gemm_q8: weight {tuple(w.shape)} does not match K={num_k} (or is not row-major)"
-    cfg = gemm_config(num_rows, w_fp8, is_interpreting(), gather=ids is not None)
+    cfg = config or gemm_config(num_rows, w_fp8, is_interpreting(), gather=ids is not None)
     assert num_k % SCALE_BLOCK == 0, f"gemm_q8: K={num_k} must be a multiple of 32"
     out = torch.empty((num_rows, num_cols), dtype=out_dtype, device=a_codes.device)
     if num_rows == 0 or num_cols == 0:

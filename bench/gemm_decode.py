@@ -1,0 +1,154 @@
+"""Decode-sized FP8 projections: launch configs of ``gemm_fp8.gemm_q8`` against the HBM roofline.
+
+    TRITON_INTERPRET=0 python bench/gemm_decode.py [--rows 1 8 64] [--variants V,V,...]
+    python bench/gemm_decode.py --smoke          # CPU interpreter, small shapes (CI)
+
+At decode the model's FP8 projections (wq_a, wq_b, wkv, wo_b, the shared expert, the indexer's
+wq_b) read each weight once for a few rows: the time floor is the weight bytes over the HBM
+bandwidth measured in the same run (device-to-device copy). Each variant is timed as a CUDA graph
+of ``--reps`` back-to-back launches (the decode step replays graphs, so launch latency is not
+part of a kernel's cost), activations quantized once outside the graph.
+
+Variant syntax: ``BMxBNxBK:stages:warps:split`` (split 0 = ``choose_split_k``), ``default``
+(``gemm_config``), or ``bf16`` (the registered prefill path: Q8_32-rounded x in bf16 against the
+weight decoded in registers, ``linear.linear``). Prints µs per call, GB/s, η = roofline / time,
+and the relative difference to the default's output (same products, fp32 sums in another order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# (name, in_features, out_features) of the slice's FP8 projections (bench/gemm_prefill_choice.py)
+SHAPES = [("wq_a", 5120, 1024), ("wq_b", 1024, 32768), ("wkv", 5120, 512),
+          ("wo_b", 8192, 5120), ("shared w1/w3", 5120, 2304), ("shared w2", 2304, 5120),
+          ("indexer wq_b", 1024, 8192)]
+SMOKE_SHAPES = [("small", 256, 192)]
+DEFAULT_VARIANTS = ("default,bf16,64x64x128:6:4:0,64x32x128:6:4:0,64x128x128:4:4:0,"
+                    "64x64x128:4:4:0,64x64x256:4:4:0,64x64x128:6:4:1,64x64x128:6:4:4,"
+                    "64x64x128:6:4:8,16x64x128:6:4:0,16x128x128:4:4:0")
+
+
+def parse_variant(text: str) -> dict | str:
+    """``BMxBNxBK:stages:warps:split`` -> gemm_q8 config (+ "split"), or the name itself."""
+    if text in ("default", "bf16"):
+        return text
+    try:
+        tile, stages, warps, split = text.split(":")
+        bm, bn, bk = (int(v) for v in tile.split("x"))
+        return dict(BM=bm, BN=bn, BK=bk, GROUP_M=1, num_warps=int(warps),
+                    num_stages=int(stages), split=int(split))
+    except ValueError:
+        sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split, "
+                 "'default' or 'bf16'")
+
+
+def make_call(variant: dict | str, x: torch.Tensor, w):
+    """A no-argument callable running one variant on (x, w); inputs prepared here, once."""
+    from deepinfer.kernels.triton import gemm_fp8, linear, quant_act
+
+    if variant == "bf16":
+        xr = quant_act.fake_quant_fp8_block32(x)
+        return lambda: linear.linear(xr, w)
+    codes, scale = quant_act.quant_q8_32(x)
+    if variant == "default":
+        return lambda: gemm_fp8.gemm_q8(codes, scale, w, x.dtype)
+    cfg = {k: v for k, v in variant.items() if k != "split"}
+    split = variant["split"] or None
+    return lambda: gemm_fp8.gemm_q8(codes, scale, w, x.dtype, split_k=split, config=cfg)
+
+
+def graph_us(call, reps: int) -> float:
+    """Median µs per call of a CUDA graph holding ``reps`` calls (20 replays, 2 warm-ups)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()  # compile + allocator warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for i in range(22):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        if i >= 2:
+            times.append(start.elapsed_time(end) * 1e3 / reps)
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64])
+    ap.add_argument("--variants", default=DEFAULT_VARIANTS)
+    ap.add_argument("--reps", type=int, default=20, help="launches per timed CUDA graph")
+    ap.add_argument("--smoke", action="store_true", help="CPU interpreter, one small shape")
+    args = ap.parse_args()
+    if args.smoke:
+        os.environ["TRITON_INTERPRET"] = "1"
+    import sweep_args
+
+    from deepinfer.kernels.triton import gemm_fp8
+
+    variants = [(v, parse_variant(v)) for v in args.variants.split(",")]
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device: nothing to measure (use --smoke on a CPU)", file=sys.stderr)
+        return 2
+    hbm = None
+    if device == "cuda":
+        from bench_common import roofline, versions
+        hbm = roofline().measure_ceilings()["hbm_bytes_per_s"]
+        print(f"versions {versions()}\nHBM (copy) {hbm / 1e12:.2f} TB/s; "
+              f"CUDA graphs of {args.reps} launches per timing")
+    g = torch.Generator(device=device).manual_seed(3)
+    total = {}
+    print("| shape | rows | variant | µs | GB/s | η | rel diff vs default |")
+    print("|---|---:|---|---:|---:|---:|---:|")
+    for name, k, n in (SMOKE_SHAPES if args.smoke else SHAPES):
+        w = gemm_fp8.pack_fp8_weight(torch.randn(n, k, generator=g, device=device) * 0.02)
+        n_bytes = w.codes.numel() + w.scale.numel()
+        for m in (args.rows if not args.smoke else [3]):
+            x = torch.randn(m, k, generator=g, device=device).to(torch.bfloat16)
+            ref = None
+            for text, variant in variants:
+                call = make_call(variant, x, w)
+                out = sweep_args.try_variant(f"{name} | {m} | {text}", call)
+                if out is None:
+                    continue
+                ref = out if ref is None else ref
+                diff = float((out.float() - ref.float()).norm() / ref.float().norm())
+                if hbm is None:
+                    print(f"| {name} | {m} | {text} | - | - | - | {diff:.1e} |")
+                    continue
+                us = graph_us(call, args.reps)
+                roof_us = n_bytes / hbm * 1e6
+                acc = total.setdefault((m, text), [0.0, 0.0, 0])
+                acc[0] += us
+                acc[1] += roof_us
+                acc[2] += 1
+                print(f"| {name} | {m} | {text} | {us:.1f} | {n_bytes / us / 1e3:.0f} | "
+                      f"{roof_us / us:.2f} | {diff:.1e} |", flush=True)
+    if total:
+        print("\nAll shapes, one call each (variants that ran on every shape)")
+        print("| rows | variant | µs | roofline µs | η |\n|---:|---|---:|---:|---:|")
+        for (m, text), (us, roof_us, count) in sorted(total.items(),
+                                                      key=lambda t: (t[0][0], t[1][0])):
+            if count == len(SHAPES):
+                print(f"| {m} | {text} | {us:.1f} | {roof_us:.1f} | {roof_us / us:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
