@@ -4,6 +4,7 @@ One type per stored format, shared by the reference and the Triton backends (no 
 
     Fp8BlockWeight       codes float8_e4m3fn [O, I]       scale ue8m0 [ceil(O/32), ceil(I/32)]
     Mxfp4ExpertWeights   packed uint8/int8 [E, O, I/2]    scale ue8m0 [E, O, I/32]
+                         (checkpoint byte order, or ``word_order``: mxfp4_word_order.py)
     Fp8Rows              codes float8_e4m3fn [R, C]       scale ue8m0 [R, C/32]
 
 Scales are ``float8_e8m0fnu`` or their uint8 bytes (``Fp8BlockWeight`` also takes float32
@@ -17,10 +18,12 @@ Containers are frozen and cheap to build (``Linear.weight`` builds one per acces
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
+from deepinfer.kernels.mxfp4_word_order import from_word_order
 from deepinfer.kernels.reference import quant
 
 WEIGHT_DTYPE = torch.bfloat16
@@ -110,11 +113,15 @@ class Mxfp4ExpertWeights:
     input columns. Expert e is checkpoint tensor ``experts.{e}.wN.weight`` / ``.scale``.
     scale_max: the largest scale byte where the owner of the stacks tracks it (None: unknown);
     kernels may take a cheaper path when it is known to be small (moe_experts' W_ONE_MUL).
+    word_order: ``packed`` holds the bytes in ``mxfp4_word_order``'s word order (each 32-bit
+    word's bits permuted for the Triton expert kernels' cheaper unpack) instead of the layout
+    above; ``dequantize`` (hence ``dense`` and the reference ops) converts back, exactly.
     """
 
     packed: torch.Tensor
     scale: torch.Tensor
     scale_max: int | None = None
+    word_order: bool = False
 
     def __post_init__(self) -> None:
         what = "Mxfp4ExpertWeights"
@@ -157,18 +164,24 @@ class Mxfp4ExpertWeights:
         return self.packed.nbytes + self.scale.nbytes
 
     def to(self, device: torch.device | str) -> Mxfp4ExpertWeights:
-        return Mxfp4ExpertWeights(self.packed.to(device), self.scale.to(device), self.scale_max)
+        return dataclasses.replace(self, packed=self.packed.to(device),
+                                   scale=self.scale.to(device))
 
     def select(self, experts: int | slice | torch.Tensor) -> Mxfp4ExpertWeights:
         """The experts ``experts`` (an int keeps the E axis: a 1-expert container; an int or a
         slice gives views, an index tensor a copy of only those experts)."""
         if isinstance(experts, int):
             experts = slice(experts, experts + 1)
-        return Mxfp4ExpertWeights(self.packed[experts], self.scale[experts], self.scale_max)
+        return dataclasses.replace(self, packed=self.packed[experts], scale=self.scale[experts])
+
+    def checkpoint_packed(self) -> torch.Tensor:
+        """``packed`` in checkpoint order (itself, or a converted copy when ``word_order``)."""
+        return from_word_order(self.packed) if self.word_order else self.packed
 
     def dequantize(self) -> torch.Tensor:
-        """bf16 [E, O, I]: ``e2m1(nibble) * 2^(scale - 127)`` (exact)."""
-        packed = self.packed.view(torch.uint8) if self.packed.dtype == torch.int8 else self.packed
+        """bf16 [E, O, I]: ``e2m1(nibble) * 2^(scale - 127)`` (exact, in either byte order)."""
+        packed = self.checkpoint_packed()
+        packed = packed.view(torch.uint8) if packed.dtype == torch.int8 else packed
         nibbles = torch.stack([packed & 0xF, packed >> 4], dim=-1).flatten(-2)  # [E, O, I]
         return quant.dequant_fp4_ue8m0(nibbles, _scale_bytes(self.scale), FP4_BLOCK,
                                        dtype=torch.float32).to(WEIGHT_DTYPE)

@@ -1,7 +1,8 @@
 """MoE routing (sqrtsoftplus, bias-steered top-k) and routed SwiGLU experts (model-spec §2.8).
 
 Expert weights are plain tensors or the containers of ``kernels/quantized.py``; routed experts
-in ``Mxfp4ExpertWeights`` are dequantized one expert at a time, only those a batch routes to.
+in ``Mxfp4ExpertWeights`` (checkpoint or word byte order) are dequantized one expert at a
+time, only those a batch routes to.
 """
 
 import torch

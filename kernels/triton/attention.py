@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels import formats
-from deepinfer.kernels.triton import attn_common
+from deepinfer.kernels.triton import attention_decode, attn_common
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
 
 FMT_FLOAT = 0
@@ -64,6 +64,11 @@ PREFILL_NUM_STAGES = 2
 # default until bench/attention_decode.py has measured splits on the GPU. Prefill-sized
 # launches never split (thousands of queries fill the GPU).
 DECODE_ROW_SPLITS = 1
+# Decode kernel for decode-sized record launches (<= PREFILL_MIN_QUERIES queries, FP8 window +
+# FP4 compressed records): "v1" = _sparse_attn_sink_kernel below; "v2" = attention_decode (each
+# record decoded once per program, one tile for q.k and p.v, q loaded once, no output split).
+# "v1" until the H200 has measured v2 (bench/attention_decode.py --variants v1,v2).
+DECODE_KERNEL = "v1"
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
 NUM_WARPS = 8
@@ -252,6 +257,9 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
         b, ib = a, ia
     if n == 0:
         return out
+    if (DECODE_KERNEL == "v2" and n <= PREFILL_MIN_QUERIES
+            and attention_decode.supports(d, fmt_a, fmt_b, has_b)):
+        return attention_decode.launch(q, a, ia, b, ib, has_b, sink, softmax_scale, out)
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
     nsplit = meta["NSPLIT"]
     assert nsplit & (nsplit - 1) == 0, f"attention: row splits must be a power of two, {nsplit}"

@@ -27,6 +27,8 @@ the MXFP4 unpack's PTX and tl twin in mxfp4_unpack.py), dequantized in the kerne
            the low and high nibbles kept apart as the even and odd K elements, each dotted
            with A's even or odd columns (no interleave); SWAP_AB tiles put the weight rows on
            the MMA's M side instead (wgmma fed from those registers; measured slower).
+           Bytes in word order (``ExpertWeights.word_order`` / ``Mxfp4ExpertWeights.word_order``,
+           the runtime's stacks on SM90: ``mxfp4_words``) take rotations instead (W_WORDS).
   "fp8"    e4m3 (E, O, I) + ue8m0 (E, ceil(O/scale_rows), I/32): the lossless load-time re-encoding
            of MXFP4 (``mxfp4_to_fp8``; 2× the bytes, no unpacking) with scale_rows=1, or a dense
            32×32-tile FP8 weight (the shared expert) with scale_rows=32.
@@ -461,7 +463,8 @@ def _block_k(k: int, block_k: int) -> int:
 
 
 def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
-    """(data, scale, FMT, SCALE_ROWS) for a launch; plain tensors pass themselves as scale."""
+    """(data, scale, FMT, SCALE_ROWS) for a launch; plain tensors pass themselves as scale.
+    The byte order goes separately (``_word_order``): the bytes are passed as they are."""
     if isinstance(w, Mxfp4ExpertWeights):  # the runtime's resident form (kernels/quantized.py)
         return w.packed.view(torch.uint8), w.scale.view(torch.uint8), FMT_MXFP4, 1
     if isinstance(w, ExpertWeights):
@@ -469,6 +472,13 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
         return data, w.scale.view(torch.uint8), (FMT_MXFP4 if w.fmt == "mxfp4" else FMT_FP8), \
             w.scale_rows
     return w, w, FMT_PLAIN, 1
+
+
+def _word_order(w) -> bool:
+    """Whether ``w``'s MXFP4 bytes are in word order (the kernels' W_WORDS): the runtime's
+    ``Mxfp4ExpertWeights.word_order`` (``ExpertSlots`` in word-order mode) maps to
+    ``ExpertWeights.word_order`` as is — no conversion per call."""
+    return isinstance(w, Mxfp4ExpertWeights | ExpertWeights) and w.word_order
 
 
 def _reg_cap(cfg: dict, one_mul_mode: int) -> dict:
@@ -549,7 +559,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=x.device)
         h_scale = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=x.device)
     one_mul = cfg["W_ONE_MUL"] if fmt == FMT_MXFP4 and cfg["SPLIT_K"] else 0
-    words = [getattr(w, "word_order", False) for w in (w1, w3, w2)]
+    words = [_word_order(w) for w in (w1, w3, w2)]
     if any(words) and not (all(words) and cfg["SPLIT_K"]):
         raise ValueError("moe: word-order MXFP4 weights (mxfp4_to_word_order) need all of w1, "
                          "w3, w2 in word order and the SPLIT_K tiles (mma='bf16' or 'auto')")

@@ -1,6 +1,7 @@
 """The expert weights as the routed-expert kernels take them (``moe_experts``), and their
 lossless load-time re-encodings: MXFP4 -> FP8 e4m3 codes, MXFP4 -> word order
-(``mxfp4_words``), a dense 32x32-tile FP8 weight as a 1-expert stack."""
+(``kernels/mxfp4_word_order.py``, unpacked by ``mxfp4_words``), a dense 32x32-tile FP8 weight as
+a 1-expert stack."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer.kernels.triton import mxfp4_words
+from deepinfer.kernels import mxfp4_word_order
 
 # e4m3fn byte of each e2m1 nibble (0, .5, 1, 1.5, 2, 3, 4, 6, then the negatives; code 8 = -0)
 _E2M1_TO_E4M3_BYTES = (0x00, 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C,
@@ -52,10 +53,13 @@ def mxfp4_to_fp8(w: ExpertWeights) -> ExpertWeights:
     """Lossless load-time re-encoding MXFP4 -> e4m3 codes with the same per-row ue8m0 scales.
 
     Every e2m1 value (0, ±.5 … ±6) is an e4m3 value, so code × 2^(e-127) is unchanged bit for bit.
+    Word-order bytes are read back in checkpoint order first.
     """
     assert w.fmt == "mxfp4"
     lut = torch.tensor(_E2M1_TO_E4M3_BYTES, dtype=torch.uint8, device=w.data.device)
     packed = w.data.view(torch.uint8)
+    if w.word_order:
+        packed = mxfp4_word_order.from_word_order(packed)
     codes = torch.empty((*packed.shape[:-1], packed.shape[-1] * 2), dtype=torch.uint8,
                         device=packed.device)
     for e in range(packed.shape[0]):  # one expert at a time: int64 indices stay small
@@ -68,7 +72,8 @@ def mxfp4_to_word_order(w: ExpertWeights) -> ExpertWeights:
     """Lossless load-time re-arrangement of MXFP4 weights into word order (``mxfp4_words``:
     ~11 instead of ~16 instructions per 8 weights before the scale multiplies)."""
     assert w.fmt == "mxfp4" and not w.word_order
-    return dataclasses.replace(w, data=mxfp4_words.to_word_order(w.data), word_order=True)
+    return dataclasses.replace(w, data=mxfp4_word_order.to_word_order(w.data),
+                               word_order=True)
 
 
 def fp8_block_experts(codes: torch.Tensor, scale: torch.Tensor) -> ExpertWeights:

@@ -23,60 +23,23 @@ by SIGN_SHIFTS[i] and its e1 e0 m bits from the word rotated right by MAG_SHIFTS
 order (PRMT, shifts and masks per byte pair; SASS of the decode K step, ``bench/moe_sass.py``).
 One shift for all four registers is impossible (no 4 rotations of the pattern {6, 7, 8, 15,
 22, 23, 24, 31} tile 32 bits); these shifts were found by exhaustive search and use every bit
-once. ``to_word_order`` / ``from_word_order`` convert on the host; ``words_asm`` is the
-kernel side, ``words_twin`` its tl twin under the interpreter.
+once. ``to_word_order`` / ``from_word_order`` (pure torch, ``kernels/mxfp4_word_order.py``,
+re-exported here) convert at load; ``words_asm`` is the kernel side, ``words_twin`` its tl twin
+under the interpreter.
 """
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-SIGN_SHIFTS = (0, 1, 2, 3)  # per output register: the rotation its sign bits come from
-MAG_SHIFTS = (0, 6, 13, 3)  # ... and its e1 e0 m bits
-# K offset (0..7 within the word) -> (output register, half)
-_K_SLOT = {0: (0, 0), 2: (0, 1), 4: (1, 0), 6: (1, 1), 1: (2, 0), 3: (2, 1), 5: (3, 0), 7: (3, 1)}
-
-
-def word_bit_permutation() -> list[int]:
-    """perm[b] = where bit b of a checkpoint-order word goes in the word-order word."""
-    perm = [-1] * 32
-    for k, (reg, half) in _K_SLOT.items():
-        byte, high = divmod(k, 2)
-        for t in range(4):  # nibble bit t: m, e0, e1, s
-            src = 8 * byte + 4 * high + t
-            out_bit = (15 if t == 3 else 6 + t) + 16 * half
-            shift = SIGN_SHIFTS[reg] if t == 3 else MAG_SHIFTS[reg]
-            perm[src] = (out_bit + shift) % 32
-    assert sorted(perm) == list(range(32)), "the shifts must use every bit once"
-    return perm
-
-
-def _permute_words(packed: torch.Tensor, perm: list[int]) -> torch.Tensor:
-    """packed uint8/int8 [..., n] (n % 4 == 0) with the bits of each 32-bit word moved by perm."""
-    assert packed.shape[-1] % 4 == 0, "word order needs rows of whole 32-bit words"
-    b = packed.contiguous().view(torch.uint8).to(torch.int64)
-    words = (b[..., 0::4] | (b[..., 1::4] << 8) | (b[..., 2::4] << 16) | (b[..., 3::4] << 24))
-    out = torch.zeros_like(words)
-    for src, dst in enumerate(perm):
-        out |= ((words >> src) & 1) << dst
-    bytes_ = torch.stack([(out >> (8 * a)) & 0xFF for a in range(4)], dim=-1)
-    return bytes_.reshape(packed.shape).to(torch.uint8).view(packed.dtype)
-
-
-def to_word_order(packed: torch.Tensor) -> torch.Tensor:
-    """Checkpoint-order MXFP4 bytes [..., I/2] -> word order (same shape and dtype)."""
-    return _permute_words(packed, word_bit_permutation())
-
-
-def from_word_order(packed: torch.Tensor) -> torch.Tensor:
-    """The inverse of ``to_word_order``."""
-    inverse = [0] * 32
-    for src, dst in enumerate(word_bit_permutation()):
-        inverse[dst] = src
-    return _permute_words(packed, inverse)
-
+from deepinfer.kernels.mxfp4_word_order import (  # noqa: F401  (re-exported: the host side)
+    MAG_SHIFTS,
+    SIGN_SHIFTS,
+    from_word_order,
+    to_word_order,
+    word_bit_permutation,
+)
 
 # $4 = one word-order word, $5/$6 = the bf16x2 scales (as for mxfp4_unpack.E2M1X4_TO_BF16*);
 # shf.r.wrap with both sources the word is a rotation. The tails multiply like the

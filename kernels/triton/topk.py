@@ -12,7 +12,9 @@ is left (1M scores, k = 512, BT = 4096: 4 stages). A final kernel decodes the su
   pins the block of the newest visible entry to +inf; the final kernel sets the mask of the
   first min(num_blocks, #blocks) surviving blocks whose max is > -inf.
 
-The host wrapper only allocates buffers and launches.
+``topk_positions`` takes this stage path for rows longer than ``RADIX_MAX_ENTRIES``; shorter
+rows (decode) go to ``topk_radix`` (histogram radix select, no sort). The host wrappers only
+allocate buffers and launch.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ import torch
 import triton
 import triton.language as tl
 
-from deepinfer.kernels.triton import attn_common
+from deepinfer.kernels.triton import attn_common, topk_radix
 from deepinfer.kernels.triton.attn_common import cuda_sm90
 
 TOPK_TILE = 4096  # scores per stage tile (at least 4 * KP)
+# rows up to this many scores take the radix path (one program per row re-reads a longer row
+# in every pass, while the stage path spreads it over one program per tile)
+RADIX_MAX_ENTRIES = 65536
 NUM_WARPS = 8
 
 MODE_SCORES = 0
@@ -145,12 +150,22 @@ def _select(src: torch.Tensor, kp: int, mode: int,
         src, mode, num_visible = out, MODE_PACKED, None
 
 
-def topk_positions(scores: torch.Tensor, k: int,
-                   num_visible: torch.Tensor | None = None) -> torch.Tensor:
+def topk_positions(scores: torch.Tensor, k: int, num_visible: torch.Tensor | None = None,
+                   *, method: str = "auto") -> torch.Tensor:
     """Triton version of ``reference.indexer.topk_positions``: (N, T) fp32 -> (N, min(k, T))
     int64 positions sorted ascending, -1 for picks with a -inf score. ``num_visible`` (N,):
-    every score at or beyond it is -inf (the caller's promise): tiles there are not sorted, so
-    the cost follows the context, not T (a CUDA graph's fixed width)."""
+    every score at or beyond it is -inf (the caller's promise): tiles there are not read, so
+    the cost follows the context, not T (a CUDA graph's fixed width).
+
+    ``method``: "radix" (``topk_radix``: one program per row, histogram passes + an ordered
+    compaction), "stage" (the blocked tl.topk stages + a final sort), or "auto": radix up to
+    ``RADIX_MAX_ENTRIES`` scores per row (a shape-only choice), else stage."""
+    if method == "auto":
+        method = "radix" if scores.shape[1] <= RADIX_MAX_ENTRIES else "stage"
+    if method == "radix":
+        return topk_radix.topk_positions_radix(scores, k, num_visible)
+    if method != "stage":
+        raise ValueError(f"topk_positions: method {method!r} is not auto, radix or stage")
     n, t = scores.shape
     k_out = min(k, t)
     out = attn_common.alloc((n, k_out), torch.int64, scores.device)
@@ -223,7 +238,7 @@ def aot_cases() -> list[dict[str, Any]]:
         dict(name="candidate mask 2048x8", module=__name__, kernel="_candidate_mask_kernel",
              types={"in_ptr": "*i64", "mask_ptr": "*i8"},
              meta=dict(BC=MASK_ROWS, BS=8, num_warps=4)),
-    ]
+    ] + topk_radix.aot_cases()
 
 
 def register_triton_topk() -> None:

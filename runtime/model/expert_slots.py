@@ -19,6 +19,18 @@ Two ways to load: ``load_state_dict`` (every slot's tensors at once, stacked), o
 (``runtime/shard_loader.py``): :meth:`allocate` the empty stacks on the target device, then
 :meth:`load_slot` copies one slot's projection at a time into them — the same bytes, and never
 more than one expert's tensors besides the stacks.
+
+Byte order (``word_order``): in word-order mode the MXFP4 stacks hold each 32-bit word's bits
+permuted (``kernels/mxfp4_word_order.py``; lossless) for the Triton expert kernels' cheaper
+unpack, and ``stack()`` hands out ``Mxfp4ExpertWeights(..., word_order=True)``, which those
+kernels take as is and every other consumer converts back. The stacks are converted as they are
+written, in place on their device, a bounded chunk at a time (never a second copy of a stack):
+``load_state_dict`` after stacking, :meth:`load_slot` the slot it writes, a slot copy when the
+source's order differs, :meth:`set_word_order` whatever is held. The state dict always gives
+checkpoint order (a round trip is bit-exact), except with ``keep_vars=True``, which gives the
+held views as they are (what the loaders use to look for unloaded tensors, without a converted
+copy of every expert). Who turns the mode on: ``runtime/shard_loader.py``, from
+``kernel_backends.expert_word_order`` (the Triton expert kernels on an SM90+ GPU).
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from deepinfer.kernels.mxfp4_word_order import from_word_order, to_word_order
 from deepinfer.kernels.quantized import FP4_BLOCK, Mxfp4ExpertWeights
 from deepinfer.runtime.model.params import SCALE_DTYPE, frozen
 
@@ -49,10 +62,18 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.uint8 else t.view(torch.uint8)
 
 
+def _reorder(packed: torch.Tensor, held_words: bool, want_words: bool) -> None:
+    """Re-arrange MXFP4 bytes ``packed`` (a stack or one slot of it) in place from one byte
+    order to the other; nothing when they agree or the tensor has no data (meta)."""
+    if held_words != want_words and not packed.is_meta:
+        (to_word_order if want_words else from_word_order)(packed, out=packed)
+
+
 class ExpertSlots(nn.Module):
-    def __init__(self, num_slots: int, dim: int, inter: int):
+    def __init__(self, num_slots: int, dim: int, inter: int, word_order: bool = False):
         super().__init__()
         self.num_slots = num_slots
+        self._word_order = word_order
         self.shapes = {"w1": (inter, dim), "w2": (dim, inter), "w3": (inter, dim)}  # (O, I)
         for w, (rows, cols) in self.shapes.items():
             self.register_parameter(f"{w}_weight", frozen(
@@ -64,10 +85,26 @@ class ExpertSlots(nn.Module):
     def __len__(self) -> int:
         return self.num_slots
 
+    @property
+    def word_order(self) -> bool:
+        """Whether the MXFP4 stacks hold word-order bytes (module docstring)."""
+        return self._word_order
+
+    def set_word_order(self, word_order: bool) -> None:
+        """Switch the byte order of the MXFP4 stacks, re-arranging what they hold in place
+        (meta or plain stacks: only the mode changes; later writes follow it)."""
+        for w in PROJECTIONS:
+            if self._parameters[f"{w}_scale"] is not None:
+                _reorder(self._parameters[f"{w}_weight"].data, self._word_order, word_order)
+        self._word_order = word_order
+
     def stack(self, w: str) -> Stack:
-        """Projection ``w`` of every slot: ``Mxfp4ExpertWeights`` [E, O, I], or bf16 [E, O, I]."""
+        """Projection ``w`` of every slot: ``Mxfp4ExpertWeights`` [E, O, I] (bytes in the
+        module's order, ``word_order``), or bf16 [E, O, I]."""
         weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
-        return weight if scale is None else Mxfp4ExpertWeights(weight, scale, self._scale_max[w])
+        if scale is None:
+            return weight
+        return Mxfp4ExpertWeights(weight, scale, self._scale_max[w], self._word_order)
 
     def _raise_scale_max(self, w: str, scale_max: int | None) -> None:
         held = self._scale_max[w]
@@ -93,7 +130,8 @@ class ExpertSlots(nn.Module):
         return ExpertSlot(one("w1"), one("w2"), one("w3"))
 
     def __setitem__(self, j: int, slot: ExpertSlot) -> None:
-        """Copy ``slot`` (another module's ``[e]``, same form) into slot j."""
+        """Copy ``slot`` (another module's ``[e]``, same form, either byte order) into slot j,
+        re-arranged into this module's byte order on its device."""
         for w in PROJECTIONS:
             src, dst = getattr(slot, w), self.stack(w)
             if isinstance(dst, Mxfp4ExpertWeights) != isinstance(src, Mxfp4ExpertWeights):
@@ -101,6 +139,7 @@ class ExpertSlots(nn.Module):
                                  f"{type(dst).__name__}")
             if isinstance(dst, Mxfp4ExpertWeights):
                 _bytes(dst.packed[j]).copy_(_bytes(src.packed[0]))
+                _reorder(dst.packed[j], src.word_order, self._word_order)
                 _bytes(dst.scale[j]).copy_(_bytes(src.scale[0]))
                 self._raise_scale_max(w, src.scale_max)
             else:
@@ -108,7 +147,8 @@ class ExpertSlots(nn.Module):
 
     def allocate(self, device: torch.device | str, quantized: bool = True) -> None:
         """Empty stacks on ``device`` for :meth:`load_slot`: MXFP4 (uint8 packed + ue8m0 scale)
-        when ``quantized``, else bf16 [E, O, I] without scales."""
+        when ``quantized``, else bf16 [E, O, I] without scales. The byte order stays the
+        module's (``word_order``)."""
         for w, (rows, cols) in self.shapes.items():
             if quantized:
                 weight = torch.empty(self.num_slots, rows, cols // 2, dtype=torch.uint8,
@@ -127,7 +167,8 @@ class ExpertSlots(nn.Module):
                   scale: torch.Tensor | None = None) -> None:
         """Copy one slot's projection ``w`` (a checkpoint expert's ``weight`` [O, I/2] int8 or
         uint8 + ``scale`` [O, I/32], or a bf16 ``weight`` [O, I]) into the stacks :meth:`allocate`
-        made. Raises ValueError on a shape or form that does not fit the stack."""
+        made, re-arranged into word order there in word-order mode. Raises ValueError on a
+        shape or form that does not fit the stack."""
         stack = self._parameters[f"{w}_weight"]
         held_scale = self._parameters[f"{w}_scale"]
         rows, cols = self.shapes[w]
@@ -144,14 +185,20 @@ class ExpertSlots(nn.Module):
         weight, scale = _bytes(weight), _bytes(scale)
         Mxfp4ExpertWeights(weight[None], scale[None])  # ValueError on a wrong scale shape
         stack[j].copy_(weight)
+        _reorder(stack[j], False, self._word_order)  # on the stack's device, this slot only
         _bytes(held_scale[j]).copy_(scale)
         self._raise_scale_max(w, int(scale.max()))  # the checkpoint's tensor: on the host
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
+        """Slot j's tensors under checkpoint names, packed bytes in checkpoint order (one
+        converted copy per slot in word-order mode); ``keep_vars``: the held views as they are."""
         for j in range(self.num_slots):
             for w in PROJECTIONS:
                 weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
-                destination[f"{prefix}{j}.{w}.weight"] = weight[j].detach()
+                held = weight[j].detach()
+                if scale is not None and self._word_order and not keep_vars and not held.is_meta:
+                    held = from_word_order(held)
+                destination[f"{prefix}{j}.{w}.weight"] = held
                 if scale is not None:
                     destination[f"{prefix}{j}.{w}.scale"] = scale[j].detach()
 
@@ -181,7 +228,10 @@ class ExpertSlots(nn.Module):
                 if part == "scale":
                     self._scale_max[w] = int(t.max()) if t.numel() else 0
                     t = t.view(SCALE_DTYPE)
-                self._parameters[f"{w}_{part}"] = frozen(t.to(held.device) if to_held else t)
+                t = t.to(held.device) if to_held else t
+                if part == "weight" and quantized:  # the stack is ours (a fresh copy): in place
+                    _reorder(t, False, self._word_order)
+                self._parameters[f"{w}_{part}"] = frozen(t)
 
     def _gather(self, state_dict, prefix: str, quantized: bool
                 ) -> tuple[dict[str, list[torch.Tensor]], list[str], list[str]]:

@@ -56,6 +56,12 @@ def test_moe_decode_smoke_matches_reference():
     assert "smoke ok" in _smoke("moe_decode.py")
 
 
+def test_topk_decode_smoke_matches_reference():
+    """Stage path and radix variants (several tiles per row, one tile; 8- and 4-bit digits)."""
+    out = _smoke("topk_decode.py")
+    assert "smoke ok" in out and "equal False" not in out, out
+
+
 @pytest.mark.parametrize("prefix,want", [("float:", "float:h:32:64:1:2"), ("", "records:i")])
 def test_pick_fastest(prefix, want):
     table = ["| variant | ms |", "|---|---:|", "| float:i:64:64:2:2 | 23.6 |",
@@ -94,7 +100,7 @@ def test_kernel_overrides_decode_attention(monkeypatch):
     from deepinfer.kernels.triton import attention
 
     for name in ("BLOCK_ROWS", "BLOCK_HEADS", "DV_SPLIT", "NUM_STAGES", "NUM_WARPS",
-                 "DECODE_ROW_SPLITS", "PREFILL_BLOCK_ROWS"):
+                 "DECODE_ROW_SPLITS", "PREFILL_BLOCK_ROWS", "DECODE_KERNEL"):
         monkeypatch.setattr(attention, name, getattr(attention, name))
     prefill_rows = attention.PREFILL_BLOCK_ROWS
     kernel_overrides.apply("decode:32:32:4:3:4:8", [])

@@ -307,12 +307,39 @@ def test_topk_and_candidate_blocks():
     mism = int((got != want).sum())
     _record("topk_positions N=8 T=1M k=512 with num_visible", float(mism), 0.0, ms,
             f"{mism} differing ids")
+    got = tri.topk_positions(scores, TOPK, vis, method="radix")  # one program per 1M row
+    ms = _time_ms(lambda: tri.topk_positions(scores, TOPK, vis, method="radix"), reps=3)
+    mism = int((got != want).sum())
+    _record("topk_positions radix N=8 T=1M k=512", float(mism), 0.0, ms,
+            f"{mism} differing ids")
     got = tri.select_candidate_blocks(scores, vis, 2048, 8)
     want = ref_idx.select_candidate_blocks(scores.cpu(), vis.cpu(), 2048, 8).to(dev)
     ms = _time_ms(lambda: tri.select_candidate_blocks(scores, vis, 2048, 8))
     mism = int((got != want).sum())
     _record("select_candidate_blocks N=8 T=1M 2048x8", float(mism), 0.0, ms,
             f"{mism} differing mask entries")
+
+
+@pytest.mark.parametrize("n,t", [(64, 1024), (256, 8192), (5, 40000)])
+def test_topk_positions_decode_shapes_both_methods(n, t):
+    """Decode shapes (4K / 32K context at ratio 4; a row of several radix tiles): scores in
+    steps of 1/4 (the k-th score tied across many positions), per-row num_visible incl. 0, fewer
+    than k and all; stage and radix paths both equal the reference exactly."""
+    from deepinfer.kernels.triton import topk as tri
+
+    dev = "cuda"
+    scores = (torch.randn(n, t, device=dev) * 4).round() / 4
+    vis = torch.randint(0, t + 1, (n,), device=dev)
+    vis[:3] = torch.tensor([0, 300, t], device=dev)
+    scores = scores.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None],
+                                float("-inf"))
+    want = ref_idx.topk_positions(scores.cpu(), TOPK).to(dev)
+    for method in ("stage", "radix"):
+        got = tri.topk_positions(scores, TOPK, vis, method=method)
+        ms = _time_ms(lambda method=method: tri.topk_positions(scores, TOPK, vis, method=method))
+        mism = int((got != want).sum())
+        _record(f"topk_positions {method} N={n} T={t} k=512 ties", float(mism), 0.0, ms,
+                f"{mism} differing ids")
 
 
 # Compressor: fp32 softmax + weighted sum of 2 tokens vs fp32/fp64 reference: 1e-6 relative.

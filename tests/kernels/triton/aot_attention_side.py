@@ -57,6 +57,9 @@ def _cases(area: str) -> list[dict[str, Any]]:
         cases.append(dict(name="sparse_attn bf16_rows prefill H64 D512", module=m.__name__,
                           kernel="_sparse_attn_sink_kernel", types=bf16_rows, ci=True,
                           meta=m.launch_meta(512, 64, 0, 0, False, num_queries=4096)))
+        from deepinfer.kernels.triton import attention_decode
+
+        cases += attention_decode.aot_cases()
     else:
         mod = importlib.import_module(f"deepinfer.kernels.triton.{area}")
         cases = mod.aot_cases()

@@ -11,7 +11,9 @@ KEY_TILES so rows span several programs, some of which see no visible entry (the
 
 Top-k and candidate blocks: exact equality (integer outputs), on scores with many exact ties
 (rounded to integers, -0.0, -inf rows) so the tie rule (lower position wins) is exercised; tiny
-stage tiles (TOPK_TILE=16) force several merge stages.
+stage tiles (TOPK_TILE=16) force several merge stages; the radix path (topk_radix.py) both with
+rows of several 16-score tiles and with one tile kept in registers, on rows built for its corner
+cases (+inf, extreme and subnormal values, constant rows, k > T, per-row num_visible).
 """
 
 import sys
@@ -28,6 +30,7 @@ from deepinfer.kernels.reference import indexer as ref  # noqa: E402
 from deepinfer.kernels.reference import quant  # noqa: E402
 from deepinfer.kernels.triton import indexer as tri  # noqa: E402
 from deepinfer.kernels.triton import topk as tri_topk  # noqa: E402
+from deepinfer.kernels.triton import topk_radix as tri_topk_radix  # noqa: E402
 
 
 def _inputs(gen, n=5, hi=8, d=32, t=70, dtype=torch.float32):
@@ -120,30 +123,89 @@ def _tied_scores(gen, n=4, t=50):
 @pytest.fixture
 def small_tiles(monkeypatch):
     monkeypatch.setattr(tri_topk, "TOPK_TILE", 16)
+    monkeypatch.setattr(tri_topk_radix, "RADIX_TILE", 16)
 
 
+@pytest.mark.parametrize("method", ["stage", "radix"])
 @pytest.mark.parametrize("k", [8, 5, 64])
-def test_topk_positions_matches_reference(small_tiles, k):
+def test_topk_positions_matches_reference(small_tiles, k, method):
     s = _tied_scores(torch.Generator().manual_seed(9))
-    assert torch.equal(tri_topk.topk_positions(s, k), ref.topk_positions(s, k))
+    assert torch.equal(tri_topk.topk_positions(s, k, method=method), ref.topk_positions(s, k))
 
 
+@pytest.mark.parametrize("method", ["stage", "radix"])
 @pytest.mark.parametrize("k", [8, 64])
-def test_topk_positions_skips_tiles_beyond_the_visible_count(small_tiles, k):
-    """num_visible: stage-0 tiles at or beyond a row's count are not sorted (pad keys instead);
-    the positions equal the reference's, with or without the hint (rows: none visible, fewer
-    than k, a tile boundary, all)."""
+def test_topk_positions_skips_tiles_beyond_the_visible_count(small_tiles, k, method):
+    """num_visible: stage-0 tiles at or beyond a row's count are not sorted (pad keys instead),
+    radix passes stop at it; the positions equal the reference's, with or without the hint
+    (rows: none visible, fewer than k, a tile boundary, all)."""
     g = torch.Generator().manual_seed(13)
     t = 200  # 13 tiles of 16 at this test's tile size: several stages
     vis = torch.tensor([0, 5, 32, 150, t])
     s = torch.randn(len(vis), t, generator=g).round()
     s = s.masked_fill(torch.arange(t)[None, :] >= vis[:, None], float("-inf"))
     want = ref.topk_positions(s, k)
-    assert torch.equal(tri_topk.topk_positions(s, k, vis), want)
-    assert torch.equal(tri_topk.topk_positions(s, k), want)
+    assert torch.equal(tri_topk.topk_positions(s, k, vis, method=method), want)
+    assert torch.equal(tri_topk.topk_positions(s, k, method=method), want)
     assert torch.equal(ref.topk_positions(s, k, vis), want)
     strided = torch.stack([vis, -vis], dim=1)[:, 0]  # a column of a wider buffer
-    assert torch.equal(tri_topk.topk_positions(s, k, strided), want)
+    assert torch.equal(tri_topk.topk_positions(s, k, strided, method=method), want)
+
+
+def _radix_scores(gen, t=70):
+    """Rows that exercise every branch of the radix select (t not a multiple of 16): distinct
+    values, a few values (ties across the threshold), -0.0 next to +0.0, a -inf tail, none
+    finite, fewer finite than most k, +inf and the extreme finite and subnormal values (keys
+    differing only in low digits), and a constant row (every digit pass ties)."""
+    n = 8
+    s = torch.randn(n, t, generator=gen)
+    s[1] = torch.randint(-2, 3, (t,), generator=gen).float()  # 5 values
+    s[2] = torch.randint(-1, 2, (t,), generator=gen).float()
+    s[2, ::4] = -0.0
+    s[3, 30:] = float("-inf")
+    s[4] = float("-inf")
+    s[5] = float("-inf")
+    s[5, [2, 40, 69]] = torch.tensor([0.5, -3.0, 0.5])
+    tiny = torch.finfo(torch.float32).tiny
+    s[6, :12] = torch.tensor([float("inf"), -3.4e38, 3.4e38, tiny, -tiny, tiny / 4, -tiny / 4,
+                              1.0, 1.0 + 2**-23, 1.0 - 2**-24, float("inf"), -3.4e38])
+    s[7] = 1.5
+    return s
+
+
+@pytest.mark.parametrize("tile", [32, 4096])  # several tiles per row / one tile in registers
+def test_topk_positions_radix_matches_reference(monkeypatch, tile):
+    """Radix select + ordered compaction == the reference exactly: ties to the lower position,
+    -1s after the finite picks, k > T, and per-row num_visible (larger finite scores placed at
+    and beyond it must not be read)."""
+    monkeypatch.setattr(tri_topk_radix, "RADIX_TILE", tile)
+    t = 70
+    s = _radix_scores(torch.Generator().manual_seed(21), t)
+    vis = torch.tensor([t, 33, t, 20, 0, t, 16, 41])
+    hidden = torch.arange(t)[None, :] >= vis[:, None]
+    masked = s.masked_fill(hidden, float("-inf"))
+    beyond = s.masked_fill(hidden, 1e30)  # what a read past num_visible would pick
+    for k in (1, 16, 40, t + 6):
+        want = ref.topk_positions(s, k)
+        assert torch.equal(tri_topk_radix.topk_positions_radix(s, k), want), k
+        want = ref.topk_positions(masked, k)
+        assert torch.equal(tri_topk_radix.topk_positions_radix(beyond, k, vis), want), k
+
+
+def test_topk_positions_auto_picks_radix_for_short_rows(monkeypatch):
+    """method="auto" is a shape-only choice: rows up to RADIX_MAX_ENTRIES take the radix path."""
+    calls = []
+    monkeypatch.setattr(tri_topk_radix, "topk_positions_radix",
+                        lambda *a: calls.append(a[0].shape[1]) or ref.topk_positions(*a[:2]))
+    s = _tied_scores(torch.Generator().manual_seed(9))
+    monkeypatch.setattr(tri_topk, "RADIX_MAX_ENTRIES", s.shape[1])
+    tri_topk.topk_positions(s, 8)
+    monkeypatch.setattr(tri_topk, "RADIX_MAX_ENTRIES", s.shape[1] - 1)
+    monkeypatch.setattr(tri_topk, "TOPK_TILE", 16)
+    assert torch.equal(tri_topk.topk_positions(s, 8), ref.topk_positions(s, 8))
+    assert calls == [s.shape[1]]
+    with pytest.raises(ValueError, match="method"):
+        tri_topk.topk_positions(s, 8, method="sort")
 
 
 def test_select_candidate_blocks_skips_blocks_beyond_the_visible_count(small_tiles):

@@ -94,3 +94,13 @@ def test_word_order_experts_equal_checkpoint_order(num_tokens):
     assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-5
     with pytest.raises(ValueError, match="word order"):
         moe_experts.run_experts(x, ids, route_w, words[0], ws[1], ws[2], 10.0)
+
+
+def test_fp8_re_encoding_reads_word_order_back():
+    """``mxfp4_to_fp8`` (another consumer of the packed bytes) gives the same codes from
+    word-order weights as from checkpoint order."""
+    w = _experts(3, 32, 64, torch.Generator().manual_seed(7))
+    want = moe_experts.mxfp4_to_fp8(w)
+    got = moe_experts.mxfp4_to_fp8(moe_experts.mxfp4_to_word_order(w))
+    assert torch.equal(got.data.view(torch.uint8), want.data.view(torch.uint8))
+    assert torch.equal(got.scale, want.scale) and not got.word_order
