@@ -67,8 +67,10 @@ DECODE_ROW_SPLITS = 1
 # Decode kernel for decode-sized record launches (<= PREFILL_MIN_QUERIES queries, FP8 window +
 # FP4 compressed records): "v1" = _sparse_attn_sink_kernel below; "v2" = attention_decode (each
 # record decoded once per program, one tile for q.k and p.v, q loaded once, no output split).
-# "v1" until the H200 has measured v2 (bench/attention_decode.py --variants v1,v2).
-DECODE_KERNEL = "v1"
+# H200, session 8 round 25 (bench/attention_decode.py, one run): v2 at 64 rows per chunk, no
+# row split: 0.126 vs 0.379 ms at 64 queries x 4K, 0.225 vs 1.190 ms at 256 x 32K (max abs
+# difference 2e-3: bf16 operands). Float rows and prefill-sized launches stay on v1.
+DECODE_KERNEL = "v2"
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
 NUM_WARPS = 8

@@ -137,20 +137,21 @@ def gemm_config(num_rows: int, w_fp8: bool, interpret: bool = False,
                 gather: bool = False) -> dict:
     """Tile sizes: one config per shape class (no autotune, see kernels.md §3.3 rule 3).
 
-    Decode with an FP8 weight (measured, bench/gemm_decode.py, H200 round 24 of session 8, the
-    slice's seven FP8 projections as CUDA graphs): M <= 16 rows take BM=16 tiles (mma.sync; a
-    64-row wgmma tile wasted 4x the promotions on padding) at BN=128, BK=128 (four 32-wide
-    scale blocks per stage), 4 stages: 88 vs 465 us for one call of each shape at 1 row; up to
-    64 rows BM=64 (one wgmma M) at BN=128, 4 stages: 142 vs 199 us at 64 rows. Split-K
-    (choose_split_k) when the N tiles alone cannot fill the SMs (e.g. N=1024: 8 tiles -> 8
-    splits). Plain weights and the engram gather keep the former 64x64 tiles, 6 stages.
+    Decode with an FP8 weight, up to 128 rows (measured: bench/gemm_decode.py, H200 rounds
+    24-25 of session 8, the slice's seven FP8 projections as CUDA graphs): up to 16 rows BM=16
+    tiles (mma.sync; a 64-row wgmma tile spent 4x the promotions on padding), BN=128, BK=128
+    (four 32-wide scale blocks per stage), 4 stages: 88 vs 465 us for one call of each shape
+    at 1 row; up to 128 rows BM=64 (one wgmma M), BN=128, 4 stages: 142 vs 199 us at 64 rows,
+    402 vs 644 us at 128 (the 128x128 prefill tile and BN=256 were slower). Split-K
+    (choose_split_k, up to 64 rows) when the N tiles alone cannot fill the SMs (e.g. N=1024:
+    8 tiles -> 8 splits). Plain weights and the engram gather keep 64x64 tiles, 6 stages.
     Prefill: 128×128 tiles, BK=32 (one scale block per step) and 6 stages: with BK=128 the four
     unrolled promotions spill registers at 128×128 (sm_90 res-usage, checked by the compile test).
     The engram gather (row ids per K block) needs BN=64 at prefill for the same reason.
     """
     if interpret:
         return dict(BM=16, BN=32, BK=64, GROUP_M=4, num_warps=4, num_stages=1)
-    if num_rows <= 64 and w_fp8 and not gather:
+    if num_rows <= 128 and w_fp8 and not gather:
         return dict(BM=16 if num_rows <= 16 else 64, BN=128, BK=128, GROUP_M=1, num_warps=4,
                     num_stages=4)
     if num_rows <= 64:
