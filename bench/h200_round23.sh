@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device round 23 (not yet run; ≈ 5 min): MXFP4 word order (kernels/triton/mxfp4_words.py, SASS
+# Device round 23 (ran in session 8, ≈ 2.5 min; docs/performance.md): MXFP4 word order (kernels/triton/mxfp4_words.py, SASS
 # 960 -> 788 instructions per decode K step) — its GPU bit-identity checks with the other expert
 # checks, the "mxfp4 bf16 words" rows next to checkpoint order at 1-256 tokens, and the w: tilings
 # at 64 and 256 tokens (same run). Run with SAVE_TRITON_CACHE=1: the carried cache predates

@@ -56,6 +56,16 @@ def test_moe_decode_smoke_matches_reference():
     assert "smoke ok" in _smoke("moe_decode.py")
 
 
+def test_gemm_decode_smoke_variants_agree():
+    """Every FP8 projection tiling (BM=16/64, BN=32-128, split-K, the bf16 path) runs and agrees
+    with the default up to fp32 sum order."""
+    out = _smoke("gemm_decode.py")
+    rows = [ln for ln in out.splitlines() if ln.startswith("| small |")]
+    assert len(rows) == len(__import__("gemm_decode").DEFAULT_VARIANTS.split(",")), out
+    assert "failed" not in out, out
+    assert max(float(ln.strip(" |").rsplit("|", 1)[1]) for ln in rows) < 1e-5, out
+
+
 def test_topk_decode_smoke_matches_reference():
     """Stage path and radix variants (several tiles per row, one tile; 8- and 4-bit digits)."""
     out = _smoke("topk_decode.py")
