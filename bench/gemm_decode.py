@@ -65,29 +65,6 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
     return lambda: gemm_fp8.gemm_q8(codes, scale, w, x.dtype, split_k=split, config=cfg)
 
 
-def graph_us(call, reps: int) -> float:
-    """Median µs per call of a CUDA graph holding ``reps`` calls (20 replays, 2 warm-ups)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        call()  # compile + allocator warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            call()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(22):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        if i >= 2:
-            times.append(start.elapsed_time(end) * 1e3 / reps)
-    return sorted(times)[len(times) // 2]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 64])
@@ -98,6 +75,7 @@ def main() -> int:
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
     import sweep_args
+    from bench_common import roofline, versions
 
     from deepinfer.kernels.triton import gemm_fp8
 
@@ -108,7 +86,6 @@ def main() -> int:
         return 2
     hbm = None
     if device == "cuda":
-        from bench_common import roofline, versions
         hbm = roofline().measure_ceilings()["hbm_bytes_per_s"]
         print(f"versions {versions()}\nHBM (copy) {hbm / 1e12:.2f} TB/s; "
               f"CUDA graphs of {args.reps} launches per timing")
@@ -132,7 +109,7 @@ def main() -> int:
                 if hbm is None:
                     print(f"| {name} | {m} | {text} | - | - | - | {diff:.1e} |")
                     continue
-                us = graph_us(call, args.reps)
+                us = roofline().graph_us(call, args.reps)
                 roof_us = n_bytes / hbm * 1e6
                 acc = total.setdefault((m, text), [0.0, 0.0, 0])
                 acc[0] += us

@@ -59,6 +59,23 @@ def median_ms(fn, iters: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def graph_us(fn, calls: int, iters: int = 20) -> float:
+    """Median µs per call of ``calls`` back-to-back fn() captured in one CUDA graph (a decode
+    step replays graphs: launch latency is not part of a kernel's cost), over ``iters`` replays
+    after 3 warm-ups; fn() compiles and warms the allocator on a side stream first."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return median_ms(graph.replay, iters) * 1e3 / calls
+
+
 def measure_ceilings() -> dict:
     """HBM bytes/s (copy: read + write), bf16 and fp8 matmul FLOP/s, measured on random data."""
     n_bytes = 4 << 30

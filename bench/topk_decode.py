@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
@@ -70,44 +69,18 @@ def smoke() -> None:
     print("smoke ok (no timings under the interpreter)")
 
 
-def graph_us(fn, calls: int, iters: int = 20) -> float:
-    """Median µs per call of ``calls`` back-to-back fn() captured in one CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # compile and warm up outside the capture
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(iters):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
+def graph_us(fn, calls: int) -> float:
+    """Median µs per call of ``calls`` calls in one CUDA graph (roofline.graph_us)."""
+    from bench_common import roofline
+
+    return roofline().graph_us(fn, calls)
 
 
-def eager_us(fn, iters: int = 20) -> float:
-    """Median µs of single eager calls (CUDA events), after 3 warm-ups."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+def eager_us(fn) -> float:
+    """Median µs of single eager calls (CUDA events, roofline.median_ms)."""
+    from bench_common import roofline
+
+    return roofline().median_ms(fn) * 1e3
 
 
 def bench(args: argparse.Namespace) -> None:

@@ -166,13 +166,10 @@ def topk_positions(scores: torch.Tensor, k: int, num_visible: torch.Tensor | Non
         return topk_radix.topk_positions_radix(scores, k, num_visible)
     if method != "stage":
         raise ValueError(f"topk_positions: method {method!r} is not auto, radix or stage")
-    n, t = scores.shape
-    k_out = min(k, t)
-    out = attn_common.alloc((n, k_out), torch.int64, scores.device)
-    if n == 0 or k_out == 0:
+    out = topk_radix.positions_out(scores, k)
+    n, k_out = out.shape
+    if out.numel() == 0:
         return out
-    if scores.stride(-1) != 1:
-        raise ValueError("topk_positions: score rows must be contiguous")
     kp = max(2, triton.next_power_of_2(k_out))  # tl.topk / tl.sort need >= 2 elements
     vis = None if num_visible is None else num_visible.to(torch.int64).contiguous()
     packed = _select(scores, kp, MODE_SCORES, vis)

@@ -131,19 +131,25 @@ def launch_meta(num_entries: int, has_vis: bool) -> dict[str, Any]:
                 HAS_VIS=has_vis, num_warps=NUM_WARPS, num_stages=1)
 
 
+def positions_out(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """The (N, min(k, T)) int64 output of a position top-k of (N, T) ``scores`` (both paths);
+    ValueError unless the score rows are contiguous."""
+    n, t = scores.shape
+    if n and min(k, t) and scores.stride(-1) != 1:
+        raise ValueError("topk_positions: score rows must be contiguous")
+    return attn_common.alloc((n, min(k, t)), torch.int64, scores.device)
+
+
 def topk_positions_radix(scores: torch.Tensor, k: int,
                          num_visible: torch.Tensor | None = None) -> torch.Tensor:
     """Same contract as ``reference.indexer.topk_positions``: (N, T) fp32 scores (rows
     contiguous) -> (N, min(k, T)) int64 positions ascending, then -1 for picks with a -inf
     score. ``num_visible`` (N,) int: every score at or beyond it is -inf (not read). One
     launch, grid (N,), no host sync."""
-    n, t = scores.shape
-    k_out = min(k, t)
-    out = attn_common.alloc((n, k_out), torch.int64, scores.device)
-    if n == 0 or k_out == 0:
+    out = positions_out(scores, k)
+    (n, k_out), t = out.shape, scores.shape[1]
+    if out.numel() == 0:
         return out
-    if scores.stride(-1) != 1:
-        raise ValueError("topk_positions: score rows must be contiguous")
     meta = launch_meta(t, num_visible is not None)
     vis = out if num_visible is None else num_visible.to(torch.int64).contiguous()
     _radix_topk_kernel[(n,)](scores, scores.stride(0), t, vis, out, out.stride(0), k_out,
