@@ -9,13 +9,13 @@ compressed records (288 B, FP4) of a ``context``-token sequence (context / 4 ent
 sink. A variant is ``BK:BH:DV:STAGES:WARPS:SPLITS`` — the module's decode constants: rows per
 online-softmax chunk, heads per program, output split across programs, pipeline stages, warps,
 and row splits (flash-decoding: programs over 1/SPLITS of each row list, then a merge kernel;
-``DECODE_ROW_SPLITS``). ``v2`` or ``v2:BK:BH:WARPS:STAGES:SPLITS[:T]`` runs the decode kernel v2
+``DECODE_ROW_SPLITS``). ``v2`` or ``v2:BK:BH:WARPS:STAGES:SPLITS`` runs the decode kernel v2
 (kernels/triton/attention_decode.py, ``attention.DECODE_KERNEL = "v2"``) at its defaults or at
-these values (T: the transposed products); e.g. ``--variants 16:64:2:2:8:1,v2`` times v1
-against v2 in one run. The first variant is the module's default. Per variant: the median ms
-(CUDA events), max |out - out of the first variant| (fp32 sums reordered only), the bytes the
-rows take (each record read once) against the HBM ceiling measured in the same run. A
-measurement for choosing the decode config, not a test.
+these values; e.g. ``--variants v2,16:64:2:2:8:1`` times v2 against v1 in one run. The
+others are compared with the first variant (by default v2, the module's default). Per variant:
+the median ms (CUDA events), max |out - out of the first variant| (fp32 sums reordered only),
+the bytes the rows take (each record read once) against the HBM ceiling measured in the same
+run. A measurement for choosing the decode config, not a test.
 """
 
 from __future__ import annotations
@@ -29,13 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep_args  # noqa: E402
 from attention_prefill import DIM, HEADS, TOPK, WINDOW, make_inputs  # noqa: E402
 
-# the default first; then row splits; output splits of 4 (half the accumulator registers per
-# program: 2 CTAs per SM at 8 warps need <= 128); 4 warps (spill at SM90: 144-264 B); 32 heads
-# (mma.sync); then the decode kernel v2 at its defaults, with 2 and 4 row splits, 32-row chunks
-# and 2 stages
-DEFAULT_VARIANTS = ("16:64:2:2:8:1,16:64:2:2:8:2,16:64:2:2:8:4,16:64:2:2:8:8,16:64:4:2:8:1,"
-                    "16:64:4:2:8:2,16:64:1:2:8:4,32:64:2:2:8:2,16:64:2:3:8:2,16:64:2:2:4:2,"
-                    "16:32:2:2:4:2,v2,v2:64:64:8:1:2,v2:64:64:8:1:4,v2:32:64:8:1:2,v2:64:64:8:2:2")
+# the default (v2) first, with 2 and 4 row splits, 32-row chunks and 2 stages; then v1 (the
+# default until session 8) and its row splits, output splits of 4, 4 warps, 32 heads
+DEFAULT_VARIANTS = ("v2,v2:64:64:8:1:2,v2:64:64:8:1:4,v2:32:64:8:1:2,v2:64:64:8:2:2,"
+                    "16:64:2:2:8:1,16:64:2:2:8:2,16:64:2:2:8:4,16:64:4:2:8:1,16:64:1:2:8:4,"
+                    "32:64:2:2:8:2,16:64:2:2:4:2,16:32:2:2:4:2")
 
 
 V2_DEFAULTS = {}  # attention_decode's constants as imported, restored by a bare "v2"
@@ -43,10 +41,10 @@ V2_DEFAULTS = {}  # attention_decode's constants as imported, restored by a bare
 
 def set_variant(attention, variant: str) -> None:
     """Set the decode constants of v1 (``BK:BH:DV:STAGES:WARPS:SPLITS``) or v2 (``v2`` or
-    ``v2:BK:BH:WARPS:STAGES:SPLITS[:T]``) and ``attention.DECODE_KERNEL`` accordingly."""
+    ``v2:BK:BH:WARPS:STAGES:SPLITS``) and ``attention.DECODE_KERNEL`` accordingly."""
     from deepinfer.kernels.triton import attention_decode as v2
 
-    names = ("BLOCK_ROWS", "BLOCK_HEADS", "NUM_WARPS", "NUM_STAGES", "ROW_SPLITS", "TRANSPOSED")
+    names = ("BLOCK_ROWS", "BLOCK_HEADS", "NUM_WARPS", "NUM_STAGES", "ROW_SPLITS")
     if not V2_DEFAULTS:
         V2_DEFAULTS.update({k: getattr(v2, k) for k in names})
     if variant.split(":")[0] == "v2":
@@ -54,7 +52,7 @@ def set_variant(attention, variant: str) -> None:
         values = dict(V2_DEFAULTS)
         fields = variant.split(":")[1:]
         for name, field in zip(names[:len(fields)], fields, strict=True):
-            values[name] = bool(int(field)) if name == "TRANSPOSED" else int(field)
+            values[name] = int(field)
         for name, value in values.items():
             setattr(v2, name, value)
         return

@@ -37,12 +37,12 @@ def apply(attention_config: str | None, moe_configs: list[str]) -> None:
 
         from deepinfer.kernels.triton import attention
         nums = attention_config.split(":")[1:]
-        is_v2 = bool(nums) and nums[0] == "v2" and len(nums) <= 7 and all(
+        is_v2 = bool(nums) and nums[0] == "v2" and len(nums) <= 6 and all(
             n.isdigit() for n in nums[1:])
         if not is_v2 and (len(nums) != 6 or not all(n.isdigit() for n in nums)):
             raise SystemExit(f"--attention-config {attention_config!r}: expected "
                              "decode:BK:BH:DV:STAGES:WARPS:SPLITS, e.g. decode:16:64:2:2:8:4, "
-                             "or decode:v2[:BK:BH:WARPS:STAGES:SPLITS[:T]]")
+                             "or decode:v2[:BK:BH:WARPS:STAGES:SPLITS]")
         set_decode(attention, ":".join(nums))
     elif attention_config:
         from attention_prefill import set_variant

@@ -11,8 +11,9 @@ undoes ``to_word_order`` bit for bit; the scales are untouched.
 
 Torch only, no triton import: the containers (``quantized.Mxfp4ExpertWeights.word_order``), the
 reference ops that dequantize them and the runtime's expert stacks use it on any device.
-Conversion runs ``CHUNK_WORDS`` words at a time (int64 temporaries of a few times one chunk, on
-the tensor's device), so a whole layer's stack converts in place without a second copy.
+Conversion runs ``CHUNK_WORDS`` words at a time (int64 temporaries of a few times one chunk), so
+a whole layer's stack converts in place without a second copy; CUDA tensors take one Triton
+launch instead (``triton/mxfp4_words.permute_words``, imported only then).
 """
 
 from __future__ import annotations
@@ -70,9 +71,13 @@ def _permute_words(packed: torch.Tensor, perm: list[int],
     if out.shape != packed.shape or out.dtype != packed.dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {packed.dtype} {tuple(packed.shape)}, got "
                          f"{out.dtype} {tuple(out.shape)}")
+    rotations = _rotations(perm)
+    if packed.is_cuda:  # one Triton launch (the loop below is ~60 torch launches per call)
+        from deepinfer.kernels.triton import mxfp4_words
+
+        return mxfp4_words.permute_words(packed, rotations, out)
     src = packed.contiguous().view(torch.uint8).reshape(-1, 4)  # one row per word
     dst = out.view(torch.uint8).view(-1, 4)
-    rotations = _rotations(perm)
     for w0 in range(0, src.shape[0], CHUNK_WORDS):
         b = src[w0:w0 + CHUNK_WORDS].to(torch.int64)  # a copy: in place (out is packed) is safe
         word = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)

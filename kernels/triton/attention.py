@@ -120,12 +120,7 @@ def _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0, rows_ptr, row_str
     """
     kk = tl.arange(0, BK)
     jc = tl.arange(0, DC)
-    lo = 0
-    hi = num_idx
-    if NSPLIT > 1:
-        per_split = tl.cdiv(tl.cdiv(num_idx, BK), NSPLIT) * BK
-        lo = split * per_split
-        hi = tl.minimum(lo + per_split, num_idx)
+    lo, hi = attn_common.split_range(num_idx, split, NSPLIT, BK)
     for start in range(lo, hi, BK):
         in_list = start + kk < hi
         idx = tl.load(idx_ptr + n * idx_stride + start + kk, mask=in_list, other=-1)
@@ -164,7 +159,7 @@ def _sparse_attn_sink_kernel(
 ):
     """NSPLIT == 1: out = softmax-with-sink attention. NSPLIT > 1: this program's row range only,
     unnormalized, to part (NSPLIT, N, H, D) fp32 and (running max, sum) to ml (NSPLIT, N, H, 2)
-    fp32, for ``_merge_splits_kernel``."""
+    fp32, for ``attn_common.merge_splits``."""
     n = tl.program_id(0)
     hb = tl.program_id(1)
     DVS: tl.constexpr = D // 2 // DJ  # output slices per (query, head block)
@@ -208,29 +203,6 @@ def _sparse_attn_sink_kernel(
              mask=hmask[:, None])
 
 
-@triton.jit
-def _merge_splits_kernel(part_ptr, ml_ptr, sink_ptr, out_ptr, stride_on, stride_oh, num_queries,
-                         num_heads, D: tl.constexpr, NSPLIT: tl.constexpr, BD: tl.constexpr):
-    """out[n, h] = sum_s 2^(m_s - M) acc_s / (sum_s 2^(m_s - M) l_s + 2^(sink - M)), M = max_s
-    m_s (0 when every split saw no row): the single-pass softmax with sink, from the splits."""
-    n = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1)
-    s = tl.arange(0, NSPLIT)
-    row = (s * num_queries + n) * num_heads + h  # [NSPLIT]
-    m_s = tl.load(ml_ptr + row * 2)
-    l_s = tl.load(ml_ptr + row * 2 + 1)
-    m = tl.max(m_s, axis=0)
-    m_use = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.where(m_s == float("-inf"), 0.0, tl.exp2(m_s - m_use))  # [NSPLIT]
-    sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
-    denom = tl.sum(w * l_s, axis=0) + tl.exp2(sink - m_use)
-    for d0 in tl.static_range(0, D, BD):
-        cols = d0 + tl.arange(0, BD)
-        acc = tl.load(part_ptr + row[:, None] * D + cols[None, :])  # [NSPLIT, BD]
-        o = tl.sum(w[:, None] * acc, axis=0) / denom
-        tl.store(out_ptr + n * stride_on + h * stride_oh + cols, o.to(out_ptr.dtype.element_ty))
-
-
 def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
                 q_dtype: torch.dtype = torch.bfloat16, num_queries: int = 1) -> dict[str, Any]:
     """Constexprs and launch options of one launch (shared with the SM90 compile test).
@@ -265,10 +237,7 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
     nsplit = meta["NSPLIT"]
     assert nsplit & (nsplit - 1) == 0, f"attention: row splits must be a power of two, {nsplit}"
-    part = ml = out  # unused without splits
-    if nsplit > 1:
-        part = attn_common.alloc((nsplit, n, h, d), torch.float32, q.device)
-        ml = attn_common.alloc((nsplit, n, h, 2), torch.float32, q.device)
+    part, ml = attn_common.split_buffers(nsplit, q, out)
     grid = (n, triton.cdiv(h, meta["BH"]), d // 2 // meta["DJ"] * nsplit)
     _sparse_attn_sink_kernel[grid](
         q, q.stride(0), q.stride(1),
@@ -277,10 +246,7 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
         sink, out, out.stride(0), out.stride(1), part, ml,
         h, float(softmax_scale) * _LOG2E, **meta,
     )
-    if nsplit > 1:
-        _merge_splits_kernel[(n, h)](part, ml, sink, out, out.stride(0), out.stride(1), n, h,
-                                     D=d, NSPLIT=nsplit, BD=min(d, 256), num_warps=4)
-    return out
+    return attn_common.merge_splits(part, ml, sink, out) if nsplit > 1 else out
 
 
 def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,

@@ -7,18 +7,19 @@ row gets 0), organized so that each record byte is loaded and decoded once per p
 
 * one program = one query x ``BH`` heads x all ``D`` output channels (no output split, so q.k
   is computed once per head) x 1/``NSPLIT`` of each row list (flash-decoding partials merged by
-  ``attention._merge_splits_kernel`` when ``NSPLIT`` > 1);
+  ``attn_common.merge_splits`` when ``NSPLIT`` > 1);
 * per chunk of ``BK`` rows the records are read with full-width contiguous loads (16 B per
   lane; record strides are multiples of 16), decoded once into two tiles ``k_e``, ``k_o``
-  (BK, D/2) of the even and odd channels (channel 2j, 2j + 1: one FP4 byte holds one of each),
-  and the SAME tiles serve q.k and p.v (K = V, the shared 512-wide latent);
-* transposed products, so the row tile is the wgmma A operand (M = BK rows) and q the loop-
-  invariant B operand (kept in shared memory, loaded once before the row loop):
+  (BK, D/2) of the low and high channel halves, and the SAME tiles serve q.k and p.v (K = V,
+  the shared 512-wide latent):
 
-      S^T (BK, BH)   = k_e @ q_e^T + k_o @ q_o^T        q_e^T, q_o^T (D/2, BH)
-      O_e^T (D/2, BH) += k_e^T @ P^T,  O_o^T likewise    P^T (BK, BH) = exp2(S^T - m)
+      S (BH, BK)     = q_e @ k_e^T + q_o @ k_o^T        q_e, q_o (BH, D/2): channel halves
+      O_e (BH, D/2) += P @ k_e,  O_o likewise           P = exp2(S - m) per head (row of S)
 
-  the softmax statistics (running max, sum) are per head, i.e. per column of S^T;
+  q is the wgmma A operand, loaded once before the row loop (loop-invariant); the tiles are
+  the B operand of both products, in shared memory. (The transposed form, S^T = K q^T with the
+  tile as the A operand from registers, compiled to more instructions and spills in SASS:
+  Triton decoded the tile once per layout. Session 8, ``bench/attention_sass.py --v2``.);
 * the next chunk's row indices are loaded one iteration ahead (a loop-carried value), so the
   record loads of a chunk do not wait on a fresh index load.
 
@@ -50,7 +51,6 @@ BLOCK_HEADS = 64  # heads per program (the B operand's N; 64 heads = one program
 BLOCK_ROWS = 64  # rows per chunk (the wgmma M of S^T)
 NUM_WARPS = 8
 NUM_STAGES = 1
-TRANSPOSED = False  # S^T = K q^T (row tile = A operand) instead of S = q K^T
 ROW_SPLITS = 1  # programs per (query, head block), each over 1/ROW_SPLITS of each list
 
 
@@ -129,17 +129,12 @@ def _decode_fp4(row, m2, c0, D: tl.constexpr, BK: tl.constexpr, DT: tl.constexpr
 def _attend_list(q_e, q_o, m_i, l_i, acc_e, acc_o, n, rows_ptr, row_stride, idx_ptr,
                  idx_stride, num_idx, qk_scale, split, D: tl.constexpr, BK: tl.constexpr,
                  FP4: tl.constexpr, PREC: tl.constexpr, NSPLIT: tl.constexpr,
-                 TRANS: tl.constexpr, ASM: tl.constexpr):
+                 ASM: tl.constexpr):
     """Online-softmax update of one query over one row list (all of it, or the ``split``-th of
-    NSPLIT ranges of whole BK chunks). q_e, q_o: (D/2, BH); acc_e, acc_o: (D/2, BH) fp32;
+    NSPLIT ranges of whole BK chunks). q_e, q_o: (BH, D/2); acc_e, acc_o: (BH, D/2) fp32;
     m_i, l_i: (BH,) fp32 in base 2."""
     kk = tl.arange(0, BK)
-    lo = 0
-    hi = num_idx
-    if NSPLIT > 1:
-        per_split = tl.cdiv(tl.cdiv(num_idx, BK), NSPLIT) * BK
-        lo = split * per_split
-        hi = tl.minimum(lo + per_split, num_idx)
+    lo, hi = attn_common.split_range(num_idx, split, NSPLIT, BK)
     idx_row = idx_ptr + n.to(tl.int64) * idx_stride
     idx = tl.load(idx_row + lo + kk, mask=lo + kk < hi, other=-1).to(tl.int32)
     for start in range(lo, hi, BK):
@@ -148,37 +143,24 @@ def _attend_list(q_e, q_o, m_i, l_i, acc_e, acc_o, n, rows_ptr, row_stride, idx_
         # prefetch the next chunk's indices (masked off past the list)
         nxt = start + BK + kk
         idx_next = tl.load(idx_row + nxt, mask=nxt < hi, other=-1).to(tl.int32)
-        # the tile's low and high channel halves (BK, D/2): k_e, k_o name them below
+        # the tile's low and high channel halves (BK, D/2)
         if FP4:
             k_e = _decode_fp4(row, valid[:, None], 0, D, BK, q_e.dtype, ASM)
             k_o = _decode_fp4(row, valid[:, None], D // 2, D, BK, q_e.dtype, ASM)
         else:
             k_e = _decode_fp8(row, valid[:, None], 0, D, BK, q_e.dtype, ASM)
             k_o = _decode_fp8(row, valid[:, None], D // 2, D, BK, q_e.dtype, ASM)
-        if TRANS:  # S^T (BK, BH): the row tile is the A operand
-            s = tl.dot(k_e, q_e, input_precision=PREC)
-            s = tl.dot(k_o, q_o, s, input_precision=PREC)
-            s = tl.where(valid[:, None], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=0))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_use)
-            p = tl.exp2(s - m_use[None, :])
-            l_i = l_i * alpha + tl.sum(p, axis=0)
-            pq = p.to(q_e.dtype)
-            acc_e = tl.dot(tl.trans(k_e), pq, acc_e * alpha[None, :], input_precision=PREC)
-            acc_o = tl.dot(tl.trans(k_o), pq, acc_o * alpha[None, :], input_precision=PREC)
-        else:  # S (BH, BK): q is the A operand, the row tile B (shared memory) of both dots
-            s = tl.dot(q_e, tl.trans(k_e), input_precision=PREC)
-            s = tl.dot(q_o, tl.trans(k_o), s, input_precision=PREC)
-            s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp2(m_i - m_use)
-            p = tl.exp2(s - m_use[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            pq = p.to(q_e.dtype)
-            acc_e = tl.dot(pq, k_e, acc_e * alpha[:, None], input_precision=PREC)
-            acc_o = tl.dot(pq, k_o, acc_o * alpha[:, None], input_precision=PREC)
+        s = tl.dot(q_e, tl.trans(k_e), input_precision=PREC)
+        s = tl.dot(q_o, tl.trans(k_o), s, input_precision=PREC)
+        s = tl.where(valid[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_use)
+        p = tl.exp2(s - m_use[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        pq = p.to(q_e.dtype)
+        acc_e = tl.dot(pq, k_e, acc_e * alpha[:, None], input_precision=PREC)
+        acc_o = tl.dot(pq, k_o, acc_o * alpha[:, None], input_precision=PREC)
         m_i = m_new
         idx = idx_next
     return m_i, l_i, acc_e, acc_o
@@ -192,66 +174,49 @@ def _sparse_attn_decode_kernel(
     sink_ptr, out_ptr, stride_on, stride_oh, part_ptr, ml_ptr,
     num_heads, qk_scale,
     D: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, HAS_B: tl.constexpr,
-    PREC: tl.constexpr, NSPLIT: tl.constexpr = 1, TRANS: tl.constexpr = False,
-    ASM: tl.constexpr = True,
+    PREC: tl.constexpr, NSPLIT: tl.constexpr = 1, ASM: tl.constexpr = True,
 ):
     """Grid (N, cdiv(H, BH), NSPLIT). q (N, H, D), out (N, H, D) (last dim contiguous); a: window
     records uint8 (W, D + D/32) with lists ia (N, Ka); b: compressed records uint8
     (T, D/2 + D/16) with lists ib (N, Kb) (HAS_B); sink (H,) fp32; qk_scale = softmax scale *
     log2(e). NSPLIT == 1: out = the attention. NSPLIT > 1: this program's row ranges only,
     unnormalized, to part (NSPLIT, N, H, D) fp32 and (running max, sum) to ml (NSPLIT, N, H, 2)
-    fp32, for ``attention._merge_splits_kernel``."""
+    fp32, for ``attn_common.merge_splits``."""
     n = tl.program_id(0)
     split = tl.program_id(2)
     h = tl.program_id(1) * BH + tl.arange(0, BH)
     hmask = h < num_heads
     j = tl.arange(0, D // 2)
-    # q's even and odd channels, loaded once (loop-invariant dot operands): (D/2, BH) with
-    # TRANS, else (BH, D/2); the accumulators alike
-    if TRANS:
-        q_cols = q_ptr + n.to(tl.int64) * stride_qn + h[None, :] * stride_qh + j[:, None]
-        qmask = hmask[None, :]
-        acc_e = tl.zeros((D // 2, BH), tl.float32)
-    else:
-        q_cols = q_ptr + n.to(tl.int64) * stride_qn + h[:, None] * stride_qh + j[None, :]
-        qmask = hmask[:, None]
-        acc_e = tl.zeros((BH, D // 2), tl.float32)
-    q_e = tl.load(q_cols, mask=qmask, other=0.0)
-    q_o = tl.load(q_cols + D // 2, mask=qmask, other=0.0)
+    # q's channel halves, loaded once (loop-invariant dot operands), and the accumulators
+    q_cols = q_ptr + n.to(tl.int64) * stride_qn + h[:, None] * stride_qh + j[None, :]
+    q_e = tl.load(q_cols, mask=hmask[:, None], other=0.0)
+    q_o = tl.load(q_cols + D // 2, mask=hmask[:, None], other=0.0)
+    acc_e = tl.zeros((BH, D // 2), tl.float32)
     acc_o = acc_e
     m_i = tl.full((BH,), float("-inf"), tl.float32)
     l_i = tl.zeros((BH,), tl.float32)
     m_i, l_i, acc_e, acc_o = _attend_list(q_e, q_o, m_i, l_i, acc_e, acc_o, n, a_ptr, stride_a,
                                           ia_ptr, stride_ia, num_a, qk_scale, split, D, BK,
-                                          False, PREC, NSPLIT, TRANS, ASM)
+                                          False, PREC, NSPLIT, ASM)
     if HAS_B:
         m_i, l_i, acc_e, acc_o = _attend_list(q_e, q_o, m_i, l_i, acc_e, acc_o, n, b_ptr,
                                               stride_b, ib_ptr, stride_ib, num_b, qk_scale,
-                                              split, D, BK, True, PREC, NSPLIT, TRANS, ASM)
+                                              split, D, BK, True, PREC, NSPLIT, ASM)
     if NSPLIT > 1:
         row = (split * tl.num_programs(0) + n).to(tl.int64) * num_heads + h  # (BH,)
-        if TRANS:
-            p_cols = part_ptr + row[None, :] * D + j[:, None]
-        else:
-            p_cols = part_ptr + row[:, None] * D + j[None, :]
-        tl.store(p_cols, acc_e, mask=qmask)
-        tl.store(p_cols + D // 2, acc_o, mask=qmask)
+        p_cols = part_ptr + row[:, None] * D + j[None, :]
+        tl.store(p_cols, acc_e, mask=hmask[:, None])
+        tl.store(p_cols + D // 2, acc_o, mask=hmask[:, None])
         tl.store(ml_ptr + row * 2, m_i, mask=hmask)
         tl.store(ml_ptr + row * 2 + 1, l_i, mask=hmask)
         return
     sink = tl.load(sink_ptr + h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
     m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
     inv = 1.0 / (l_i + tl.exp2(sink - m_use))
-    if TRANS:
-        o_cols = out_ptr + n.to(tl.int64) * stride_on + h[None, :] * stride_oh + j[:, None]
-        out_e = acc_e * inv[None, :]
-        out_o = acc_o * inv[None, :]
-    else:
-        o_cols = out_ptr + n.to(tl.int64) * stride_on + h[:, None] * stride_oh + j[None, :]
-        out_e = acc_e * inv[:, None]
-        out_o = acc_o * inv[:, None]
-    tl.store(o_cols, out_e.to(out_ptr.dtype.element_ty), mask=qmask)
-    tl.store(o_cols + D // 2, out_o.to(out_ptr.dtype.element_ty), mask=qmask)
+    o_cols = out_ptr + n.to(tl.int64) * stride_on + h[:, None] * stride_oh + j[None, :]
+    tl.store(o_cols, (acc_e * inv[:, None]).to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    tl.store(o_cols + D // 2, (acc_o * inv[:, None]).to(out_ptr.dtype.element_ty),
+             mask=hmask[:, None])
 
 
 def launch_meta(d: int, h: int, has_b: bool, q_dtype: torch.dtype = torch.bfloat16,
@@ -261,7 +226,7 @@ def launch_meta(d: int, h: int, has_b: bool, q_dtype: torch.dtype = torch.bfloat
     decode (ASM) needs bf16 q on a GPU; otherwise the tl twin runs (the interpreter)."""
     return dict(D=d, BH=min(BLOCK_HEADS, max(16, triton.next_power_of_2(h))), BK=BLOCK_ROWS,
                 HAS_B=has_b, PREC="ieee" if q_dtype == torch.float32 else "tf32",
-                NSPLIT=ROW_SPLITS, TRANS=TRANSPOSED,
+                NSPLIT=ROW_SPLITS,
                 ASM=on_gpu and q_dtype == torch.bfloat16, num_warps=NUM_WARPS,
                 num_stages=NUM_STAGES)
 
@@ -283,10 +248,7 @@ def launch(q: torch.Tensor, a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor,
     meta = launch_meta(d, h, has_b, q.dtype, on_gpu=q.is_cuda)
     nsplit = meta["NSPLIT"]
     assert nsplit & (nsplit - 1) == 0, f"attention v2: row splits must be a power of two, {nsplit}"
-    part = ml = out  # unused without splits
-    if nsplit > 1:
-        part = attn_common.alloc((nsplit, n, h, d), torch.float32, q.device)
-        ml = attn_common.alloc((nsplit, n, h, 2), torch.float32, q.device)
+    part, ml = attn_common.split_buffers(nsplit, q, out)
     grid = (n, triton.cdiv(h, meta["BH"]), nsplit)
     _sparse_attn_decode_kernel[grid](
         q, q.stride(0), q.stride(1),
@@ -295,12 +257,7 @@ def launch(q: torch.Tensor, a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor,
         sink, out, out.stride(0), out.stride(1), part, ml,
         h, float(softmax_scale) * 1.4426950408889634, **meta,
     )
-    if nsplit > 1:
-        from deepinfer.kernels.triton.attention import _merge_splits_kernel
-
-        _merge_splits_kernel[(n, h)](part, ml, sink, out, out.stride(0), out.stride(1), n, h,
-                                     D=d, NSPLIT=nsplit, BD=min(d, 256), num_warps=4)
-    return out
+    return attn_common.merge_splits(part, ml, sink, out) if nsplit > 1 else out
 
 
 def aot_cases() -> list[dict[str, Any]]:

@@ -317,6 +317,19 @@ def test_moe_vouched_one_mul_matches_two_mul_gpu(num_tokens):
     assert torch.equal(outs["checked"], outs["two-mul"])
 
 
+def test_word_order_conversion_on_cuda_matches_the_host_gpu():
+    """CUDA tensors convert in one Triton launch (mxfp4_words.permute_words); the bytes equal
+    the host's torch conversion, both directions, and in place."""
+    from deepinfer.kernels import mxfp4_word_order as wo
+
+    packed = torch.randint(-128, 128, (3, V41_INTER, V41_HIDDEN // 2), dtype=torch.int8)
+    want = wo.to_word_order(packed)
+    got = wo.to_word_order(packed.cuda())
+    assert torch.equal(got.cpu(), want)
+    wo.from_word_order(got, out=got)
+    assert torch.equal(got.cpu(), packed)
+
+
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 512, PREFILL_TOKENS])
 def test_moe_word_order_matches_checkpoint_order_gpu(num_tokens):
     """MXFP4 weights re-arranged into word order (mxfp4_words: rotations instead of byte

@@ -45,8 +45,9 @@ def _cases(area: str) -> list[dict[str, Any]]:
         cases.append(dict(name="sparse_attn records decode, 4 row splits H64 D512",
                           module=m.__name__, kernel="_sparse_attn_sink_kernel", types=ptrs,
                           ci=True, meta=dict(m.launch_meta(512, 64, 1, 2, True), NSPLIT=4)))
-        cases.append(dict(name="sparse_attn merge of 4 row splits D512", module=m.__name__,
-                          kernel="_merge_splits_kernel", ci=True, wgmma_free=True,
+        cases.append(dict(name="sparse_attn merge of 4 row splits D512",
+                          module="deepinfer.kernels.triton.attn_common",
+                          kernel="merge_splits_kernel", ci=True, wgmma_free=True,
                           types={"part_ptr": "*fp32", "ml_ptr": "*fp32", "sink_ptr": "*fp32",
                                  "out_ptr": "*bf16"},
                           meta=dict(D=512, NSPLIT=4, BD=256, num_warps=4)))

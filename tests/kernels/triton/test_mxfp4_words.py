@@ -32,6 +32,26 @@ def test_word_order_is_a_lossless_bit_permutation():
     assert torch.equal(mxfp4_words.from_word_order(words), packed)
 
 
+@pytest.mark.parametrize("inverse", [False, True])
+def test_gpu_conversion_kernel_equals_the_torch_permutation(inverse):
+    """``permute_words`` (the one-launch conversion CUDA tensors take; interpreter here) gives
+    the torch loop's bytes, out of place and in place, for int8 and uint8 rows."""
+    from deepinfer.kernels import mxfp4_word_order as wo
+
+    perm = wo.word_bit_permutation()
+    perm = wo._inverse(perm) if inverse else perm
+    g = torch.Generator().manual_seed(5)
+    packed = torch.randint(-128, 128, (2, 3, 1100), dtype=torch.int8, generator=g)  # > 1 block
+    want = wo._permute_words(packed, perm)
+    assert not torch.equal(want, packed)
+    rotations = wo._rotations(perm)
+    assert torch.equal(mxfp4_words.permute_words(packed, rotations, torch.empty_like(packed)),
+                       want)
+    in_place = packed.view(torch.uint8).clone()
+    mxfp4_words.permute_words(in_place, rotations, in_place)
+    assert torch.equal(in_place.view(torch.int8), want)
+
+
 def _words_to_check(rng: random.Random) -> list[int]:
     """Every nibble value at every position (as 16-bit patterns repeated), plus random words."""
     words = []
