@@ -9,10 +9,12 @@ bandwidth measured in the same run (device-to-device copy). Each variant is time
 of ``--reps`` back-to-back launches (the decode step replays graphs, so launch latency is not
 part of a kernel's cost), activations quantized once outside the graph.
 
-Variant syntax: ``BMxBNxBK:stages:warps:split`` (split 0 = ``choose_split_k``), ``default``
-(``gemm_config``), or ``bf16`` (the registered prefill path: Q8_32-rounded x in bf16 against the
-weight decoded in registers, ``linear.linear``). Prints µs per call, GB/s, η = roofline / time,
-and the relative difference to the default's output (same products, fp32 sums in another order).
+Variant syntax: ``BMxBNxBK:stages:warps:split`` (split 0 = gemm_q8's own choice: ``choose_split_k``
+up to 64 rows; ``wN``: ``split_k_for_waves`` with N waves of programs, per shape), ``default``
+(``gemm_config``), or ``bf16[:wN]`` (the registered prefill path: Q8_32-rounded x in bf16 against
+the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles).
+Prints µs per call, GB/s, η = roofline / time, and the relative difference to the default's
+output (same products, fp32 sums in another order).
 """
 
 from __future__ import annotations
@@ -41,27 +43,42 @@ def parse_variant(text: str) -> dict | str:
     if text in ("default", "bf16"):
         return text
     try:
+        if text.startswith("bf16:w"):
+            return dict(bf16=True, waves=float(text[len("bf16:w"):]))
         tile, stages, warps, split = text.split(":")
         bm, bn, bk = (int(v) for v in tile.split("x"))
+        waves = float(split[1:]) if split.startswith("w") else None
         return dict(BM=bm, BN=bn, BK=bk, GROUP_M=1, num_warps=int(warps),
-                    num_stages=int(stages), split=int(split))
+                    num_stages=int(stages), split=0 if waves else int(split), waves=waves)
     except ValueError:
-        sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split, "
-                 "'default' or 'bf16'")
+        sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
+                 "(split an int or wN), 'default' or 'bf16[:wN]'")
 
 
 def make_call(variant: dict | str, x: torch.Tensor, w):
     """A no-argument callable running one variant on (x, w); inputs prepared here, once."""
+    import triton
+
     from deepinfer.kernels.triton import gemm_fp8, linear, quant_act
 
-    if variant == "bf16":
+    m, k = x.shape
+    n = w.codes.shape[0]
+    if variant == "bf16" or isinstance(variant, dict) and variant.get("bf16"):
         xr = quant_act.fake_quant_fp8_block32(x)
-        return lambda: linear.linear(xr, w)
+        split = None
+        if variant != "bf16":  # linear's >64-row tile: 128x128, BK=64
+            cfg = linear.linear_config(m, 1, True)
+            tiles = triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"])
+            split = gemm_fp8.split_k_for_waves(tiles, k, cfg["BK"], variant["waves"])
+        return lambda: linear.linear(xr, w, split_k=split)
     codes, scale = quant_act.quant_q8_32(x)
     if variant == "default":
         return lambda: gemm_fp8.gemm_q8(codes, scale, w, x.dtype)
-    cfg = {k: v for k, v in variant.items() if k != "split"}
+    cfg = {key: v for key, v in variant.items() if key not in ("split", "waves")}
     split = variant["split"] or None
+    if variant["waves"]:
+        tiles = triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"])
+        split = gemm_fp8.split_k_for_waves(tiles, k, cfg["BK"], variant["waves"])
     return lambda: gemm_fp8.gemm_q8(codes, scale, w, x.dtype, split_k=split, config=cfg)
 
 

@@ -1,12 +1,14 @@
 """The indexer's position-sorted top-k at decode (kernels/triton/topk.py): stage path vs radix.
 
     TRITON_INTERPRET=0 python bench/topk_decode.py [--rows 1 8 64 256] [--entries 1024 8192]
-        [--k 512] [--variants 8:4096:8,...] [--ties] [--eager]
+        [--k 512] [--variants 8:4096:8,...] [--ties] [--eager] [--width 16384]
     python bench/topk_decode.py --smoke                           # CPU interpreter, no timings
 
 Decode shapes: one row per query (rows), each over ``entries`` compressed-KV scores (4K / 32K
 context at compression ratio 4: 1,024 / 8,192), k = index_topk = 512, every entry visible
-(``num_visible`` = entries, passed as the model passes it). Scores are random normal fp32 (with
+(``num_visible`` = entries, passed as the model passes it). ``--width W``: rows W wide with only
+the first ``entries`` visible and -inf beyond, as the decode graph has them (its rows are
+max_model_len / ratio wide: 16,384 in the slice plan). Scores are random normal fp32 (with
 ``--ties``: rounded to 1/4, so the k-th score is tied across many positions).
 
 Paths (``topk_positions(method=...)``):
@@ -90,14 +92,16 @@ def bench(args: argparse.Namespace) -> None:
     hbm = args.hbm_tbs * 1e12
     variants = args.variants.split(",")
     print(f"{torch.cuda.get_device_name()}: k={args.k}, scores {'tied' if args.ties else 'normal'}"
-          f", µs per call in a CUDA graph of {args.calls} calls; HBM roofline "
-          f"{args.hbm_tbs} TB/s; radix variants BITS:TILE:WARPS")
+          f", width {args.width or '= entries'}, µs per call in a CUDA graph of {args.calls} "
+          f"calls; HBM roofline {args.hbm_tbs} TB/s; radix variants BITS:TILE:WARPS")
     eager_col = " eager µs |" if args.eager else ""
     print(f"| rows | entries | path | µs |{eager_col} × stage | GB/s | of HBM | equal |")
     print("|---:|---:|---|---:|" + ("---:|" if args.eager else "") + "---:|---:|---:|---|")
     for rows in args.rows:
         for entries in args.entries:
-            s = make_scores(rows, entries, args.ties, "cuda")
+            width = max(entries, args.width or entries)
+            s = make_scores(rows, width, args.ties, "cuda")
+            s[:, entries:] = float("-inf")
             vis = torch.full((rows,), entries, dtype=torch.int64, device="cuda")
             want = ref.topk_positions(s.cpu(), args.k).cuda()
             n_bytes = rows * entries * 4
@@ -133,6 +137,8 @@ def main() -> int:
     parser.add_argument("--variants", default=DEFAULT_VARIANTS,
                         help="comma-separated radix BITS:TILE:WARPS")
     parser.add_argument("--ties", action="store_true", help="scores rounded to 1/4")
+    parser.add_argument("--width", type=int, default=0,
+                        help="row width (>= entries; the rest -inf and not visible)")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
     parser.add_argument("--eager", action="store_true", help="also time single eager calls")
     parser.add_argument("--hbm-tbs", type=float, default=4.3, help="HBM roofline, TB/s")

@@ -32,6 +32,7 @@ __all__ = ["free_port", "is_rank_process", "launch_ranks", "plan_world_size"]
 
 SUCCESS_CODES = (0, 3)  # 3: some lines rejected (rank 0 decides), not a rank failure
 POLL_S = 0.05
+CAUSE_WAIT_S = 3.0  # how long a rank that failed with 1 waits for a peer with a cause (_wait)
 
 
 def is_rank_process() -> bool:
@@ -79,7 +80,11 @@ def _wait(procs: list[subprocess.Popen], grace_s: float) -> int:
     while True:
         codes = [p.poll() for p in procs]
         failed = [r for r, c in enumerate(codes) if c is not None and c not in SUCCESS_CODES]
-        if failed:  # seen in the same poll: prefer a cause over a rank whose peer died (1)
+        if failed and all(codes[r] == 1 for r in failed):
+            # maybe a rank whose peer died: the peer (the cause) may still be exiting
+            codes = _wait_for_cause(procs, CAUSE_WAIT_S)
+            failed = [r for r, c in enumerate(codes) if c is not None and c not in SUCCESS_CODES]
+        if failed:  # prefer a cause over a rank whose peer died (1)
             rank = min(failed, key=lambda r: (codes[r] == 1, r))
             print(f"deepinfer-run: rank {rank} of {len(procs)} failed (exit code "
                   f"{codes[rank]}); stopping the other ranks", file=sys.stderr)
@@ -87,6 +92,19 @@ def _wait(procs: list[subprocess.Popen], grace_s: float) -> int:
             return _as_exit_code(codes[rank])
         if all(c is not None for c in codes):
             return int(codes[0])
+        time.sleep(POLL_S)
+
+
+def _wait_for_cause(procs: list[subprocess.Popen], timeout_s: float) -> list[int | None]:
+    """Exit codes after waiting up to timeout_s for a rank to fail with another code than 1
+    (or for all to exit): a rank that fails at start-up exits after its peers have seen the
+    closed connection and failed with 1."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        cause = any(c is not None and c != 1 and c not in SUCCESS_CODES for c in codes)
+        if cause or all(c is not None for c in codes) or time.monotonic() >= deadline:
+            return codes
         time.sleep(POLL_S)
 
 

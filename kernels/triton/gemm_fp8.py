@@ -167,6 +167,16 @@ def choose_split_k(num_tiles: int, num_k: int, block_k: int, num_sms: int = 132)
     return max(1, min(num_sms // num_tiles, num_k // (4 * block_k), 8))
 
 
+def split_k_for_waves(num_tiles: int, num_k: int, block_k: int, waves: float,
+                      num_sms: int = 132) -> int:
+    """Split-K for ``waves`` x num_sms programs: ceil(waves * num_sms / num_tiles) K partitions,
+    each >= 4 BK steps, <= 8 (1 when the tiles alone reach that many programs). For 65-256
+    rows, where a few dozen output tiles each run a K loop of 40-64 steps (latency-bound: e.g.
+    wq_a, N=1024, K=5120: 32 tiles of 64x128 at 256 rows)."""
+    want = -(-int(waves * num_sms) // max(num_tiles, 1))
+    return max(1, min(want, num_k // (4 * block_k), 8))
+
+
 def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor,
             out_dtype: torch.dtype, ids: torch.Tensor | None = None,
             split_k: int | None = None, config: dict | None = None) -> torch.Tensor:

@@ -5,8 +5,13 @@ warpgroup MMA tile) against ``KT`` tiles of ``BT`` keys, keeping its queries loa
 either float rows (the registered ``index_scores`` op) or 68-B FP4 index-key records
 (``index_scores_records``: D/2 e2m1 pair bytes | D/32 ue8m0 scales) dequantized in registers,
 with the visibility rule ``t < num_visible[n]`` applied in the epilogue (-inf elsewhere).
-``index_scores_paged`` scores each query over its own entries of a paged record pool (one query
-row per program: rows do not share keys), reading only visible entries.
+``index_scores_paged`` scores each query over its own entries of a paged record pool (rows do
+not share keys), reading only visible entries. Its decode kernel v2 (``PAGED_KERNEL``) unpacks
+a record tile with the MXFP4 PTX of ``mxfp4_unpack`` (the record is an MXFP4 row: byte j =
+channels 2j, 2j+1; scale byte b = channels 32b..32b+31) straight into bf16 even/odd halves that
+are the MMA's A operand (keys on M, q^T the B operand loaded once per program), spreads a row's
+tiles over its programs by stride, and keeps the next tile's loads in flight; v1 (one row per
+program, KEY_TILES contiguous tiles, fp32 nibble decode) stays selectable.
 As in the attention kernel the 128 channels are taken as two halves, pair j = (channel j*CS,
 channel j*CS + PS): records interleave (CS=2, PS=1: one record byte feeds both halves), float
 keys take contiguous halves (CS=1, PS=D/2: vectorized loads instead of a stride-2 gather; the
@@ -24,8 +29,9 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels import formats
-from deepinfer.kernels.triton import attn_common
+from deepinfer.kernels.triton import attn_common, mxfp4_unpack
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
+from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
 
 BLOCK_KEYS = 128
 KEY_TILES = 8  # key tiles per program (q stays in registers/shared across them)
@@ -39,6 +45,15 @@ KEY_TILES_FLOAT = 8
 ROWS_PER_PROGRAM_FLOAT = 64
 FLOAT_HALVES = True
 NUM_WARPS_FLOAT = 4
+# index_scores_paged (decode): "v2" = _index_scores_paged_v2_kernel (records unpacked by the
+# MXFP4 PTX of mxfp4_unpack, keys on the MMA's M side, tiles strided over a row's programs,
+# next tile's loads in flight), "v1" = _index_scores_paged_kernel (until session 9).
+PAGED_KERNEL = "v2"
+# v2 tiling: keys per tile, total programs aimed at (programs per row = cdiv(this, rows),
+# capped by the row's tiles), warps; bench/index_decode.py --variants compares others.
+PAGED_BLOCK_KEYS = 128
+PAGED_TARGET_PROGRAMS = 1024
+PAGED_NUM_WARPS = 4
 
 
 @triton.jit
@@ -137,6 +152,111 @@ def _index_scores_paged_kernel(
         tl.store(out_row + t, tl.full((BT,), float("-inf"), tl.float32), mask=t < width)
 
 
+@triton.jit
+def _paged_rows(bt_row, t, tmask, entries_per_block):
+    """Pool rows (int64) of entries t of one block-table row; 0 where masked."""
+    blk = tl.load(bt_row + t // entries_per_block, mask=tmask, other=0)
+    return blk * entries_per_block + t % entries_per_block
+
+
+@triton.jit
+def _paged_records(k_ptr, rows, tmask, D: tl.constexpr):
+    """Packed e2m1 pair bytes [BT, D/2] and ue8m0 scale bytes [BT, D/32] (int32) of pool rows."""
+    k_rows = k_ptr + rows.to(tl.int64)[:, None] * (D // 2 + D // 32)
+    pk = tl.load(k_rows + tl.arange(0, D // 2)[None, :], mask=tmask[:, None], other=0)
+    e = tl.load(k_rows + D // 2 + tl.arange(0, D // 32)[None, :], mask=tmask[:, None], other=0)
+    return pk, e.to(tl.int32)
+
+
+@triton.jit
+def _record_halves(pk, e, ASM: tl.constexpr, BT: tl.constexpr, D: tl.constexpr):
+    """Records [BT] as exactly scaled (even, odd) channel halves [BT, D/2]: bf16 from
+    ``mxfp4_unpack.E2M1X4_TO_BF16`` (two multiplies: exact for every scale byte) on the GPU,
+    the fp32 twin of the same bits otherwise. The scale is built per 32-channel block, then
+    broadcast (not per element)."""
+    NB: tl.constexpr = D // 32
+    if ASM:
+        s = tl.where(e == 0, 0x40, e << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        s16 = tl.reshape(tl.broadcast_to(s[:, :, None], (BT, NB, 16)), (BT, D // 2))
+        even, odd = tl.inline_asm_elementwise(
+            mxfp4_unpack.E2M1X4_TO_BF16, "=r,=r,=r,=r,r,r,r", [pk, s16],
+            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    else:
+        scale = ue8m0_to_f32(e)
+        scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (BT, NB, 16)), (BT, D // 2))
+        b = pk.to(tl.int32)
+        even = (((b & 0x7) << 22) | ((b & 0x8) << 28)).to(tl.float32, bitcast=True)
+        odd = (((b & 0x70) << 18) | ((b & 0x80) << 24)).to(tl.float32, bitcast=True)
+        even = even * 2.0**126 * scale
+        odd = odd * 2.0**126 * scale
+    return even, odd
+
+
+@triton.jit(do_not_specialize=["entries_per_block"])
+def _index_scores_paged_v2_kernel(
+    q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, bt_ptr, stride_bn, vis_ptr, out_ptr,
+    stride_on, width, entries_per_block,
+    HI: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, ASM: tl.constexpr,
+    F32: tl.constexpr, PREC: tl.constexpr,
+):
+    """Program (n, p) of P = grid[1]: query row n over its tiles i = p, p + P, p + 2P, ... of BT
+    entries (strided, so a row's visible tiles spread over all P programs whatever its count).
+    Visible tiles: records unpacked to bf16 halves in registers (the MMA's A operand, keys on M:
+    s^T [BT, HP] = k_even @ q_even^T + k_odd @ q_odd^T, q^T as B loaded once), relu, times the
+    head weights, summed over heads; the next tile's records and the one after's block-table
+    entries are loaded before the current tile is computed. Tiles past num_visible: -inf only.
+    F32: q upcast to fp32 (the interpreter, or fp32 q with "ieee" dots)."""
+    n = tl.program_id(0).to(tl.int64)
+    p = tl.program_id(1)
+    num_p = tl.num_programs(1)
+    vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
+    num_tiles = tl.cdiv(width, BT)
+    vis_tiles = tl.cdiv(vis, BT)
+    out_row = out_ptr + n * stride_on
+    # -inf tiles: the first tile >= vis_tiles that is p mod num_p, then every num_p-th
+    first_inf = vis_tiles + (p - vis_tiles % num_p + num_p) % num_p
+    for i in range(first_inf, num_tiles, num_p):
+        t = i * BT + tl.arange(0, BT)
+        tl.store(out_row + t, tl.full((BT,), float("-inf"), tl.float32), mask=t < width)
+    if p < vis_tiles:
+        h = tl.arange(0, HP)  # heads, padded to the 16 columns tl.dot needs
+        hmask = h < HI
+        j = tl.arange(0, D // 2)
+        q_rows = q_ptr + n * stride_qn + h[:, None] * stride_qh
+        q_e = tl.load(q_rows + 2 * j[None, :], mask=hmask[:, None], other=0.0)
+        q_o = tl.load(q_rows + 2 * j[None, :] + 1, mask=hmask[:, None], other=0.0)
+        if F32:
+            q_e = q_e.to(tl.float32)
+            q_o = q_o.to(tl.float32)
+        q_e = tl.trans(q_e)  # [D/2, HP]: the dot's B operand
+        q_o = tl.trans(q_o)
+        w = tl.load(w_ptr + n * stride_wn + h, mask=hmask, other=0.0).to(tl.float32)
+        bt_row = bt_ptr + n * stride_bn
+        tk = tl.arange(0, BT)
+        t = p * BT + tk
+        tmask = t < vis
+        pk, e = _paged_records(k_ptr, _paged_rows(bt_row, t, tmask, entries_per_block), tmask,
+                               D)
+        t_next = t + num_p * BT
+        rows_next = _paged_rows(bt_row, t_next, t_next < vis, entries_per_block)
+        for i in range(p, vis_tiles, num_p):
+            t = i * BT + tk
+            tmask = t < vis
+            # in flight while this tile is computed: tile i + P's records, i + 2P's blocks
+            t_next = t + num_p * BT
+            nmask = t_next < vis
+            pk_next, e_next = _paged_records(k_ptr, rows_next, nmask, D)
+            t_after = t_next + num_p * BT
+            rows_next = _paged_rows(bt_row, t_after, t_after < vis, entries_per_block)
+            k_e, k_o = _record_halves(pk, e, ASM, BT, D)
+            s = tl.dot(k_e.to(q_e.dtype), q_e, input_precision=PREC)
+            s = tl.dot(k_o.to(q_e.dtype), q_o, s, input_precision=PREC)  # (BT, HP)
+            score = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)  # (BT,)
+            tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
+            pk = pk_next
+            e = e_next
+
+
 def launch_meta(hi: int, d: int, records: bool, has_vis: bool,
                 q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
     """Constexprs and launch options (shared with the SM90 compile test); fp32 q keeps fp32
@@ -184,12 +304,26 @@ def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_record
 
 
 
-def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
-    """Constexprs and launch options of ``_index_scores_paged_kernel`` (shared with the SM90
-    compile test)."""
-    return dict(HI=hi, HP=max(16, triton.next_power_of_2(hi)), D=d, BT=BLOCK_KEYS, KT=KEY_TILES,
-                PREC="ieee" if q_dtype == torch.float32 else "tf32", num_warps=NUM_WARPS,
-                num_stages=2)
+def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16,
+                      kernel: str | None = None) -> dict[str, Any]:
+    """Constexprs and launch options of the paged kernel ``kernel`` ("v1" or "v2"; default
+    ``PAGED_KERNEL``), shared with the SM90 compile test. v2 unpacks records with the PTX (ASM)
+    when q is bf16 on the GPU; otherwise (interpreter, fp32 or fp16 q) the fp32 twin."""
+    hp = max(16, triton.next_power_of_2(hi))
+    prec = "ieee" if q_dtype == torch.float32 else "tf32"
+    if (kernel or PAGED_KERNEL) == "v1":
+        return dict(HI=hi, HP=hp, D=d, BT=BLOCK_KEYS, KT=KEY_TILES, PREC=prec,
+                    num_warps=NUM_WARPS, num_stages=2)
+    f32 = is_interpreting() or q_dtype == torch.float32
+    return dict(HI=hi, HP=hp, D=d, BT=PAGED_BLOCK_KEYS,
+                ASM=q_dtype == torch.bfloat16 and not is_interpreting(), F32=f32,
+                PREC="ieee" if f32 else "tf32", num_warps=PAGED_NUM_WARPS, num_stages=1)
+
+
+def paged_programs_per_row(n: int, width: int, block_keys: int) -> int:
+    """v2's programs per query row: ``PAGED_TARGET_PROGRAMS`` over all rows, at most one per
+    tile of the row (shape-only: the same grid for every visible count, as CUDA graphs need)."""
+    return max(1, min(triton.cdiv(PAGED_TARGET_PROGRAMS, n), triton.cdiv(width, block_keys)))
 
 
 def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: torch.Tensor,
@@ -198,7 +332,7 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
     """Triton version of ``reference.attention_fused.index_scores_paged``: (N, Hi, Di) queries,
     each over its own entries t < num_visible[n] of a paged pool of 68-B records (pool row
     ``block_tables[n, t // entries_per_block] * entries_per_block + t % entries_per_block``)
-    -> (N, width) fp32, -inf past each row's visible count."""
+    -> (N, width) fp32, -inf past each row's visible count. ``PAGED_KERNEL`` picks the kernel."""
     n, hi, d = q.shape
     rec_bytes = formats.index_key_record_bytes(d)
     if key_pool.dim() != 2 or key_pool.shape[-1] != rec_bytes:
@@ -213,12 +347,16 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
     if block_tables.shape[1] == 0 or key_pool.shape[0] == 0:
         return out.fill_(float("-inf"))  # nothing can be visible
     meta = paged_launch_meta(hi, d, q.dtype)
-    grid = (n, triton.cdiv(width, meta["BT"] * meta["KT"]))
-    _index_scores_paged_kernel[grid](
+    if PAGED_KERNEL == "v1":
+        kernel = _index_scores_paged_kernel
+        grid = (n, triton.cdiv(width, meta["BT"] * meta["KT"]))
+    else:
+        kernel = _index_scores_paged_v2_kernel
+        grid = (n, paged_programs_per_row(n, width, meta["BT"]))
+    kernel[grid](
         q, q.stride(0), q.stride(1), head_weights, head_weights.stride(0), key_pool,
         block_tables, block_tables.stride(0), num_visible.contiguous(), out, out.stride(0),
-        width,
-        entries_per_block, **meta,
+        width, entries_per_block, **meta,
     )
     return out
 
@@ -241,9 +379,13 @@ def aot_cases() -> list[dict[str, Any]]:
         dict(name="index_scores bf16 keys Hi32 D128", module=__name__,
              kernel="_index_scores_kernel", types=dict(types, k_ptr="*bf16"),
              meta=launch_meta(32, 128, False, False)),
-        dict(name="index_scores_paged Hi64 D128", module=__name__,
+        dict(name="index_scores_paged v1 Hi64 D128", module=__name__,
              kernel="_index_scores_paged_kernel", types=dict(types, bt_ptr="*i64"),
-             meta=paged_launch_meta(64, 128)),
+             meta=paged_launch_meta(64, 128, kernel="v1")),
+        dict(name="index_scores_paged v2 Hi64 D128", module=__name__,
+             kernel="_index_scores_paged_v2_kernel", types=dict(types, bt_ptr="*i64"),
+             meta=dict(paged_launch_meta(64, 128, kernel="v2"), ASM=True, F32=False,
+                       PREC="tf32")),
     ]
 
 

@@ -21,7 +21,8 @@ The weight is read once: one M tile covers N <= 64, and at larger N the M tiles 
 run adjacently so that the second read hits L2.
 
 Decode (M <= 64) with few O tiles uses split-K (fp32 partials in a workspace, summed in split
-order by ``gemm_fp8._splitk_sum_kernel``). No launch path reads device data on the host.
+order by ``gemm_fp8._splitk_sum_kernel``); so do 65-256 rows (``SPLIT_K_MAX_ROWS``), aiming at one
+or two waves of programs. No launch path reads device data on the host.
 """
 
 from __future__ import annotations
@@ -153,6 +154,12 @@ def _linear_kernel(
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
+# Split-K above 64 rows, up to this many (``gemm_fp8.split_k_for_waves``: one wave of programs up
+# to 128 rows, two above): a few dozen 128x128 output tiles with K loops of 40-128 steps are
+# latency-bound (e.g. wq_a, N=1024, K=5120: 16 tiles at 256 rows).
+SPLIT_K_MAX_ROWS = 256
+
+
 def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = False) -> dict:
     """Tile sizes, one config per shape class (no autotune, kernels.md §3.3 rule 3).
 
@@ -210,6 +217,9 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
         split_k = 1
         if num_rows <= 64 and not interpret:
             split_k = gemm_fp8.choose_split_k(num_tiles * groups, num_k, bk, NUM_SMS)
+        elif num_rows <= SPLIT_K_MAX_ROWS and not interpret:
+            split_k = gemm_fp8.split_k_for_waves(num_tiles * groups, num_k, bk,
+                                                 1 if num_rows <= 128 else 2, NUM_SMS)
     k_per_split = triton.cdiv(triton.cdiv(num_k, bk), split_k) * bk
     split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
     target = out
@@ -249,12 +259,15 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertW
     return _launch(x[:, None, :], weight, weight.shape[0], split_k).view(x.shape[0], -1)
 
 
-# Prefill-sized FP8 projections: bf16 wgmma on the weight decoded in registers beat FP8 wgmma with
+# FP8 projections above 64 rows: bf16 wgmma on the weight decoded in registers beat FP8 wgmma with
 # per-32 promotion on every slice shape at 1,024 and 4,096 rows (1.1-2.0x) and on 6 of 7 at 256
 # rows; the FP8 kernel won all 7 at 64 rows (H200, session 6 rounds 11-12,
-# bench/gemm_prefill_choice.py; the bf16 path is also ~10x closer to the fp64 reference). Below
-# this row count the FP8 kernel (kernels/triton/gemm_fp8.py) keeps the call.
-BF16_DECODE_MIN_ROWS = 256
+# bench/gemm_prefill_choice.py; the bf16 path is also ~10x closer to the fp64 reference). With
+# split-K at 65-256 rows (SPLIT_K_MAX_ROWS) the bf16 path also beat the FP8 decode tiles at 128
+# rows: the seven slice projections, one call each, 185 vs 403 us, and 288 vs 494 us (bf16
+# without split) at 256 (session 9 round 29, bench/gemm_decode.py). Below this row count the
+# FP8 kernel (kernels/triton/gemm_fp8.py) keeps the call.
+BF16_DECODE_MIN_ROWS = 65
 
 
 def linear_quant_act(x: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor) -> torch.Tensor:

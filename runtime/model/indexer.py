@@ -72,20 +72,24 @@ class Indexer(nn.Module):
         Returns:
             as :meth:`select` with S = N: (N, min(index_topk, T)) and the (N, T) mask or None.
 
-        The ``index_scores_paged`` op reads each row's visible keys in place (-inf beyond), so
-        the cost follows the visible counts and the shapes only N and T.
+        The ``index_scores_paged`` op reads each row's visible keys in place and writes -inf
+        beyond them (so no masking pass over the (N, T) rows follows), so the cost follows the
+        visible counts and the shapes only N and T.
         """
         num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
         scores = k.index_scores_paged(q, head_w, key_pool, block_tables, num_visible,
                                       entries_per_block, width)  # (N, T)
-        return self._topk(k, scores, positions, candidates)
+        return self._topk(k, scores, positions, candidates, visible_masked=True)
 
     def _topk(self, k: KernelSet, scores: torch.Tensor, positions: torch.Tensor,
-              candidates: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(S, T) fp32 scores -> visibility mask, candidate blocks, sorted top-k (see select)."""
+              candidates: torch.Tensor | None, visible_masked: bool = False
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(S, T) fp32 scores -> visibility mask, candidate blocks, sorted top-k (see select).
+        visible_masked: the scores are already -inf at and beyond each row's visible count."""
         num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
-        t = torch.arange(scores.shape[-1], device=scores.device)
-        scores = scores.masked_fill(t[None, :] >= num_visible[:, None], float("-inf"))
+        if not visible_masked:
+            t = torch.arange(scores.shape[-1], device=scores.device)
+            scores = scores.masked_fill(t[None, :] >= num_visible[:, None], float("-inf"))
         published = None
         if self.layer.is_candidate_source:
             published = k.select_candidate_blocks(scores, num_visible,

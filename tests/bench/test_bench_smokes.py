@@ -66,6 +66,14 @@ def test_gemm_decode_smoke_variants_agree():
     assert max(float(ln.strip(" |").rsplit("|", 1)[1]) for ln in rows) < 1e-5, out
 
 
+def test_index_decode_smoke_matches_reference():
+    """Paged index scores: v1 and every default v2 variant == the reference (fp32 sum order)."""
+    out = _smoke("index_decode.py")
+    lines = [ln for ln in out.splitlines() if "max abs err vs reference" in ln]
+    assert "smoke ok" in out and len(lines) == 2 * (
+        1 + len(__import__("index_decode").DEFAULT_VARIANTS.split(","))), out
+
+
 def test_topk_decode_smoke_matches_reference():
     """Stage path and radix variants (several tiles per row, one tile; 8- and 4-bit digits)."""
     out = _smoke("topk_decode.py")

@@ -288,6 +288,41 @@ def test_index_scores_paged(epb):
             f"all {ms_full:.3f} ms")
 
 
+@pytest.mark.parametrize("n,visible", [(64, 1024), (256, 8192)])
+def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
+    """Paged scores at the two decode shapes of bench/index_decode.py: 64 rows x 4K context and
+    256 x 32K at ratio 4 (1,024 / 8,192 visible of a 32,768-wide row, one row 0 and one 1
+    visible), 64 index heads x 128, 64-entry blocks, v2 (the PTX unpack, exact for every scale
+    byte) and v1 against the reference. Products of FP4-grid values are exact in bf16 x bf16 ->
+    fp32 and only the fp32 accumulation order differs from the fp64 reference: SCORE_TOL, as
+    index_scores_paged above; the -inf pattern must match exactly. Keys are randn * 2^k with k
+    in -20..30 per record, so their ue8m0 scale bytes span ~100..160 (past 128)."""
+    from deepinfer.kernels.triton import indexer as tri
+
+    hi, width, epb, dev = 64, 32768, 64, "cuda"
+    q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, hi, DI, device=dev)).to(torch.bfloat16)
+    w = torch.randn(n, hi, device=dev) * (DI ** -0.5) * (hi ** -0.5)
+    mb = width // epb
+    num_blocks = n * (visible // epb) + 3
+    keys = torch.randn(num_blocks * epb, DI, device=dev)
+    keys = keys * torch.exp2(torch.randint(-20, 31, (num_blocks * epb, 1), device=dev).float())
+    pool = formats.pack_index_key(keys)
+    scale_bytes = pool[:, DI // 2:]
+    assert int(scale_bytes.max()) > 128 and int(scale_bytes.min()) < 110
+    tables = torch.full((n, mb), 10**9, dtype=torch.int64, device=dev)
+    tables[:, : visible // epb] = torch.randperm(num_blocks, device=dev)[
+        : n * (visible // epb)].view(n, -1)
+    vis = torch.full((n,), visible, dtype=torch.int64, device=dev)
+    vis[:3] = torch.tensor([0, 1, visible - 37], device=dev)
+    want = ref_fused.index_scores_paged(q, w, pool, tables, vis, epb, width)
+    for kernel in ("v2", "v1"):
+        monkeypatch.setattr(tri, "PAGED_KERNEL", kernel)
+        got = tri.index_scores_paged(q, w, pool, tables, vis, epb, width)
+        ms = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, vis, epb, width))
+        _record(f"index_scores_paged {kernel} N={n} visible={visible}", _rel(got, want),
+                SCORE_TOL, ms, "W=32768 Hi=64 epb=64, scale bytes ~100..160")
+
+
 def test_topk_and_candidate_blocks():
     """Integer outputs: exact equality required (random fp32 scores: no ties besides -inf)."""
     from deepinfer.kernels.triton import topk as tri

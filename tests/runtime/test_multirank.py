@@ -229,3 +229,16 @@ def test_moe_slots_with_redundant_replicas_equal_the_plain_moe(plans):
     with no_host_sync(model) as syncs:  # graph-capturable: no per-slot nonzero
         slots(model.kernels, x, None)
     assert not syncs, syncs
+
+
+def test_the_launcher_reports_the_cause_not_the_peer_that_saw_it_die():
+    """A rank that fails at start-up (exit 2) can exit after its peer has already failed with 1
+    on the closed connection: the launcher waits briefly and reports the cause's code."""
+    from deepinfer.runtime import launcher
+
+    def rank(code: int, delay_s: float) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c",
+                                 f"import time, sys; time.sleep({delay_s}); sys.exit({code})"])
+
+    assert launcher._wait([rank(1, 0.0), rank(2, 1.0)], grace_s=5.0) == 2
+    assert launcher._wait([rank(1, 0.0), rank(1, 0.2)], grace_s=5.0) == 1  # no other cause

@@ -76,11 +76,17 @@ def test_index_scores_records_visibility(hi, d, t):
 
 
 
-def _paged_inputs(gen, hi, d, epb, width, vis):
+def _paged_inputs(gen, hi, d, epb, width, vis, scale_bytes=None):
+    """Paged pool inputs; ``scale_bytes`` (lo, hi): the used records' ue8m0 bytes drawn from
+    [lo, hi] instead of the quantizer's (keys' scales then span 2^(lo-127)..2^(hi-127))."""
     q, w, _ = _inputs(gen, n=len(vis), hi=hi, d=d, t=0)
     mb = -(-width // epb) + 1
     num_blocks = len(vis) * mb + 3
     pool = formats.pack_index_key(torch.randn(num_blocks * epb, d, generator=gen) * 2)
+    if scale_bytes is not None:
+        lo, top = scale_bytes
+        pool[:, d // 2:] = torch.randint(lo, top + 1, (pool.shape[0], d // 32), generator=gen,
+                                         dtype=torch.uint8)
     tables = torch.randperm(num_blocks, generator=gen)[: len(vis) * mb].view(len(vis), mb)
     used = torch.zeros(num_blocks * epb, dtype=torch.bool)
     for i, v in enumerate(vis):
@@ -92,23 +98,65 @@ def _paged_inputs(gen, hi, d, epb, width, vis):
     return q, w, pool, tables, torch.tensor(vis, dtype=torch.int64)
 
 
-# Hi 4 (heads padded to 16 dot rows) and the released 64 x 128; 2- and 16-entry blocks;
-# KEY_TILES=2: a program spans 256 entries, so width 600 is 3 programs per row.
+def _check_paged(q, w, pool, tables, vis_t, epb, width):
+    """Kernel == reference up to fp32 summation order: products are exact, so a score's error is
+    at most (D + Hi) * 2^-24 (D-term dots, then Hi heads) times the same score over |q|, |w|,
+    |k| (the pool with its e2m1 sign bits cleared); 2e-5 of that allowed, -inf exactly."""
+    d = q.shape[-1]
+    got = tri.index_scores_paged(q, w, pool, tables, vis_t, epb, width)
+    want = ref_fused.index_scores_paged(q, w, pool, tables, vis_t, epb, width)
+    unsigned = pool.clone()
+    unsigned[:, : d // 2] &= 0x77
+    bound = ref_fused.index_scores_paged(q.abs(), w.abs(), unsigned, tables, vis_t, epb, width)
+    assert got.shape == want.shape == (len(vis_t), width)
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    visible = torch.arange(width)[None, :] < vis_t[:, None]
+    assert torch.equal(torch.isfinite(want), visible)
+    assert torch.equal(got[~visible], want[~visible])
+    err = (got[visible] - want[visible]).abs()
+    assert bool((err <= 2e-5 * bound[visible]).all()), float((err / bound[visible]).max())
+
+
+@pytest.fixture(params=["v1", "v2"])
+def paged_kernel(request, monkeypatch):
+    """Both paged kernels at small tiles: v1 with KEY_TILES=2 (a program spans 256 entries),
+    v2 with 16-entry tiles and 24 programs in all (rows of several programs, each of several
+    strided tiles, and programs with no visible tile)."""
+    monkeypatch.setattr(tri, "PAGED_KERNEL", request.param)
+    monkeypatch.setattr(tri, "KEY_TILES", 2)
+    monkeypatch.setattr(tri, "PAGED_BLOCK_KEYS", 16)
+    monkeypatch.setattr(tri, "PAGED_TARGET_PROGRAMS", 24)
+    return request.param
+
+
+# Hi 4 (heads padded to 16 dot rows), 16 and the released 64 x 128; 2-, 16- and 64-entry
+# blocks; widths that are not multiples of a tile; rows with 0, 1, all and more than width
+# visible, and tile-boundary counts.
 @pytest.mark.parametrize("hi,d,epb,width,vis", [
     (4, 32, 2, 70, [0, 1, 70, 75, 33]),
     (64, 128, 16, 600, [0, 1, 600, 257, 40]),
     (4, 32, 16, 300, [256, 300, 129, 0]),
+    (16, 64, 64, 200, [200, 48, 17, 0, 199]),
 ])
-def test_index_scores_paged_matches_reference(monkeypatch, hi, d, epb, width, vis):
-    monkeypatch.setattr(tri, "KEY_TILES", 2)
-    q, w, pool, tables, vis_t = _paged_inputs(torch.Generator().manual_seed(12), hi, d, epb,
-                                              width, vis)
-    got = tri.index_scores_paged(q, w, pool, tables, vis_t, epb, width)
-    want = ref_fused.index_scores_paged(q, w, pool, tables, vis_t, epb, width)
-    assert got.shape == want.shape == (len(vis), width)
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    assert torch.equal(torch.isfinite(want), torch.arange(width)[None, :] < vis_t[:, None])
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+def test_index_scores_paged_matches_reference(paged_kernel, hi, d, epb, width, vis):
+    _check_paged(*_paged_inputs(torch.Generator().manual_seed(12), hi, d, epb, width, vis),
+                 epb, width)
+
+
+def test_index_scores_paged_scale_bytes_span(paged_kernel):
+    """Scale bytes 100..160 (scales 2^-27..2^33: past the one-multiply unpack's <= 128 range,
+    so v2's exact two-multiply unpack must hold for them), 8 heads, 4-entry blocks."""
+    inputs = _paged_inputs(torch.Generator().manual_seed(13), 8, 128, 4, 90, [90, 37, 0, 64],
+                           scale_bytes=(100, 160))
+    _check_paged(*inputs, 4, 90)
+
+
+def test_index_scores_paged_v2_grid():
+    """v2's programs per row: the target over the rows, at least 1, at most a row's tiles."""
+    bk = tri.PAGED_BLOCK_KEYS
+    assert tri.paged_programs_per_row(64, 32768, bk) == -(-tri.PAGED_TARGET_PROGRAMS // 64)
+    assert tri.paged_programs_per_row(10**6, 32768, bk) == 1
+    assert tri.paged_programs_per_row(1, 3 * bk - 1, bk) == 3
 
 
 def _tied_scores(gen, n=4, t=50):
@@ -241,3 +289,4 @@ def test_indexer_and_topk_sm90_compile():
             assert r["shared"] < SM90_SHARED_LIMIT, r
             if area == "indexer":
                 assert r["wgmma"] > 0, r
+                assert r["stack"] in (None, 0), r  # no register spills (v2's key tiles)

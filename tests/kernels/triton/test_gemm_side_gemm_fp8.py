@@ -214,3 +214,17 @@ def test_sm90_compile(sm90_compile):
                       "constexprs": {"BLOCK_GROUPS": block_groups, "FAKE": fake},
                       "num_warps": 4, "num_stages": 1})
     sm90_compile(cases)
+
+
+@pytest.mark.parametrize("tiles,num_k,bk,waves,want", [
+    (16, 5120, 64, 2, 8),     # wq_a at 256 rows on 128x128 tiles: capped at 8 splits
+    (72, 5120, 128, 1, 2),    # ceil(132 / 72)
+    (36, 5120, 128, 2, 8),    # ceil(264 / 36) = 8
+    (300, 8192, 64, 2, 1),    # the tiles alone fill two waves
+    (16, 512, 64, 1, 2),      # each split keeps >= 4 BK steps: 512 / 256
+    (16, 128, 64, 1, 1),
+])
+def test_split_k_for_waves(tiles, num_k, bk, waves, want):
+    """65-256-row projections: enough K partitions for ``waves`` x 132 programs, each >= 4 BK
+    steps, at most 8."""
+    assert gemm_fp8.split_k_for_waves(tiles, num_k, bk, waves) == want
