@@ -76,8 +76,10 @@ def _topk_stage_kernel(
 
 @triton.jit
 def _block_keys_kernel(in_ptr, stride_in, num_scores, vis_ptr, out_ptr, stride_out,
-                       num_blocks, BB: tl.constexpr, BS: tl.constexpr):
-    """Packed (block max, block index) keys; the newest visible entry's block pinned to +inf."""
+                       num_blocks, BB: tl.constexpr, BS: tl.constexpr,
+                       PACKED: tl.constexpr = True):
+    """Packed (block max, block index) keys (PACKED), else the fp32 block maxima; the newest
+    visible entry's block pinned to +inf."""
     row = tl.program_id(0)
     i = tl.program_id(1) * BB + tl.arange(0, BB)
     e = i[:, None] * BS + tl.arange(0, BS)[None, :]
@@ -87,7 +89,10 @@ def _block_keys_kernel(in_ptr, stride_in, num_scores, vis_ptr, out_ptr, stride_o
                axis=1)
     newest = (nvis - 1) // BS  # nvis = 0 pins nothing (newest = -1)
     s = tl.where((i == newest) & (nvis > 0), float("inf"), s)
-    tl.store(out_ptr + row.to(tl.int64) * stride_out + i, _pack(s, i), mask=i < num_blocks)
+    if PACKED:
+        tl.store(out_ptr + row.to(tl.int64) * stride_out + i, _pack(s, i), mask=i < num_blocks)
+    else:
+        tl.store(out_ptr + row.to(tl.int64) * stride_out + i, s, mask=i < num_blocks)
 
 
 @triton.jit
@@ -116,6 +121,19 @@ def _candidate_mask_kernel(in_ptr, stride_in, mask_ptr, stride_mask, num_scores,
     ones = tl.full((BC, BS), 1, tl.int8)
     tl.store(mask_ptr + row.to(tl.int64) * stride_mask + t, ones,
              mask=valid[:, None] & (t < num_scores))
+
+
+@triton.jit
+def _block_mask_kernel(pos_ptr, stride_pos, mask_ptr, stride_mask, num_scores, keep,
+                       BC: tl.constexpr, BS: tl.constexpr):
+    """Mask entries of the kept blocks: ``keep`` block indices per row (-1: none)."""
+    row = tl.program_id(0)
+    c = tl.program_id(1) * BC + tl.arange(0, BC)
+    blk = tl.load(pos_ptr + row.to(tl.int64) * stride_pos + c, mask=c < keep, other=-1)
+    t = blk.to(tl.int32)[:, None] * BS + tl.arange(0, BS)[None, :]
+    ones = tl.full((BC, BS), 1, tl.int8)
+    tl.store(mask_ptr + row.to(tl.int64) * stride_mask + t, ones,
+             mask=(blk >= 0)[:, None] & (t < num_scores))
 
 
 def _tile(kp: int) -> int:
@@ -179,11 +197,15 @@ def topk_positions(scores: torch.Tensor, k: int, num_visible: torch.Tensor | Non
 
 
 def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num_blocks: int,
-                            block_size: int) -> torch.Tensor:
+                            block_size: int, *, method: str = "auto") -> torch.Tensor:
     """Triton version of ``reference.indexer.select_candidate_blocks``: (N, T) bool mask of the
     best ``num_blocks`` blocks (by max score; newest visible block pinned). Scores at or beyond
     ``num_visible`` must be -inf (as the reference's visibility mask leaves them): they are not
-    read, and blocks wholly beyond it are not sorted."""
+    read, and blocks wholly beyond it are not sorted.
+    ``method``: "radix" (the block maxima through ``topk_radix``, then a mask of the kept
+    blocks), "stage" (packed block keys through the ``tl.topk`` stages), or "auto": radix up to
+    ``RADIX_MAX_ENTRIES`` blocks per row (the stage path sorted a graph-wide tile of 8,192
+    block keys with tl.topk(2048) at every decode step, whatever the context)."""
     n, t = scores.shape
     mask = torch.zeros(n, t, dtype=torch.bool, device=scores.device)
     nb = triton.cdiv(t, block_size)
@@ -193,13 +215,24 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
     if scores.stride(-1) != 1 or block_size & (block_size - 1):
         raise ValueError("select_candidate_blocks: contiguous rows and a power-of-2 block size")
     kp = max(2, triton.next_power_of_2(keep))  # tl.topk / tl.sort need >= 2 elements
-    keys = attn_common.alloc((n, nb), torch.int64, scores.device)
+    radix = method == "radix" or (method == "auto" and nb <= RADIX_MAX_ENTRIES)
+    if method not in ("auto", "radix", "stage"):
+        raise ValueError(f"select_candidate_blocks: method {method!r} is not auto, radix or "
+                         "stage")
+    keys = attn_common.alloc((n, nb), torch.float32 if radix else torch.int64, scores.device)
     bb = min(BLOCK_KEY_TILE, triton.next_power_of_2(nb))
     _block_keys_kernel[(n, triton.cdiv(nb, bb))](scores, scores.stride(0), t,
                                                  num_visible.contiguous(), keys,
                                                  keys.stride(0), nb, BB=bb, BS=block_size,
-                                                 num_warps=4)
+                                                 PACKED=not radix, num_warps=4)
     vis_blocks = (num_visible.to(torch.int64) + block_size - 1) // block_size
+    if radix:  # the kept blocks' indices ascending, -1 for -inf picks (never kept)
+        kept = topk_radix.topk_positions_radix(keys, keep, vis_blocks)
+        bc = min(MASK_ROWS, kp)
+        _block_mask_kernel[(n, triton.cdiv(keep, bc))](kept, kept.stride(0), mask.view(torch.int8),
+                                                       mask.stride(0), t, keep, BC=bc,
+                                                       BS=block_size, num_warps=4)
+        return mask
     packed = _select(keys, kp, MODE_PACKED, vis_blocks.contiguous())
     bc = min(MASK_ROWS, kp)
     _candidate_mask_kernel[(n, kp // bc)](packed, packed.stride(0), mask.view(torch.int8),
@@ -233,7 +266,13 @@ def aot_cases() -> list[dict[str, Any]]:
              kernel="_topk_stage_kernel", types=dict(p, vis_ptr="*i64"),
              meta=stage_meta(2048, MODE_PACKED, has_vis=True)),
         dict(name="candidate mask 2048x8", module=__name__, kernel="_candidate_mask_kernel",
-             types={"in_ptr": "*i64", "mask_ptr": "*i8"},
+             types={"in_ptr": "*i64", "mask_ptr": "*i8"}, ci=False,
+             meta=dict(BC=MASK_ROWS, BS=8, num_warps=4)),
+        dict(name="candidate block maxima x8", module=__name__, kernel="_block_keys_kernel",
+             types={"in_ptr": "*fp32", "vis_ptr": "*i64", "out_ptr": "*fp32"},
+             meta=dict(BB=BLOCK_KEY_TILE, BS=8, PACKED=False, num_warps=4)),
+        dict(name="candidate block mask 2048x8", module=__name__, kernel="_block_mask_kernel",
+             types={"pos_ptr": "*i64", "mask_ptr": "*i8"},
              meta=dict(BC=MASK_ROWS, BS=8, num_warps=4)),
     ] + topk_radix.aot_cases()
 

@@ -377,6 +377,30 @@ def test_topk_positions_decode_shapes_both_methods(n, t):
                 f"{mism} differing ids")
 
 
+@pytest.mark.parametrize("n,t", [(64, 65536), (256, 65536)])
+def test_select_candidate_blocks_decode_shapes_both_methods(n, t):
+    """The decode graph's candidate rows (65,536 wide at ratio 1 in the slice plan: 8,192 blocks
+    of 8, 2,048 kept): visible counts 0, 1, a few blocks, fewer blocks than kept (4K context),
+    more (32K) and all; scores in steps of 1/4 (tied block maxima). Stage and radix masks both
+    equal the reference exactly."""
+    from deepinfer.kernels.triton import topk as tri
+
+    dev = "cuda"
+    scores = (torch.randn(n, t, device=dev) * 4).round() / 4
+    vis = torch.randint(0, t + 1, (n,), device=dev)
+    vis[:6] = torch.tensor([0, 1, 100, 4096, 32768, t], device=dev)
+    scores = scores.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None],
+                                float("-inf"))
+    want = ref_idx.select_candidate_blocks(scores.cpu(), vis.cpu(), 2048, 8).to(dev)
+    for method in ("stage", "radix"):
+        got = tri.select_candidate_blocks(scores, vis, 2048, 8, method=method)
+        ms = _time_ms(lambda method=method: tri.select_candidate_blocks(scores, vis, 2048, 8,
+                                                                        method=method))
+        mism = int((got != want).sum())
+        _record(f"select_candidate_blocks {method} N={n} T={t} 2048x8 ties", float(mism), 0.0,
+                ms, f"{mism} differing mask entries")
+
+
 # Compressor: fp32 softmax + weighted sum of 2 tokens vs fp32/fp64 reference: 1e-6 relative.
 POOL_TOL = 1e-6
 

@@ -256,27 +256,39 @@ def test_topk_positions_auto_picks_radix_for_short_rows(monkeypatch):
         tri_topk.topk_positions(s, 8, method="sort")
 
 
-def test_select_candidate_blocks_skips_blocks_beyond_the_visible_count(small_tiles):
-    """Many blocks (several sorting tiles at this test's tile size), rows with none, few, a
-    tile's worth and all entries visible: the mask equals the reference's."""
+@pytest.mark.parametrize("method", ["stage", "radix"])
+def test_select_candidate_blocks_skips_blocks_beyond_the_visible_count(small_tiles, method):
+    """Many blocks (several sorting / radix tiles at this test's tile size), rows with none,
+    few, a tile's worth and all entries visible, fewer visible blocks than kept ones: the mask
+    equals the reference's."""
     g = torch.Generator().manual_seed(14)
     t = 400  # 100 blocks of 4
     vis = torch.tensor([0, 3, 70, 231, t])
     s = ref.mask_invisible(torch.randn(len(vis), t, generator=g), vis)
-    for num_blocks in (2, 6):
-        got = tri_topk.select_candidate_blocks(s, vis, num_blocks, 4)
+    for num_blocks in (2, 6, 40):
+        got = tri_topk.select_candidate_blocks(s, vis, num_blocks, 4, method=method)
         assert torch.equal(got, ref.select_candidate_blocks(s, vis, num_blocks, 4))
 
 
+@pytest.mark.parametrize("method", ["stage", "radix"])
 @pytest.mark.parametrize("num_blocks", [3, 20])
-def test_select_candidate_blocks_matches_reference(small_tiles, num_blocks):
+def test_select_candidate_blocks_matches_reference(small_tiles, num_blocks, method):
+    """Tied scores (block maxima tie across blocks: the lower block wins, as stable_topk),
+    -0.0 next to +0.0, the newest block pinned, a ragged last block."""
     s = _tied_scores(torch.Generator().manual_seed(10))
     vis = torch.tensor([0, 3, 50, 17])
     s = ref.mask_invisible(s, vis)
-    got = tri_topk.select_candidate_blocks(s, vis, num_blocks, 4)
+    got = tri_topk.select_candidate_blocks(s, vis, num_blocks, 4, method=method)
     assert torch.equal(got, ref.select_candidate_blocks(s, vis, num_blocks, 4))
     strided = torch.stack([vis, -vis], dim=1)[:, 0]  # counts as a column of a wider buffer
-    assert torch.equal(tri_topk.select_candidate_blocks(s, strided, num_blocks, 4), got)
+    assert torch.equal(tri_topk.select_candidate_blocks(s, strided, num_blocks, 4,
+                                                        method=method), got)
+
+
+def test_select_candidate_blocks_rejects_an_unknown_method():
+    s = torch.zeros(1, 8)
+    with pytest.raises(ValueError, match="method"):
+        tri_topk.select_candidate_blocks(s, torch.tensor([8]), 2, 4, method="sort")
 
 
 def test_indexer_and_topk_sm90_compile():
