@@ -11,9 +11,9 @@ Three launches after the activation quantizer (quant_act), all grouped over expe
      W1 and W3 tiles share the A tile; epilogue = rounding, SwiGLU with limit, routing weight,
      and the Q8_32 quantization of h for the down projection (h is stored as e4m3 + ue8m0).
   2. ``_moe_gemm_kernel`` not GATED: the down projection from h's codes, y stored per pair.
-     Either launch may instead run ``_moe_gemm_persistent_kernel`` (config PERSISTENT, off by
-     default, unmeasured): ~programs-per-SM x SMs programs walk the active (block, column
-     tile) items in one flattened (item, K step) loop, same tiles and bits.
+     Either launch may instead run ``_moe_gemm_persistent_kernel`` (config PERSISTENT, off:
+     measured slower): ~programs-per-SM x SMs programs walk the active (block, column tile)
+     items in one flattened (item, K step) loop, same tiles and bits.
   3. ``_moe_combine_kernel``: out_t = ordered fp32 sum of the token's top-k rows of y
      (deterministic, the reference's expert-id order, no atomics).
 
@@ -497,7 +497,7 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     takes FP8 dots for FP8 weights and the folded bf16 dot for MXFP4 (faster on the H200), the
     latter at BM=64 with the split unpack (a 4K chunk gives each expert ~64 rows).
     Register and shared-memory use of each are checked by the SM90 compile test (no spills).
-    PERSISTENT (decode MXFP4 only, default 0 = off, unmeasured): programs per SM of the
+    PERSISTENT (decode MXFP4 only, default 0 = off: measured slower): programs per SM of the
     persistent flattened kernel (``_moe_gemm_persistent_kernel``) instead of the
     (num_blocks, column tiles) grid; DOWN may set its own.
     """
@@ -527,7 +527,9 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     # PERSISTENT (programs per SM, 0: off; DOWN may set its own): ``_moe_gemm_persistent_kernel``
     # walks the active (block, column tile) items in one flattened (item, K step) loop, the
     # next item's first K tiles in flight while the current one ends (bit-identical results).
-    # UNMEASURED, so off. SM90 compile (bench/moe_sass.py --persistent, words, vouched): gated
+    # Off: every variant lost to its own control on the H200 (session 9 round 29, 64 / 256
+    # tokens: gated 2 per SM 2.52 / 3.86 vs 2.31 / 3.24 ms; down 4 per SM 2.24 / 3.39 vs 2.11 /
+    # 3.33; both 2.38-3.63 / 3.58-5.01). SM90 compile (bench/moe_sass.py --persistent): gated
     # 168 registers, 78,848 B shared at 4 stages (the epilogue's layout-conversion and
     # cross-warp amax scratch can no longer reuse the pipeline buffers: +2 KB, so only 2
     # programs fit per SM, not 3: PERSISTENT=2, or 3 at num_stages=3, 53,248 B); down 126
