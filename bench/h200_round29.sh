@@ -11,7 +11,7 @@ timeout 200 python3 -m pytest -p no:cacheprovider -m gpu -rf tests/gpu/test_gemm
   tests/gpu/test_attention_side_gpu.py -k "index_scores or topk or moe or expert" \
   >"$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_tests.log" | tail -8
-timeout 150 python3 bench/index_decode.py --heads 32 --width 65536 \
+timeout 150 python3 bench/index_decode.py --ratio 4 --heads 32 --width 65536 \
   --shapes 64:16384,256:16384,64:131072,256:131072 >"$OUT/index_decode.log" 2>&1
 echo "index rc=$?"; grep -E "^\|" "$OUT/index_decode.log" | head -40
 timeout 200 python3 bench/moe_decode.py --tokens --config-tokens 64 256 --configs \

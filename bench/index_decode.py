@@ -1,15 +1,19 @@
 """The indexer's paged scores at decode (``indexer.index_scores_paged``): v1 vs v2 and v2 tilings.
 
-    TRITON_INTERPRET=0 python bench/index_decode.py [--shapes 64:4096,256:32768] [--width 32768]
-        [--epb 64] [--heads 64] [--variants 128:1024:4,...] [--calls 20]
+    TRITON_INTERPRET=0 python bench/index_decode.py [--shapes 64:4096,256:32768] [--ratio 1]
+        [--width 65536] [--epb 64] [--heads 32] [--variants 128:1024:4,...] [--calls 20]
     python bench/index_decode.py --smoke                    # CPU interpreter, tiny shapes (CI)
 
-Decode shapes: ``rows`` query rows (one per decode token) at ``context`` tokens, compression ratio
-4, so each row sees ``context / 4`` index keys of its own (68-B FP4 records in a shuffled paged
-pool of ``--epb`` entries per block) and writes a score row of the static ``--width`` (-inf past
-its visible count), 64 index heads x 128. Kernels (``PAGED_KERNEL``): v1 (until session 9) and v2
-at each variant ``BT:PROGRAMS:WARPS`` (``PAGED_BLOCK_KEYS``, ``PAGED_TARGET_PROGRAMS``,
-``PAGED_NUM_WARPS``; the first is the module's default). Each is timed as a CUDA graph of
+Decode shapes: ``rows`` query rows (one per decode token) at ``context`` tokens, compression
+``--ratio`` (default 1: the slice plan's index layers have ratios 1 and 2), so each row sees
+``context / ratio`` index keys of its own (68-B FP4 records in a shuffled paged pool of ``--epb``
+entries per block) and writes a score row of the static ``--width`` (-inf past its visible
+count; default 65,536 = the slice's max_model_len / 1), ``--heads`` index heads (default 32, as
+released) x 128. Session 9's round 29 ran ``--ratio 4 --heads 32 --width 65536 --shapes
+64:16384,256:16384,64:131072,256:131072`` (4,096 / 32,768 visible).
+Kernels (``PAGED_KERNEL``): v1 (until session 9) and v2 at each variant ``BT:PROGRAMS:WARPS``
+(``PAGED_BLOCK_KEYS``, ``PAGED_TARGET_PROGRAMS``, ``PAGED_NUM_WARPS``; the first is the
+module's default). Each is timed as a CUDA graph of
 ``--calls`` back-to-back calls (roofline.graph_us: median of 20 replays), against its roofline:
 max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both measured in the same run
 (roofline.measure_ceilings); bytes = the visible records read once + the fp32 score rows written,
@@ -31,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_SHAPES = "64:4096,256:4096,64:32768,256:32768"
 DEFAULT_VARIANTS = "128:1024:4,128:512:4,128:2048:4,256:1024:8,64:2048:4"
-RATIO = 4
 HEAD_DIM = 128
 
 
@@ -99,15 +102,15 @@ def bench(args: argparse.Namespace) -> None:
     torch.cuda.empty_cache()
     hbm, bf16 = ceil["hbm_bytes_per_s"], ceil["bf16_flops_per_s"]
     variants = args.variants.split(",")
-    print(f"{torch.cuda.get_device_name()}: {args.heads} index heads x {HEAD_DIM}, ratio {RATIO}, "
-          f"width {args.width}, {args.epb} entries per block; µs per call in a CUDA graph of "
-          f"{args.calls} calls; copy {hbm / 1e12:.2f} TB/s, bf16 {bf16 / 1e12:.0f} TFLOP/s "
-          f"(measured); v2 variants BT:PROGRAMS:WARPS")
+    print(f"{torch.cuda.get_device_name()}: {args.heads} index heads x {HEAD_DIM}, "
+          f"ratio {args.ratio}, width {args.width}, {args.epb} entries per block; µs per call "
+          f"in a CUDA graph of {args.calls} calls; copy {hbm / 1e12:.2f} TB/s, "
+          f"bf16 {bf16 / 1e12:.0f} TFLOP/s (measured); v2 variants BT:PROGRAMS:WARPS")
     print("| rows | context | kernel | µs | roofline µs | η | max abs Δ vs v1 |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     for shape in args.shapes.split(","):
         rows, context = map(int, shape.split(":"))
-        visible = min(context // RATIO, args.width)
+        visible = min(context // args.ratio, args.width)
         q, w, pool, tables, vis = make_inputs(rows, visible, args.width, args.heads, args.epb,
                                               "cuda")
         n_bytes = rows * visible * (HEAD_DIM // 2 + HEAD_DIM // 32) + rows * args.width * 4
@@ -140,9 +143,11 @@ def bench(args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="comma-separated rows:context")
-    parser.add_argument("--width", type=int, default=32768, help="score row width (static)")
+    parser.add_argument("--ratio", type=int, default=1, help="compression ratio (visible = "
+                        "context / ratio)")
+    parser.add_argument("--width", type=int, default=65536, help="score row width (static)")
     parser.add_argument("--epb", type=int, default=64, help="index entries per pool block")
-    parser.add_argument("--heads", type=int, default=64, help="index heads")
+    parser.add_argument("--heads", type=int, default=32, help="index heads")
     parser.add_argument("--variants", default=DEFAULT_VARIANTS,
                         help="comma-separated v2 BT:PROGRAMS:WARPS")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
