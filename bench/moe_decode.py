@@ -90,11 +90,6 @@ def smoke() -> None:
             rel = ((out.double() - ref).norm() / ref.norm()).item()
             print(f"smoke tokens={num_tokens} {name:<15} |ref| {ref.norm():.3g} rel err {rel:.1e}")
             assert rel < 1e-5, f"{name}: rel err {rel} vs the reference"
-            if fmt == "mxfp4w":  # the persistent kernel (PERSISTENT_CONFIGS): the same bits
-                got = moe_experts.run_experts(x, ids, route_w, *weights[fmt], 10.0, mma=mma,
-                                              config={"PERSISTENT": 1})
-                assert torch.equal(got, out), f"{name}: persistent kernel differs"
-                print(f"smoke tokens={num_tokens} {name + ' persistent':<15} bit-identical")
     print("smoke ok (no timings under the interpreter)")
 
 
@@ -146,24 +141,6 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
 # loop (onemul 2: no per-program scale check, 177 registers), register caps (@N) and shorter K
 # steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/"); the
 # first (moe_config's since rounds 19 and 21) combines three of them.
-# PERSISTENT_CONFIGS (``--configs persistent``, not in the default list since every one lost to
-# its control in session 9's round 29): the persistent kernel (#P: programs per SM;
-# moe_experts._moe_gemm_persistent_kernel, SASS: bench/moe_sass.py --persistent) on word-order
-# weights as the runtime's, each beside the default grid at the same stages and caps; rel err 0
-# (bit-identical) against the first. What fits per SM: gated 168 registers and 78.8 KB shared
-# at 4 stages (2 programs), 53.2 KB at 3 stages (3); down 126 registers at @128 (4 programs),
-# 159 uncapped (3).
-PERSISTENT_CONFIGS = ("w:16x64x256:1:4:4:0:1:2@168/128x128:4:4,"  # the default
-                      "w:16x64x256:1:4:4:0:1:2@168#2/128x128:4:4,"  # gated
-                      "w:16x64x256:1:4:3:0:1:2@168/128x128:4:4,"  # control: 3 stages
-                      "w:16x64x256:1:4:3:0:1:2@168#3/128x128:4:4,"
-                      "w:16x64x256:1:4:3:0:1:2@168#1/128x128:4:4,"
-                      "w:16x64x256:1:4:4:0:1:2@168/128x128:4:4@128,"  # control: down cap
-                      "w:16x64x256:1:4:4:0:1:2@168/128x128:4:4@128#4,"  # down
-                      "w:16x64x256:1:4:4:0:1:2@168/128x128:4:4#3,"
-                      "w:16x64x256:1:4:4:0:1:2@168#2/128x128:4:4@128#4,"  # both
-                      "w:16x64x256:1:4:3:0:1:2@168#3/128x128:4:4@128#4,"
-                      "w:16x64x256:1:4:3:0:1:2@168#3/128x128:4:6@128#4")
 DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168/128x128:4:4,w:16x64x256:1:4:4:0:1:2@168/128x128:4:4,"
                   "w:16x64x256:1:4:4:0:1:2/128x128:4:4,16x64x256:1:4:4:0:1:2@168,"
                   "16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,"
@@ -175,15 +152,13 @@ DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168/128x128:4:4,w:16x64x256:1:4:4:0:1:2
 
 
 def parse_config(text: str) -> dict:
-    """``BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]][@maxnreg][#P][/BNxBK:warps:stages
-    [@maxnreg][#P]]`` -> a ``run_experts`` config (swap: SWAP_AB; abf16: A_BF16, activations as
+    """``BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]][@maxnreg][/BNxBK:warps:stages
+    [@maxnreg]]`` -> a ``run_experts`` config (swap: SWAP_AB; abf16: A_BF16, activations as
     rounded bf16 values instead of codes + scales; onemul: W_ONE_MUL 1, one bf16x2 multiply per
     weight pair where a per-program check of the scales allows it, or 2, everywhere without the
-    check (the bench's scales are 2^-8..2^-5); @maxnreg: a register cap; #P: the persistent
-    kernel with P programs per SM (PERSISTENT); after "/": the down projection's own tiling,
-    persistent only with its own #P; without "/" it takes the gated one's, #P included)."""
+    check (the bench's scales are 2^-8..2^-5); @maxnreg: a register cap; after "/": the down
+    projection's own tiling)."""
     main, _, down = text.partition("/")
-    main, _, per_sm = main.partition("#")
     main, _, cap = main.partition("@")
     tile, split_k, warps, stages, *flags = main.split(":")
     bm, bn, bk = map(int, tile.split("x"))
@@ -193,16 +168,13 @@ def parse_config(text: str) -> dict:
     cfg = dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", SWAP_AB=flags[0] == "1",
                A_BF16=flags[1] == "1", W_ONE_MUL=int(flags[2]), num_warps=int(warps),
                num_stages=int(stages), maxnreg=int(cap) if cap else None,
-               PERSISTENT=int(per_sm) if per_sm else 0,
                DOWN={})  # none given: the down projection takes the same tiling
     if down:
-        down, _, down_per_sm = down.partition("#")
         down, _, down_cap = down.partition("@")
         tile, warps, stages = down.split(":")
         bn, bk = map(int, tile.split("x"))
         cfg["DOWN"] = dict(BN=bn, BK=bk, num_warps=int(warps), num_stages=int(stages),
-                           maxnreg=int(down_cap) if down_cap else None,
-                           PERSISTENT=int(down_per_sm) if down_per_sm else 0)
+                           maxnreg=int(down_cap) if down_cap else None)
     return cfg
 
 
@@ -260,8 +232,7 @@ def main() -> None:
                         help="the sizes the tiling comparison runs at (0: none), e.g. 64 256")
     parser.add_argument("--configs", default=None,
                         help="comma-separated BMxBNxBK:split_k:warps:stages (default: "
-                        "PREFILL_CONFIGS above 16 pairs per expert, else DECODE_CONFIGS; "
-                        "'persistent': PERSISTENT_CONFIGS)")
+                        "PREFILL_CONFIGS above 16 pairs per expert, else DECODE_CONFIGS)")
     args = parser.parse_args()
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before the kernel modules import triton
@@ -276,8 +247,6 @@ def main() -> None:
     for config_tokens in filter(None, args.config_tokens):
         decode = config_tokens * TOPK <= 16 * EXPERTS  # moe_config's decode class
         configs = args.configs or (DECODE_CONFIGS if decode else PREFILL_CONFIGS)
-        if configs == "persistent":
-            configs = PERSISTENT_CONFIGS
         bench_configs(config_tokens, configs.split(","))
 
 

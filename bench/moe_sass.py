@@ -1,16 +1,14 @@
 """Instruction mix of the expert GEMM's K loop in SASS, compiled for sm_90 on the CPU.
 
-    python bench/moe_sass.py [--down] [--persistent] [W_ONE_MUL=2 BN=64 BK=256 num_warps=4
-                              num_stages=4 maxnreg=168 ...]
+    python bench/moe_sass.py [--down] [W_ONE_MUL=2 BN=64 BK=256 num_warps=4 num_stages=4
+                              maxnreg=168 ...]
 
 Compiles ``moe_experts._moe_gemm_kernel`` (gated by default, ``--down`` for the down
-projection; ``--persistent``: ``_moe_gemm_persistent_kernel``, whose longest loop is the
-flattened (item, K step) loop, epilogue included) at the decode tile (BM=16, BN=64, BK=256,
-A_BF16, W_ONE_MUL) with any constexpr or launch option overridden as NAME=VALUE, through
-``triton.compile(..., GPUTarget("cuda", 90, 32))`` (no GPU needed), disassembles the cubin
-with Triton's bundled nvdisasm and prints the registers, spill stack and shared memory, and
-the opcode counts of the longest loop (the block between a label and the backward branch to
-it: the K loop). What session 7 used to compare
+projection) at the decode tile (BM=16, BN=64, BK=256, A_BF16, W_ONE_MUL) with any constexpr or
+launch option overridden as NAME=VALUE, through ``triton.compile(..., GPUTarget("cuda", 90,
+32))`` (no GPU needed), disassembles the cubin with Triton's bundled nvdisasm and prints the
+registers, spill stack and shared memory, and the opcode counts of the longest loop (the block
+between a label and the backward branch to it: the K loop). What session 7 used to compare
 unpack and layout variants before spending device time; a count, not a timing.
 """
 
@@ -31,14 +29,12 @@ NAMES = ("a_ptr", "a_scale_ptr", "w1_ptr", "s1_ptr", "w3_ptr", "s3_ptr", "sorted
          "stride_sn", "stride_om", "stride_osm")
 TYPES = {"a_ptr": "*bf16", "a_scale_ptr": "*u8", "w1_ptr": "*u8", "s1_ptr": "*u8",
          "w3_ptr": "*u8", "s3_ptr": "*u8", "sorted_pairs_ptr": "*i32", "block_expert_ptr": "*i32",
-         "route_w_ptr": "*fp32", "out_ptr": "*bf16", "out_scale_ptr": "*u8",
-         "num_active_ptr": "*i32", "limit": "fp32"}
+         "route_w_ptr": "*fp32", "out_ptr": "*bf16", "out_scale_ptr": "*u8", "limit": "fp32"}
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "maxnreg")
 
 
-def compile_kernel(gated: bool, overrides: dict, persistent: bool = False):
-    """The compiled kernel (triton's CompiledKernel) for sm_90; persistent: the persistent
-    kernel (its extra argument num_active_ptr after out_scale_ptr)."""
+def compile_kernel(gated: bool, overrides: dict):
+    """The compiled kernel (triton's CompiledKernel) for sm_90."""
     os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported
     import triton
     from triton.backends.compiler import GPUTarget
@@ -52,18 +48,12 @@ def compile_kernel(gated: bool, overrides: dict, persistent: bool = False):
     options = dict(num_warps=4, num_stages=4)
     for name, value in overrides.items():
         (options if name in LAUNCH_OPTIONS else constexprs)[name] = value
-    names = NAMES
-    if persistent:
-        at = NAMES.index("out_scale_ptr") + 1
-        names = NAMES[:at] + ("num_active_ptr",) + NAMES[at:]
-    signature = {n: TYPES.get(n, "i32") for n in names}
-    aligned = [i for i, n in enumerate(names)
+    signature = {n: TYPES.get(n, "i32") for n in NAMES}
+    aligned = [i for i, n in enumerate(NAMES)
                if signature[n].startswith("*") or n.startswith("stride") or n in ("O", "K")]
     attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
     signature.update(dict.fromkeys(constexprs, "constexpr"))
-    kernel = (moe_experts._moe_gemm_persistent_kernel if persistent
-              else moe_experts._moe_gemm_kernel)
-    src = ASTSource(kernel, signature, constexprs=constexprs, attrs=attrs)
+    src = ASTSource(moe_experts._moe_gemm_kernel, signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
@@ -73,11 +63,8 @@ def nvidia_tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def longest_loop_mix(sass: str, skip_branches: bool = False
-                     ) -> tuple[int, collections.Counter]:
-    """(instructions, opcode counts) of the longest label..backward-branch block of ``sass``;
-    skip_branches: without the blocks that a forward branch inside the loop may jump over (the
-    persistent kernel's per-item setup and epilogue: what one K step of an item runs)."""
+def longest_loop_mix(sass: str) -> tuple[int, collections.Counter]:
+    """(instructions, opcode counts) of the longest label..backward-branch block of ``sass``."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines)
               if (m := re.match(r"^(\.L_x_\d+):", line.strip()))}
@@ -89,17 +76,10 @@ def longest_loop_mix(sass: str, skip_branches: bool = False
             best = (start, i)
     if best is None:
         return 0, collections.Counter()
-    skipped = set()
-    for i in range(best[0], best[1]) if skip_branches else ():
-        m = re.search(r"BRA `\((\.L_x_\d+)\)", lines[i])
-        target = labels.get(m.group(1), -1) if m else -1
-        if i < target <= best[1]:
-            skipped.update(range(i + 1, target))
     mix = collections.Counter()
-    for i in range(best[0], best[1] + 1):
-        m = re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+(?:\.[A-Z0-9_]+)?)",
-                     lines[i])
-        if m and i not in skipped:
+    for line in lines[best[0]:best[1] + 1]:
+        m = re.match(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+(?:\.[A-Z0-9_]+)?)", line)
+        if m:
             mix[m.group(1)] += 1
     return sum(mix.values()), mix
 
@@ -132,26 +112,18 @@ def report(compiled, label: str, loop: str) -> int:
     total, mix = longest_loop_mix(sass)
     print(f"{label}: registers {regs}, spill stack {stack} B, shared {compiled.metadata.shared} B")
     print(f"{loop}: {total} instructions; "
-          + ", ".join(f"{op} {n}" for op, n in mix.most_common()))
-    straight, mix = longest_loop_mix(sass, skip_branches=True)
-    if straight != total:  # the persistent loop: one K step without the item's setup/epilogue
-        print(f"{loop} without its branched-over blocks: {straight} instructions; "
-              + ", ".join(f"{op} {n}" for op, n in mix.most_common()))
+          + ", ".join(f"{op} {n}" for op, n in mix.most_common(12)))
     return 0 if total else 1
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--down", action="store_true", help="the down projection (GATED=False)")
-    ap.add_argument("--persistent", action="store_true",
-                    help="the persistent kernel (_moe_gemm_persistent_kernel)")
     ap.add_argument("overrides", nargs="*", help="NAME=VALUE (constexprs or launch options)")
     args = ap.parse_args()
     overrides = parse_overrides(ap, args.overrides)
-    label = f"{'down' if args.down else 'gated'}{' persistent' if args.persistent else ''}"
-    return report(compile_kernel(not args.down, overrides, args.persistent),
-                  f"{label} {overrides}",
-                  "item x K loop (flattened)" if args.persistent else "K loop")
+    return report(compile_kernel(not args.down, overrides),
+                  f"{'down' if args.down else 'gated'} {overrides}", "K loop")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ bucket = the expert id, or num_experts for ids outside [0, num_experts) (another
                  ends) + rank // BM;   row = block * BM + rank % BM
   3. sorted_pairs := the sentinel num_pairs, then sorted_pairs[row] = pair;
      block_expert := -1, then block_expert[block] = bucket where bucket < num_experts (every used
-     block holds a pair; the extra bucket's blocks and those past the last used one stay -1);
-     num_active := the blocks of buckets < num_experts (they come first: block_expert[b] >= 0
-     exactly for b < num_active), read on the device by the persistent expert GEMM.
+     block holds a pair; the extra bucket's blocks and those past the last used one stay -1).
 Stores and loads of the same addresses by different threads are separated by CTA barriers.
 No host sync, shapes fixed by (num_pairs, num_experts, block_m): CUDA-graph safe. Above
 MAX_PAIRS (one program's registers) the torch version runs instead.
@@ -54,12 +52,12 @@ def _stable_positions(digit):
 
 
 @triton.jit
-def _align_pairs_kernel(ids_ptr, sorted_pairs_ptr, block_expert_ptr, num_active_ptr, num_pairs,
-                        num_experts, num_rows, num_blocks, BM: tl.constexpr, N_PAD: tl.constexpr,
+def _align_pairs_kernel(ids_ptr, sorted_pairs_ptr, block_expert_ptr, num_pairs, num_experts,
+                        num_rows, num_blocks, BM: tl.constexpr, N_PAD: tl.constexpr,
                         E_BITS: tl.constexpr, FILL: tl.constexpr):
     """ids (num_pairs,) int32/int64 -> sorted_pairs (num_rows = num_blocks * BM,) int32,
-    block_expert (num_blocks,) int32, num_active (1,) int32; one program; N_PAD >= num_pairs
-    and 2**E_BITS >= num_experts + 1, powers of 2."""
+    block_expert (num_blocks,) int32; one program; N_PAD >= num_pairs and 2**E_BITS >=
+    num_experts + 1, powers of 2."""
     lane = tl.arange(0, N_PAD)
     valid = lane < num_pairs
     ids = tl.load(ids_ptr + lane, mask=valid, other=-1)
@@ -101,11 +99,10 @@ def _align_pairs_kernel(ids_ptr, sorted_pairs_ptr, block_expert_ptr, num_active_
     tl.debug_barrier()  # the sentinel stores land before the pair stores
     tl.store(sorted_pairs_ptr + row, word % N_PAD, mask=valid)
     tl.store(block_expert_ptr + block, tl.where(bucket < num_experts, bucket, -1), mask=valid)
-    tl.store(num_active_ptr, tl.max(tl.where(valid & (bucket < num_experts), block + 1, 0), 0))
 
 
-def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int,
-                with_active: bool = False) -> tuple[torch.Tensor, ...]:
+def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """``moe_experts._align_pairs`` in one launch (same outputs, bit for bit; no host sync).
 
     expert_ids: (num_tokens, topk) (any shape) int32/int64; pair id = flat index t * topk + k.
@@ -113,26 +110,20 @@ def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int,
     expert id, then pair id), each expert padded to a multiple of block_m with the sentinel
     num_pairs; block_expert int32 (num_blocks,): each block's expert, -1 for ids outside
     [0, num_experts) and past the last used block; num_blocks = cdiv(num_pairs, block_m) +
-    min(num_experts + 1, num_pairs). with_active: also num_active int32 (1,), the number of
-    blocks of experts in [0, num_experts) — a prefix: block_expert[b] >= 0 exactly for
-    b < num_active (the persistent expert GEMM's work list, read on the device). More than
-    MAX_PAIRS pairs: the torch version.
+    min(num_experts + 1, num_pairs). More than MAX_PAIRS pairs: the torch version.
     """
     assert not expert_ids.is_floating_point() and not expert_ids.is_complex(), \
         f"align_pairs: integer expert ids expected, got {expert_ids.dtype}"
     num_pairs = expert_ids.numel()
     if num_pairs > MAX_PAIRS:
         from deepinfer.kernels.triton.moe_experts import _align_pairs  # lazy: no import cycle
-        return _align_pairs(expert_ids, num_experts, block_m, with_active)
+        return _align_pairs(expert_ids, num_experts, block_m)
     num_blocks = triton.cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs)
     device = expert_ids.device
     sorted_pairs = torch.empty(num_blocks * block_m, dtype=torch.int32, device=device)
     block_expert = torch.empty(num_blocks, dtype=torch.int32, device=device)
-    num_active = torch.zeros(1, dtype=torch.int32, device=device)
-    outputs = (sorted_pairs, block_expert, num_active) if with_active else \
-        (sorted_pairs, block_expert)
     if num_pairs == 0:
-        return outputs
+        return sorted_pairs, block_expert
     flat = expert_ids.reshape(-1)
     if flat.dtype not in (torch.int32, torch.int64):
         flat = flat.to(torch.int64)
@@ -141,10 +132,10 @@ def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int,
     e_bits = max(1, num_experts.bit_length())  # 2**e_bits >= num_experts + 1 buckets
     assert n_pad << e_bits < 2**31, f"align_pairs: {num_experts} experts: words overflow int32"
     _align_pairs_kernel[(1,)](
-        flat, sorted_pairs, block_expert, num_active, num_pairs, num_experts,
-        sorted_pairs.numel(), num_blocks, BM=block_m, N_PAD=n_pad, E_BITS=e_bits, FILL=_FILL,
+        flat, sorted_pairs, block_expert, num_pairs, num_experts, sorted_pairs.numel(),
+        num_blocks, BM=block_m, N_PAD=n_pad, E_BITS=e_bits, FILL=_FILL,
         num_warps=_num_warps(n_pad), num_stages=1)
-    return outputs
+    return sorted_pairs, block_expert
 
 
 def _num_warps(n_pad: int) -> int:

@@ -11,9 +11,6 @@ Three launches after the activation quantizer (quant_act), all grouped over expe
      W1 and W3 tiles share the A tile; epilogue = rounding, SwiGLU with limit, routing weight,
      and the Q8_32 quantization of h for the down projection (h is stored as e4m3 + ue8m0).
   2. ``_moe_gemm_kernel`` not GATED: the down projection from h's codes, y stored per pair.
-     Either launch may instead run ``_moe_gemm_persistent_kernel`` (config PERSISTENT, off:
-     measured slower): ~programs-per-SM x SMs programs walk the active (block, column tile)
-     items in one flattened (item, K step) loop, same tiles and bits.
   3. ``_moe_combine_kernel``: out_t = ordered fp32 sum of the token's top-k rows of y
      (deterministic, the reference's expert-id order, no atomics).
 
@@ -42,8 +39,6 @@ equivalent of vLLM's moe_align_block_size).
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
@@ -264,12 +259,28 @@ def _moe_gemm_kernel(
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
         return
-    pairs, valid, offs_n, mask_n, rows_w, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, \
-        s3_base = _moe_tile(a_ptr, a_scale_ptr, w1_ptr, s1_ptr, w3_ptr, s3_ptr,
-                            sorted_pairs_ptr, block, expert, tl.program_id(1), num_pairs, O,
-                            a_row_div, stride_am, stride_asm, stride_we, stride_se, BM, BN, BK)
-    acc1, acc3 = _moe_acc(BM, BN, SWAP_AB)
+    pairs = tl.load(sorted_pairs_ptr + block * BM + tl.arange(0, BM))  # [BM]; padding = num_pairs
+    valid = pairs < num_pairs
+    pairs = tl.where(valid, pairs, 0)
+    rows_a = (pairs // a_row_div).to(tl.int64)
+    offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask_n = offs_n < O
+    rows_w = tl.where(mask_n, offs_n, 0)
+
+    a_ptrs = a_ptr + rows_a[:, None] * stride_am + tl.arange(0, BK)[None, :]  # [BM, BK]
+    a_scale_ptrs = a_scale_ptr + rows_a[:, None] * stride_asm + tl.arange(0, BK // 32)[None, :]
+    w1_base = w1_ptr + expert.to(tl.int64) * stride_we
+    s1_base = s1_ptr + expert.to(tl.int64) * stride_se
+    w3_base = w3_ptr + expert.to(tl.int64) * stride_we
+    s3_base = s3_ptr + expert.to(tl.int64) * stride_se
+
     tl.static_assert(SPLIT_K or not SWAP_AB, "SWAP_AB needs the split MXFP4 unpack")
+    if SWAP_AB:
+        acc1 = tl.zeros((BN, BM), dtype=tl.float32)
+        acc3 = tl.zeros((BN, BM), dtype=tl.float32)
+    else:
+        acc1 = tl.zeros((BM, BN), dtype=tl.float32)
+        acc3 = tl.zeros((BM, BN), dtype=tl.float32)
     tl.static_assert(not (A_BF16 and MMA_FP8), "A_BF16 feeds the folded (bf16) dots only")
     if SPLIT_K and W_ONE_MUL == 2 and DOT_BF16:  # the caller vouches for the scales
         acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
@@ -296,101 +307,7 @@ def _moe_gemm_kernel(
                                  s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
                                  MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, False, BM, BN, BK,
                                  WORDS=W_WORDS)
-    _moe_epilogue(acc1, acc3, pairs, valid, offs_n, mask_n, tl.program_id(1), route_w_ptr,
-                  out_ptr, out_scale_ptr, O, limit, stride_om, stride_osm, GATED, ACT, SWAP_AB,
-                  A_BF16, BM, BN)
 
-
-@triton.jit
-def _moe_gemm_persistent_kernel(
-    a_ptr, a_scale_ptr, w1_ptr, s1_ptr, w3_ptr, s3_ptr, sorted_pairs_ptr, block_expert_ptr,
-    route_w_ptr, out_ptr, out_scale_ptr,
-    num_active_ptr,  # int32 (1,): the blocks with an expert (a prefix; moe_align with_active)
-    num_pairs, O, K, a_row_div, limit,
-    stride_am, stride_asm, stride_we, stride_wn, stride_se, stride_sn, stride_om, stride_osm,
-    GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
-    DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
-    A_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    W_ONE_MUL: tl.constexpr = 0, W_WORDS: tl.constexpr = False,
-):
-    """``_moe_gemm_kernel``'s work, persistent: a 1-D grid of ~(SMs x programs per SM) programs,
-    each walking the active items (block b < num_active, column tile j), item = b * n_tiles + j,
-    with a stride of the grid size, in ONE flattened loop over (item, K step)
-    (``tl.range(flatten=True)``): the software pipeliner issues the next item's first K tiles
-    (cp.async) while the current one finishes, so a program pays the DRAM latency of its
-    pipeline fill once, not once per item, and no program exits idle (the default grid is sized
-    by the static bound on blocks; ~40 % of its programs return at once at decode).
-    Same tiles, same K order, same epilogue as ``_moe_gemm_kernel``: bit-identical results.
-    W_ONE_MUL: 0 or 2 only (the checked mode 1 keeps two K loops: the caller passes 0 instead,
-    which gives the same bits); no other mode differs."""
-    tl.static_assert(SPLIT_K or not SWAP_AB, "SWAP_AB needs the split MXFP4 unpack")
-    tl.static_assert(not (A_BF16 and MMA_FP8), "A_BF16 feeds the folded (bf16) dots only")
-    tl.static_assert(W_ONE_MUL == 0 or W_ONE_MUL == 2, "persistent: W_ONE_MUL 0 or 2")
-    n_tiles = tl.cdiv(O, BN)
-    num_items = tl.load(num_active_ptr) * n_tiles
-    for item in tl.range(tl.program_id(0), num_items, tl.num_programs(0), flatten=True):
-        block = item // n_tiles
-        tile_n = item % n_tiles
-        expert = tl.load(block_expert_ptr + block)  # >= 0: block < num_active
-        pairs, valid, offs_n, mask_n, rows_w, a_ptrs, a_scale_ptrs, w1_base, s1_base, \
-            w3_base, s3_base = _moe_tile(a_ptr, a_scale_ptr, w1_ptr, s1_ptr, w3_ptr, s3_ptr,
-                                         sorted_pairs_ptr, block, expert, tile_n, num_pairs, O,
-                                         a_row_div, stride_am, stride_asm, stride_we, stride_se,
-                                         BM, BN, BK)
-        acc1, acc3 = _moe_acc(BM, BN, SWAP_AB)
-        acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
-                                 s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
-                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
-                                 SPLIT_K and W_ONE_MUL == 2 and DOT_BF16, BM, BN, BK,
-                                 WORDS=W_WORDS)
-        _moe_epilogue(acc1, acc3, pairs, valid, offs_n, mask_n, tile_n, route_w_ptr, out_ptr,
-                      out_scale_ptr, O, limit, stride_om, stride_osm, GATED, ACT, SWAP_AB,
-                      A_BF16, BM, BN)
-
-
-@triton.jit
-def _moe_tile(a_ptr, a_scale_ptr, w1_ptr, s1_ptr, w3_ptr, s3_ptr, sorted_pairs_ptr, block,
-              expert, tile_n, num_pairs, O, a_row_div, stride_am, stride_asm, stride_we,
-              stride_se, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """One item's operands: its BM pairs (padding -> pair 0, valid False), BN output columns of
-    column tile ``tile_n``, the A row pointers at K = 0 and the expert's weight bases."""
-    pairs = tl.load(sorted_pairs_ptr + block * BM + tl.arange(0, BM))  # [BM]; padding = num_pairs
-    valid = pairs < num_pairs
-    pairs = tl.where(valid, pairs, 0)
-    rows_a = (pairs // a_row_div).to(tl.int64)
-    offs_n = tile_n * BN + tl.arange(0, BN)
-    mask_n = offs_n < O
-    rows_w = tl.where(mask_n, offs_n, 0)
-
-    a_ptrs = a_ptr + rows_a[:, None] * stride_am + tl.arange(0, BK)[None, :]  # [BM, BK]
-    a_scale_ptrs = a_scale_ptr + rows_a[:, None] * stride_asm + tl.arange(0, BK // 32)[None, :]
-    w1_base = w1_ptr + expert.to(tl.int64) * stride_we
-    s1_base = s1_ptr + expert.to(tl.int64) * stride_se
-    w3_base = w3_ptr + expert.to(tl.int64) * stride_we
-    s3_base = s3_ptr + expert.to(tl.int64) * stride_se
-    return (pairs, valid, offs_n, mask_n, rows_w, a_ptrs, a_scale_ptrs, w1_base, s1_base,
-            w3_base, s3_base)
-
-
-@triton.jit
-def _moe_acc(BM: tl.constexpr, BN: tl.constexpr, SWAP_AB: tl.constexpr):
-    """Zeroed accumulators acc1, acc3: [BM, BN], or [BN, BM] for SWAP_AB."""
-    if SWAP_AB:
-        acc1 = tl.zeros((BN, BM), dtype=tl.float32)
-        acc3 = tl.zeros((BN, BM), dtype=tl.float32)
-    else:
-        acc1 = tl.zeros((BM, BN), dtype=tl.float32)
-        acc3 = tl.zeros((BM, BN), dtype=tl.float32)
-    return acc1, acc3
-
-
-@triton.jit
-def _moe_epilogue(acc1, acc3, pairs, valid, offs_n, mask_n, tile_n, route_w_ptr, out_ptr,
-                  out_scale_ptr, O, limit, stride_om, stride_osm, GATED: tl.constexpr,
-                  ACT: tl.constexpr, SWAP_AB: tl.constexpr, A_BF16: tl.constexpr,
-                  BM: tl.constexpr, BN: tl.constexpr):
-    """Store one item: GATED, h = rounded SwiGLU(acc1, acc3) x routing weight as Q8_32 (values,
-    or codes + scales); else y = acc1 in out's dtype."""
     if SWAP_AB:
         acc1 = tl.trans(acc1)
         acc3 = tl.trans(acc3)
@@ -411,7 +328,7 @@ def _moe_epilogue(acc1, acc3, pairs, valid, offs_n, mask_n, tile_n, route_w_ptr,
             codes = tl.reshape(codes, (BM, BN))
             tl.store(out_ptr + pairs64[:, None] * stride_om + offs_n[None, :],
                      codes.to(tl.uint8, bitcast=True), mask=store_mask)
-            groups = tile_n * (BN // 32) + tl.arange(0, BN // 32)
+            groups = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
             tl.store(out_scale_ptr + pairs64[:, None] * stride_osm + groups[None, :],
                      tl.reshape(e, (BM, BN // 32)).to(tl.uint8),
                      mask=valid[:, None] & (groups[None, :] < O // 32))
@@ -448,8 +365,8 @@ def _moe_combine_kernel(y_ptr, ids_ptr, out_ptr, D, stride_ym, stride_om,
 # ---------------------------------------------------------------------------------------------
 
 
-def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int,
-                 with_active: bool = False) -> tuple[torch.Tensor, ...]:
+def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group (token, slot) pairs by expert into blocks of block_m rows, without a host sync.
 
     Returns sorted_pairs int32 (num_blocks * block_m,): pair ids (t * topk + k) expert by expert,
@@ -457,9 +374,7 @@ def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int,
     (num_blocks,): the expert of each block, -1 past the last used block. num_blocks is the static
     bound cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs).
     Ids outside [0, num_experts) (another EP rank's experts) go to an extra bucket whose blocks
-    get expert -1, i.e. they are skipped. with_active: also num_active int32 (1,), the blocks of
-    experts in [0, num_experts): they come first, block_expert[b] >= 0 exactly for
-    b < num_active (the persistent GEMM's work list; a device tensor, no sync).
+    get expert -1, i.e. they are skipped.
     """
     flat = expert_ids.reshape(-1).to(torch.int64)
     flat = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)
@@ -480,8 +395,6 @@ def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int,
     block_ids = torch.arange(num_blocks, device=flat.device)
     block_expert = torch.searchsorted(block_end, block_ids, right=True)
     block_expert = torch.where(block_expert < num_experts, block_expert, -1).to(torch.int32)
-    if with_active:  # the end of the last real expert's blocks (before the extra bucket's)
-        return sorted_pairs, block_expert, block_end[num_experts - 1:num_experts].to(torch.int32)
     return sorted_pairs, block_expert
 
 
@@ -497,9 +410,6 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     takes FP8 dots for FP8 weights and the folded bf16 dot for MXFP4 (faster on the H200), the
     latter at BM=64 with the split unpack (a 4K chunk gives each expert ~64 rows).
     Register and shared-memory use of each are checked by the SM90 compile test (no spills).
-    PERSISTENT (decode MXFP4 only, default 0 = off: measured slower): programs per SM of the
-    persistent flattened kernel (``_moe_gemm_persistent_kernel``) instead of the
-    (num_blocks, column tiles) grid; DOWN may set its own.
     """
     decode = num_pairs <= 16 * num_experts
     # auto: FP8 dots only for FP8 weights at prefill; MXFP4 takes the folded bf16 dot at every
@@ -524,21 +434,9 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     # projection at BN=128 x BK=128 (4 programs per SM, twice the work per program): with the
     # cap 2.27 vs 2.40 ms at 64 tokens and 3.35 vs 3.53 at 256 (round 21; round 19 without the
     # cap: 3.54 vs 3.85 at 256, 2.93 vs 2.84 at 64). 8-warp tiles under a 128 cap lost by 17-35 %.
-    # PERSISTENT (programs per SM, 0: off; DOWN may set its own): ``_moe_gemm_persistent_kernel``
-    # walks the active (block, column tile) items in one flattened (item, K step) loop, the
-    # next item's first K tiles in flight while the current one ends (bit-identical results).
-    # Off: every variant lost to its own control on the H200 (session 9 round 29, 64 / 256
-    # tokens: gated 2 per SM 2.52 / 3.86 vs 2.31 / 3.24 ms; down 4 per SM 2.24 / 3.39 vs 2.11 /
-    # 3.33; both 2.38-3.63 / 3.58-5.01). SM90 compile (bench/moe_sass.py --persistent): gated
-    # 168 registers, 78,848 B shared at 4 stages (the epilogue's layout-conversion and
-    # cross-warp amax scratch can no longer reuse the pipeline buffers: +2 KB, so only 2
-    # programs fit per SM, not 3: PERSISTENT=2, or 3 at num_stages=3, 53,248 B); down 126
-    # registers at maxnreg=128 (159 uncapped), 40,448 B: PERSISTENT=4. Asking for more
-    # programs per SM than fit leaves the extra ones waiting for a whole program to finish.
     if decode and mxfp4_folded:
         return dict(BM=16, BN=64, BK=256, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
                     A_BF16=True, W_ONE_MUL=True, num_warps=4, num_stages=4, maxnreg=168,
-                    PERSISTENT=0,
                     DOWN=dict(BN=128, BK=128, num_warps=4, num_stages=4, maxnreg=None))
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128, MMA_FP8=False, SPLIT_K=False,
@@ -603,34 +501,6 @@ def _one_mul_mode(wanted, *weights) -> int:
     return 1 if mxfp4_unpack.word_scales(*(_weight_args(w)[1] for w in weights)) else 0
 
 
-# SMs the persistent grid is sized by under the interpreter (no device to ask): small, so that
-# the CPU tests see grids both smaller and larger than the number of items
-INTERPRET_NUM_SMS = 2
-
-
-@functools.cache
-def _num_sms(device_index: int | None) -> int:
-    """Streaming multiprocessors of a CUDA device (132 on the H200)."""
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _launch_gemm(programs_per_sm: int, num_blocks: int, n_tiles: int,
-                 num_active: list[torch.Tensor], tensors: tuple, scalars: tuple,
-                 meta: dict) -> None:
-    """One ``_moe_gemm_kernel`` launch over (num_blocks, n_tiles), or with programs_per_sm > 0
-    the persistent kernel on min(programs_per_sm x SMs, num_blocks x n_tiles) programs (the
-    items of the active blocks: num_active[0], on the device). W_ONE_MUL's checked mode (1)
-    has no persistent form: 0 there, the same bits."""
-    if not programs_per_sm:
-        _moe_gemm_kernel[(num_blocks, n_tiles)](*tensors, *scalars, **meta)
-        return
-    device = tensors[0].device
-    num_sms = _num_sms(device.index) if device.type == "cuda" else INTERPRET_NUM_SMS
-    grid = (max(1, min(programs_per_sm * num_sms, num_blocks * n_tiles)),)
-    meta = {**meta, "W_ONE_MUL": meta["W_ONE_MUL"] if meta["W_ONE_MUL"] == 2 else 0}
-    _moe_gemm_persistent_kernel[grid](*tensors, num_active[0], *scalars, **meta)
-
-
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
                 limit: float, mma: str = "auto", combine: bool = True,
                 skip_foreign_ids: bool = False,
@@ -645,10 +515,9 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
     config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, W_ONE_MUL,
-    num_warps, num_stages, maxnreg, PERSISTENT; DOWN: a dict of BN, BK, num_warps, num_stages,
-    maxnreg, PERSISTENT for the down projection alone, the rest inherited) — for benchmarks
-    that compare tilings (bench/moe_decode.py --configs). PERSISTENT: programs per SM of the
-    persistent kernel (``_moe_gemm_persistent_kernel``; 0: the default grid).
+    num_warps, num_stages, maxnreg; DOWN: a dict of BN, BK, num_warps, num_stages, maxnreg for
+    the down projection alone) — for benchmarks that compare tilings (bench/moe_decode.py
+    --configs).
     """
     num_tokens, dim = x.shape
     topk = expert_ids.shape[1]
@@ -672,10 +541,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     # one Triton launch on the GPU (moe_align, bit-identical; ~36 torch launches otherwise:
     # 81 vs 6 us at 64 tokens on the H200); the interpreter keeps the torch version (faster there)
     align = _align_pairs if interpret else moe_align.align_pairs
-    down = {**cfg, **cfg.get("DOWN", {})}  # the down projection's own tiling, if any
-    persistent = (cfg.get("PERSISTENT") or 0, down.get("PERSISTENT") or 0)  # programs per SM
-    sorted_pairs, block_expert, *num_active = align(expert_ids, num_experts, cfg["BM"],
-                                                    with_active=any(persistent))
+    sorted_pairs, block_expert = align(expert_ids, num_experts, cfg["BM"])
     num_blocks = block_expert.numel()
     route_w = weights.reshape(-1).to(torch.float32).contiguous()
 
@@ -699,33 +565,31 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                          "w3, w2 in word order and the SPLIT_K tiles (mma='bf16' or 'auto')")
     mode_up, mode_down = _one_mul_mode(one_mul, w1, w3), _one_mul_mode(one_mul, w2)
     bk_up = _block_k(dim, cfg["BK"])
-    _launch_gemm(
-        persistent[0], num_blocks, triton.cdiv(inter, cfg["BN"]), num_active,
-        (a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale),
-        (num_pairs, inter, dim, topk, float(limit),
-         a_codes.stride(0), a_scale.stride(0), d1.stride(0), d1.stride(1),
-         s1.stride(0) if fmt != FMT_PLAIN else 0, s1.stride(1) if fmt != FMT_PLAIN else 0,
-         h_codes.stride(0), h_scale.stride(0)),
-        dict(GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16,
-             ACT=act, SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16,
-             BM=cfg["BM"], BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up, W_WORDS=all(words),
-             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg, mode_up)))
+    _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
+        a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
+        num_pairs, inter, dim, topk, float(limit),
+        a_codes.stride(0), a_scale.stride(0), d1.stride(0), d1.stride(1),
+        s1.stride(0) if fmt != FMT_PLAIN else 0, s1.stride(1) if fmt != FMT_PLAIN else 0,
+        h_codes.stride(0), h_scale.stride(0),
+        GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
+        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
+        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up, W_WORDS=all(words),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg, mode_up))
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
                                                           device=x.device)
+    down = {**cfg, **cfg.get("DOWN", {})}  # the down projection's own tiling, if any
     bk_down = _block_k(inter, down["BK"])
-    _launch_gemm(
-        persistent[1], num_blocks, triton.cdiv(dim, down["BN"]), num_active,
-        (h_codes, h_scale, d2, s2, d2, s2, sorted_pairs, block_expert, route_w, y, y),
-        (num_pairs, dim, inter, 1, float(limit),
-         h_codes.stride(0), h_scale.stride(0), d2.stride(0), d2.stride(1),
-         s2.stride(0) if fmt != FMT_PLAIN else 0, s2.stride(1) if fmt != FMT_PLAIN else 0,
-         y.stride(0), 0),
-        dict(GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16,
-             ACT=act, SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16,
-             BM=cfg["BM"], BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down, W_WORDS=all(words),
-             num_warps=down["num_warps"], num_stages=down["num_stages"],
-             **_reg_cap(down, mode_down)))
+    _moe_gemm_kernel[(num_blocks, triton.cdiv(dim, down["BN"]))](
+        h_codes, h_scale, d2, s2, d2, s2, sorted_pairs, block_expert, route_w, y, y,
+        num_pairs, dim, inter, 1, float(limit),
+        h_codes.stride(0), h_scale.stride(0), d2.stride(0), d2.stride(1),
+        s2.stride(0) if fmt != FMT_PLAIN else 0, s2.stride(1) if fmt != FMT_PLAIN else 0,
+        y.stride(0), 0,
+        GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
+        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
+        BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down, W_WORDS=all(words),
+        num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down, mode_down))
     if not combine:
         return y
     out = torch.empty((num_tokens, dim), dtype=torch.float32, device=x.device)

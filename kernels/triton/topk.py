@@ -206,6 +206,9 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
     blocks), "stage" (packed block keys through the ``tl.topk`` stages), or "auto": radix up to
     ``RADIX_MAX_ENTRIES`` blocks per row (the stage path sorted a graph-wide tile of 8,192
     block keys with tl.topk(2048) at every decode step, whatever the context)."""
+    if method not in ("auto", "radix", "stage"):
+        raise ValueError(f"select_candidate_blocks: method {method!r} is not auto, radix or "
+                         "stage")
     n, t = scores.shape
     mask = torch.zeros(n, t, dtype=torch.bool, device=scores.device)
     nb = triton.cdiv(t, block_size)
@@ -216,9 +219,6 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
         raise ValueError("select_candidate_blocks: contiguous rows and a power-of-2 block size")
     kp = max(2, triton.next_power_of_2(keep))  # tl.topk / tl.sort need >= 2 elements
     radix = method == "radix" or (method == "auto" and nb <= RADIX_MAX_ENTRIES)
-    if method not in ("auto", "radix", "stage"):
-        raise ValueError(f"select_candidate_blocks: method {method!r} is not auto, radix or "
-                         "stage")
     keys = attn_common.alloc((n, nb), torch.float32 if radix else torch.int64, scores.device)
     bb = min(BLOCK_KEY_TILE, triton.next_power_of_2(nb))
     _block_keys_kernel[(n, triton.cdiv(nb, bb))](scores, scores.stride(0), t,

@@ -317,48 +317,6 @@ def test_moe_vouched_one_mul_matches_two_mul_gpu(num_tokens):
     assert torch.equal(outs["checked"], outs["two-mul"])
 
 
-@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 256])
-def test_moe_persistent_matches_default_grid_gpu(v41_experts, num_tokens):
-    """The persistent expert GEMMs (config PERSISTENT: moe_experts._moe_gemm_persistent_kernel)
-    at the decode config, real shapes (384 experts, ~243 / ~376 touched): per-pair outputs
-    bit-identical to the default grid's (torch.equal) for the gated launch alone, the down one
-    alone and both, at several programs per SM; vouched word-order weights (the runtime's
-    mode, W_ONE_MUL 2) and checkpoint order with the checked mode (run as two-multiply by the
-    persistent kernel: the same bits). Buffers NaN-poisoned: an item left out shows."""
-    import dataclasses
-
-    from deepinfer.kernels.triton import moe_experts
-
-    vouched = [dataclasses.replace(w, scale_max=int(w.scale.max())) for w in v41_experts]
-    words = [moe_experts.mxfp4_to_word_order(w) for w in vouched]
-    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16) * 0.5
-    ids, weights = _routing(num_tokens)
-    cfg = moe_experts.moe_config(num_tokens * V41_TOPK, V41_EXPERTS)
-    assert cfg["SPLIT_K"] and cfg["BM"] == 16 and not cfg["PERSISTENT"]
-    down = cfg["DOWN"]
-    variants = {"gated #2": {"PERSISTENT": 2},  # DOWN without PERSISTENT: not inherited here
-                "gated #3 3 stages": {"PERSISTENT": 3, "num_stages": 3},
-                "down #4 @128": {"DOWN": {**down, "PERSISTENT": 4, "maxnreg": 128}},
-                "both #2 #4": {"PERSISTENT": 2, "DOWN": {**down, "PERSISTENT": 4, "maxnreg": 128}},
-                "both #1 #1": {"PERSISTENT": 1, "DOWN": {**down, "PERSISTENT": 1}}}
-    for weights_name, ws in (("words vouched", words), ("checkpoint checked", v41_experts)):
-        def run(config=None, ws=ws):
-            with nan_poisoned_allocations():
-                return moe_experts.run_experts(x, ids, weights, *ws, 10.0, combine=False,
-                                               config={**cfg, "DOWN": down, **(config or {})})
-        want = run()
-        assert not torch.isnan(want).any()
-        for name, config in variants.items():
-            if name.startswith("gated"):  # the down launch keeps the default grid
-                config = {**config, "DOWN": {**down, "PERSISTENT": 0}}
-            got = run(config)
-            assert torch.equal(got, want), f"persistent {name} differs ({weights_name}, " \
-                f"N{num_tokens}): {(got != want).sum().item()} elements"
-            if name == "gated #3 3 stages":  # a different pipeline depth: same bits again
-                assert torch.equal(run({"num_stages": 3}), want)
-    _row("moe persistent == default", f"N{num_tokens} top{V41_TOPK}/{V41_EXPERTS}", 0.0, 0.0)
-
-
 def test_word_order_conversion_on_cuda_matches_the_host_gpu():
     """CUDA tensors convert in one Triton launch (mxfp4_words.permute_words); the bytes equal
     the host's torch conversion, both directions, and in place."""
