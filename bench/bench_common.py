@@ -158,6 +158,22 @@ def triton_cache_state() -> dict:
     return {"dir": str(path), "entries": num_entries, "cold": num_entries == 0}
 
 
+def smoke_or_gpu(smoke_mode: bool, smoke: Callable[[], None], bench: Callable[[], None]) -> int:
+    """A kernel bench's two modes: ``smoke()`` under the Triton interpreter (TRITON_INTERPRET=1
+    set before any kernel module imports triton; correctness only, CI), else ``bench()`` on a
+    CUDA GPU with compiled kernels. Returns the exit status (0)."""
+    if smoke_mode:
+        os.environ["TRITON_INTERPRET"] = "1"
+        smoke()
+        return 0
+    from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+
+    assert torch.cuda.is_available() and not is_interpreting(), \
+        "needs a CUDA GPU and TRITON_INTERPRET=0 (or --smoke)"
+    bench()
+    return 0
+
+
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()

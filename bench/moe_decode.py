@@ -234,20 +234,17 @@ def main() -> None:
                         help="comma-separated BMxBNxBK:split_k:warps:stages (default: "
                         "PREFILL_CONFIGS above 16 pairs per expert, else DECODE_CONFIGS)")
     args = parser.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"  # before the kernel modules import triton
-        smoke()
-        return
-    from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
-
-    assert torch.cuda.is_available() and not is_interpreting(), \
-        "needs a CUDA GPU and TRITON_INTERPRET=0 (or --smoke)"
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_common
-    bench(args.tokens)
-    for config_tokens in filter(None, args.config_tokens):
-        decode = config_tokens * TOPK <= 16 * EXPERTS  # moe_config's decode class
-        configs = args.configs or (DECODE_CONFIGS if decode else PREFILL_CONFIGS)
-        bench_configs(config_tokens, configs.split(","))
+    from bench_common import smoke_or_gpu
+
+    def run() -> None:
+        bench(args.tokens)
+        for config_tokens in filter(None, args.config_tokens):
+            decode = config_tokens * TOPK <= 16 * EXPERTS  # moe_config's decode class
+            configs = args.configs or (DECODE_CONFIGS if decode else PREFILL_CONFIGS)
+            bench_configs(config_tokens, configs.split(","))
+
+    smoke_or_gpu(args.smoke, smoke, run)
 
 
 if __name__ == "__main__":

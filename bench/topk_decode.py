@@ -30,7 +30,6 @@ path and variant, not a test.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import torch
@@ -144,16 +143,9 @@ def main() -> int:
     parser.add_argument("--hbm-tbs", type=float, default=4.3, help="HBM roofline, TB/s")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
     args = parser.parse_args()
-    if args.smoke:
-        os.environ["TRITON_INTERPRET"] = "1"  # before the kernel modules import triton
-        smoke()
-        return 0
-    from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+    from bench_common import smoke_or_gpu
 
-    assert torch.cuda.is_available() and not is_interpreting(), \
-        "needs a CUDA GPU and TRITON_INTERPRET=0 (or --smoke)"
-    bench(args)
-    return 0
+    return smoke_or_gpu(args.smoke, smoke, lambda: bench(args))
 
 
 if __name__ == "__main__":
