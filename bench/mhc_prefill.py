@@ -4,12 +4,21 @@ launch configs.
     TRITON_INTERPRET=0 python bench/mhc_prefill.py [--tokens 4096 64] [--variants ...]
     python bench/mhc_prefill.py --smoke                                     # CPU interpreter
 
+(The smoke runs every variant with the interpreter's own fp32 launch: it checks the variant
+parsing and the reference, not the GPU launches, which tests/kernels/triton compiles for SM90.)
+
 Shapes of the slice plan: S = 4 streams of D = 5120 (bf16), fn (24, 20480) fp32, 20 Sinkhorn
-iterations. A variant is ``BM:BK:WARPS:STAGES:TARGET`` — the module's ``COEFFS_*`` constants
-(tokens per program, K step, warps, stages, the split-K program target). Per (tokens, variant):
-the median ms (CUDA events, 20 runs after 3 warm-ups), the split it launched, max |out - out of
-the first variant| (split-K reorders fp32 sums), and the fraction of the HBM ceiling measured in
-the same run that reading x once (N x S x D x 2 B) takes: the kernel is a stream over x.
+iterations. A variant is ``BM:BK:WARPS:STAGES:TARGET[:PRECISION[:FN_PARTS]]`` — the module's
+``COEFFS_*`` constants (tokens per program, K step, warps, stages, the split-K program target, the
+dot's precision "bf16x3" or "tf32x3", the bf16 terms of fn under bf16x3); omitted trailing fields
+take the module's defaults (COEFFS_PRECISION, COEFFS_FN_PARTS). Such a variant pins the launch at
+every token count (decode and prefill alike); ``default`` is the module's own launch, which picks
+BM by the token count (COEFFS_DECODE_MAX_TOKENS). Per (tokens, variant): the launch it ran (BM,
+precision/parts), the median ms (CUDA events, 20 runs after 3 warm-ups), the split it launched,
+max |out - out of the first variant| (split-K and the precisions reorder fp32 sums), and the
+fraction of the HBM ceiling measured in the same run that reading x once (N x S x D x 2 B) takes:
+the kernel is a stream over x. The default list A/Bs the session-6 launch (tf32x3, BM 16, target
+528) against the new default and BM 32 / 128 and FN_PARTS 2 variants.
 """
 
 from __future__ import annotations
@@ -23,12 +32,31 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep_args  # noqa: E402
 
 STREAMS, DIM, ITERS = 4, 5120, 20
-DEFAULT_VARIANTS = "16:64:4:4:264,16:64:4:4:528,16:64:4:4:1056,16:64:4:4:2112,16:32:4:4:1056"
+DEFAULT_VARIANTS = ("16:64:4:4:528:tf32x3,default,32:64:4:4:528:bf16x3:3,"
+                    "128:64:8:4:528:bf16x3:3,64:64:4:4:528:bf16x3:2")
+# the launch constants a variant sets, in the order of its fields after BM:BK:WARPS:STAGES:TARGET
+LAUNCH_CONSTANTS = ("COEFFS_BLOCK_M", "COEFFS_BLOCK_M_PREFILL", "COEFFS_BLOCK_K",
+                    "COEFFS_NUM_WARPS", "COEFFS_NUM_WARPS_PREFILL", "COEFFS_NUM_STAGES",
+                    "COEFFS_TARGET_PROGRAMS", "COEFFS_PRECISION", "COEFFS_FN_PARTS")
 
 
-def set_variant(mhc, bm: int, bk: int, warps: int, stages: int, target: int) -> None:
-    mhc.COEFFS_BLOCK_M, mhc.COEFFS_BLOCK_K = bm, bk
-    mhc.COEFFS_NUM_WARPS, mhc.COEFFS_NUM_STAGES, mhc.COEFFS_TARGET_PROGRAMS = warps, stages, target
+def set_variant(mhc, variant: str, defaults: dict) -> None:
+    """Restore the module's launch constants (``defaults``), then pin the variant's."""
+    for name, value in defaults.items():
+        setattr(mhc, name, value)
+    if variant == "default":
+        return
+    fields = variant.split(":")
+    assert 5 <= len(fields) <= 7, f"variant {variant!r}: BM:BK:WARPS:STAGES:TARGET[:PREC[:PARTS]]"
+    bm, bk, warps, stages, target = map(int, fields[:5])
+    precision = fields[5] if len(fields) > 5 else defaults["COEFFS_PRECISION"]
+    parts = int(fields[6]) if len(fields) > 6 else defaults["COEFFS_FN_PARTS"]
+    assert precision in ("bf16x3", "tf32x3"), f"variant {variant!r}: precision {precision!r}"
+    assert parts in (1, 2, 3), f"variant {variant!r}: FN_PARTS {parts}"
+    mhc.COEFFS_BLOCK_M = mhc.COEFFS_BLOCK_M_PREFILL = bm
+    mhc.COEFFS_NUM_WARPS = mhc.COEFFS_NUM_WARPS_PREFILL = warps
+    mhc.COEFFS_BLOCK_K, mhc.COEFFS_NUM_STAGES, mhc.COEFFS_TARGET_PROGRAMS = bk, stages, target
+    mhc.COEFFS_PRECISION, mhc.COEFFS_FN_PARTS = precision, parts
 
 
 def main() -> int:
@@ -38,6 +66,7 @@ def main() -> int:
     from deepinfer.kernels.reference import mhc as ref
     from deepinfer.kernels.triton import mhc
 
+    defaults = {name: getattr(mhc, name) for name in LAUNCH_CONSTANTS}
     device = args.device
     dim = 64 if args.smoke else DIM
     token_counts = [20] if args.smoke else args.tokens
@@ -51,29 +80,39 @@ def main() -> int:
         hbm = measure_ceilings()["hbm_bytes_per_s"]
         print(f"{torch.cuda.get_device_name()}: HBM ceiling {hbm / 1e12:.2f} TB/s; S={STREAMS} "
               f"D={dim}")
-        print("| tokens | variant | ms | split | of the x-read time | max abs diff vs first |")
-        print("|---:|---|---:|---:|---:|---:|")
+        print("| tokens | variant | launch | ms | split | of the x-read time "
+              "| max abs diff vs first |")
+        print("|---:|---|---|---:|---:|---:|---:|")
     for n in token_counts:
         x = torch.randn(n, STREAMS, dim, generator=g).to(torch.bfloat16).to(device)
         args_ = (x, fn, scale, base, 1e-20, 1e-6, ITERS)
         want = ref.hc_coeffs(*args_) if args.smoke else None
         first = None
         for variant in args.variants.split(","):
-            set_variant(mhc, *map(int, variant.split(":")))
-            split = mhc.coeffs_split(n, STREAMS * dim, mhc.coeffs_config(args.smoke))
+            set_variant(mhc, variant, defaults)
+            cfg = mhc.coeffs_config(n, args.smoke)
+            launch = f"BM{cfg['BM']} {cfg['precision']}" + (
+                f"/{cfg['fn_parts']}" if cfg["precision"] == "bf16x3" else "")
+            split = mhc.coeffs_split(n, STREAMS * dim, cfg)
             run = lambda a=args_: mhc.hc_coeffs(*a)  # noqa: E731
-            out = torch.cat([o.reshape(n, -1) for o in run()], 1)
+            flat = lambda a=args_, n=n: torch.cat([o.reshape(n, -1)  # noqa: E731
+                                                   for o in mhc.hc_coeffs(*a)], 1)
+            # on the GPU a launch that does not compile is a failed row, in the smoke an error
+            out = flat() if args.smoke else sweep_args.try_variant(f"{n} | {variant}", flat)
+            if out is None:
+                continue
             first = out if first is None else first
             diff = (out - first).abs().max().item()
             if args.smoke:
                 err = (out - torch.cat([o.reshape(n, -1) for o in want], 1)).abs().max().item()
-                print(f"{variant}: max abs err vs reference {err:.2e}")
+                print(f"{variant} ({launch}): max abs err vs reference {err:.2e}")
                 assert err < 1e-4, variant
                 continue
             ms = median_ms(run)
             read_ms = x.numel() * 2 / hbm * 1e3
-            print(f"| {n} | {variant} | {ms:.3f} | {split} | {read_ms / ms:.3f} | {diff:.1e} |",
-                  flush=True)
+            print(f"| {n} | {variant} | {launch} | {ms:.3f} | {split} | {read_ms / ms:.3f} "
+                  f"| {diff:.1e} |", flush=True)
+    set_variant(mhc, "default", defaults)
     return 0
 
 

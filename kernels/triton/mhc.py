@@ -6,9 +6,31 @@ the RMS statistic and the three projections m = v @ fn^T (pre rows [0,S), post r
 rows [2S, 2S+S²), each its own accumulator so no register tile ever needs slicing) accumulate in
 fp32 over K = S*D; the epilogue applies rsqrt, the sigmoids, the row softmax of comb (S×S per
 token, a [BM, S, S] register tile), and all ``sinkhorn_iters`` column/row normalizations, then
-stores pre (N, S), post (N, S), comb (N, S, S). fn is fp32: the dot runs as 3×TF32 on the GPU
-(~fp32 accuracy on tensor cores) and IEEE fp32 in the interpreter. S must be a power of two with
-S*S >= 16 (V4.1: S = 4).
+stores pre (N, S), post (N, S), comb (N, S, S). S must be a power of two with S*S >= 16 (V4.1:
+S = 4).
+
+The dot's precision (constexpr PRECISION) keeps m at fp32 accuracy while fn is fp32:
+  * "bf16x3" (the GPU default for bf16 x): x is loaded as bf16 and fed to the tensor cores as is
+    (the sum of squares uses an fp32 upcast of the same tile); each fp32 fn tile is split in
+    registers into FN_PARTS bf16 terms, hi = bf16(fn), mid = bf16(fn - hi), lo = bf16(fn - hi -
+    mid), and m += x @ hi + x @ mid + x @ lo as bf16 MMAs with fp32 accumulation. Three parts
+    are exact: hi holds the top 8 of fn's 24 significant bits and leaves a residual of at most
+    16 bits, mid leaves at most 8, which lo holds exactly: hi + mid + lo == fn for 0 and
+    2^-110 <= |fn| < 3.39e38 (bf16 has fp32's exponents; below, lo's last bits fall under
+    bf16's smallest subnormal 2^-133; above, hi overflows; ``split_bf16_parts`` is the torch
+    twin). Each bf16 x bf16 product is exact in fp32, so the dot is as exact as an fp32 dot up
+    to the fp32 accumulation. Two parts keep 16-17 bits of fn (relative error <= 2^-16):
+    ~7x tf32x3's coefficient error at V4.1 shapes (4e-6 vs 6e-7, emulated on the CPU), inside
+    the GPU test's 1e-4 but not as accurate, so FN_PARTS=2 is a bench variant, not the default.
+  * "tf32x3" (the previous GPU route; also any non-bf16 x on the GPU): fp32 operands, Triton's
+    3xTF32 split of both x and fn in every program and K step; with bf16 x, x's low TF32 part
+    is exactly zero, so one of the three TF32 MMAs (each half bf16's rate) is wasted work.
+  * "ieee": the interpreter (TRITON_INTERPRET=1) computes in fp32; its bf16 arithmetic is wrong
+    (a bf16 dot multiplies the raw uint16 storage), so bf16x3 never runs there.
+Launch by token count (``coeffs_config``): decode batches (<= COEFFS_DECODE_MAX_TOKENS) use
+BM=16-token blocks with split-K to fill the GPU; prefill uses COEFFS_BLOCK_M_PREFILL-token blocks
+(one warpgroup's wgmma M), so each program's fn tiles (re-read from L2 and re-split per token
+block: 3.9 MB at V4.1) serve 4x more tokens than at BM=16.
 """
 
 from __future__ import annotations
@@ -24,6 +46,18 @@ from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
 @triton.jit
 def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _dot_fn_parts(x, fn, acc, FN_PARTS: tl.constexpr):
+    """acc + x @ fn: bf16 x [BM, BK], fp32 fn [BK, N] split into FN_PARTS bf16 terms (hi first;
+    ``split_bf16_parts`` is the torch twin), one bf16 MMA with fp32 accumulation per term."""
+    rest = fn
+    for _ in tl.static_range(FN_PARTS):
+        part = rest.to(tl.bfloat16)
+        acc = tl.dot(x, part, acc, out_dtype=tl.float32)
+        rest = rest - part.to(tl.float32)
+    return acc
 
 
 @triton.jit
@@ -65,10 +99,12 @@ def _hc_epilogue(m_pre, m_post, m_comb, sumsq, rows, mask_m, scale_ptr, base_ptr
 def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, ws_ptr,
                       N, K, k_per_split, stride_xn, stride_fn, norm_eps, hc_eps,
                       S: tl.constexpr, SP: tl.constexpr, SINKHORN_ITERS: tl.constexpr,
-                      SPLIT: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
-                      BK: tl.constexpr):
+                      SPLIT: tl.constexpr, PRECISION: tl.constexpr, FN_PARTS: tl.constexpr,
+                      BM: tl.constexpr, BK: tl.constexpr):
     """Program (m block, split): the K range [split * k_per_split, +k_per_split) of BM tokens.
 
+    PRECISION "bf16x3" (bf16 x only): bf16 MMAs over FN_PARTS bf16 terms of fn; otherwise a
+    tl.dot input_precision ("tf32x3" on the GPU, "ieee" in the interpreter) on fp32 operands.
     SPLIT == 1: runs the epilogue itself. SPLIT > 1: stores its partial sums to the fp32
     workspace (SPLIT, N, 2*SP + S*S + 1) = [pre SP | post SP | comb S*S | sumsq] for
     ``_hc_finalize_kernel`` (split-K, so that decode batches still fill the GPU).
@@ -93,11 +129,17 @@ def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, com
     m_comb = tl.zeros((BM, S * S), dtype=tl.float32)
     sumsq = tl.zeros((BM,), dtype=tl.float32)
     for k0 in range(0, tl.minimum(k_per_split, K - k_begin), BK):
-        v = tl.load(x_ptrs + k0).to(tl.float32)
+        xt = tl.load(x_ptrs + k0)
+        v = xt.to(tl.float32)
         sumsq += tl.sum(v * v, axis=1)
-        m_pre = tl.dot(v, tl.load(f_pre + k0), m_pre, input_precision=PRECISION)
-        m_post = tl.dot(v, tl.load(f_post + k0), m_post, input_precision=PRECISION)
-        m_comb = tl.dot(v, tl.load(f_comb + k0), m_comb, input_precision=PRECISION)
+        if PRECISION == "bf16x3":
+            m_pre = _dot_fn_parts(xt, tl.load(f_pre + k0), m_pre, FN_PARTS)
+            m_post = _dot_fn_parts(xt, tl.load(f_post + k0), m_post, FN_PARTS)
+            m_comb = _dot_fn_parts(xt, tl.load(f_comb + k0), m_comb, FN_PARTS)
+        else:
+            m_pre = tl.dot(v, tl.load(f_pre + k0), m_pre, input_precision=PRECISION)
+            m_post = tl.dot(v, tl.load(f_post + k0), m_post, input_precision=PRECISION)
+            m_comb = tl.dot(v, tl.load(f_comb + k0), m_comb, input_precision=PRECISION)
 
     if SPLIT == 1:
         _hc_epilogue(m_pre, m_post, m_comb, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr,
@@ -170,26 +212,56 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
              y.to(y_ptr.dtype.element_ty), mask=mask_d[None, :])
 
 
-# _hc_coeffs_kernel's launch (bench/mhc_prefill.py varies them): BM=16 tokens (mma.sync M), BK=64
-# of S*D (BK=128 spills with the 3xTF32 operand splits), split-K up to TARGET_PROGRAMS programs.
-# Each program streams its K range serially (320 BK steps at split 1), so a 4K prefill's 256
-# token blocks at ~2 programs per SM ran latency-bound (1.04 ms per call on the H200, session 5,
-# ~4 % of the time its bf16 input takes to read); 4 programs per SM split K two ways there:
-# 0.870 ms vs 1.131 (split 1), 0.966 (split 4), 0.972 (split 8) on the H200 (session 6 round 11,
-# bench/mhc_prefill.py; decode's split is capped at 32 either way, 64 tokens ~0.19 ms for all).
-COEFFS_BLOCK_M = 16
+# _hc_coeffs_kernel's launch (bench/mhc_prefill.py varies them): BK=64 of S*D (BK=128 spilled
+# with the 3xTF32 operand splits), split-K up to TARGET_PROGRAMS programs. Each program streams
+# its K range serially (320 BK steps at split 1). With BM=16 tokens (mma.sync M) and 3xTF32 for
+# every call, a 4K prefill's 256 token blocks each re-read and re-split all of fn; split 2 at
+# 4 programs per SM was best: 0.870 ms vs 1.131 (split 1), 0.966 (split 4), 0.972 (split 8) on
+# the H200 (session 6 round 11; ~20x the time to read x once; decode's split is capped at 32,
+# 64 tokens ~0.19 ms for all). Now (not yet measured on the H200): bf16x3 (module docstring)
+# for bf16 x, and calls of more than COEFFS_DECODE_MAX_TOKENS tokens use BM=64 (one
+# warpgroup's wgmma M; 64 token blocks at 4K, split 8 at the same program target), a quarter of
+# BM=16's fn re-reads and re-splits. In the sm_90 SASS (Triton 3.7.1) its K loop issues ~31
+# warp instructions per token and BK step, against ~256 for BM=16 with tf32x3 (mma.sync,
+# 255 registers) and ~229 for BM=16 with bf16x3. Decode keeps BM=16 so that split-K still
+# fills the GPU.
+COEFFS_PRECISION = "bf16x3"  # or "tf32x3" (the session-6 route); "ieee" in the interpreter
+COEFFS_FN_PARTS = 3  # bf16 terms of fn under bf16x3: 3 exact, 2 keep ~17 bits
 COEFFS_BLOCK_K = 64
-COEFFS_NUM_WARPS = 4
 COEFFS_NUM_STAGES = 4
 COEFFS_TARGET_PROGRAMS = 528
+COEFFS_DECODE_MAX_TOKENS = 256  # up to here the decode launch, above it the prefill launch
+COEFFS_BLOCK_M = 16  # decode
+COEFFS_NUM_WARPS = 4
+COEFFS_BLOCK_M_PREFILL = 64
+COEFFS_NUM_WARPS_PREFILL = 4  # one warpgroup per 64 tokens
 
 
-def coeffs_config(interpret: bool = False) -> dict:
-    """The launch of ``_hc_coeffs_kernel`` (module constants above; the interpreter: small)."""
+def coeffs_config(num_tokens: int, interpret: bool = False) -> dict:
+    """The launch of ``_hc_coeffs_kernel`` for a call of ``num_tokens`` tokens (module constants
+    above, read at call time; the interpreter: small, fp32 "ieee")."""
     if interpret:
-        return dict(BM=16, BK=32, num_warps=4, num_stages=1, target_programs=2)
-    return dict(BM=COEFFS_BLOCK_M, BK=COEFFS_BLOCK_K, num_warps=COEFFS_NUM_WARPS,
-                num_stages=COEFFS_NUM_STAGES, target_programs=COEFFS_TARGET_PROGRAMS)
+        return dict(BM=16, BK=32, num_warps=4, num_stages=1, target_programs=2,
+                    precision="ieee", fn_parts=COEFFS_FN_PARTS)
+    prefill = num_tokens > COEFFS_DECODE_MAX_TOKENS
+    return dict(BM=COEFFS_BLOCK_M_PREFILL if prefill else COEFFS_BLOCK_M, BK=COEFFS_BLOCK_K,
+                num_warps=COEFFS_NUM_WARPS_PREFILL if prefill else COEFFS_NUM_WARPS,
+                num_stages=COEFFS_NUM_STAGES, target_programs=COEFFS_TARGET_PROGRAMS,
+                precision=COEFFS_PRECISION, fn_parts=COEFFS_FN_PARTS)
+
+
+def split_bf16_parts(fn: torch.Tensor, parts: int = COEFFS_FN_PARTS) -> list[torch.Tensor]:
+    """The torch twin of ``_dot_fn_parts``'s split (reference and documentation only): fp32 fn
+    -> ``parts`` bf16 tensors, hi first, each the bf16 rounding (nearest even, as the kernel's
+    cast) of what the previous ones leave. Three parts sum to fn exactly for 0 and 2^-110 <=
+    |fn| < 3.39e38 (module docstring); two leave a relative error <= 2^-16."""
+    rest = fn.to(torch.float32)
+    out = []
+    for _ in range(parts):
+        part = rest.to(torch.bfloat16)
+        out.append(part)
+        rest = rest - part.to(torch.float32)
+    return out
 
 
 def coeffs_split(num_tokens: int, num_k: int, cfg: dict) -> int:
@@ -204,7 +276,9 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     """Registered op (reference ``mhc.hc_coeffs``): pre, post (N, S), comb (N, S, S), all fp32.
 
     ``split`` (K partitions) defaults to enough programs to fill the GPU: decode batches of a few
-    dozen tokens would otherwise stream S*D = 20480 columns with a handful of programs.
+    dozen tokens would otherwise stream S*D = 20480 columns with a handful of programs. The
+    token block and the dot's precision follow ``coeffs_config(num_tokens)``; bf16x3 needs a bf16
+    x (any other dtype runs tf32x3).
     """
     num_tokens, s, dim = x.shape
     assert s & (s - 1) == 0 and s * s >= 16, f"hc_coeffs: S={s} must be a power of two >= 4"
@@ -212,7 +286,10 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     x2 = x.reshape(num_tokens, s * dim)
     assert x2.stride(1) == 1
     interpret = is_interpreting()
-    cfg = coeffs_config(interpret)
+    cfg = coeffs_config(num_tokens, interpret)
+    precision = cfg["precision"]
+    if precision == "bf16x3" and x.dtype != torch.bfloat16:
+        precision = "tf32x3"  # bf16 MMAs would round an fp16/fp32 x
     num_k = s * dim
     assert num_k % cfg["BK"] == 0
     dev = x.device
@@ -235,7 +312,7 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     _hc_coeffs_kernel[(num_m_blocks, split)](
         x2, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
         k_blocks_per_split * cfg["BK"], x2.stride(0), fn.stride(0), float(norm_eps),
-        float(hc_eps), SPLIT=split, PRECISION="ieee" if interpret else "tf32x3", BM=cfg["BM"],
+        float(hc_eps), SPLIT=split, PRECISION=precision, FN_PARTS=cfg["fn_parts"], BM=cfg["BM"],
         BK=cfg["BK"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     if split > 1:
         _hc_finalize_kernel[(num_m_blocks,)](

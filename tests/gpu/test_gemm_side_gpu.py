@@ -14,7 +14,8 @@ fp32, so the dominant term is the final bf16 rounding (relative 2^-9 per element
   MoE              1e-2  (bf16 g/u/h/y roundings; a rounding flip can move one Q8_32 code of h)
   router           ids: <= 0.2% of (token, slot) entries differ (fp32 vs fp64 logits, approximate
                    exp/log on near-ties); weights 1e-4 on rows whose ids agree
-  mHC coeffs       abs 1e-4 (3xTF32 dot ~ fp32, 20 Sinkhorn rounds)
+  mHC coeffs       abs 1e-4 for both dots (bf16x3: bf16 x times an exact 3-part bf16 split of
+                   fn; tf32x3: 3xTF32 ~ fp32), fp32 accumulation, 20 Sinkhorn rounds
   collapse/expand, engram, RMSNorm: 5e-3 (bf16 output)
 A table (kernel, shape, error, tolerance, time, TFLOP/s) is printed per test.
 """
@@ -382,11 +383,14 @@ def test_moe_experts_speed_gpu(v41_experts, num_tokens):
                                                                 mma=mma)), flops)
 
 
-@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])  # split-K / one pass
-def test_mhc_gpu(num_tokens):
+@pytest.mark.parametrize("precision", ["bf16x3", "tf32x3"])  # hc_coeffs' dot (mhc.py docstring)
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])  # BM 16 / prefill BM
+def test_mhc_gpu(num_tokens, precision, monkeypatch):
     from deepinfer.kernels.reference import mhc
     from deepinfer.kernels.triton import mhc as tri_mhc
 
+    monkeypatch.setattr(tri_mhc, "COEFFS_PRECISION", precision)
+    assert tri_mhc.coeffs_config(num_tokens)["precision"] == precision
     n, s, d = num_tokens, V41_HC, V41_HIDDEN
     x = torch.randn(n, s, d, device="cuda", dtype=torch.bfloat16)
     fn = torch.randn((2 + s) * s, s * d, device="cuda") * 0.01
@@ -397,7 +401,8 @@ def test_mhc_gpu(num_tokens):
         pre, post, comb = tri_mhc.hc_coeffs(*args)
     ref = mhc.hc_coeffs(*args)
     err = max((o - r).abs().max().item() for o, r in zip((pre, post, comb), ref, strict=True))
-    _row("hc_coeffs (abs err)", f"N{n} S{s} D{d}", err, 1e-4, _ms(lambda: tri_mhc.hc_coeffs(*args)))
+    _row(f"hc_coeffs {precision} (abs err)", f"N{n} S{s} D{d}", err, 1e-4,
+         _ms(lambda: tri_mhc.hc_coeffs(*args)))
     with nan_poisoned_allocations():
         collapsed = tri_mhc.hc_collapse(x, pre)
     _row("hc_collapse", f"N{n} S{s} D{d}", _rel(collapsed, mhc.hc_collapse(x, pre)), 5e-3,

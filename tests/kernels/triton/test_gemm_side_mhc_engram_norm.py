@@ -24,8 +24,12 @@ def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
 
 
-@pytest.mark.parametrize("split", [None, 3])  # one program per token block, or split-K + finalize
-def test_hc_coeffs(split):
+@pytest.mark.parametrize("block_m", [16, 64])  # the interpreter's block, the GPU's prefill block
+@pytest.mark.parametrize("split", [None, 1, 3])  # default, fused epilogue, split-K + finalize
+def test_hc_coeffs(split, block_m, monkeypatch):
+    config = tri_mhc.coeffs_config
+    monkeypatch.setattr(tri_mhc, "coeffs_config",
+                        lambda n, interpret=False: {**config(n, interpret), "BM": block_m})
     g = torch.Generator().manual_seed(1)
     num_tokens, s, dim = 19, 4, 64
     x = torch.randn(num_tokens, s, dim, generator=g)
@@ -37,6 +41,53 @@ def test_hc_coeffs(split):
     for o, r, name in zip(out, ref, ("pre", "post", "comb"), strict=True):
         assert o.shape == r.shape and o.dtype == torch.float32, name
         assert (o - r).abs().max().item() < 2e-6, name
+
+
+def test_hc_coeffs_config_by_token_count(monkeypatch):
+    """Decode (<= COEFFS_DECODE_MAX_TOKENS) keeps BM=16 + split-K; prefill takes the larger
+    token block (a multiple of wgmma's 64 rows); the precision is read at call time."""
+    k = 4 * 5120  # V4.1: S*D
+    limit = tri_mhc.COEFFS_DECODE_MAX_TOKENS
+    assert limit == 256 and tri_mhc.COEFFS_PRECISION == "bf16x3" and tri_mhc.COEFFS_FN_PARTS == 3
+    for n in (1, 64, limit):
+        cfg = tri_mhc.coeffs_config(n)
+        assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M, tri_mhc.COEFFS_NUM_WARPS)
+        assert cfg["BM"] == 16 and cfg["precision"] == "bf16x3" and cfg["fn_parts"] == 3
+    for n in (limit + 1, 4096, 65536):
+        cfg = tri_mhc.coeffs_config(n)
+        assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M_PREFILL,
+                                                 tri_mhc.COEFFS_NUM_WARPS_PREFILL)
+        assert cfg["BM"] >= 64 and cfg["BM"] % 64 == 0 and cfg["precision"] == "bf16x3"
+    # split-K still fills the GPU at decode; 4K prefill: 64 blocks x 8 splits = 512 programs
+    assert tri_mhc.coeffs_split(64, k, tri_mhc.coeffs_config(64)) == 32
+    assert tri_mhc.coeffs_split(4096, k, tri_mhc.coeffs_config(4096)) == 8
+    interp = tri_mhc.coeffs_config(4096, interpret=True)
+    assert interp["precision"] == "ieee" and interp["BM"] == 16  # fp32 only in the interpreter
+    monkeypatch.setattr(tri_mhc, "COEFFS_PRECISION", "tf32x3")  # the A/B switch of the bench
+    assert tri_mhc.coeffs_config(4096)["precision"] == "tf32x3"
+
+
+def test_split_bf16_parts():
+    """The torch twin of the kernel's fn split: 3 bf16 parts sum to fn exactly (fp64 sum) over
+    2^-110..2^126 and both signs; 2 parts within 2^-16 relative, 1 part within 2^-8."""
+    g = torch.Generator().manual_seed(6)
+    mantissa = 1 + torch.rand(200_000, generator=g, dtype=torch.float64)
+    exponent = torch.randint(-110, 127, (200_000,), generator=g).double()
+    sign = torch.where(torch.rand(200_000, generator=g) < 0.5, -1.0, 1.0).double()
+    fn = (sign * mantissa * torch.exp2(exponent)).float()
+    fn = torch.cat([fn, torch.randn(4096, generator=g) * 0.01,  # V4.1-like weights
+                    torch.tensor([0.0, -0.0, 1.0, -3.0e38, 1 + 2.0**-23, 2.0**-110])])
+    fn = fn[torch.isfinite(fn)]
+    for parts, bound in ((3, 2.0**-24), (2, 2.0**-16), (1, 2.0**-8)):
+        split = tri_mhc.split_bf16_parts(fn, parts)
+        assert len(split) == parts and all(p.dtype == torch.bfloat16 for p in split)
+        total = sum(p.double() for p in split)
+        rel = ((total - fn.double()).abs() / fn.double().abs().clamp_min(1e-300)).max().item()
+        assert rel <= bound, (parts, rel)
+    assert rel > 2.0**-10  # one part is not exact: the bound checks something
+    hi, mid, lo = tri_mhc.split_bf16_parts(fn, 3)
+    assert torch.equal(hi.double() + mid.double() + lo.double(), fn.double())
+    assert (lo.double().abs() <= fn.double().abs() * 2.0**-16).all()  # each part 8 bits lower
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -119,38 +170,55 @@ def test_engram_hash_ids_matches_runtime():
 V41_HIDDEN, V41_HC = 5120, 4
 
 
+HC_COEFFS_SIGNATURE = {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32",
+                       "base_ptr": "*fp32", "pre_ptr": "*fp32", "post_ptr": "*fp32",
+                       "comb_ptr": "*fp32", "ws_ptr": "*fp32", "N": "i32", "K": "i32",
+                       "k_per_split": "i32", "stride_xn": "i32", "stride_fn": "i32",
+                       "norm_eps": "fp32", "hc_eps": "fp32"}
+
+
+def _hc_coeffs_case(num_tokens: int, precision: str, split: int | None = None) -> dict:
+    """``_hc_coeffs_kernel`` as ``hc_coeffs`` launches it for ``num_tokens`` bf16 tokens at V4.1
+    (decode: BM 16 + split-K; prefill: the prefill BM, split-K, or split 1 = fused epilogue)."""
+    cfg = tri_mhc.coeffs_config(num_tokens)
+    if split is None:
+        split = tri_mhc.coeffs_split(num_tokens, V41_HC * V41_HIDDEN, cfg)
+    return {"id": f"hc_coeffs_s4_d5120_n{num_tokens}_bm{cfg['BM']}_{precision}_split{split}",
+            "module": "deepinfer.kernels.triton.mhc", "kernel": "_hc_coeffs_kernel",
+            "signature": HC_COEFFS_SIGNATURE,
+            "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": split,
+                           "PRECISION": precision, "FN_PARTS": cfg["fn_parts"], "BM": cfg["BM"],
+                           "BK": cfg["BK"]},
+            "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"], "no_spill": True,
+            # one warpgroup's wgmma needs M >= 64 tokens; BM=16 runs mma.sync
+            "expect_wgmma": cfg["BM"] >= 64, "divisible": ["K", "k_per_split"]}
+
+
 def test_sm90_compile(sm90_compile):
-    ccfg = tri_mhc.coeffs_config()
+    decode, prefill = 64, 4096  # both precisions at both token blocks (BM 16 and prefill's)
+    pcfg = tri_mhc.coeffs_config(prefill)
     cases = [
-        {"id": "hc_coeffs_s4_d5120", "module": "deepinfer.kernels.triton.mhc",
-         "kernel": "_hc_coeffs_kernel",
-         "signature": {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32",
-                       "base_ptr": "*fp32", "pre_ptr": "*fp32", "post_ptr": "*fp32",
-                       "comb_ptr": "*fp32", "ws_ptr": "*fp32", "N": "i32", "K": "i32",
-                       "k_per_split": "i32", "stride_xn": "i32", "stride_fn": "i32",
-                       "norm_eps": "fp32", "hc_eps": "fp32"},
-         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 16,
-                        "PRECISION": "tf32x3", "BM": ccfg["BM"], "BK": ccfg["BK"]},
-         "num_warps": ccfg["num_warps"], "num_stages": ccfg["num_stages"], "no_spill": True,
-         "divisible": ["K", "k_per_split"]},
-        {"id": "hc_coeffs_s4_d5120_split1_fused_epilogue", "module": "deepinfer.kernels.triton.mhc",
-         "kernel": "_hc_coeffs_kernel",
-         "signature": {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32",
-                       "base_ptr": "*fp32", "pre_ptr": "*fp32", "post_ptr": "*fp32",
-                       "comb_ptr": "*fp32", "ws_ptr": "*fp32", "N": "i32", "K": "i32",
-                       "k_per_split": "i32", "stride_xn": "i32", "stride_fn": "i32",
-                       "norm_eps": "fp32", "hc_eps": "fp32"},
-         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 1,
-                        "PRECISION": "tf32x3", "BM": ccfg["BM"], "BK": ccfg["BK"]},
-         "num_warps": ccfg["num_warps"], "num_stages": ccfg["num_stages"], "no_spill": True,
-         "divisible": ["K", "k_per_split"]},
+        _hc_coeffs_case(decode, "bf16x3"),
+        _hc_coeffs_case(decode, "bf16x3", split=1),
+        _hc_coeffs_case(decode, "tf32x3"),  # the previous route, still selectable
+        _hc_coeffs_case(prefill, "bf16x3"),
+        _hc_coeffs_case(prefill, "bf16x3", split=1),  # fused epilogue at the prefill BM
+        _hc_coeffs_case(prefill, "tf32x3"),
         {"id": "hc_finalize_s4_split16", "module": "deepinfer.kernels.triton.mhc",
          "kernel": "_hc_finalize_kernel",
          "signature": {"ws_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32",
                        "pre_ptr": "*fp32", "post_ptr": "*fp32", "comb_ptr": "*fp32", "N": "i32",
                        "K": "i32", "norm_eps": "fp32", "hc_eps": "fp32"},
-         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 16,
-                        "BM": ccfg["BM"]},
+         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 16, "BM": 16},
+         "num_warps": 4, "num_stages": 1},
+        {"id": "hc_finalize_s4_prefill", "module": "deepinfer.kernels.triton.mhc",
+         "kernel": "_hc_finalize_kernel",
+         "signature": {"ws_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32",
+                       "pre_ptr": "*fp32", "post_ptr": "*fp32", "comb_ptr": "*fp32", "N": "i32",
+                       "K": "i32", "norm_eps": "fp32", "hc_eps": "fp32"},
+         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20,
+                        "SPLIT": tri_mhc.coeffs_split(prefill, V41_HC * V41_HIDDEN, pcfg),
+                        "BM": pcfg["BM"]},
          "num_warps": 4, "num_stages": 1},
         {"id": "hc_expand_s4", "module": "deepinfer.kernels.triton.mhc",
          "kernel": "_hc_expand_kernel",
