@@ -218,20 +218,18 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
 # every call, a 4K prefill's 256 token blocks each re-read and re-split all of fn; split 2 at
 # 4 programs per SM was best: 0.870 ms vs 1.131 (split 1), 0.966 (split 4), 0.972 (split 8) on
 # the H200 (session 6 round 11; ~20x the time to read x once; decode's split is capped at 32,
-# 64 tokens ~0.19 ms for all). Now (not yet measured on the H200): bf16x3 (module docstring)
-# for bf16 x, and calls of more than COEFFS_DECODE_MAX_TOKENS tokens use BM=64 (one
-# warpgroup's wgmma M; 64 token blocks at 4K, split 8 at the same program target), a quarter of
-# BM=16's fn re-reads and re-splits. In the sm_90 SASS (Triton 3.7.1) its K loop issues ~31
-# warp instructions per token and BK step, against ~256 for BM=16 with tf32x3 (mma.sync,
-# 255 registers) and ~229 for BM=16 with bf16x3. Decode keeps BM=16 so that split-K still
-# fills the GPU.
+# 64 tokens ~0.19 ms for all). Session 10 (round 35, bench/mhc_prefill.py, H200): bf16x3 (module
+# docstring) for bf16 x, and calls of more than COEFFS_DECODE_MAX_TOKENS tokens in BM=64 blocks
+# (one warpgroup's wgmma M; split 8 at the same program target): 4,096 tokens 0.936 -> 0.344 ms
+# (BM 128: 0.340; two fn parts: 0.323, but ~7x tf32x3's error); 64 tokens: BM 16 0.188 ms,
+# BM 32 0.114, BM 64 0.122 (tf32x3 at BM 16: 0.232) -> decode takes BM 32.
 COEFFS_PRECISION = "bf16x3"  # or "tf32x3" (the session-6 route); "ieee" in the interpreter
 COEFFS_FN_PARTS = 3  # bf16 terms of fn under bf16x3: 3 exact, 2 keep ~17 bits
 COEFFS_BLOCK_K = 64
 COEFFS_NUM_STAGES = 4
 COEFFS_TARGET_PROGRAMS = 528
 COEFFS_DECODE_MAX_TOKENS = 256  # up to here the decode launch, above it the prefill launch
-COEFFS_BLOCK_M = 16  # decode
+COEFFS_BLOCK_M = 32  # decode
 COEFFS_NUM_WARPS = 4
 COEFFS_BLOCK_M_PREFILL = 64
 COEFFS_NUM_WARPS_PREFILL = 4  # one warpgroup per 64 tokens

@@ -44,7 +44,7 @@ def test_hc_coeffs(split, block_m, monkeypatch):
 
 
 def test_hc_coeffs_config_by_token_count(monkeypatch):
-    """Decode (<= COEFFS_DECODE_MAX_TOKENS) keeps BM=16 + split-K; prefill takes the larger
+    """Decode (<= COEFFS_DECODE_MAX_TOKENS) takes BM=32 + split-K; prefill takes the larger
     token block (a multiple of wgmma's 64 rows); the precision is read at call time."""
     k = 4 * 5120  # V4.1: S*D
     limit = tri_mhc.COEFFS_DECODE_MAX_TOKENS
@@ -52,7 +52,7 @@ def test_hc_coeffs_config_by_token_count(monkeypatch):
     for n in (1, 64, limit):
         cfg = tri_mhc.coeffs_config(n)
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M, tri_mhc.COEFFS_NUM_WARPS)
-        assert cfg["BM"] == 16 and cfg["precision"] == "bf16x3" and cfg["fn_parts"] == 3
+        assert cfg["BM"] == 32 and cfg["precision"] == "bf16x3" and cfg["fn_parts"] == 3
     for n in (limit + 1, 4096, 65536):
         cfg = tri_mhc.coeffs_config(n)
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M_PREFILL,
@@ -179,7 +179,8 @@ HC_COEFFS_SIGNATURE = {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32"
 
 def _hc_coeffs_case(num_tokens: int, precision: str, split: int | None = None) -> dict:
     """``_hc_coeffs_kernel`` as ``hc_coeffs`` launches it for ``num_tokens`` bf16 tokens at V4.1
-    (decode: BM 16 + split-K; prefill: the prefill BM, split-K, or split 1 = fused epilogue)."""
+    (decode: the decode BM + split-K; prefill: the prefill BM, split-K, or split 1 = fused
+    epilogue)."""
     cfg = tri_mhc.coeffs_config(num_tokens)
     if split is None:
         split = tri_mhc.coeffs_split(num_tokens, V41_HC * V41_HIDDEN, cfg)
@@ -190,12 +191,12 @@ def _hc_coeffs_case(num_tokens: int, precision: str, split: int | None = None) -
                            "PRECISION": precision, "FN_PARTS": cfg["fn_parts"], "BM": cfg["BM"],
                            "BK": cfg["BK"]},
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"], "no_spill": True,
-            # one warpgroup's wgmma needs M >= 64 tokens; BM=16 runs mma.sync
+            # one warpgroup's wgmma needs M >= 64 tokens; BM 16 or 32 runs mma.sync
             "expect_wgmma": cfg["BM"] >= 64, "divisible": ["K", "k_per_split"]}
 
 
 def test_sm90_compile(sm90_compile):
-    decode, prefill = 64, 4096  # both precisions at both token blocks (BM 16 and prefill's)
+    decode, prefill = 64, 4096  # both precisions at both token blocks (decode and prefill BM)
     pcfg = tri_mhc.coeffs_config(prefill)
     cases = [
         _hc_coeffs_case(decode, "bf16x3"),
