@@ -222,14 +222,16 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
 # docstring) for bf16 x, and calls of more than COEFFS_DECODE_MAX_TOKENS tokens in BM=64 blocks
 # (one warpgroup's wgmma M; split 8 at the same program target): 4,096 tokens 0.936 -> 0.344 ms
 # (BM 128: 0.340; two fn parts: 0.323, but ~7x tf32x3's error); 64 tokens: BM 16 0.188 ms,
-# BM 32 0.114, BM 64 0.122 (tf32x3 at BM 16: 0.232) -> decode takes BM 32.
+# BM 32 0.114, BM 64 0.122 (tf32x3 at BM 16: 0.232) — but those are launch-bound: in the
+# decode step's graph replay (round 35b, 64 x 4K) BM 32 cost 330 + 250 us (coeffs + finalize)
+# per step against 278 + 119 for BM 16 tf32x3 (round 32), so decode keeps BM 16.
 COEFFS_PRECISION = "bf16x3"  # or "tf32x3" (the session-6 route); "ieee" in the interpreter
 COEFFS_FN_PARTS = 3  # bf16 terms of fn under bf16x3: 3 exact, 2 keep ~17 bits
 COEFFS_BLOCK_K = 64
 COEFFS_NUM_STAGES = 4
 COEFFS_TARGET_PROGRAMS = 528
 COEFFS_DECODE_MAX_TOKENS = 256  # up to here the decode launch, above it the prefill launch
-COEFFS_BLOCK_M = 32  # decode
+COEFFS_BLOCK_M = 16  # decode
 COEFFS_NUM_WARPS = 4
 COEFFS_BLOCK_M_PREFILL = 64
 COEFFS_NUM_WARPS_PREFILL = 4  # one warpgroup per 64 tokens

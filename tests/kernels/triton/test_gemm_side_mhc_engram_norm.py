@@ -44,7 +44,7 @@ def test_hc_coeffs(split, block_m, monkeypatch):
 
 
 def test_hc_coeffs_config_by_token_count(monkeypatch):
-    """Decode (<= COEFFS_DECODE_MAX_TOKENS) takes BM=32 + split-K; prefill takes the larger
+    """Decode (<= COEFFS_DECODE_MAX_TOKENS) takes BM=16 + split-K; prefill takes the larger
     token block (a multiple of wgmma's 64 rows); the precision is read at call time."""
     k = 4 * 5120  # V4.1: S*D
     limit = tri_mhc.COEFFS_DECODE_MAX_TOKENS
@@ -52,7 +52,7 @@ def test_hc_coeffs_config_by_token_count(monkeypatch):
     for n in (1, 64, limit):
         cfg = tri_mhc.coeffs_config(n)
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M, tri_mhc.COEFFS_NUM_WARPS)
-        assert cfg["BM"] == 32 and cfg["precision"] == "bf16x3" and cfg["fn_parts"] == 3
+        assert cfg["BM"] == 16 and cfg["precision"] == "bf16x3" and cfg["fn_parts"] == 3
     for n in (limit + 1, 4096, 65536):
         cfg = tri_mhc.coeffs_config(n)
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M_PREFILL,
