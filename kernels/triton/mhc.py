@@ -10,27 +10,28 @@ stores pre (N, S), post (N, S), comb (N, S, S). S must be a power of two with S*
 S = 4).
 
 The dot's precision (constexpr PRECISION) keeps m at fp32 accuracy while fn is fp32:
-  * "bf16x3" (the GPU default for bf16 x): x is loaded as bf16 and fed to the tensor cores as is
-    (the sum of squares uses an fp32 upcast of the same tile); each fp32 fn tile is split in
-    registers into FN_PARTS bf16 terms, hi = bf16(fn), mid = bf16(fn - hi), lo = bf16(fn - hi -
-    mid), and m += x @ hi + x @ mid + x @ lo as bf16 MMAs with fp32 accumulation. Three parts
-    are exact: hi holds the top 8 of fn's 24 significant bits and leaves a residual of at most
-    16 bits, mid leaves at most 8, which lo holds exactly: hi + mid + lo == fn for 0 and
-    2^-110 <= |fn| < 3.39e38 (bf16 has fp32's exponents; below, lo's last bits fall under
-    bf16's smallest subnormal 2^-133; above, hi overflows; ``split_bf16_parts`` is the torch
-    twin). Each bf16 x bf16 product is exact in fp32, so the dot is as exact as an fp32 dot up
-    to the fp32 accumulation. Two parts keep 16-17 bits of fn (relative error <= 2^-16):
-    ~7x tf32x3's coefficient error at V4.1 shapes (4e-6 vs 6e-7, emulated on the CPU), inside
-    the GPU test's 1e-4 but not as accurate, so FN_PARTS=2 is a bench variant, not the default.
+  * "bf16x3" (the GPU default for a bf16 x at prefill sizes; 2.7x faster there, round 35; decode
+    keeps tf32x3, faster at 16-token blocks, round 36): x is loaded as bf16 and fed to the tensor
+    cores as is (the sum of squares uses an fp32 upcast of the same tile); each fp32 fn tile is
+    split in registers into FN_PARTS bf16 terms, hi = bf16(fn), mid = bf16(fn - hi), lo = bf16(fn -
+    hi - mid), and m += x @ hi + x @ mid + x @ lo as bf16 MMAs with fp32 accumulation. Three parts
+    are exact: hi holds the top 8 of fn's 24 significant bits and leaves a residual of at most 16
+    bits, mid leaves at most 8, which lo holds exactly: hi + mid + lo == fn for 0 and 2^-110 <= |fn|
+    < 3.39e38 (bf16 has fp32's exponents; below, lo's last bits fall under bf16's smallest subnormal
+    2^-133; above, hi overflows; ``split_bf16_parts`` is the torch twin). Each bf16 x bf16 product
+    is exact in fp32, so the dot is as exact as an fp32 dot up to the fp32 accumulation. Two parts
+    keep 16-17 bits of fn (relative error <= 2^-16): ~7x tf32x3's coefficient error at V4.1 shapes
+    (4e-6 vs 6e-7, emulated on the CPU), inside the GPU test's 1e-4 but not as accurate, so
+    FN_PARTS=2 is a bench variant, not the default.
   * "tf32x3" (the previous GPU route; also any non-bf16 x on the GPU): fp32 operands, Triton's
     3xTF32 split of both x and fn in every program and K step; with bf16 x, x's low TF32 part
     is exactly zero, so one of the three TF32 MMAs (each half bf16's rate) is wasted work.
   * "ieee": the interpreter (TRITON_INTERPRET=1) computes in fp32; its bf16 arithmetic is wrong
     (a bf16 dot multiplies the raw uint16 storage), so bf16x3 never runs there.
 Launch by token count (``coeffs_config``): decode batches (<= COEFFS_DECODE_MAX_TOKENS) use
-BM=16-token blocks with split-K to fill the GPU; prefill uses COEFFS_BLOCK_M_PREFILL-token blocks
-(one warpgroup's wgmma M), so each program's fn tiles (re-read from L2 and re-split per token
-block: 3.9 MB at V4.1) serve 4x more tokens than at BM=16.
+BM=16-token blocks with split-K to fill the GPU, in tf32x3; prefill uses COEFFS_BLOCK_M_PREFILL-
+token blocks (one warpgroup's wgmma M), so each program's fn tiles (re-read from L2 and re-split
+per token block: 3.9 MB at V4.1) serve 4x more tokens than at BM=16.
 """
 
 from __future__ import annotations
@@ -224,8 +225,11 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
 # (BM 128: 0.340; two fn parts: 0.323, but ~7x tf32x3's error); 64 tokens: BM 16 0.188 ms,
 # BM 32 0.114, BM 64 0.122 (tf32x3 at BM 16: 0.232) — but those are launch-bound: in the
 # decode step's graph replay (round 35b, 64 x 4K) BM 32 cost 330 + 250 us (coeffs + finalize)
-# per step against 278 + 119 for BM 16 tf32x3 (round 32), so decode keeps BM 16.
-COEFFS_PRECISION = "bf16x3"  # or "tf32x3" (the session-6 route); "ieee" in the interpreter
+# per step against 278 + 119 for BM 16 tf32x3 (round 32), and BM 16 bf16x3 (round 36) 329 +
+# 120 (256 x 32K: 899 + 121 against 842 + 121): at 16 tokens a program's three fn splits and
+# nine mma.sync dots cost more than 3xTF32's, so decode keeps the session-6 launch, tf32x3.
+COEFFS_PRECISION = "bf16x3"  # prefill; or "tf32x3"; "ieee" in the interpreter
+COEFFS_PRECISION_DECODE = "tf32x3"  # or "bf16x3" (slower at decode, round 36)
 COEFFS_FN_PARTS = 3  # bf16 terms of fn under bf16x3: 3 exact, 2 keep ~17 bits
 COEFFS_BLOCK_K = 64
 COEFFS_NUM_STAGES = 4
@@ -247,7 +251,8 @@ def coeffs_config(num_tokens: int, interpret: bool = False) -> dict:
     return dict(BM=COEFFS_BLOCK_M_PREFILL if prefill else COEFFS_BLOCK_M, BK=COEFFS_BLOCK_K,
                 num_warps=COEFFS_NUM_WARPS_PREFILL if prefill else COEFFS_NUM_WARPS,
                 num_stages=COEFFS_NUM_STAGES, target_programs=COEFFS_TARGET_PROGRAMS,
-                precision=COEFFS_PRECISION, fn_parts=COEFFS_FN_PARTS)
+                precision=COEFFS_PRECISION if prefill else COEFFS_PRECISION_DECODE,
+                fn_parts=COEFFS_FN_PARTS)
 
 
 def split_bf16_parts(fn: torch.Tensor, parts: int = COEFFS_FN_PARTS) -> list[torch.Tensor]:

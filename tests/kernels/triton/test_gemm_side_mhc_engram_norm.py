@@ -52,7 +52,7 @@ def test_hc_coeffs_config_by_token_count(monkeypatch):
     for n in (1, 64, limit):
         cfg = tri_mhc.coeffs_config(n)
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M, tri_mhc.COEFFS_NUM_WARPS)
-        assert cfg["BM"] == 16 and cfg["precision"] == "bf16x3" and cfg["fn_parts"] == 3
+        assert cfg["BM"] == 16 and cfg["precision"] == tri_mhc.COEFFS_PRECISION_DECODE == "tf32x3"
     for n in (limit + 1, 4096, 65536):
         cfg = tri_mhc.coeffs_config(n)
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M_PREFILL,
