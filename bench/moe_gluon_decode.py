@@ -56,10 +56,12 @@ def main() -> None:
     parser.add_argument("--bm", type=int, nargs="+", default=[16, 8])
     parser.add_argument("--stages", type=int, nargs="+", default=[4],
                         help="TMA ring depths of the weight tiles")
+    parser.add_argument("--w4a8-stages", type=int, nargs="*", default=[4],
+                        help="TMA ring depths of the W4A8 kernel (moe_gluon_w4a8); none: skip")
     args = parser.parse_args()
     from bench_common import roofline
 
-    from deepinfer.kernels.triton import moe_align, moe_experts, moe_gluon
+    from deepinfer.kernels.triton import moe_align, moe_experts, moe_gluon, moe_gluon_w4a8
 
     rl = roofline()
     hbm = rl.measure_ceilings()["hbm_bytes_per_s"]
@@ -68,6 +70,7 @@ def main() -> None:
     fp4 = moe_decode.random_experts(e, d, i, "cuda")
     words = [moe_experts.mxfp4_to_word_order(w) for w in fp4]
     frag = [moe_gluon.to_kernel_order(w.data.view(torch.uint8)) for w in fp4]
+    words8 = [moe_gluon_w4a8.to_kernel_order(w.data) for w in fp4] if args.w4a8_stages else []
     print(f"{torch.cuda.get_device_name()}: HBM ceiling {hbm / 1e12:.2f} TB/s (copy)")
     print("| tokens | kernel | BM | ms | experts | weight MB | GB/s | η | max err / max ref |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -113,12 +116,54 @@ def main() -> None:
                 print(f"| {num_tokens} | {name} | {bm} | {ms:.3f} | {touched} | "
                       f"{n_bytes / 1e6:.1f} | {n_bytes / ms / 1e6:.0f} | "
                       f"{n_bytes / ms * 1e3 / hbm:.2f} | {err:.1e} |", flush=True)
+        if args.w4a8_stages:
+            w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched,
+                      gated_bytes, down_bytes)
         g_ms, d_ms, whole = triton_kernel_ms(x, ids, route_w, words)
         for name, ms, n_bytes in (("triton gated", g_ms, gated_bytes),
                                   ("triton down", d_ms, down_bytes)):
             print(f"| {num_tokens} | {name} | 16 | {ms:.3f} | {touched} | {n_bytes / 1e6:.1f} | "
                   f"{n_bytes / ms / 1e6:.0f} | {n_bytes / ms * 1e3 / hbm:.2f} | |", flush=True)
         print(f"| {num_tokens} | triton run_experts (all launches) | | {whole:.3f} | | | | | |")
+
+
+def _q8_values(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """Q8_32 codes (N, K) + ue8m0 (N, K/32) -> fp32 values."""
+    vals = codes.view(torch.float8_e4m3fn).float()
+    return vals * torch.exp2(scales.float() - 127).repeat_interleave(32, dim=1)
+
+
+def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, gated_bytes,
+              down_bytes) -> None:
+    """The W4A8 Gluon kernel (moe_gluon_w4a8) against the reference on the Q8_32 values."""
+    from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
+
+    k = moe_decode.TOPK
+    xc, xs = quant_act.quant_q8_32(x)
+    hc, hs = quant_act.quant_q8_32(h)
+    xv, hv = _q8_values(xc, xs), _q8_values(hc, hs)
+    refs = [moe_gluon.reference_grouped(v, w.data.view(torch.uint8), w.scale, flat, div)
+            for v, w, div in ((xv, fp4[0], k), (xv, fp4[1], k), (hv, fp4[2], 1))]
+    pairs, blocks = moe_align.align_pairs(ids, moe_decode.EXPERTS, moe_gluon_w4a8.BLOCK_M)
+    for stages in args.w4a8_stages:
+        gated = functools.partial(moe_gluon_w4a8.w4a8_decode_gemm, xc, xs, words8[0],
+                                  fp4[0].scale, words8[1], fp4[1].scale, pairs, blocks,
+                                  num_pairs, k, stages=stages)
+        down = functools.partial(moe_gluon_w4a8.w4a8_decode_gemm, hc, hs, words8[2],
+                                 fp4[2].scale, None, None, pairs, blocks, num_pairs, 1,
+                                 stages=stages)
+        o1, o3 = gated()
+        o2, _ = down()
+        errs = [((o - r).norm() / r.norm()).item() for o, r in zip((o1, o3, o2), refs,
+                                                                  strict=True)]
+        for name, fn, n_bytes, err in ((f"w4a8 gated, {stages} stages", gated, gated_bytes,
+                                        max(errs[:2])),
+                                       (f"w4a8 down, {stages} stages", down, down_bytes,
+                                        errs[2])):
+            ms = rl.median_ms(fn)
+            print(f"| {x.shape[0]} | {name} | 8 | {ms:.3f} | {touched} | {n_bytes / 1e6:.1f} | "
+                  f"{n_bytes / ms / 1e6:.0f} | {n_bytes / ms * 1e3 / hbm:.2f} | "
+                  f"{err:.1e} (rel. L2) |", flush=True)
 
 
 if __name__ == "__main__":

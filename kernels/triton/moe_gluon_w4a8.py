@@ -1,0 +1,326 @@
+"""Decode expert GEMM with FP8 tensor cores over MXFP4 weights, in Gluon (SM90 only; a PROBE:
+not wired into the engine yet).
+
+    out[p, o] = sum over K of W_e[o, k] * x[row(p), k]        (W1 and W3 when GATED)
+
+Why: the bf16 kernels (``moe_experts``, ``moe_gluon``) spend ~3-4 instructions per weight on
+the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~1.5:
+
+  * x is the Q8_32 activation as it is (e4m3 codes + ue8m0 per 32 K, ``quant_act.quant_q8_32``),
+    the weights become e4m3 codes by bit moves only: e2m1 (s e1 e0 m) -> e4m3 bits
+    s 0 0 e1 e0 m 0 0 = value * 2^-6, exact (e2m1's subnormal 0.5 lands on e4m3's subnormal).
+  * One FP8 wgmma (m64 n8 k32) per 32-K group, into its own accumulator, then the promotion
+    acc += acc_g * 2^(ew + ex - 121) in fp32 (weight scale ew per row, activation scale ex
+    per token; the 2^6 of the codes is in the -121). The in-group sums run in the tensor core's
+    FP8 accumulator (~14 bits on Hopper), so this is W4A8 accuracy (~1e-3 relative), not the
+    exact-product fp32 sums of the W4A16 path.
+  * Kernel order (``to_kernel_order``, once at load): one 32-bit word per (row, 32-K group,
+    quad lane q) holds the 8 nibbles a thread needs for its wgmma A fragment of that row:
+    K = 32 G + 4 q + b (b < 4: register "lo") and 32 G + 16 + 4 q + b ("hi"), placed so that
+        lo = w & 0x9C9C9C9C,   hi = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
+    (5 instructions for 8 weights). A 128-K step of a row is 16 words, quad lane q's four
+    (groups 0..3) contiguous: one 16-byte chunk.
+  * Weight tiles [64 rows, 64 bytes] stream through a TMA ring (``STAGES``); the register
+    layout of the shared-memory load, the unpack's outputs and the wgmma A operand line up
+    (no shuffles: checked in the sm_90 PTX, tests/kernels/triton/test_moe_gluon.py).
+  * Tokens: BM = 8 pairs of one expert per program (``moe_align.align_pairs(ids, E, 8)``),
+    their codes [8, 128] per step in a 2-deep shared ring as the wgmma B operand.
+
+Shapes: x codes (rows, K) uint8 + scales (rows, K/32) uint8; w (E, O, K/2) uint8 in kernel
+order; ws (E, O, K/32) uint8; sorted_pairs (num_blocks * 8,) int32 (padding = num_pairs);
+block_expert (num_blocks,) int32 (-1 idle); out (num_pairs, O) fp32. Reference:
+``moe_gluon.reference_grouped`` on the dequantized activation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+
+ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
+BLOCK_K = 128  # K per pipeline step: 4 groups of 32
+BLOCK_M = 8  # pairs per program: the wgmma N side
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+
+    # 16 bytes = words (row g, group 2j), (row g + 8, 2j), (g, 2j + 1), (g + 8, 2j + 1) ->
+    # P = the A fragment of group 2j (lo g, lo g+8, hi g, hi g+8), Q = that of group 2j + 1
+    _UNPACK_ASM = gl.constexpr("""{
+.reg .b32 r, t;
+and.b32 $0, $8, 0x9C9C9C9C;
+and.b32 $1, $9, 0x9C9C9C9C;
+shf.l.wrap.b32 r, $8, $8, 2; shf.l.wrap.b32 t, $8, $8, 4;
+and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $2, r, t;
+shf.l.wrap.b32 r, $9, $9, 2; shf.l.wrap.b32 t, $9, $9, 4;
+and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $3, r, t;
+and.b32 $4, $10, 0x9C9C9C9C;
+and.b32 $5, $11, 0x9C9C9C9C;
+shf.l.wrap.b32 r, $10, $10, 2; shf.l.wrap.b32 t, $10, $10, 4;
+and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $6, r, t;
+shf.l.wrap.b32 r, $11, $11, 2; shf.l.wrap.b32 t, $11, $11, 4;
+and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
+}""")
+
+    @gluon.jit
+    def _group_operands(p, LA: gl.constexpr):
+        """Shared-memory bytes p [64, 64] of one step (layout L64) -> the e4m3 A operands
+        [64, 32] of its 4 groups (layout LA)."""
+        pq, qq = gl.inline_asm_elementwise(
+            _UNPACK_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r", [p], dtype=(gl.uint8, gl.uint8),
+            is_pure=True, pack=16)
+        # columns 16 q + 8 j + 4 t + b (t: lo / hi) -> (row, t, q, b) per group pair j
+        pq = gl.permute(gl.reshape(pq, [64, 4, 2, 2, 4]), [0, 3, 1, 4, 2])
+        qq = gl.permute(gl.reshape(qq, [64, 4, 2, 2, 4]), [0, 3, 1, 4, 2])
+        g0, g2 = gl.split(pq)
+        g1, g3 = gl.split(qq)
+        return (_operand(g0, LA), _operand(g1, LA), _operand(g2, LA), _operand(g3, LA))
+
+    @gluon.jit
+    def _operand(g, LA: gl.constexpr):
+        return gl.convert_layout(gl.reshape(g, [64, 32]), LA).to(gl.float8e4nv, bitcast=True)
+
+    @gluon.jit
+    def _split4(t):
+        """[N, 4] -> its 4 columns [N] (register-only splits)."""
+        a, b = gl.split(gl.reshape(t, [t.shape[0], 2, 2]))
+        c0, c2 = gl.split(a)
+        c1, c3 = gl.split(b)
+        return c0, c1, c2, c3
+
+    @gluon.jit
+    def _promote(acc, acc_g, ew, ex, ROW_L: gl.constexpr, COL_L: gl.constexpr):
+        """acc + acc_g * 2^(ew + ex - 121): ew [64] ue8m0 (rows), ex [BM] ue8m0 (tokens)."""
+        ew_b = gl.convert_layout((ew.to(gl.int32) - 121) << 23, ROW_L)
+        ex_b = gl.convert_layout(ex.to(gl.int32) << 23, COL_L)
+        f = (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
+        return acc + acc_g * f
+
+    @gluon.jit
+    def _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, step, num_steps,
+                    GATED: gl.constexpr, STAGES: gl.constexpr):
+        st = step % STAGES
+        ok = step < num_steps
+        nbytes: gl.constexpr = 64 * 64 * (2 if GATED else 1)
+        mbarrier.expect(bars.index(st), nbytes, pred=ok)
+        tma.async_copy_global_to_shared(w1_desc, [row0, step * 64], bars.index(st),
+                                        w1_s.index(st), pred=ok)
+        if GATED:
+            tma.async_copy_global_to_shared(w3_desc, [row0, step * 64], bars.index(st),
+                                            w3_s.index(st), pred=ok)
+
+    @gluon.jit
+    def _mma_groups(a0, a1, a2, a3, x_s, z):
+        """The 4 groups' wgmmas [64, 32] x [32, BM], each into a fresh accumulator, async."""
+        c0 = warpgroup_mma(a0, x_s.slice(0, 32, dim=1).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        c1 = warpgroup_mma(a1, x_s.slice(32, 32, dim=1).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        c2 = warpgroup_mma(a2, x_s.slice(64, 32, dim=1).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        c3 = warpgroup_mma(a3, x_s.slice(96, 32, dim=1).permute((1, 0)), z, use_acc=False,
+                           is_async=True)
+        return c0, c1, c2, c3
+
+    @gluon.jit
+    def _w4a8_decode_kernel(xc_ptr, xs_ptr, w1_desc, s1_ptr, w3_desc, s3_ptr, pairs_ptr,
+                            block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
+                            stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
+                            GATED: gl.constexpr, STAGES: gl.constexpr,
+                            num_warps: gl.constexpr):
+        BM: gl.constexpr = 8
+        BK: gl.constexpr = 128
+        # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
+        # (2 bits: group) of quad lane q's 16-byte chunk; lanes q and g; warps w: row 16 w + 8 m
+        # + g, the wgmma A fragment rows
+        L64: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
+            lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 64])
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BM, 32])
+        LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
+        ROW_L: gl.constexpr = gl.SliceLayout(1, MMA)
+        COL_L: gl.constexpr = gl.SliceLayout(0, MMA)
+        # weight scales [64 rows, 4 groups]: a thread's rows, 4 contiguous bytes each
+        LSW: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [8, 0]],
+            lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
+            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 4])
+        # activation scales [8 tokens, 4 groups]: a thread's tokens 2 q, 2 q + 1
+        LSX: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [1, 0]],
+            lane_bases=[[2, 0], [4, 0], [0, 0], [0, 0], [0, 0]],
+            warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[BM, 4])
+        LX: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # codes [8, 128]
+        SX: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
+                                                 rank=2)
+        SW: gl.constexpr = w1_desc.layout
+
+        block = gl.program_id(0)
+        tile = gl.program_id(1)
+        expert = gl.load(block_expert_ptr + block)
+        if expert >= 0:
+            row0 = expert * O + tile * 64
+            w1_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 64], SW)
+            w3_s = gl.allocate_shared_memory(gl.uint8, [STAGES if GATED else 1, 64, 64], SW)
+            bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            for b in gl.static_range(STAGES):
+                mbarrier.init(bars.index(b), count=1)
+            num_steps = K // BK
+            for b in gl.static_range(STAGES - 1):
+                _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED,
+                            STAGES)
+
+            r_w = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, LSW))
+            g_w = gl.arange(0, 4, layout=gl.SliceLayout(0, LSW))
+            sw_off = (r_w.to(gl.int64) * (stride_sn4 * 4))[:, None] + g_w[None, :]
+            s1_base = s1_ptr + expert.to(gl.int64) * stride_se
+            s3_base = s3_ptr + expert.to(gl.int64) * stride_se
+
+            t_x = gl.arange(0, BM, layout=gl.SliceLayout(1, LX))
+            pairs_x = gl.load(pairs_ptr + block * BM + t_x)
+            rows_x = (gl.where(pairs_x < num_pairs, pairs_x, 0) // x_row_div).to(gl.int64)
+            xc_ptrs = xc_ptr + (rows_x * stride_xc)[:, None] + gl.arange(
+                0, BK, layout=gl.SliceLayout(0, LX))[None, :]
+            t_s = gl.arange(0, BM, layout=gl.SliceLayout(1, LSX))
+            pairs_s = gl.load(pairs_ptr + block * BM + t_s)
+            rows_s = (gl.where(pairs_s < num_pairs, pairs_s, 0) // x_row_div).to(gl.int64)
+            xs_ptrs = xs_ptr + (rows_s * (stride_xs4 * 4))[:, None] + gl.arange(
+                0, 4, layout=gl.SliceLayout(0, LSX))[None, :]
+
+            x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, BM, BK], SX)
+            acc1 = gl.zeros([64, BM], gl.float32, MMA)
+            acc3 = gl.zeros([64, BM], gl.float32, MMA)
+            z = gl.zeros([64, BM], gl.float32, MMA)
+
+            for i in range(num_steps):
+                _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
+                            num_steps, GATED, STAGES)
+                xc = gl.load(xc_ptrs + i * BK)
+                ex0, ex1, ex2, ex3 = _split4(gl.load(xs_ptrs + i * 4))
+                ew0, ew1, ew2, ew3 = _split4(gl.load(s1_base + sw_off + i * 4))
+                x8 = x_smem.index(i % 2)
+                x8.store(xc.to(gl.float8e4nv, bitcast=True))
+                fence_async_shared()
+                _cta_barrier()
+                stage = i % STAGES
+                mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
+                a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
+                c0, c1, c2, c3 = _mma_groups(a0, a1, a2, a3, x8, z)
+                if GATED:
+                    b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
+                    d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
+                    fw0, fw1, fw2, fw3 = _split4(gl.load(s3_base + sw_off + i * 4))
+                    c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
+                        num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
+                    acc3 = _promote(acc3, d0, fw0, ex0, ROW_L, COL_L)
+                    acc3 = _promote(acc3, d1, fw1, ex1, ROW_L, COL_L)
+                    acc3 = _promote(acc3, d2, fw2, ex2, ROW_L, COL_L)
+                    acc3 = _promote(acc3, d3, fw3, ex3, ROW_L, COL_L)
+                else:
+                    c0, c1, c2, c3 = warpgroup_mma_wait(num_outstanding=0,
+                                                        deps=(c0, c1, c2, c3))
+                acc1 = _promote(acc1, c0, ew0, ex0, ROW_L, COL_L)
+                acc1 = _promote(acc1, c1, ew1, ex1, ROW_L, COL_L)
+                acc1 = _promote(acc1, c2, ew2, ex2, ROW_L, COL_L)
+                acc1 = _promote(acc1, c3, ew3, ex3, ROW_L, COL_L)
+            for b in gl.static_range(STAGES):
+                mbarrier.invalidate(bars.index(b))
+
+            rows_o = tile * 64 + gl.arange(0, 64, layout=ROW_L)
+            pairs_o = gl.load(pairs_ptr + block * BM + gl.arange(0, BM, layout=COL_L))
+            valid = pairs_o < num_pairs
+            offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
+            mask = valid[None, :] & (rows_o[:, None] >= 0)
+            gl.store(out1_ptr + offs, acc1, mask=mask)
+            if GATED:
+                gl.store(out3_ptr + offs, acc3, mask=mask)
+
+
+def _e4m3_fields(nib: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """e2m1 nibbles (int64) -> their bits (s, e1, e0, m)."""
+    return (nib >> 3) & 1, (nib >> 2) & 1, (nib >> 1) & 1, nib & 1
+
+
+def to_kernel_order(packed: torch.Tensor) -> torch.Tensor:
+    """Checkpoint-order MXFP4 bytes (..., K/2) -> this kernel's words (same shape, uint8).
+
+    Inside each 128-K step of a row: word 4 q + G (bytes 16 q + 4 G ..) holds, for group G
+    and quad lane q, the nibbles of K = 32 G + 4 q + b ("lo", byte b: s e1 e0 m at bits
+    8b + 7, 4, 3, 2) and K = 32 G + 16 + 4 q + b ("hi": s at 8b + 5, e1 at 8b, e0 at 8b + 1,
+    m at 8((b - 1) mod 4) + 6) — see the module docstring for the unpack."""
+    half = packed.shape[-1]
+    assert half % (BLOCK_K // 2) == 0, (packed.shape, BLOCK_K)
+    p = packed.view(torch.uint8).to(torch.int64)
+    nib = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(*p.shape[:-1], half * 2)  # K order
+    lead = nib.shape[:-1]
+    nib = nib.reshape(*lead, half * 2 // BLOCK_K, 4, 2, 4, 4)  # steps, G, t, q, b
+    nib = nib.movedim(-2, -4)  # steps, q, G, t, b
+    lo, hi = nib[..., 0, :], nib[..., 1, :]  # (..., steps, q, G, b)
+    word = torch.zeros(lo.shape[:-1], dtype=torch.int64, device=packed.device)
+    for b in range(4):
+        s, e1, e0, m = _e4m3_fields(lo[..., b])
+        word |= (s << (8 * b + 7)) | (e1 << (8 * b + 4)) | (e0 << (8 * b + 3)) | (m << (8 * b + 2))
+        s, e1, e0, m = _e4m3_fields(hi[..., b])
+        word |= ((s << (8 * b + 5)) | (e1 << (8 * b)) | (e0 << (8 * b + 1))
+                 | (m << (8 * ((b - 1) % 4) + 6)))
+    word = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
+    return word.contiguous().view(torch.uint8).reshape(packed.shape)
+
+
+def unpack_twin(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The asm's lo / hi registers from int32 words (torch twin, for the tests)."""
+    w = words.to(torch.int64) & 0xFFFFFFFF
+    rotl = lambda v, n: ((v << n) | (v >> (32 - n))) & 0xFFFFFFFF  # noqa: E731
+    lo = w & 0x9C9C9C9C
+    hi = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
+    return lo, hi
+
+
+def weight_descriptor(words: torch.Tensor):
+    """TMA descriptor of (E, O, K/2) kernel-order bytes as [E * O, K/2], box [64, 64]."""
+    num_experts, out_features, half = words.shape
+    flat = words.reshape(num_experts * out_features, half)
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [ROWS, 64], layout)
+
+
+def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
+                     s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
+                     sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
+                     x_row_div: int, stages: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """out1 (num_pairs, O) fp32 = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3).
+
+    x_codes (rows, K) uint8 e4m3 + x_scales (rows, K/32) uint8 (``quant_act.quant_q8_32``);
+    w1/w3 (E, O, K/2) in ``to_kernel_order``, s1/s3 (E, O, K/32) uint8; pairs grouped by
+    ``moe_align.align_pairs(ids, E, 8)``."""
+    assert HAS_GLUON, "w4a8_decode_gemm needs triton's Gluon"
+    num_experts, out_features, half = w1.shape
+    k = half * 2
+    assert k % BLOCK_K == 0 and out_features % ROWS == 0 and x_codes.shape[1] == k
+    assert s1.stride(1) % 4 == 0 and x_scales.stride(0) % 4 == 0  # 4-byte scale loads
+    gated = w3 is not None
+    out1 = torch.empty((num_pairs, out_features), dtype=torch.float32, device=x_codes.device)
+    out3 = torch.empty_like(out1) if gated else out1
+    d1 = weight_descriptor(w1)
+    d3 = weight_descriptor(w3) if gated else d1
+    grid = (block_expert.numel(), out_features // ROWS)
+    _w4a8_decode_kernel[grid](
+        x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
+        out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
+        s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
+        num_warps=4)
+    return out1, (out3 if gated else None)
