@@ -256,12 +256,18 @@ def _e4m3_fields(nib: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def to_kernel_order(packed: torch.Tensor) -> torch.Tensor:
-    """Checkpoint-order MXFP4 bytes (..., K/2) -> this kernel's words (same shape, uint8).
+    """Checkpoint-order MXFP4 bytes (..., K/2) -> this kernel's words (same shape, uint8),
+    converted one leading index at a time (the int64 temporaries are 64x the bytes).
 
     Inside each 128-K step of a row: word 4 q + G (bytes 16 q + 4 G ..) holds, for group G
     and quad lane q, the nibbles of K = 32 G + 4 q + b ("lo", byte b: s e1 e0 m at bits
     8b + 7, 4, 3, 2) and K = 32 G + 16 + 4 q + b ("hi": s at 8b + 5, e1 at 8b, e0 at 8b + 1,
     m at 8((b - 1) mod 4) + 6) — see the module docstring for the unpack."""
+    if packed.dim() > 2:
+        out = torch.empty(packed.shape, dtype=torch.uint8, device=packed.device)
+        for e in range(packed.shape[0]):
+            out[e] = to_kernel_order(packed[e])
+        return out
     half = packed.shape[-1]
     assert half % (BLOCK_K // 2) == 0, (packed.shape, BLOCK_K)
     p = packed.view(torch.uint8).to(torch.int64)
