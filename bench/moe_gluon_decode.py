@@ -54,10 +54,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--bm", type=int, nargs="+", default=[16, 8])
-    parser.add_argument("--stages", type=int, nargs="+", default=[4],
+    parser.add_argument("--stages", type=int, nargs="*", default=[4],
                         help="TMA ring depths of the weight tiles")
     parser.add_argument("--w4a8-stages", type=int, nargs="*", default=[4],
                         help="TMA ring depths of the W4A8 kernel (moe_gluon_w4a8); none: skip")
+    parser.add_argument("--w4a8-bm", type=int, nargs="+", default=[8],
+                        help="pairs per program of the W4A8 kernel (8 or 16)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -144,14 +146,14 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
     xv, hv = _q8_values(xc, xs), _q8_values(hc, hs)
     refs = [moe_gluon.reference_grouped(v, w.data.view(torch.uint8), w.scale, flat, div)
             for v, w, div in ((xv, fp4[0], k), (xv, fp4[1], k), (hv, fp4[2], 1))]
-    pairs, blocks = moe_align.align_pairs(ids, moe_decode.EXPERTS, moe_gluon_w4a8.BLOCK_M)
-    for stages in args.w4a8_stages:
+    for bm, stages in [(bm, st) for bm in args.w4a8_bm for st in args.w4a8_stages]:
+        pairs, blocks = moe_align.align_pairs(ids, moe_decode.EXPERTS, bm)
         gated = functools.partial(moe_gluon_w4a8.w4a8_decode_gemm, xc, xs, words8[0],
                                   fp4[0].scale, words8[1], fp4[1].scale, pairs, blocks,
-                                  num_pairs, k, stages=stages)
+                                  num_pairs, k, stages=stages, block_m=bm)
         down = functools.partial(moe_gluon_w4a8.w4a8_decode_gemm, hc, hs, words8[2],
                                  fp4[2].scale, None, None, pairs, blocks, num_pairs, 1,
-                                 stages=stages)
+                                 stages=stages, block_m=bm)
         o1, o3 = gated()
         o2, _ = down()
         errs = [((o - r).norm() / r.norm()).item() for o, r in zip((o1, o3, o2), refs,
@@ -161,7 +163,7 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
                                        (f"w4a8 down, {stages} stages", down, down_bytes,
                                         errs[2])):
             ms = rl.median_ms(fn)
-            print(f"| {x.shape[0]} | {name} | 8 | {ms:.3f} | {touched} | {n_bytes / 1e6:.1f} | "
+            print(f"| {x.shape[0]} | {name} | {bm} | {ms:.3f} | {touched} | {n_bytes / 1e6:.1f} | "
                   f"{n_bytes / ms / 1e6:.0f} | {n_bytes / ms * 1e3 / hbm:.2f} | "
                   f"{err:.1e} (rel. L2) |", flush=True)
 

@@ -138,9 +138,9 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
     def _w4a8_decode_kernel(xc_ptr, xs_ptr, w1_desc, s1_ptr, w3_desc, s3_ptr, pairs_ptr,
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
-                            GATED: gl.constexpr, STAGES: gl.constexpr,
+                            GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
                             num_warps: gl.constexpr):
-        BM: gl.constexpr = 8
+        gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
         BK: gl.constexpr = 128
         # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
         # (2 bits: group) of quad lane q's 16-byte chunk; lanes q and g; warps w: row 16 w + 8 m
@@ -159,12 +159,14 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             reg_bases=[[0, 1], [0, 2], [8, 0]],
             lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
             warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 4])
-        # activation scales [8 tokens, 4 groups]: a thread's tokens 2 q, 2 q + 1
+        # activation scales [BM tokens, 4 groups]: a thread's tokens 2 q, 2 q + 1 (and + 8):
+        # the accumulator's columns
         LSX: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [1, 0]],
+            reg_bases=[[0, 1], [0, 2], [1, 0]] + ([[8, 0]] if BM == 16 else []),
             lane_bases=[[2, 0], [4, 0], [0, 0], [0, 0], [0, 0]],
             warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[BM, 4])
-        LX: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # codes [8, 128]
+        LX: gl.constexpr = gl.BlockedLayout([1, BM], [BM // 4, 128 // BM], [4, 1],
+                                            [1, 0])  # codes [BM, 128]: BM bytes per thread
         SX: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
         SW: gl.constexpr = w1_desc.layout
@@ -307,12 +309,13 @@ def weight_descriptor(words: torch.Tensor):
 def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
-                     x_row_div: int, stages: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
+                     x_row_div: int, stages: int = 4, block_m: int = BLOCK_M
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """out1 (num_pairs, O) fp32 = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3).
 
     x_codes (rows, K) uint8 e4m3 + x_scales (rows, K/32) uint8 (``quant_act.quant_q8_32``);
     w1/w3 (E, O, K/2) in ``to_kernel_order``, s1/s3 (E, O, K/32) uint8; pairs grouped by
-    ``moe_align.align_pairs(ids, E, 8)``."""
+    ``moe_align.align_pairs(ids, E, block_m)`` (8 or 16)."""
     assert HAS_GLUON, "w4a8_decode_gemm needs triton's Gluon"
     num_experts, out_features, half = w1.shape
     k = half * 2
@@ -328,5 +331,5 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        num_warps=4)
+        BM=block_m, num_warps=4)
     return out1, (out3 if gated else None)
