@@ -25,13 +25,28 @@ _CHILD = textwrap.dedent(r"""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    def sig_type(value):
+        # a signature entry; "desc:RxC" is a Gluon TMA descriptor of uint8 [R, C] boxes,
+        # unswizzled (its mangled type string depends on the triton version)
+        if not value.startswith("desc:"):
+            return value
+        import torch
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+        from triton.runtime.jit import mangle_type
+        rows, cols = map(int, value[5:].split("x"))
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
+        t = torch.empty((1024, 4096), dtype=torch.uint8, device="meta")
+        return mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), [rows, cols],
+                                            layout))
+
     cases = json.loads(sys.stdin.read())
     results = {}
     for case in cases:
         try:
             module = importlib.import_module(case["module"])
             fn = getattr(module, case["kernel"])
-            signature = dict(case["signature"])
+            signature = {name: sig_type(ty) for name, ty in case["signature"].items()}
             # what a real launch specializes on: 16-byte aligned pointers, strides and the named
             # sizes divisible by 16 (this is what lets the pipeliner use cp.async/multi-buffering)
             aligned = [i for i, (name, ty) in enumerate(signature.items())
@@ -40,7 +55,11 @@ _CHILD = textwrap.dedent(r"""
             attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
             for name in case["constexprs"]:
                 signature[name] = "constexpr"
-            src = ASTSource(fn, signature, constexprs=case["constexprs"], attrs=attrs)
+            if case.get("gluon"):  # a Gluon kernel (triton.experimental.gluon)
+                from triton.experimental.gluon._runtime import GluonASTSource
+                src = GluonASTSource(fn, signature, constexprs=case["constexprs"], attrs=attrs)
+            else:
+                src = ASTSource(fn, signature, constexprs=case["constexprs"], attrs=attrs)
             compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                       options={"num_warps": case["num_warps"],
                                                "num_stages": case["num_stages"],
@@ -60,7 +79,9 @@ _CHILD = textwrap.dedent(r"""
                 if found:
                     regs, stack = int(found.group(1)), int(found.group(2))
             results[case["id"]] = {"shared": compiled.metadata.shared, "wgmma": "wgmma" in ptx,
-                                   "regs": regs, "stack": stack, "error": None}
+                                   "regs": regs, "stack": stack, "error": None,
+                                   "shfl": ptx.count("shfl.sync"),
+                                   "wgmma_count": ptx.count("wgmma.mma_async")}
         except Exception:
             results[case["id"]] = {"shared": None, "wgmma": False,
                                    "error": traceback.format_exc()[-3000:]}
@@ -71,8 +92,9 @@ _CHILD = textwrap.dedent(r"""
 def compile_sm90_cases(cases: list[dict]) -> dict[str, dict]:
     """Compile each case for sm_90 in a child process.
 
-    A case: id, module (dotted), kernel (attribute name), signature {arg: "*u8"/"i32"/...} for the
-    runtime arguments in order, constexprs {name: value}, num_warps, num_stages; optional
+    A case: id, module (dotted), kernel (attribute name), signature {arg: "*u8"/"i32"/...; a
+    Gluon TMA descriptor "desc:RxC"} for the runtime arguments in order, constexprs {name:
+    value}, num_warps, num_stages; optional gluon (a Gluon kernel); optional
     divisible (names of integer args that real shapes make multiples of 16; pointers and stride_*
     args always are), expect_wgmma, no_spill (assert a zero spill stack in the cubin, or at most
     max_stack bytes), maxnreg (the launch's register cap).

@@ -1,0 +1,120 @@
+"""The Gluon decode expert GEMM probes (kernels/triton/moe_gluon.py, moe_gluon_w4a8.py) on CPU.
+
+Gluon has no interpreter, so the kernels themselves run only on the GPU
+(tests/gpu/test_moe_gluon_gpu.py). Here: the load-time weight orders against torch twins of
+what the kernels' registers hold, and the sm_90 compile gate — the layouts must line up so that
+the unpacked weights reach the wgmma A operand with no shuffles and no shared-memory round trip.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer.kernels.triton import moe_gluon, moe_gluon_w4a8
+
+E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def _natural_values(packed: torch.Tensor) -> torch.Tensor:
+    """Checkpoint-order MXFP4 bytes (..., K/2) -> the e2m1 values (..., K)."""
+    p = packed.to(torch.int64)
+    return torch.stack([E2M1[p & 0xF], E2M1[p >> 4]], -1).reshape(*packed.shape[:-1], -1)
+
+
+def _e4m3_bytes(reg: torch.Tensor) -> torch.Tensor:
+    """int64 32-bit registers (...) -> their 4 e4m3 bytes as values (..., 4)."""
+    b = torch.stack([(reg >> (8 * i)) & 0xFF for i in range(4)], -1).to(torch.uint8)
+    return b.view(torch.float8_e4m3fn).float()
+
+
+def test_w4a8_kernel_order_gives_the_wgmma_fragments():
+    """Word 4 q + G of a 128-K step, unpacked by the asm's masks and rotations (torch twin),
+    holds the e4m3 codes (value * 2^-6) of K = 32 G + 4 q + b (lo) and 32 G + 16 + 4 q + b (hi):
+    every e2m1 value of every position, both signs of zero included."""
+    torch.manual_seed(0)
+    rows, k = 5, 512
+    packed = torch.randint(0, 256, (2, rows, k // 2), dtype=torch.uint8)
+    packed[0, 0, :16] = torch.arange(16, dtype=torch.uint8) * 17  # every nibble, both halves
+    words = moe_gluon_w4a8.to_kernel_order(packed).view(torch.int32)
+    words = words.reshape(2, rows, k // 128, 4, 4)  # steps, quad lane q, group G
+    lo, hi = moe_gluon_w4a8.unpack_twin(words)
+    values = _natural_values(packed)
+    for q in range(4):
+        for g in range(4):
+            base = torch.arange(k // 128)[:, None] * 128 + 32 * g + 4 * q + torch.arange(4)
+            want_lo = values[..., base]  # (2, rows, steps, 4)
+            want_hi = values[..., base + 16]
+            got_lo = _e4m3_bytes(lo[..., q, g]) * 64
+            got_hi = _e4m3_bytes(hi[..., q, g]) * 64
+            assert torch.equal(got_lo, want_lo) and torch.equal(got_hi, want_hi), (q, g)
+            # signed zeros survive (-0 is e4m3 0x80)
+            assert torch.equal(torch.signbit(got_lo), torch.signbit(want_lo))
+
+
+def test_w4a8_kernel_order_is_a_permutation_of_the_bits():
+    """Each word holds exactly the 32 bits of its 8 nibbles (no bit lost or duplicated), and
+    the per-expert conversion equals the whole-tensor one."""
+    torch.manual_seed(1)
+    packed = torch.randint(0, 256, (3, 4, 128), dtype=torch.uint8)
+    out = moe_gluon_w4a8.to_kernel_order(packed)
+    assert out.shape == packed.shape and out.dtype == torch.uint8
+    popcount = lambda t: sum(((t.to(torch.int64) >> i) & 1).sum() for i in range(8))  # noqa
+    assert popcount(out) == popcount(packed)
+    assert torch.equal(out, torch.stack([moe_gluon_w4a8.to_kernel_order(p) for p in packed]))
+
+
+@pytest.mark.parametrize("block_k", [128, 256])
+def test_bf16_kernel_order_round_trip(block_k):
+    torch.manual_seed(2)
+    packed = torch.randint(0, 256, (2, 3, 512), dtype=torch.uint8)
+    frag = moe_gluon.to_fragment_order(packed, block_k)
+    assert torch.equal(moe_gluon.from_fragment_order(frag, block_k), packed)
+    assert torch.equal(moe_gluon.from_kernel_order(moe_gluon.to_kernel_order(packed, block_k),
+                                                   block_k), packed)
+    # natural byte c = 16 s + 8 h + 2 q + u sits at q * block_k / 8 + 4 s + 2 h + u
+    nat = torch.arange(block_k // 2, dtype=torch.int32)
+    got = moe_gluon.to_fragment_order(nat.to(torch.uint8)[None], block_k)[0].to(torch.int32)
+    q, s, h, u = torch.meshgrid(torch.arange(4), torch.arange(block_k // 32), torch.arange(2),
+                                torch.arange(2), indexing="ij")
+    pos = (q * block_k // 8 + 4 * s + 2 * h + u).flatten()
+    assert torch.equal(got[pos], (16 * s + 8 * h + 2 * q + u).flatten().to(torch.int32))
+
+
+_W4A8_SIG = {"xc_ptr": "*u8", "xs_ptr": "*u8", "w1_desc": "desc:64x64", "s1_ptr": "*u8",
+             "w3_desc": "desc:64x64", "s3_ptr": "*u8", "pairs_ptr": "*i32",
+             "block_expert_ptr": "*i32", "out1_ptr": "*fp32", "out3_ptr": "*fp32",
+             "num_pairs": "i32", "O": "i32", "K": "i32", "x_row_div": "i32", "stride_xc": "i32",
+             "stride_xs4": "i32", "stride_se": "i32", "stride_sn4": "i32", "stride_om": "i32"}
+_BF16_SIG = {"x_ptr": "*bf16", "w1_desc": "desc:64x64", "s1_ptr": "*u8", "w3_desc": "desc:64x64",
+             "s3_ptr": "*u8", "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
+             "out1_ptr": "*fp32", "out3_ptr": "*fp32", "num_pairs": "i32", "O": "i32",
+             "K": "i32", "x_row_div": "i32", "stride_xm": "i32", "stride_se": "i32",
+             "stride_sn": "i32", "stride_om": "i32"}
+
+
+def test_sm90_compile(sm90_compile):
+    """Both probes compile for sm_90 with no shuffles, no spills, the wgmma count of a K step
+    (W4A8: one m64 n8/16 k32 per 32-K group; bf16: one per 16 even / odd K), in budget."""
+    cases = []
+    for gated in (True, False):
+        for bm in (8, 16):
+            cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}", "gluon": True,
+                          "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
+                          "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
+                          "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm, "num_warps": 4},
+                          "num_warps": 4, "num_stages": 1, "no_spill": True,
+                          "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
+                          "divisible": ["K", "O"]})
+        cases.append({"id": f"bf16_{'gated' if gated else 'down'}", "gluon": True,
+                      "module": "deepinfer.kernels.triton.moe_gluon",
+                      "kernel": "_w4_decode_kernel", "signature": _BF16_SIG,
+                      "constexprs": {"GATED": gated, "BM": 8, "BK": 128, "STAGES": 4,
+                                     "num_warps": 4},
+                      "num_warps": 4, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
+                      "wgmma_per_step": 16 if gated else 8, "divisible": ["K", "O"]})
+    results = sm90_compile(cases)
+    for case in cases:
+        r = results[case["id"]]
+        assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
+        assert r["wgmma_count"] == case["wgmma_per_step"], (case["id"], r["wgmma_count"])
