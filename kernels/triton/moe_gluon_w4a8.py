@@ -35,6 +35,8 @@ block_expert (num_blocks,) int32 (-1 idle); out (num_pairs, O) fp32. Reference:
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
@@ -287,6 +289,79 @@ def to_kernel_order(packed: torch.Tensor) -> torch.Tensor:
                  | (m << (8 * ((b - 1) % 4) + 6)))
     word = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
     return word.contiguous().view(torch.uint8).reshape(packed.shape)
+
+
+@triton.jit
+def _place_lo(n, b: tl.constexpr):
+    """e2m1 nibble n (int32) -> its bits in a kernel-order word as lo byte b."""
+    return ((((n >> 3) & 1) << (8 * b + 7)) | (((n >> 2) & 1) << (8 * b + 4))
+            | (((n >> 1) & 1) << (8 * b + 3)) | ((n & 1) << (8 * b + 2)))
+
+
+@triton.jit
+def _place_hi(n, b: tl.constexpr):
+    """e2m1 nibble n (int32) -> its bits in a kernel-order word as hi byte b."""
+    return ((((n >> 3) & 1) << (8 * b + 5)) | (((n >> 2) & 1) << (8 * b))
+            | (((n >> 1) & 1) << (8 * b + 1)) | ((n & 1) << (8 * ((b + 3) % 4) + 6)))
+
+
+@triton.jit
+def _kernel_order_kernel(src_ptr, dst_ptr, num_words, words_per_row,
+                         BLOCK: tl.constexpr):
+    """dst word o (row o // words_per_row, index i = o % words_per_row: step i // 16, quad lane
+    (i % 16) // 4, group i % 4) from the 4 checkpoint-order bytes holding its nibbles."""
+    o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = o < num_words
+    row, i = o // words_per_row, o % words_per_row
+    base = row * (words_per_row * 4) + (i // 16) * 64 + (i % 4) * 16 + ((i % 16) // 4) * 2
+    b0 = tl.load(src_ptr + base, mask=ok, other=0).to(tl.int32) & 0xFF
+    b1 = tl.load(src_ptr + base + 1, mask=ok, other=0).to(tl.int32) & 0xFF
+    b2 = tl.load(src_ptr + base + 8, mask=ok, other=0).to(tl.int32) & 0xFF
+    b3 = tl.load(src_ptr + base + 9, mask=ok, other=0).to(tl.int32) & 0xFF
+    w = (_place_lo(b0 & 0xF, 0) | _place_lo(b0 >> 4, 1) | _place_lo(b1 & 0xF, 2)
+         | _place_lo(b1 >> 4, 3) | _place_hi(b2 & 0xF, 0) | _place_hi(b2 >> 4, 1)
+         | _place_hi(b3 & 0xF, 2) | _place_hi(b3 >> 4, 3))
+    tl.store(dst_ptr + o, w, mask=ok)
+
+
+CONVERT_BLOCK = 1024  # words per program
+
+
+def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``to_kernel_order`` in one Triton launch (any device Triton runs on; the interpreter on
+    CPU): packed (..., K/2) uint8/int8 in checkpoint order -> out (new, or given: contiguous,
+    same shape, not ``packed`` itself)."""
+    half = packed.shape[-1]
+    assert half % (BLOCK_K // 2) == 0, (packed.shape, BLOCK_K)
+    src = packed.contiguous().view(torch.uint8)
+    dst = torch.empty(packed.shape, dtype=torch.uint8, device=packed.device) if out is None \
+        else out.view(torch.uint8)
+    assert dst.data_ptr() != src.data_ptr(), "to_kernel_order_gpu: not in place"
+    words = dst.view(torch.int32)
+    num_words = words.numel()
+    if num_words:
+        _kernel_order_kernel[(triton.cdiv(num_words, CONVERT_BLOCK),)](
+            src, words, num_words, half // 4, BLOCK=CONVERT_BLOCK, num_warps=4)
+    return dst.view(packed.dtype)
+
+
+def from_kernel_order(words: torch.Tensor) -> torch.Tensor:
+    """Inverse of ``to_kernel_order`` (torch; for state dicts and tests): kernel-order bytes
+    (..., K/2) -> checkpoint order, one leading index at a time."""
+    if words.dim() > 2:
+        return torch.stack([from_kernel_order(w) for w in words])
+    half = words.shape[-1]
+    w = words.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    w = w.reshape(*w.shape[:-1], half * 2 // BLOCK_K, 4, 4)  # steps, q, G
+    bit = lambda pos: (w >> pos) & 1  # noqa: E731
+    lo = [(bit(8 * b + 7) << 3) | (bit(8 * b + 4) << 2) | (bit(8 * b + 3) << 1) | bit(8 * b + 2)
+          for b in range(4)]
+    hi = [(bit(8 * b + 5) << 3) | (bit(8 * b) << 2) | (bit(8 * b + 1) << 1)
+          | bit(8 * ((b + 3) % 4) + 6) for b in range(4)]
+    nib = torch.stack([torch.stack(lo, -1), torch.stack(hi, -1)], -2)  # steps q G t b
+    nib = nib.movedim(-4, -2)  # steps, G, t, q, b: natural K order inside a step
+    nib = nib.reshape(*nib.shape[:-5], half * 2)
+    return (nib[..., 0::2] | (nib[..., 1::2] << 4)).to(torch.uint8).view(words.dtype)
 
 
 def unpack_twin(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -64,6 +64,21 @@ def test_w4a8_kernel_order_is_a_permutation_of_the_bits():
     assert torch.equal(out, torch.stack([moe_gluon_w4a8.to_kernel_order(p) for p in packed]))
 
 
+def test_w4a8_kernel_order_gpu_kernel_and_inverse():
+    """The one-launch Triton conversion (interpreter here) equals the torch definition, int8
+    stacks included, and ``from_kernel_order`` undoes it."""
+    torch.manual_seed(3)
+    packed = torch.randint(0, 256, (3, 5, 384), dtype=torch.uint8)
+    want = moe_gluon_w4a8.to_kernel_order(packed)
+    assert torch.equal(moe_gluon_w4a8.to_kernel_order_gpu(packed), want)
+    out = torch.empty_like(packed).view(torch.int8)
+    got = moe_gluon_w4a8.to_kernel_order_gpu(packed.view(torch.int8), out=out)
+    assert got.dtype == torch.int8 and torch.equal(out.view(torch.uint8), want)
+    assert torch.equal(moe_gluon_w4a8.from_kernel_order(want), packed)
+    with pytest.raises(AssertionError, match="not in place"):
+        moe_gluon_w4a8.to_kernel_order_gpu(packed, out=packed)
+
+
 @pytest.mark.parametrize("block_k", [128, 256])
 def test_bf16_kernel_order_round_trip(block_k):
     torch.manual_seed(2)
@@ -113,7 +128,13 @@ def test_sm90_compile(sm90_compile):
                                      "num_warps": 4},
                       "num_warps": 4, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
                       "wgmma_per_step": 16 if gated else 8, "divisible": ["K", "O"]})
-    results = sm90_compile(cases)
+    convert = {"id": "w4a8_kernel_order_convert", "kernel": "_kernel_order_kernel",
+               "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
+               "signature": {"src_ptr": "*u8", "dst_ptr": "*i32", "num_words": "i64",
+                             "words_per_row": "i32"},
+               "constexprs": {"BLOCK": moe_gluon_w4a8.CONVERT_BLOCK}, "num_warps": 4,
+               "num_stages": 1, "no_spill": True, "wgmma_per_step": 0}
+    results = sm90_compile(cases + [convert])
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
