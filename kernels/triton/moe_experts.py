@@ -47,6 +47,8 @@ import triton.language as tl
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
 from deepinfer.kernels.triton import moe_align, mxfp4_unpack, quant_act
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.moe_swiglu import ACT_CODES as _ACT_CODES
+from deepinfer.kernels.triton.moe_swiglu import swiglu_h
 from deepinfer.kernels.triton.moe_weights import (  # noqa: F401  (re-exported: the op's API)
     ExpertWeights,
     fp8_block_experts,
@@ -57,22 +59,11 @@ from deepinfer.kernels.triton.moe_weights import (  # noqa: F401  (re-exported: 
 from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
 
 FMT_MXFP4, FMT_FP8, FMT_PLAIN = 0, 1, 2
-_ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 # ---------------------------------------------------------------------------------------------
 # Kernels
 # ---------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _round_act(v, ACT: tl.constexpr):
-    """fp32 -> the activation dtype and back (0 fp32, 1 bf16, 2 fp16): the reference's casts."""
-    if ACT == 1:
-        v = v.to(tl.bfloat16).to(tl.float32)
-    elif ACT == 2:
-        v = v.to(tl.float16).to(tl.float32)
-    return v
 
 
 @triton.jit
@@ -314,10 +305,7 @@ def _moe_gemm_kernel(
     pairs64 = pairs.to(tl.int64)
     store_mask = valid[:, None] & mask_n[None, :]
     if GATED:
-        g = tl.minimum(_round_act(acc1, ACT), limit)
-        u = tl.minimum(tl.maximum(_round_act(acc3, ACT), -limit), limit)
-        h = g / (1.0 + tl.exp(-g)) * u  # silu(g) * u, fp32
-        h = _round_act(tl.load(route_w_ptr + pairs)[:, None] * h, ACT)
+        h = swiglu_h(acc1, acc3, tl.load(route_w_ptr + pairs)[:, None], limit, ACT)
         # Q8_32 of h for the down projection: BN columns = BN/32 scale blocks per row
         codes, e = q8_32_groups(tl.reshape(h, (BM, BN // 32, 32)), 2)
         if A_BF16:  # code * 2^(e - 127), exact in fp32 and in out's dtype

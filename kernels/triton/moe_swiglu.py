@@ -1,0 +1,82 @@
+"""The routed experts' SwiGLU step between the gated and the down GEMMs, and its Q8_32 rounding.
+
+    h = act(r * silu(min(act(g), limit)) * clamp(act(u), -limit, limit))     (model-spec §2.8)
+    h's codes + ue8m0 scales per 32 columns = the down projection's Q8_32 input
+
+``swiglu_h`` is the math on register tiles: ``moe_experts``' gated epilogue runs it on its
+accumulators. ``swiglu_q8`` runs it as its own launch over g and u written by a GEMM that has no
+such epilogue (the Gluon W4A8 probe, ``moe_gluon_w4a8``): one program per (BP pairs, BN
+columns). Reference: ``reference.moe.swiglu_limit`` then ``reference.quant.quant_fp8_ue8m0``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer.kernels.triton.quant_act import q8_32_groups
+
+ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+@triton.jit
+def round_act(v, ACT: tl.constexpr):
+    """fp32 -> the activation dtype and back (0 fp32, 1 bf16, 2 fp16): the reference's casts."""
+    if ACT == 1:
+        v = v.to(tl.bfloat16).to(tl.float32)
+    elif ACT == 2:
+        v = v.to(tl.float16).to(tl.float32)
+    return v
+
+
+@triton.jit
+def swiglu_h(g, u, route_w, limit, ACT: tl.constexpr):
+    """h (fp32, rounded to the activation dtype) from the gate and up projections g, u (fp32
+    tiles, not yet rounded) and the routing weight (broadcast to their shape)."""
+    g = tl.minimum(round_act(g, ACT), limit)
+    u = tl.minimum(tl.maximum(round_act(u, ACT), -limit), limit)
+    h = g / (1.0 + tl.exp(-g)) * u  # silu(g) * u, fp32
+    return round_act(route_w * h, ACT)
+
+
+@triton.jit
+def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, limit,
+                      stride_g, stride_u, stride_c, stride_s,
+                      ACT: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr):
+    rows = tl.program_id(0) * BP + tl.arange(0, BP)
+    cols = tl.program_id(1) * BN + tl.arange(0, BN)
+    ok_r = rows < num_pairs
+    mask = ok_r[:, None] & (cols[None, :] < I)
+    r64 = rows.to(tl.int64)
+    g = tl.load(g_ptr + r64[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
+    u = tl.load(u_ptr + r64[:, None] * stride_u + cols[None, :], mask=mask, other=0.0)
+    rw = tl.load(rw_ptr + rows, mask=ok_r, other=0.0)
+    h = swiglu_h(g.to(tl.float32), u.to(tl.float32), rw[:, None], limit, ACT)
+    codes, e = q8_32_groups(tl.reshape(h, (BP, BN // 32, 32)), 2)
+    tl.store(codes_ptr + r64[:, None] * stride_c + cols[None, :],
+             tl.reshape(codes, (BP, BN)).to(tl.uint8, bitcast=True), mask=mask)
+    groups = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
+    tl.store(scale_ptr + r64[:, None] * stride_s + groups[None, :],
+             tl.reshape(e, (BP, BN // 32)).to(tl.uint8),
+             mask=ok_r[:, None] & (groups[None, :] < I // 32))
+
+
+def swiglu_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: float,
+              act_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """g, u (P, I) fp32/bf16 (one row per (token, expert) pair), route_w (P,) fp32 ->
+    h's Q8_32 codes (P, I) uint8 and ue8m0 scales (P, I/32) uint8; act_dtype: the activation
+    dtype h is rounded to first (the reference's casts)."""
+    assert g.shape == u.shape and g.dim() == 2 and g.shape[1] % 32 == 0, (g.shape, u.shape)
+    assert g.stride(1) == 1 and u.stride(1) == 1 and route_w.numel() == g.shape[0]
+    num_pairs, inter = g.shape
+    codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=g.device)
+    scales = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=g.device)
+    if num_pairs:
+        bp, bn = 16, 128
+        rw = route_w.reshape(-1).to(torch.float32).contiguous()
+        _swiglu_q8_kernel[(triton.cdiv(num_pairs, bp), triton.cdiv(inter, bn))](
+            g, u, rw, codes, scales, num_pairs, inter, float(limit), g.stride(0), u.stride(0),
+            codes.stride(0), scales.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn,
+            num_warps=4)
+    return codes, scales
