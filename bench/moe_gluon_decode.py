@@ -155,6 +155,16 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
                                  fp4[2].scale, None, None, pairs, blocks, num_pairs, 1,
                                  stages=stages, block_m=bm)
         o1, o3 = gated()
+        if bm == moe_gluon_w4a8.BLOCK_M:  # the whole decode pipeline vs Triton's run_experts
+            from deepinfer.kernels.triton import moe_experts
+            kw = [moe_experts.ExpertWeights(w.view(torch.int8), f.scale, "mxfp4",
+                                            scale_max=f.scale_max)
+                  for w, f in zip(words8, fp4, strict=True)]
+            rw = torch.rand(ids.shape, device=ids.device)
+            whole = rl.median_ms(functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, rw,
+                                                   *kw, 10.0, stages=stages))
+            print(f"| {x.shape[0]} | w4a8 run_experts_w4a8 (all launches), {stages} stages | 8 | "
+                  f"{whole:.3f} | {touched} | | | | |", flush=True)
         o2, _ = down()
         errs = [((o - r).norm() / r.norm()).item() for o, r in zip((o1, o3, o2), refs,
                                                                   strict=True)]

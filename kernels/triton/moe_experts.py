@@ -580,11 +580,18 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down, mode_down))
     if not combine:
         return y
-    out = torch.empty((num_tokens, dim), dtype=torch.float32, device=x.device)
+    return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)
+
+
+def combine_pairs(y: torch.Tensor, order_ids: torch.Tensor) -> torch.Tensor:
+    """(N, D) fp32: each token's sum of its top-k per-pair rows y (N * topk, D), in increasing
+    ``order_ids`` (N, topk) — the reference's expert-id order; fp32 from 0, no atomics."""
+    num_tokens, topk = order_ids.shape
+    dim = y.shape[1]
+    out = torch.empty((num_tokens, dim), dtype=torch.float32, device=y.device)
     block_d = min(1024, triton.next_power_of_2(dim))
     _moe_combine_kernel[(num_tokens, triton.cdiv(dim, block_d))](
-        y, (expert_ids if combine_ids is None else combine_ids).contiguous(), out, dim,
-        y.stride(0), out.stride(0),
+        y, order_ids.contiguous(), out, dim, y.stride(0), out.stride(0),
         TOPK=topk, KP=max(2, triton.next_power_of_2(topk)), BLOCK_D=block_d, num_warps=4)
     return out
 

@@ -384,9 +384,12 @@ def weight_descriptor(words: torch.Tensor):
 def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
-                     x_row_div: int, stages: int = 4, block_m: int = BLOCK_M
+                     x_row_div: int, stages: int = 4, block_m: int = BLOCK_M,
+                     out_dtype: torch.dtype = torch.float32
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """out1 (num_pairs, O) fp32 = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3).
+    """out1 (num_pairs, O) out_dtype = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3);
+    the fp32 sums are rounded once to out_dtype when stored. Rows of pairs that no block holds
+    (ids outside [0, E)) are not written.
 
     x_codes (rows, K) uint8 e4m3 + x_scales (rows, K/32) uint8 (``quant_act.quant_q8_32``);
     w1/w3 (E, O, K/2) in ``to_kernel_order``, s1/s3 (E, O, K/32) uint8; pairs grouped by
@@ -397,7 +400,7 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     assert k % BLOCK_K == 0 and out_features % ROWS == 0 and x_codes.shape[1] == k
     assert s1.stride(1) % 4 == 0 and x_scales.stride(0) % 4 == 0  # 4-byte scale loads
     gated = w3 is not None
-    out1 = torch.empty((num_pairs, out_features), dtype=torch.float32, device=x_codes.device)
+    out1 = torch.empty((num_pairs, out_features), dtype=out_dtype, device=x_codes.device)
     out3 = torch.empty_like(out1) if gated else out1
     d1 = weight_descriptor(w1)
     d3 = weight_descriptor(w3) if gated else d1
@@ -408,3 +411,28 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
         BM=block_m, num_warps=4)
     return out1, (out3 if gated else None)
+
+
+def run_experts_w4a8(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
+                     w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
+                     stages: int = 4) -> torch.Tensor:
+    """The routed experts at decode sizes with this kernel (GPU, SM90): (N, D) -> (N, D) fp32,
+    the same semantics as ``moe_experts.run_experts`` (W4A8 accumulation inside each 32-K
+    group). w1, w3 (E, I, D/2) and w2 (E, D, I/2): ``ExpertWeights`` whose ``data`` is in
+    ``to_kernel_order``, scale bytes <= 128. Launches: Q8_32 of x, align (8 pairs per block),
+    gated GEMM (g, u in x.dtype), ``moe_swiglu.swiglu_q8``, down GEMM (y in x.dtype), combine.
+    """
+    from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
+    from deepinfer.kernels.triton.moe_experts import combine_pairs
+
+    num_tokens, topk = expert_ids.shape
+    num_pairs = num_tokens * topk
+    d1, d3, d2 = (w.data.view(torch.uint8) for w in (w1, w3, w2))
+    codes, scales = quant_act.quant_q8_32(x.contiguous())
+    pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], BLOCK_M)
+    g, u = w4a8_decode_gemm(codes, scales, d1, w1.scale, d3, w3.scale, pairs, blocks, num_pairs,
+                            topk, stages=stages, out_dtype=x.dtype)
+    h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, weights.reshape(-1), limit, x.dtype)
+    y, _ = w4a8_decode_gemm(h_codes, h_scales, d2, w2.scale, None, None, pairs, blocks,
+                            num_pairs, 1, stages=stages, out_dtype=x.dtype)
+    return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

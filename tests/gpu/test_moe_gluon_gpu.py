@@ -83,3 +83,28 @@ def test_bf16_gluon(gated):
         ref = moe_gluon.reference_grouped(x, p, s, ids.reshape(-1), div)
         _row(f"bf16 gluon {'gated' if gated else 'down'}", f"{TOKENS}x{x.shape[1]}",
              _rel(out, ref), 1e-5)
+
+
+def test_w4a8_pipeline_matches_run_experts():
+    """``run_experts_w4a8`` (Q8_32, align, gated, SwiGLU + Q8_32, down, combine) against the
+    Triton ``run_experts`` (W4A16: exact products) on the same weights: 1e-2 (bf16 g/u/h/y
+    roundings, one-step flips of h's codes, the FP8 accumulator)."""
+    from deepinfer.kernels.triton import moe_experts, moe_gluon_w4a8
+
+    torch.manual_seed(0)
+    ids = torch.rand(TOKENS, EXPERTS, device="cuda").topk(TOPK, dim=1).indices
+    route_w = torch.rand(TOKENS, TOPK, device="cuda")
+    x = (torch.randn(TOKENS, D, device="cuda") * 0.5).to(torch.bfloat16)
+    (p1, s1), (p3, s3), (p2, s2) = _mxfp4(I, D), _mxfp4(I, D), _mxfp4(D, I)
+
+    def weights(p, s, order):
+        data = (order(p) if order else p).view(torch.int8)
+        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()))
+
+    plain = [weights(p, s, None) for p, s in ((p1, s1), (p3, s3), (p2, s2))]
+    kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu)
+              for p, s in ((p1, s1), (p3, s3), (p2, s2))]
+    ref = moe_experts.run_experts(x, ids, route_w, *plain, 10.0)
+    with nan_poisoned_allocations():
+        out = moe_gluon_w4a8.run_experts_w4a8(x, ids, route_w, *kernel, 10.0)
+    _row("w4a8 gluon pipeline", f"{TOKENS} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)
