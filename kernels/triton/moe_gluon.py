@@ -93,9 +93,10 @@ if HAS_GLUON:
         return _fragment_operand(even, NS, BK, LA), _fragment_operand(odd, NS, BK, LA)
 
     @gluon.jit
-    def _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, step, num_steps,
-                    GATED: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr):
-        """TMA of K step ``step``'s weight tiles [64, BK/2] into ring stage step % STAGES."""
+    def issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, step, num_steps,
+                   GATED: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr):
+        """TMA of K step ``step``'s weight tiles [64, BK/2] into ring stage step % STAGES (none
+        past the last step)."""
         st = step % STAGES
         ok = step < num_steps
         nbytes: gl.constexpr = 64 * (BK // 2) * (2 if GATED else 1)
@@ -105,6 +106,20 @@ if HAS_GLUON:
         if GATED:
             tma.async_copy_global_to_shared(w3_desc, [row0, step * (BK // 2)], bars.index(st),
                                             w3_s.index(st), pred=ok)
+
+    @gluon.jit
+    def store_tiles(acc1, acc3, out1_ptr, out3_ptr, pairs_ptr, block, tile, num_pairs,
+                    stride_om, GATED: gl.constexpr, BM: gl.constexpr, MMA: gl.constexpr):
+        """out[pair, tile * 64 + row] = acc[row, t] for the block's valid pairs (accumulators
+        [64, BM] in the wgmma layout MMA; cast to out's dtype)."""
+        rows_o = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, MMA))
+        pairs_o = gl.load(pairs_ptr + block * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, MMA)))
+        valid = pairs_o < num_pairs
+        offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
+        mask = valid[None, :] & (rows_o[:, None] >= 0)
+        gl.store(out1_ptr + offs, acc1, mask=mask)
+        if GATED:
+            gl.store(out3_ptr + offs, acc3, mask=mask)
 
     @gluon.jit
     def _w4_decode_kernel(x_ptr, w1_desc, s1_ptr, w3_desc, s3_ptr, pairs_ptr, block_expert_ptr,
@@ -147,7 +162,7 @@ if HAS_GLUON:
                 mbarrier.init(bars.index(b), count=1)
             num_steps = K // BK
             for b in gl.static_range(STAGES - 1):
-                _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED,
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED,
                             STAGES, BK)
 
             r_s = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, gl.SliceLayout(2, LE)))
@@ -177,7 +192,7 @@ if HAS_GLUON:
             for i in range(num_steps):
                 # the stage consumed at step i - 1 is free: every warp passed that step's barrier
                 # after its shared-memory reads
-                _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1, num_steps,
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1, num_steps,
                             GATED, STAGES, BK)
                 nxt = gl.minimum(i + 1, num_steps - 1)
                 e1_next = gl.load(s1_base + s_off + nxt * NS)
@@ -217,15 +232,8 @@ if HAS_GLUON:
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
-            rows_o = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, MMA))
-            t_o = gl.arange(0, BM, layout=gl.SliceLayout(0, MMA))
-            pairs_o = gl.load(pairs_ptr + block * BM + t_o)
-            valid = pairs_o < num_pairs
-            offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
-            mask = valid[None, :] & (rows_o[:, None] >= 0)
-            gl.store(out1_ptr + offs, acc1, mask=mask)
-            if GATED:
-                gl.store(out3_ptr + offs, acc3, mask=mask)
+            store_tiles(acc1, acc3, out1_ptr, out3_ptr, pairs_ptr, block, tile, num_pairs,
+                        stride_om, GATED, BM, MMA)
 
 
 def to_fragment_order(packed: torch.Tensor, block_k: int = DEFAULT_BLOCK_K) -> torch.Tensor:
@@ -265,7 +273,7 @@ def from_kernel_order(packed: torch.Tensor, block_k: int = DEFAULT_BLOCK_K) -> t
 
 def weight_descriptor(packed: torch.Tensor, block_k: int = DEFAULT_BLOCK_K):
     """TMA descriptor of (E, O, K/2) kernel-order bytes as a 2-D [E * O, K/2] tensor, one box =
-    one program's K step: [64 rows, block_k / 2 bytes], unswizzled."""
+    one program's K step: [64 rows, block_k / 2 bytes], unswizzled (both Gluon probes)."""
     num_experts, out_features, half = packed.shape
     flat = packed.reshape(num_experts * out_features, half)
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)

@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _descriptor
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
@@ -50,11 +51,11 @@ if HAS_GLUON:
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,
-        tma,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer.kernels.triton.moe_gluon import issue_step, store_tiles
 
     _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 
@@ -109,19 +110,6 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         ex_b = gl.convert_layout(ex.to(gl.int32) << 23, COL_L)
         f = (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
         return acc + acc_g * f
-
-    @gluon.jit
-    def _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, step, num_steps,
-                    GATED: gl.constexpr, STAGES: gl.constexpr):
-        st = step % STAGES
-        ok = step < num_steps
-        nbytes: gl.constexpr = 64 * 64 * (2 if GATED else 1)
-        mbarrier.expect(bars.index(st), nbytes, pred=ok)
-        tma.async_copy_global_to_shared(w1_desc, [row0, step * 64], bars.index(st),
-                                        w1_s.index(st), pred=ok)
-        if GATED:
-            tma.async_copy_global_to_shared(w3_desc, [row0, step * 64], bars.index(st),
-                                            w3_s.index(st), pred=ok)
 
     @gluon.jit
     def _mma_groups(a0, a1, a2, a3, x_s, z):
@@ -185,8 +173,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 mbarrier.init(bars.index(b), count=1)
             num_steps = K // BK
             for b in gl.static_range(STAGES - 1):
-                _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED,
-                            STAGES)
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED,
+                           STAGES, BK)
 
             r_w = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, LSW))
             g_w = gl.arange(0, 4, layout=gl.SliceLayout(0, LSW))
@@ -211,8 +199,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             z = gl.zeros([64, BM], gl.float32, MMA)
 
             for i in range(num_steps):
-                _issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
-                            num_steps, GATED, STAGES)
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
+                           num_steps, GATED, STAGES, BK)
                 xc = gl.load(xc_ptrs + i * BK)
                 ex0, ex1, ex2, ex3 = _split4(gl.load(xs_ptrs + i * 4))
                 ew0, ew1, ew2, ew3 = _split4(gl.load(s1_base + sw_off + i * 4))
@@ -244,14 +232,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
-            rows_o = tile * 64 + gl.arange(0, 64, layout=ROW_L)
-            pairs_o = gl.load(pairs_ptr + block * BM + gl.arange(0, BM, layout=COL_L))
-            valid = pairs_o < num_pairs
-            offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
-            mask = valid[None, :] & (rows_o[:, None] >= 0)
-            gl.store(out1_ptr + offs, acc1, mask=mask)
-            if GATED:
-                gl.store(out3_ptr + offs, acc3, mask=mask)
+            store_tiles(acc1, acc3, out1_ptr, out3_ptr, pairs_ptr, block, tile, num_pairs,
+                        stride_om, GATED, BM, MMA)
 
 
 def _e4m3_fields(nib: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -373,14 +355,6 @@ def unpack_twin(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return lo, hi
 
 
-def weight_descriptor(words: torch.Tensor):
-    """TMA descriptor of (E, O, K/2) kernel-order bytes as [E * O, K/2], box [64, 64]."""
-    num_experts, out_features, half = words.shape
-    flat = words.reshape(num_experts * out_features, half)
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [ROWS, 64], layout)
-
-
 def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
@@ -402,8 +376,8 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     gated = w3 is not None
     out1 = torch.empty((num_pairs, out_features), dtype=out_dtype, device=x_codes.device)
     out3 = torch.empty_like(out1) if gated else out1
-    d1 = weight_descriptor(w1)
-    d3 = weight_descriptor(w3) if gated else d1
+    d1 = _descriptor(w1, BLOCK_K)
+    d3 = _descriptor(w3, BLOCK_K) if gated else d1
     grid = (block_expert.numel(), out_features // ROWS)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
