@@ -108,6 +108,22 @@ if HAS_GLUON:
                                             w3_s.index(st), pred=ok)
 
     @gluon.jit
+    def start_ring(w1_desc, w3_desc, row0, num_steps, GATED: gl.constexpr,
+                   STAGES: gl.constexpr, BK: gl.constexpr):
+        """The weight ring: STAGES shared tiles [64, BK/2] per projection (w3: GATED only), one
+        mbarrier per stage, and the TMA of the first STAGES - 1 K steps issued."""
+        SW: gl.constexpr = w1_desc.layout
+        w1_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, BK // 2], SW)
+        w3_s = gl.allocate_shared_memory(gl.uint8, [STAGES if GATED else 1, 64, BK // 2], SW)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for b in gl.static_range(STAGES):
+            mbarrier.init(bars.index(b), count=1)
+        for b in gl.static_range(STAGES - 1):
+            issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED, STAGES,
+                       BK)
+        return w1_s, w3_s, bars
+
+    @gluon.jit
     def store_tiles(acc1, acc3, out1_ptr, out3_ptr, pairs_ptr, block, tile, num_pairs,
                     stride_om, GATED: gl.constexpr, BM: gl.constexpr, MMA: gl.constexpr):
         """out[pair, tile * 64 + row] = acc[row, t] for the block's valid pairs (accumulators
@@ -147,23 +163,13 @@ if HAS_GLUON:
         LX: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         SX: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                  rank=2)
-        SW: gl.constexpr = w1_desc.layout
-
         block = gl.program_id(0)
         tile = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
             row0 = expert * O + tile * 64
-            w1_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, BK // 2], SW)
-            w3_s = gl.allocate_shared_memory(gl.uint8, [STAGES if GATED else 1, 64, BK // 2],
-                                             SW)
-            bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-            for b in gl.static_range(STAGES):
-                mbarrier.init(bars.index(b), count=1)
             num_steps = K // BK
-            for b in gl.static_range(STAGES - 1):
-                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED,
-                            STAGES, BK)
+            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK)
 
             r_s = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, gl.SliceLayout(2, LE)))
             q_s = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, LE)))

@@ -55,7 +55,7 @@ if HAS_GLUON:
         warpgroup_mma_wait,
     )
 
-    from deepinfer.kernels.triton.moe_gluon import issue_step, store_tiles
+    from deepinfer.kernels.triton.moe_gluon import issue_step, start_ring, store_tiles
 
     _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 
@@ -159,22 +159,13 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                                             [1, 0])  # codes [BM, 128]: BM bytes per thread
         SX: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                  rank=2)
-        SW: gl.constexpr = w1_desc.layout
-
         block = gl.program_id(0)
         tile = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
             row0 = expert * O + tile * 64
-            w1_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 64], SW)
-            w3_s = gl.allocate_shared_memory(gl.uint8, [STAGES if GATED else 1, 64, 64], SW)
-            bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-            for b in gl.static_range(STAGES):
-                mbarrier.init(bars.index(b), count=1)
             num_steps = K // BK
-            for b in gl.static_range(STAGES - 1):
-                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED,
-                           STAGES, BK)
+            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK)
 
             r_w = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, LSW))
             g_w = gl.arange(0, 4, layout=gl.SliceLayout(0, LSW))
