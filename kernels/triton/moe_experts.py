@@ -53,6 +53,7 @@ from deepinfer.kernels.triton.moe_weights import (  # noqa: F401  (re-exported: 
     ExpertWeights,
     fp8_block_experts,
     mxfp4_to_fp8,
+    mxfp4_to_w4a8_order,
     mxfp4_to_word_order,
     pack_mxfp4_experts,
 )
@@ -106,6 +107,48 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
         if FMT == 0 and not AS_F32:
             scale = scale * 64.0
     return w, scale
+
+
+@triton.jit
+def _load_w4a8_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, BN: tl.constexpr,
+                    BK: tl.constexpr):
+    """K elements [k0, k0 + 128) of BN rows stored in ``moe_gluon_w4a8``'s kernel order (word
+    4 q + G of the step: the nibbles of K = 32 G + 16 t + 4 q + b as e4m3 bits, lo t = 0 and
+    hi t = 1), returned like ``_load_w_tile``'s AS_F32 form: values * 2^-126 as fp32 [BN, BK]
+    in natural K order (the same masks and rotations as the Gluon kernel's unpack, then the
+    e4m3 bits s|..|e1 e0 m|.. moved into fp32 bits), and the fp32 scales [BN, BK // 32]."""
+    tl.static_assert(BK == 128, "W4A8 kernel order: one 128-K step per tile")
+    g = tl.arange(0, 4)
+    q = tl.arange(0, 4)
+    woff = k0 // 2 + (q[None, :] * 4 + g[:, None]) * 4  # [G, q] byte offsets of the words
+    ptrs = (w_ptr + rows_w[:, None, None] * stride_wn + woff[None, :, :])
+    words = tl.load(ptrs.to(tl.pointer_type(tl.int32))).to(tl.uint32, bitcast=True)
+    lo = words & 0x9C9C9C9C
+    hi = ((((words << 2) | (words >> 30)) & 0x88888888)
+          | (((words << 4) | (words >> 28)) & 0x14141414))
+    vals = tl.join(_w4a8_bytes(lo), _w4a8_bytes(hi))  # [BN, G, q, b, t]
+    vals = tl.reshape(tl.permute(vals, (0, 1, 4, 2, 3)), (BN, BK))  # K = 32 G + 16 t + 4 q + b
+    scale = ue8m0_to_f32(tl.load(s_ptr + rows_w[:, None] * stride_sn + k0 // 32
+                                 + tl.arange(0, BK // 32)[None, :]))
+    return vals * 2.0**126, scale
+
+
+@triton.jit
+def _e4m3_bits_to_f32_bits(c):
+    """A byte c (uint32) with s at bit 7 and e1 e0 m at bits 4..2 -> fp32 bits of value *
+    2^-126: s at 31, e1 e0 m at 24..22 (subnormal for e = 0: exact, as ``_load_w_tile``)."""
+    return ((c & 0x1C) << 20) | ((c & 0x80) << 24)
+
+
+@triton.jit
+def _w4a8_bytes(t):
+    """uint32 words [BN, 4, 4] of four e4m3-positioned bytes -> their values * 2^-126 as fp32
+    [BN, 4, 4, 4] (byte b at index b)."""
+    b01 = tl.join(_e4m3_bits_to_f32_bits(t & 0xFF), _e4m3_bits_to_f32_bits((t >> 8) & 0xFF))
+    b23 = tl.join(_e4m3_bits_to_f32_bits((t >> 16) & 0xFF),
+                  _e4m3_bits_to_f32_bits((t >> 24) & 0xFF))
+    b = tl.permute(tl.join(b01, b23), (0, 1, 2, 4, 3))  # [.., h, u]: byte 2 h + u
+    return tl.reshape(b, (t.shape[0], t.shape[1], t.shape[2], 4)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -187,10 +230,12 @@ def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_
                 SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr,
                 SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr, A_BF16: tl.constexpr,
                 ONE_MUL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                STAGES: tl.constexpr = None, WORDS: tl.constexpr = False):
+                STAGES: tl.constexpr = None, WORDS: tl.constexpr = False,
+                W4A8: tl.constexpr = False):
     """``_moe_gemm_kernel``'s K loop: acc1 (and acc3 when GATED) += A @ W^T over K; STAGES:
     this loop's software-pipeline depth (None: the launch's num_stages); WORDS: MXFP4 weights
-    in word order (``mxfp4_words``)."""
+    in word order (``mxfp4_words``); W4A8: in ``moe_gluon_w4a8``'s kernel order (folded tiles,
+    BK = 128)."""
     for k0 in tl.range(0, K, BK, num_stages=STAGES):
         if A_BF16:
             a = tl.load(a_ptrs + k0)  # [BM, BK] exact Q8_32 values
@@ -210,6 +255,13 @@ def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_
                                                      stride_sn, k0, BN, BK)
             acc1, acc3 = _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED,
                                      DOT_BF16, SWAP_AB, ONE_MUL, BN, BK, WORDS)
+        elif W4A8:
+            w1, s1 = _load_w4a8_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0, BN, BK)
+            acc1 = _dot_tile(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16, BM, BN, BK)
+            if GATED:
+                w3, s3 = _load_w4a8_tile(w3_base, s3_base, rows_w, stride_wn, stride_sn, k0,
+                                         BN, BK)
+                acc3 = _dot_tile(acc3, a, a_scale, w3, s3, MMA_FP8, DOT_BF16, BM, BN, BK)
         else:
             w1, s1 = _load_w_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0,
                                   FMT, SCALE_ROWS, not MMA_FP8, BN, BK)
@@ -234,7 +286,7 @@ def _moe_gemm_kernel(
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
     DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
     A_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    W_ONE_MUL: tl.constexpr = 0, W_WORDS: tl.constexpr = False,
+    W_ONE_MUL: tl.constexpr = 0, W_WORDS: tl.constexpr = False, W_W4A8: tl.constexpr = False,
 ):
     """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0).
     SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop.
@@ -245,7 +297,8 @@ def _moe_gemm_kernel(
     True): in programs whose scale bytes allow it (``mxfp4_unpack.scales_fit_one_mul``, once
     per program, two copies of the K loop); 2: everywhere, the caller vouching that every
     scale byte of the weights is <= 128 (``ExpertWeights.scale_max``: no check, one loop,
-    fewer registers). W_WORDS: MXFP4 weights in word order (``mxfp4_words``)."""
+    fewer registers). W_WORDS: MXFP4 weights in word order (``mxfp4_words``). W_W4A8: in
+    ``moe_gluon_w4a8``'s kernel order (folded tiles only, BK = 128)."""
     block = tl.program_id(0)
     expert = tl.load(block_expert_ptr + block)
     if expert < 0:
@@ -294,10 +347,11 @@ def _moe_gemm_kernel(
                                      SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
                                      False, BM, BN, BK, 1, WORDS=W_WORDS)
     else:
+        tl.static_assert(not W_W4A8 or not (SPLIT_K or MMA_FP8), "W4A8 order: folded tiles")
         acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                  s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
                                  MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, False, BM, BN, BK,
-                                 WORDS=W_WORDS)
+                                 WORDS=W_WORDS, W4A8=W_W4A8)
 
     if SWAP_AB:
         acc1 = tl.trans(acc1)
@@ -462,6 +516,18 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     return w, w, FMT_PLAIN, 1
 
 
+def _w4a8_decode(x: torch.Tensor, num_pairs: int, num_experts: int, interpret: bool,
+                 skip_foreign_ids: bool, combine: bool, config: dict | None) -> bool:
+    """Whether W4A8-order weights take the Gluon W4A8 decode pipeline (``run_experts_w4a8``):
+    an SM90 GPU with Gluon, decode sizes (``moe_config``'s decode class), every id local, the
+    combined output, no tiling override; otherwise the folded Triton tiles read the order."""
+    from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+
+    return (HAS_GLUON and not interpret and x.is_cuda and not skip_foreign_ids and combine
+            and config is None and num_pairs <= 16 * num_experts
+            and torch.cuda.get_device_capability(x.device)[0] == 9)
+
+
 def _word_order(w) -> bool:
     """Whether ``w``'s MXFP4 bytes are in word order (the kernels' W_WORDS): the runtime's
     ``Mxfp4ExpertWeights.word_order`` (``ExpertSlots`` in word-order mode) maps to
@@ -522,6 +588,17 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     interpret = is_interpreting()
     cfg = moe_config(num_pairs, num_experts, interpret, plain=fmt == FMT_PLAIN, mma=mma,
                      fp8_weights=fmt == FMT_FP8)
+    w4a8 = [isinstance(w, ExpertWeights) and w.w4a8_order for w in (w1, w3, w2)]
+    if any(w4a8):
+        if not all(w4a8) or mma == "fp8":
+            raise ValueError("moe: W4A8-order MXFP4 weights (mxfp4_to_w4a8_order) need all of "
+                             "w1, w3, w2 in that order and mma='bf16' or 'auto'")
+        if _w4a8_decode(x, num_pairs, num_experts, interpret, skip_foreign_ids, combine, config):
+            from deepinfer.kernels.triton.moe_gluon_w4a8 import run_experts_w4a8
+            return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids)
+        # the folded tiles read the order (moe_gluon_w4a8's words -> natural K in registers)
+        cfg.update(SPLIT_K=False, SWAP_AB=False, W_ONE_MUL=False, MMA_FP8=False, BK=128,
+                   DOWN={**cfg.get("DOWN", {}), "BK": 128})
     cfg.update(config or {})
     mma_fp8 = cfg["MMA_FP8"]
     dot_bf16 = not interpret
@@ -561,7 +638,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up, W_WORDS=all(words),
+        BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up, W_WORDS=all(words), W_W4A8=all(w4a8),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg, mode_up))
 
     y = (torch.zeros if skip_foreign_ids else torch.empty)((num_pairs, dim), dtype=x.dtype,
@@ -576,7 +653,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
         SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
-        BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down, W_WORDS=all(words),
+        BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down, W_WORDS=all(words), W_W4A8=all(w4a8),
         num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down, mode_down))
     if not combine:
         return y

@@ -26,6 +26,7 @@ class ExpertWeights:
     scale_rows: int = 1  # rows per ue8m0 scale: 1 (per row), 32 (dense 32×32 tiles)
     scale_max: int | None = None  # the largest scale byte if known (W_ONE_MUL=2 when <= 128)
     word_order: bool = False  # MXFP4 bytes in ``mxfp4_words``' word order (SPLIT_K tiles only)
+    w4a8_order: bool = False  # MXFP4 bytes in ``moe_gluon_w4a8``'s kernel order (folded tiles)
 
     @property
     def num_experts(self) -> int:
@@ -55,7 +56,7 @@ def mxfp4_to_fp8(w: ExpertWeights) -> ExpertWeights:
     Every e2m1 value (0, ±.5 … ±6) is an e4m3 value, so code × 2^(e-127) is unchanged bit for bit.
     Word-order bytes are read back in checkpoint order first.
     """
-    assert w.fmt == "mxfp4"
+    assert w.fmt == "mxfp4" and not w.w4a8_order, "mxfp4_to_fp8: checkpoint or word order"
     lut = torch.tensor(_E2M1_TO_E4M3_BYTES, dtype=torch.uint8, device=w.data.device)
     packed = w.data.view(torch.uint8)
     if w.word_order:
@@ -79,3 +80,16 @@ def mxfp4_to_word_order(w: ExpertWeights) -> ExpertWeights:
 def fp8_block_experts(codes: torch.Tensor, scale: torch.Tensor) -> ExpertWeights:
     """One dense FP8 weight (O, I) with 32×32 tile scales as a 1-expert ExpertWeights."""
     return ExpertWeights(codes[None], scale.view(torch.uint8)[None], "fp8", 32)
+
+
+def mxfp4_to_w4a8_order(w: ExpertWeights) -> ExpertWeights:
+    """Checkpoint-order MXFP4 ExpertWeights -> the same in ``moe_gluon_w4a8``'s kernel order
+    (one Triton launch per expert stack on a GPU; the torch definition elsewhere)."""
+    from deepinfer.kernels.triton import moe_gluon_w4a8
+
+    assert w.fmt == "mxfp4" and not w.word_order and not w.w4a8_order
+    packed = w.data.view(torch.uint8)
+    data = (moe_gluon_w4a8.to_kernel_order_gpu(packed) if packed.is_cuda
+            else moe_gluon_w4a8.to_kernel_order(packed))
+    return ExpertWeights(data.view(w.data.dtype), w.scale, "mxfp4", w.scale_rows, w.scale_max,
+                         w4a8_order=True)

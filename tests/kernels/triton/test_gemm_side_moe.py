@@ -163,9 +163,12 @@ V41_HIDDEN, V41_INTER, V41_EXPERTS, V41_TOPK = 5120, 2304, 384, 6
 
 
 def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul=None,
-              words=False) -> dict:
+              words=False, w4a8=False) -> dict:
     cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN,
                                  mma=mma, fp8_weights=fmt == moe_experts.FMT_FP8)
+    if w4a8:  # run_experts' override for W4A8-order weights: folded tiles, BK 128
+        cfg = {**cfg, "SPLIT_K": False, "SWAP_AB": False, "W_ONE_MUL": False, "BK": 128,
+               "DOWN": {**cfg.get("DOWN", {}), "BK": 128}}
     if not gated:
         cfg = {**cfg, **cfg.get("DOWN", {})}
     a_bf16 = cfg["A_BF16"] if a_bf16 is None else a_bf16
@@ -185,7 +188,7 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul
     ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
           "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "SWAP_AB": cfg["SWAP_AB"],
           "A_BF16": a_bf16, "W_ONE_MUL": one_mul, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"],
-          "W_WORDS": words}
+          "W_WORDS": words, "W_W4A8": w4a8}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
             "kernel": "_moe_gemm_kernel", "signature": sig, "constexprs": ce,
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
@@ -229,7 +232,11 @@ def test_sm90_compile(sm90_compile):
              _moe_case("moe_up_mxfp4_auto_prefill", True, fp4, "auto", 1, prefill),
              _moe_case("moe_up_mxfp4_w4a8_prefill", True, fp4, "fp8", 1, prefill),
              _moe_case("moe_down_mxfp4_w4a16_prefill", False, fp4, "bf16", 1, prefill),
-             _moe_case("moe_up_plain_bf16_prefill", True, plain, "auto", 1, prefill)]
+             _moe_case("moe_up_plain_bf16_prefill", True, plain, "auto", 1, prefill),
+             _moe_case("moe_up_mxfp4_w4a8order_prefill", True, fp4, "auto", 1, prefill,
+                       w4a8=True),
+             _moe_case("moe_down_mxfp4_w4a8order_prefill", False, fp4, "auto", 1, prefill,
+                       w4a8=True)]
     if os.environ.get("DI_FULL_TEST") == "1":
         for phase, pairs in (("decode", decode), ("prefill", prefill)):
             for gated in (True, False):

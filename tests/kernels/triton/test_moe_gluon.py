@@ -176,3 +176,38 @@ def test_swiglu_q8_matches_the_reference(act_dtype):
     assert (codes != ref_codes.view(torch.uint8)).float().mean() < 0.05
     assert ((got - want).abs() <= want.abs() / 8 + 1e-30).all()  # at most one e4m3 step
     assert ((got - want).norm() / want.norm()).item() < 3e-2
+
+
+@pytest.mark.parametrize("act_dtype", [torch.float32, torch.bfloat16])
+def test_w4a8_order_weights_through_run_experts(act_dtype):
+    """W4A8-order stacks (``mxfp4_to_w4a8_order``) through ``run_experts`` off the Gluon path
+    (here: the interpreter) take the folded Triton tiles that read the order: bit-identical to
+    checkpoint-order weights on the same tiling, and (fp32 x) the reference within 1e-5."""
+    from deepinfer.kernels.quantized import Mxfp4ExpertWeights
+    from deepinfer.kernels.reference import moe
+    from deepinfer.kernels.triton import moe_experts
+
+    torch.manual_seed(5)
+    experts, dim, inter, tokens, topk = 4, 256, 128, 5, 2
+
+    def stack(o, i):
+        return moe_experts.ExpertWeights(
+            torch.randint(0, 256, (experts, o, i // 2), dtype=torch.uint8).view(torch.int8),
+            torch.randint(119, 124, (experts, o, i // 32), dtype=torch.uint8), "mxfp4")
+
+    ws = [stack(inter, dim), stack(inter, dim), stack(dim, inter)]
+    x = (torch.randn(tokens, dim) * 0.5).to(act_dtype)
+    ids = torch.stack([torch.randperm(experts)[:topk] for _ in range(tokens)])
+    rw = torch.rand(tokens, topk)
+    folded = {"SPLIT_K": False, "BK": 128, "DOWN": {"BK": 128}}
+    want = moe_experts.run_experts(x, ids, rw, *ws, 7.0, config=folded)
+    ordered = [moe_experts.mxfp4_to_w4a8_order(w) for w in ws]
+    assert all(w.w4a8_order for w in ordered)
+    got = moe_experts.run_experts(x, ids, rw, *ordered, 7.0)
+    assert torch.equal(got, want)
+    if act_dtype == torch.float32:
+        ref = moe.moe_routed_experts(x, ids, rw,
+                                     *[Mxfp4ExpertWeights(w.data, w.scale) for w in ws], 7.0)
+        assert ((got - ref).norm() / ref.norm()).item() < 1e-5
+    with pytest.raises(ValueError, match="W4A8-order"):
+        moe_experts.run_experts(x, ids, rw, ordered[0], ws[1], ws[2], 7.0)
