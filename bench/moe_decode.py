@@ -14,6 +14,8 @@ uniform random top-6 routing (balanced, as after EPLB). Variants (``run_experts`
   mxfp4 bf16 words  the same on weights re-arranged into word order at load
                   (kernels/triton/mxfp4_words.py: rotations instead of byte permutes)
   fp8 re-encoded  lossless e4m3 re-encoding (2x the bytes), mma="auto"
+  mxfp4 w4a8 order  weights in moe_gluon_w4a8's kernel order: the Gluon W4A8 decode pipeline
+                  at decode sizes, the folded Triton tiles reading that order above them
 Per row: the median ms of ``run_experts`` (bench/roofline.py's ``median_ms``: CUDA events, 20 runs
 after 3 warm-ups), the experts the batch touches, their weight bytes (w1, w3, w2 data + scales,
 each read once; activations are negligible), GB/s = bytes / time, and η = GB/s / the HBM ceiling
@@ -33,7 +35,8 @@ import torch
 
 HIDDEN, INTER, EXPERTS, TOPK = 5120, 2304, 384, 6
 VARIANTS = {"mxfp4 fp8-mma": ("mxfp4", "fp8"), "mxfp4 bf16": ("mxfp4", "bf16"),
-            "mxfp4 bf16 words": ("mxfp4w", "bf16"), "fp8 re-encoded": ("fp8", "auto")}
+            "mxfp4 bf16 words": ("mxfp4w", "bf16"), "fp8 re-encoded": ("fp8", "auto"),
+            "mxfp4 w4a8 order": ("mxfp4w8", "auto")}
 
 
 def random_mxfp4(num_experts: int, out_features: int, in_features: int, device: str):
@@ -77,10 +80,11 @@ def smoke() -> None:
     from deepinfer.kernels.triton import moe_experts
 
     torch.manual_seed(0)
-    dim, inter, num_experts, topk = 64, 64, 8, 2
+    dim, inter, num_experts, topk = 128, 128, 8, 2  # K % 128 == 0: the W4A8 order
     fp4 = random_experts(num_experts, dim, inter, "cpu")
     weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4],
-               "mxfp4w": [moe_experts.mxfp4_to_word_order(w) for w in fp4]}
+               "mxfp4w": [moe_experts.mxfp4_to_word_order(w) for w in fp4],
+               "mxfp4w8": [moe_experts.mxfp4_to_w4a8_order(w) for w in fp4]}
     ref_weights = [Mxfp4ExpertWeights(w.data, w.scale) for w in fp4]
     for num_tokens in (1, 8):
         x, ids, route_w = make_inputs(num_tokens, dim, num_experts, topk, torch.float32, "cpu")
@@ -104,7 +108,8 @@ def bench(token_counts: list[int]) -> None:
     torch.manual_seed(0)
     fp4 = random_experts(EXPERTS, HIDDEN, INTER, "cuda")
     weights = {"mxfp4": fp4, "fp8": [moe_experts.mxfp4_to_fp8(w) for w in fp4],
-               "mxfp4w": [moe_experts.mxfp4_to_word_order(w) for w in fp4]}
+               "mxfp4w": [moe_experts.mxfp4_to_word_order(w) for w in fp4],
+               "mxfp4w8": [moe_experts.mxfp4_to_w4a8_order(w) for w in fp4]}
     print(f"{torch.cuda.get_device_name()}: HBM ceiling {hbm_bytes_per_s / 1e12:.2f} TB/s (copy); "
           f"D={HIDDEN} I={INTER} E={EXPERTS} top-{TOPK}")
     print(f"| {'tokens':>6} | {'variant':<15} | {'ms':>7} | {'experts':>7} | {'weight MB':>9} | "
