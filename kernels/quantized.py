@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from deepinfer.kernels.mxfp4_w4a8_order import from_w4a8_order
 from deepinfer.kernels.mxfp4_word_order import from_word_order
 from deepinfer.kernels.reference import quant
 
@@ -116,12 +117,15 @@ class Mxfp4ExpertWeights:
     word_order: ``packed`` holds the bytes in ``mxfp4_word_order``'s word order (each 32-bit
     word's bits permuted for the Triton expert kernels' cheaper unpack) instead of the layout
     above; ``dequantize`` (hence ``dense`` and the reference ops) converts back, exactly.
+    w4a8_order: ``packed`` holds the bytes in ``mxfp4_w4a8_order``'s layout (the W4A8 expert
+    kernels'), converted back the same way; at most one of the two orders.
     """
 
     packed: torch.Tensor
     scale: torch.Tensor
     scale_max: int | None = None
     word_order: bool = False
+    w4a8_order: bool = False
 
     def __post_init__(self) -> None:
         what = "Mxfp4ExpertWeights"
@@ -135,6 +139,8 @@ class Mxfp4ExpertWeights:
         _require(tuple(self.scale.shape) == expected and self.scale.dtype in _UE8M0_DTYPES, what,
                  f"scale must be ue8m0 {expected}, got {self.scale.dtype} "
                  f"{tuple(self.scale.shape)}")
+        _require(not (self.word_order and self.w4a8_order), what,
+                 "word_order and w4a8_order are two different byte orders: at most one")
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -175,7 +181,9 @@ class Mxfp4ExpertWeights:
         return dataclasses.replace(self, packed=self.packed[experts], scale=self.scale[experts])
 
     def checkpoint_packed(self) -> torch.Tensor:
-        """``packed`` in checkpoint order (itself, or a converted copy when ``word_order``)."""
+        """``packed`` in checkpoint order (itself, or a converted copy in word or W4A8 order)."""
+        if self.w4a8_order:
+            return from_w4a8_order(self.packed)
         return from_word_order(self.packed) if self.word_order else self.packed
 
     def dequantize(self) -> torch.Tensor:

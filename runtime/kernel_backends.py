@@ -20,8 +20,9 @@ CUDA graph), and no Python predicate runs per op call.
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -31,7 +32,8 @@ from deepinfer.artifacts.plan_schema import PlanError
 from deepinfer.kernels import registry
 from deepinfer.kernels.registry import REFERENCE, KernelNotFound, KernelSet
 
-__all__ = ["PlannedKernels", "expert_word_order", "model_call_specs", "planned_kernels"]
+__all__ = ["EXPERT_ORDER_ENV", "PlannedKernels", "expert_byte_order", "expert_word_order",
+           "model_call_specs", "planned_kernels"]
 
 TRITON = "triton"
 FIELD = "kernels.backend_by_op"
@@ -116,6 +118,35 @@ def expert_word_order(kernels: KernelSet, device: str | torch.device,
     if capability is None:
         capability = torch.cuda.get_device_capability(device)
     return capability[0] >= 9
+
+
+EXPERT_ORDER_ENV = "DI_EXPERT_ORDER"  # "w4a8": opt in to the W4A8 Gluon expert layout
+
+
+def expert_byte_order(kernels: KernelSet, device: str | torch.device,
+                      capability: tuple[int, int] | None = None,
+                      environ: Mapping[str, str] = os.environ,
+                      k_sizes: tuple[int, ...] = ()) -> str:
+    """The routed-expert stacks' byte order (``ExpertSlots.byte_order``), decided once at load:
+    "checkpoint" where ``expert_word_order`` says no; "w4a8" when the user opts in
+    (``DI_EXPERT_ORDER=w4a8``) on an SM90 GPU where triton's Gluon imports — the layout of
+    ``kernels/triton/moe_gluon_w4a8.py``, whose decode GEMMs ran at 0.70-0.72 of HBM against
+    0.56-0.59 for the Triton ones (session 10, round 39), not yet measured in the engine, hence
+    opt-in; it also needs every expert GEMM's K (``k_sizes``: hidden and expert width) to be a
+    multiple of 128, the layout's step. Else "words". Raises ValueError on any other value of
+    the variable."""
+    choice = environ.get(EXPERT_ORDER_ENV, "")
+    if choice not in ("", "words", "w4a8"):
+        raise ValueError(f"{EXPERT_ORDER_ENV}={choice!r}: expected 'w4a8', 'words' or unset")
+    if not expert_word_order(kernels, device, capability):
+        return "checkpoint"
+    if choice == "w4a8":
+        from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+        if capability is None:
+            capability = torch.cuda.get_device_capability(torch.device(device))
+        if HAS_GLUON and capability[0] == 9 and all(k % 128 == 0 for k in k_sizes):
+            return "w4a8"
+    return "words"
 
 
 def _register_triton(ops: list[str], device: torch.device, source: str) -> None:

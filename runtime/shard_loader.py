@@ -24,7 +24,7 @@
           expert's tensors are copied into their slots, then dropped. Reading takes one shard
           file at a time, in batches of at most ``READ_BATCH_BYTES`` (a larger unit alone),
           copied to the device before the next batch is read. The stacks hold MXFP4 word order
-          where ``kernel_backends.expert_word_order`` says so (the Triton expert kernels on an
+          where ``kernel_backends.expert_byte_order`` says so (the Triton expert kernels on an
           SM90+ GPU): each slot is re-arranged on the device as it is copied in.
 
 Memory: the device ends up holding the rank's stored bytes once (plus, transiently, one expert's
@@ -53,7 +53,7 @@ from deepinfer.artifacts.plan_schema import PlanError
 from deepinfer.artifacts.weight_names import SCALE_KINDS, TensorSpec, expected_tensors
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.device import plan_device
-from deepinfer.runtime.kernel_backends import expert_word_order
+from deepinfer.runtime.kernel_backends import expert_byte_order
 from deepinfer.runtime.model.deepseek_v41 import DeepseekV41
 from deepinfer.runtime.model.expert_slots import ExpertSlots
 from deepinfer.runtime.model.moe import TokenExchange
@@ -207,12 +207,13 @@ def load_rank_model(plan: RuntimePlan, rank: int, kernels: KernelSet | None = No
     shard = rank_shard(plan, rank)
     placement = plan.plan["expert_placement"][plan.plan["weight_shards"]["expert_phase"]]
     net = build_model(spec, kernels, token_map)
-    word_order = expert_word_order(net.kernels, device)
+    byte_order = expert_byte_order(net.kernels, device,
+                                   k_sizes=(spec.hidden_size, spec.moe_intermediate_size))
     for block in net.layers:
         layer = block.attn.layer.layer_id
         block.ffn.set_slots(shard.slot_offset, shard.slot_logical[layer],
                             placement["log2phy"][layer], placement["logcnt"][layer], exchange)
-        block.ffn.experts.set_word_order(word_order)  # still on meta: the mode for the writes
+        block.ffn.experts.set_byte_order(byte_order)  # still on meta: the mode for the writes
     synthetic = plan.weights == "synthetic" or model_path.startswith("builtin:")
     problems = _model_coverage(net, shard)
     if not synthetic:

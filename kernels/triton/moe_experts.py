@@ -588,7 +588,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     interpret = is_interpreting()
     cfg = moe_config(num_pairs, num_experts, interpret, plain=fmt == FMT_PLAIN, mma=mma,
                      fp8_weights=fmt == FMT_FP8)
-    w4a8 = [isinstance(w, ExpertWeights) and w.w4a8_order for w in (w1, w3, w2)]
+    w4a8 = [isinstance(w, ExpertWeights | Mxfp4ExpertWeights) and w.w4a8_order
+            for w in (w1, w3, w2)]
     if any(w4a8):
         if not all(w4a8) or mma == "fp8":
             raise ValueError("moe: W4A8-order MXFP4 weights (mxfp4_to_w4a8_order) need all of "

@@ -38,6 +38,13 @@ import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
+    from_w4a8_order as from_kernel_order,
+)
+from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
+    to_w4a8_order as to_kernel_order,
+)
+from deepinfer.kernels.mxfp4_w4a8_order import unpack_twin  # noqa: F401  (re-exported)
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _descriptor
 
@@ -227,43 +234,6 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                         stride_om, GATED, BM, MMA)
 
 
-def _e4m3_fields(nib: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """e2m1 nibbles (int64) -> their bits (s, e1, e0, m)."""
-    return (nib >> 3) & 1, (nib >> 2) & 1, (nib >> 1) & 1, nib & 1
-
-
-def to_kernel_order(packed: torch.Tensor) -> torch.Tensor:
-    """Checkpoint-order MXFP4 bytes (..., K/2) -> this kernel's words (same shape, uint8),
-    converted one leading index at a time (the int64 temporaries are 64x the bytes).
-
-    Inside each 128-K step of a row: word 4 q + G (bytes 16 q + 4 G ..) holds, for group G
-    and quad lane q, the nibbles of K = 32 G + 4 q + b ("lo", byte b: s e1 e0 m at bits
-    8b + 7, 4, 3, 2) and K = 32 G + 16 + 4 q + b ("hi": s at 8b + 5, e1 at 8b, e0 at 8b + 1,
-    m at 8((b - 1) mod 4) + 6) — see the module docstring for the unpack."""
-    if packed.dim() > 2:
-        out = torch.empty(packed.shape, dtype=torch.uint8, device=packed.device)
-        for e in range(packed.shape[0]):
-            out[e] = to_kernel_order(packed[e])
-        return out
-    half = packed.shape[-1]
-    assert half % (BLOCK_K // 2) == 0, (packed.shape, BLOCK_K)
-    p = packed.view(torch.uint8).to(torch.int64)
-    nib = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(*p.shape[:-1], half * 2)  # K order
-    lead = nib.shape[:-1]
-    nib = nib.reshape(*lead, half * 2 // BLOCK_K, 4, 2, 4, 4)  # steps, G, t, q, b
-    nib = nib.movedim(-2, -4)  # steps, q, G, t, b
-    lo, hi = nib[..., 0, :], nib[..., 1, :]  # (..., steps, q, G, b)
-    word = torch.zeros(lo.shape[:-1], dtype=torch.int64, device=packed.device)
-    for b in range(4):
-        s, e1, e0, m = _e4m3_fields(lo[..., b])
-        word |= (s << (8 * b + 7)) | (e1 << (8 * b + 4)) | (e0 << (8 * b + 3)) | (m << (8 * b + 2))
-        s, e1, e0, m = _e4m3_fields(hi[..., b])
-        word |= ((s << (8 * b + 5)) | (e1 << (8 * b)) | (e0 << (8 * b + 1))
-                 | (m << (8 * ((b - 1) % 4) + 6)))
-    word = torch.where(word >= 2**31, word - 2**32, word).to(torch.int32)
-    return word.contiguous().view(torch.uint8).reshape(packed.shape)
-
-
 @triton.jit
 def _place_lo(n, b: tl.constexpr):
     """e2m1 nibble n (int32) -> its bits in a kernel-order word as lo byte b."""
@@ -318,34 +288,6 @@ def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -
     return dst.view(packed.dtype)
 
 
-def from_kernel_order(words: torch.Tensor) -> torch.Tensor:
-    """Inverse of ``to_kernel_order`` (torch; for state dicts and tests): kernel-order bytes
-    (..., K/2) -> checkpoint order, one leading index at a time."""
-    if words.dim() > 2:
-        return torch.stack([from_kernel_order(w) for w in words])
-    half = words.shape[-1]
-    w = words.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    w = w.reshape(*w.shape[:-1], half * 2 // BLOCK_K, 4, 4)  # steps, q, G
-    bit = lambda pos: (w >> pos) & 1  # noqa: E731
-    lo = [(bit(8 * b + 7) << 3) | (bit(8 * b + 4) << 2) | (bit(8 * b + 3) << 1) | bit(8 * b + 2)
-          for b in range(4)]
-    hi = [(bit(8 * b + 5) << 3) | (bit(8 * b) << 2) | (bit(8 * b + 1) << 1)
-          | bit(8 * ((b + 3) % 4) + 6) for b in range(4)]
-    nib = torch.stack([torch.stack(lo, -1), torch.stack(hi, -1)], -2)  # steps q G t b
-    nib = nib.movedim(-4, -2)  # steps, G, t, q, b: natural K order inside a step
-    nib = nib.reshape(*nib.shape[:-5], half * 2)
-    return (nib[..., 0::2] | (nib[..., 1::2] << 4)).to(torch.uint8).view(words.dtype)
-
-
-def unpack_twin(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The asm's lo / hi registers from int32 words (torch twin, for the tests)."""
-    w = words.to(torch.int64) & 0xFFFFFFFF
-    rotl = lambda v, n: ((v << n) | (v >> (32 - n))) & 0xFFFFFFFF  # noqa: E731
-    lo = w & 0x9C9C9C9C
-    hi = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
-    return lo, hi
-
-
 def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
@@ -386,18 +328,19 @@ def run_experts_w4a8(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.T
     group). w1, w3 (E, I, D/2) and w2 (E, D, I/2): ``ExpertWeights`` whose ``data`` is in
     ``to_kernel_order``, scale bytes <= 128. Launches: Q8_32 of x, align (8 pairs per block),
     gated GEMM (g, u in x.dtype), ``moe_swiglu.swiglu_q8``, down GEMM (y in x.dtype), combine.
+    The runtime's ``Mxfp4ExpertWeights`` (``w4a8_order``) work the same way.
     """
     from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
-    from deepinfer.kernels.triton.moe_experts import combine_pairs
+    from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
 
     num_tokens, topk = expert_ids.shape
     num_pairs = num_tokens * topk
-    d1, d3, d2 = (w.data.view(torch.uint8) for w in (w1, w3, w2))
+    (d1, s1, _, _), (d3, s3, _, _), (d2, s2, _, _) = (_weight_args(w) for w in (w1, w3, w2))
     codes, scales = quant_act.quant_q8_32(x.contiguous())
     pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], BLOCK_M)
-    g, u = w4a8_decode_gemm(codes, scales, d1, w1.scale, d3, w3.scale, pairs, blocks, num_pairs,
-                            topk, stages=stages, out_dtype=x.dtype)
+    g, u = w4a8_decode_gemm(codes, scales, d1, s1, d3, s3, pairs, blocks, num_pairs, topk,
+                            stages=stages, out_dtype=x.dtype)
     h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, weights.reshape(-1), limit, x.dtype)
-    y, _ = w4a8_decode_gemm(h_codes, h_scales, d2, w2.scale, None, None, pairs, blocks,
-                            num_pairs, 1, stages=stages, out_dtype=x.dtype)
+    y, _ = w4a8_decode_gemm(h_codes, h_scales, d2, s2, None, None, pairs, blocks, num_pairs, 1,
+                            stages=stages, out_dtype=x.dtype)
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

@@ -30,7 +30,13 @@ source's order differs, :meth:`set_word_order` whatever is held. The state dict 
 checkpoint order (a round trip is bit-exact), except with ``keep_vars=True``, which gives the
 held views as they are (what the loaders use to look for unloaded tensors, without a converted
 copy of every expert). Who turns the mode on: ``runtime/shard_loader.py``, from
-``kernel_backends.expert_word_order`` (the Triton expert kernels on an SM90+ GPU).
+``kernel_backends.expert_byte_order`` (the Triton expert kernels on an SM90+ GPU).
+
+A third byte order, ``"w4a8"`` (``kernels/mxfp4_w4a8_order.py``: the layout of the W4A8 Gluon
+expert kernels, ``moe_gluon_w4a8``), works the same way (``set_byte_order``; ``stack()`` hands
+out ``Mxfp4ExpertWeights(..., w4a8_order=True)``), converted one slot at a time; opt-in only
+(``DI_EXPERT_ORDER=w4a8``, ``kernel_backends.expert_byte_order``) until it is measured in the
+engine.
 """
 
 from __future__ import annotations
@@ -40,11 +46,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from deepinfer.kernels.mxfp4_w4a8_order import from_w4a8_order, to_w4a8_order
 from deepinfer.kernels.mxfp4_word_order import from_word_order, to_word_order
 from deepinfer.kernels.quantized import FP4_BLOCK, Mxfp4ExpertWeights
 from deepinfer.runtime.model.params import SCALE_DTYPE, frozen
 
 PROJECTIONS = ("w1", "w2", "w3")
+BYTE_ORDERS = ("checkpoint", "words", "w4a8")
 Stack = Mxfp4ExpertWeights | torch.Tensor
 
 
@@ -62,18 +70,47 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.uint8 else t.view(torch.uint8)
 
 
-def _reorder(packed: torch.Tensor, held_words: bool, want_words: bool) -> None:
-    """Re-arrange MXFP4 bytes ``packed`` (a stack or one slot of it) in place from one byte
-    order to the other; nothing when they agree or the tensor has no data (meta)."""
-    if held_words != want_words and not packed.is_meta:
-        (to_word_order if want_words else from_word_order)(packed, out=packed)
+def order_of(w: Mxfp4ExpertWeights) -> str:
+    """The byte order of an MXFP4 container (one of BYTE_ORDERS)."""
+    return "w4a8" if w.w4a8_order else ("words" if w.word_order else "checkpoint")
+
+
+def _to_w4a8(slot: torch.Tensor) -> torch.Tensor:
+    """One slot's checkpoint-order bytes -> W4A8 order (one Triton launch on a GPU)."""
+    if slot.is_cuda:
+        from deepinfer.kernels.triton.moe_gluon_w4a8 import to_kernel_order_gpu
+        return to_kernel_order_gpu(slot)
+    return to_w4a8_order(slot)
+
+
+def _reorder(packed: torch.Tensor, held: str, want: str) -> None:
+    """Re-arrange MXFP4 bytes ``packed`` (a stack or one slot of it) in place from byte order
+    ``held`` to ``want`` (through checkpoint order; the W4A8 order a slot at a time, so the
+    temporaries stay one slot); nothing when they agree or the tensor has no data (meta)."""
+    if held == want or packed.is_meta:
+        return
+    slots = packed if packed.dim() == 3 else packed[None]
+    if held == "words":
+        from_word_order(packed, out=packed)
+    elif held == "w4a8":
+        for slot in slots:
+            slot.copy_(from_w4a8_order(slot).view(slot.dtype))
+    if want == "words":
+        to_word_order(packed, out=packed)
+    elif want == "w4a8":
+        for slot in slots:
+            slot.copy_(_to_w4a8(slot).view(slot.dtype))
 
 
 class ExpertSlots(nn.Module):
-    def __init__(self, num_slots: int, dim: int, inter: int, word_order: bool = False):
+    def __init__(self, num_slots: int, dim: int, inter: int, word_order: bool = False,
+                 byte_order: str | None = None):
         super().__init__()
         self.num_slots = num_slots
-        self._word_order = word_order
+        self._order = byte_order or ("words" if word_order else "checkpoint")
+        if self._order not in BYTE_ORDERS:
+            raise ValueError(f"ExpertSlots: byte_order {self._order!r}, expected one of "
+                             f"{BYTE_ORDERS}")
         self.shapes = {"w1": (inter, dim), "w2": (dim, inter), "w3": (inter, dim)}  # (O, I)
         for w, (rows, cols) in self.shapes.items():
             self.register_parameter(f"{w}_weight", frozen(
@@ -88,23 +125,35 @@ class ExpertSlots(nn.Module):
     @property
     def word_order(self) -> bool:
         """Whether the MXFP4 stacks hold word-order bytes (module docstring)."""
-        return self._word_order
+        return self._order == "words"
+
+    @property
+    def byte_order(self) -> str:
+        """The MXFP4 stacks' byte order: "checkpoint", "words" or "w4a8"."""
+        return self._order
 
     def set_word_order(self, word_order: bool) -> None:
+        """``set_byte_order("words")`` or ``("checkpoint")``."""
+        self.set_byte_order("words" if word_order else "checkpoint")
+
+    def set_byte_order(self, order: str) -> None:
         """Switch the byte order of the MXFP4 stacks, re-arranging what they hold in place
         (meta or plain stacks: only the mode changes; later writes follow it)."""
+        if order not in BYTE_ORDERS:
+            raise ValueError(f"ExpertSlots: byte order {order!r}, expected one of {BYTE_ORDERS}")
         for w in PROJECTIONS:
             if self._parameters[f"{w}_scale"] is not None:
-                _reorder(self._parameters[f"{w}_weight"].data, self._word_order, word_order)
-        self._word_order = word_order
+                _reorder(self._parameters[f"{w}_weight"].data, self._order, order)
+        self._order = order
 
     def stack(self, w: str) -> Stack:
         """Projection ``w`` of every slot: ``Mxfp4ExpertWeights`` [E, O, I] (bytes in the
-        module's order, ``word_order``), or bf16 [E, O, I]."""
+        module's order, ``byte_order``), or bf16 [E, O, I]."""
         weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
         if scale is None:
             return weight
-        return Mxfp4ExpertWeights(weight, scale, self._scale_max[w], self._word_order)
+        return Mxfp4ExpertWeights(weight, scale, self._scale_max[w], self._order == "words",
+                                  self._order == "w4a8")
 
     def _raise_scale_max(self, w: str, scale_max: int | None) -> None:
         held = self._scale_max[w]
@@ -139,7 +188,7 @@ class ExpertSlots(nn.Module):
                                  f"{type(dst).__name__}")
             if isinstance(dst, Mxfp4ExpertWeights):
                 _bytes(dst.packed[j]).copy_(_bytes(src.packed[0]))
-                _reorder(dst.packed[j], src.word_order, self._word_order)
+                _reorder(dst.packed[j], order_of(src), self._order)
                 _bytes(dst.scale[j]).copy_(_bytes(src.scale[0]))
                 self._raise_scale_max(w, src.scale_max)
             else:
@@ -185,19 +234,22 @@ class ExpertSlots(nn.Module):
         weight, scale = _bytes(weight), _bytes(scale)
         Mxfp4ExpertWeights(weight[None], scale[None])  # ValueError on a wrong scale shape
         stack[j].copy_(weight)
-        _reorder(stack[j], False, self._word_order)  # on the stack's device, this slot only
+        _reorder(stack[j], "checkpoint", self._order)  # on the stack's device, this slot only
         _bytes(held_scale[j]).copy_(scale)
         self._raise_scale_max(w, int(scale.max()))  # the checkpoint's tensor: on the host
 
     def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
         """Slot j's tensors under checkpoint names, packed bytes in checkpoint order (one
-        converted copy per slot in word-order mode); ``keep_vars``: the held views as they are."""
+        converted copy per slot in word or W4A8 order); ``keep_vars``: the held views as
+        they are."""
         for j in range(self.num_slots):
             for w in PROJECTIONS:
                 weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
                 held = weight[j].detach()
-                if scale is not None and self._word_order and not keep_vars and not held.is_meta:
-                    held = from_word_order(held)
+                if (scale is not None and self._order != "checkpoint" and not keep_vars
+                        and not held.is_meta):
+                    held = (from_word_order(held) if self._order == "words"
+                            else from_w4a8_order(held))
                 destination[f"{prefix}{j}.{w}.weight"] = held
                 if scale is not None:
                     destination[f"{prefix}{j}.{w}.scale"] = scale[j].detach()
@@ -230,7 +282,7 @@ class ExpertSlots(nn.Module):
                     t = t.view(SCALE_DTYPE)
                 t = t.to(held.device) if to_held else t
                 if part == "weight" and quantized:  # the stack is ours (a fresh copy): in place
-                    _reorder(t, False, self._word_order)
+                    _reorder(t, "checkpoint", self._order)
                 self._parameters[f"{w}_{part}"] = frozen(t)
 
     def _gather(self, state_dict, prefix: str, quantized: bool

@@ -4,6 +4,8 @@ the state dict gives checkpoint order back bit for bit, the ops give the same re
 word-order stacks as on checkpoint-order ones (reference; Triton under the interpreter), and
 ``kernel_backends.expert_word_order`` turns the mode on only for the Triton expert kernels on
 an SM90+ GPU (the rank loader's stacks then hold word order, the model's results unchanged).
+The W4A8 order (``kernels/mxfp4_w4a8_order.py``) through the same write paths, and
+``expert_byte_order``'s opt-in.
 
 Oracle: the same module in checkpoint order; ``mxfp4_word_order.to_word_order`` of its bytes.
 Tolerance: exact (bit equality).
@@ -194,11 +196,11 @@ def test_rank_loader_stacks_follow_the_decision_and_results_do_not_change(plans,
     assert not any(b.ffn.experts.word_order for b in plain.layers)
     seen = []
 
-    def forced(kernels, device):
+    def forced(kernels, device, **_):
         seen.append(torch.device(device).type)
-        return True
+        return "words"
 
-    monkeypatch.setattr(shard_loader, "expert_word_order", forced)
+    monkeypatch.setattr(shard_loader, "expert_byte_order", forced)
     words = shard_loader.load_rank_model(plan, 0).model
     assert seen == ["cpu"]
     assert all(b.ffn.experts.word_order for b in words.layers)
@@ -208,3 +210,97 @@ def test_rank_loader_stacks_follow_the_decision_and_results_do_not_change(plans,
                        to_word_order(moe_p.experts.stack("w2").packed))
     x = torch.randn(11, moe_p.dim, generator=torch.Generator().manual_seed(4)).bfloat16()
     assert torch.equal(moe_w(words.kernels, x, None), moe_p(plain.kernels, x, None))
+
+
+W8_DIM, W8_INTER = 128, 128  # the W4A8 order's step is 128 K
+
+
+def _w4a8_state_dict(seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    shapes = {"w1": (W8_INTER, W8_DIM), "w2": (W8_DIM, W8_INTER), "w3": (W8_INTER, W8_DIM)}
+    return {f"{j}.{w}.{part}": (
+        torch.randint(-128, 128, (rows, cols // 2), dtype=torch.int8, generator=g)
+        if part == "weight" else
+        torch.randint(116, 124, (rows, cols // 32), dtype=torch.uint8, generator=g))
+        for j in range(SLOTS) for w, (rows, cols) in shapes.items() for part in ("weight", "scale")}
+
+
+def test_w4a8_order_through_every_write_path():
+    """Stacks in the W4A8 order hold ``to_w4a8_order`` of the checkpoint bytes after a state
+    dict load, streamed slots, a slot copy from a word-order module and mode switches; the
+    state dict and ``dequantize`` give the checkpoint's values back bit for bit."""
+    from deepinfer.kernels.mxfp4_w4a8_order import to_w4a8_order
+
+    sd = _w4a8_state_dict()
+    plain = ExpertSlots(SLOTS, W8_DIM, W8_INTER)
+    plain.load_state_dict(sd)
+    w8 = ExpertSlots(SLOTS, W8_DIM, W8_INTER, byte_order="w4a8")
+    w8.load_state_dict(sd)
+    assert w8.byte_order == "w4a8" and not w8.word_order
+    for w in PROJECTIONS:
+        assert w8.stack(w).w4a8_order and not w8.stack(w).word_order
+        assert torch.equal(_raw(w8, w), to_w4a8_order(_raw(plain, w)))
+        assert torch.equal(w8.stack(w).dequantize(), plain.stack(w).dequantize())
+    _assert_state_dicts_equal(w8.state_dict(), sd)
+    streamed = ExpertSlots(SLOTS, W8_DIM, W8_INTER, byte_order="w4a8")
+    streamed.allocate("cpu")
+    for j in range(SLOTS):
+        for w in PROJECTIONS:
+            streamed.load_slot(j, w, sd[f"{j}.{w}.weight"], sd[f"{j}.{w}.scale"])
+    words = ExpertSlots(SLOTS, W8_DIM, W8_INTER, word_order=True)
+    words.load_state_dict(sd)
+    copied = ExpertSlots(SLOTS, W8_DIM, W8_INTER, byte_order="w4a8")
+    copied.allocate("cpu")
+    for j in range(SLOTS):
+        copied[j] = words[j]
+    for w in PROJECTIONS:
+        assert torch.equal(_raw(streamed, w), _raw(w8, w))
+        assert torch.equal(_raw(copied, w), _raw(w8, w))
+    for order in ("words", "checkpoint", "w4a8"):
+        w8.set_byte_order(order)
+        _assert_state_dicts_equal(w8.state_dict(), sd)
+    with pytest.raises(ValueError, match="byte order 'bytes'"):
+        w8.set_byte_order("bytes")
+
+
+def test_w4a8_order_is_opt_in_on_sm90_with_128_k(monkeypatch):
+    from deepinfer.kernels.triton import moe_gluon
+    from deepinfer.runtime.kernel_backends import expert_byte_order
+
+    monkeypatch.setattr(moe_gluon, "HAS_GLUON", True)
+    triton = KernelSet(dict.fromkeys(EXPERT_STACK_OPS, "triton"))
+    opt_in = {"DI_EXPERT_ORDER": "w4a8"}
+    k = (5120, 2304)
+    assert expert_byte_order(triton, "cuda", (9, 0), {}, k) == "words"  # not asked for
+    assert expert_byte_order(triton, "cuda", (9, 0), opt_in, k) == "w4a8"
+    assert expert_byte_order(triton, "cuda", (10, 0), opt_in, k) == "words"  # SM90 only
+    assert expert_byte_order(triton, "cuda", (9, 0), opt_in, (64, 32)) == "words"  # K % 128
+    assert expert_byte_order(triton, "cpu", None, opt_in, k) == "checkpoint"
+    assert expert_byte_order(KernelSet(), "cuda", (9, 0), opt_in, k) == "checkpoint"
+    with pytest.raises(ValueError, match="DI_EXPERT_ORDER='yes'"):
+        expert_byte_order(triton, "cuda", (9, 0), {"DI_EXPERT_ORDER": "yes"}, k)
+
+
+def test_ops_on_w4a8_order_stacks():
+    """W4A8-order stacks (the runtime's ``Mxfp4ExpertWeights``) give the checkpoint order's
+    results: the reference ops bit for bit (they convert back), and the Triton op (interpreter:
+    the folded tiles that read the order) bit for bit against checkpoint order on that tiling."""
+    pytest.importorskip("triton")
+    from deepinfer.kernels.triton import moe_experts
+
+    sd = _w4a8_state_dict(1)
+    plain = ExpertSlots(SLOTS, W8_DIM, W8_INTER)
+    plain.load_state_dict(sd)
+    w8 = ExpertSlots(SLOTS, W8_DIM, W8_INTER, byte_order="w4a8")
+    w8.load_state_dict(sd)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5, W8_DIM, generator=g)
+    ids = torch.stack([torch.randperm(SLOTS, generator=g)[:2] for _ in range(5)])
+    route_w = torch.rand(5, 2, generator=g)
+    want = moe.moe_routed_experts(x, ids, route_w, plain.w1, plain.w3, plain.w2, LIMIT)
+    assert torch.equal(moe.moe_routed_experts(x, ids, route_w, w8.w1, w8.w3, w8.w2, LIMIT), want)
+    folded = {"SPLIT_K": False, "BK": 128, "DOWN": {"BK": 128}}
+    want = moe_experts.run_experts(x, ids, route_w, plain.w1, plain.w3, plain.w2, LIMIT,
+                                   config=folded)
+    assert torch.equal(moe_experts.run_experts(x, ids, route_w, w8.w1, w8.w3, w8.w2, LIMIT),
+                       want)
