@@ -1,31 +1,33 @@
-"""Decode expert GEMM over MXFP4 weights in Gluon (Triton's explicit-layout dialect), SM90 only.
+"""Decode expert GEMM over MXFP4 weights in Gluon (Triton's explicit-layout dialect), SM90
+only — a PROBE (bf16 MMA), and the shared pieces of ``moe_gluon_w4a8`` (the W4A8 one).
 
     out1[p, o] = x[row(p)] @ W1_e^T[:, o]   (and out3 with W3 when GATED), e = expert of pair p
 
-Why a second kernel beside ``moe_experts``' Triton one: at decode a block holds a handful of
-tokens per expert, so the GEMM is a stream over the MXFP4 bytes, and the Triton kernel reaches
-~0.5 of HBM (round 33) — its weight tiles go global -> shared (cp.async) -> registers (unpack)
--> shared again for the MMA's operand layout. Here the layouts are explicit, so the weights go
-global -> registers -> wgmma and never touch shared memory:
+Why Gluon beside ``moe_experts``' Triton kernel: at decode a block holds a handful of tokens per
+expert, so the GEMM is a stream over the MXFP4 bytes, and the Triton kernel's weight tiles go
+global -> shared (cp.async) -> registers (unpack) -> shared again for the MMA operand layout.
+Here the layouts are explicit: the weights go TMA -> shared -> registers -> wgmma A operand.
 
-  * One program = one block of BM pairs of one expert (``moe_align.align_pairs``) × 64 weight
+  * One program = one block of BM pairs of one expert (``moe_align.align_pairs``) x 64 weight
     rows (one warpgroup, the wgmma M side: out^T[64, BM] = W[64, K] @ x^T[K, BM]).
-  * Fragment order (``to_fragment_order``, done once at load): inside each BK-element K step of
-    a weight row, the BK/2 packed bytes are permuted so that the bytes one thread needs for its
-    wgmma A fragments are BK/8 CONTIGUOUS bytes (one 16-byte load at BK = 128). Natural byte
-    c = 16 s + 8 h + 2 q + u (s: 16-byte slice, q: the thread's quad lane, h, u) is stored at
-    q * BK/8 + 4 s + 2 h + u.
-  * The loads use a blocked layout [64 rows, 4 quad lanes, BK/8 bytes]; the unpack (the inline
-    PTX of ``mxfp4_unpack``, one bf16x2 multiply per 2 weights) is elementwise; a reshape /
-    permute then gives the even and odd K elements as [64, BK/2] tensors whose layout IS the
-    wgmma register-A layout (``convert_layout`` is free: same thread, same register).
-  * Weight bytes are prefetched two K steps ahead into registers (no shared-memory ring); the
-    token tile x[BM, BK] (L2-resident) is split into even / odd columns and written to a
-    2-deep shared-memory ring as the wgmma B operand.
-  * Scales: one multiply per weight pair by 2^(e - 1), exact for scale bytes <= 128, which the
-    caller vouches for (``ExpertWeights.scale_max``) — the same contract as W_ONE_MUL = 2.
+  * Weight tiles [64 rows, BK/2 bytes] of each K step stream through a STAGES-deep shared ring
+    filled by TMA (``start_ring``, ``issue_step``: one mbarrier per stage); the token tile
+    x[BM, BK] (L2-resident) is split into even / odd columns and written to a 2-deep shared
+    ring as the wgmma B operand. The accumulators are waited at the end of each step: one
+    still in flight across the loop's back edge made ptxas serialize every wgmma (C7515).
+  * Kernel order (``to_kernel_order``, once at load): fragment order — inside each K step of a
+    row, natural byte c = 16 s + 8 h + 2 q + u is stored at q * BK/8 + 4 s + 2 h + u, so a
+    thread's wgmma A-fragment bytes are 16 contiguous bytes (one ``ld.shared`` of 16 B) — then
+    ``mxfp4_words``' word order inside each 32-bit word (the cheaper unpack).
+  * The unpack (``mxfp4_words``' PTX with the scale built in the asm: one bf16x2 multiply per 2
+    weights by 2^(e - 1), exact for scale bytes <= 128, which the caller vouches for) is
+    elementwise; a reshape / permute gives the even and odd K elements as [64, BK/2] tensors
+    whose layout IS the wgmma register-A layout (``convert_layout`` is free).
+  * Measured (round 38, H200): parity with the Triton kernel (gated 0.59-0.61 of HBM); the
+    W4A8 kernel (``moe_gluon_w4a8``) shares ``issue_step``, ``start_ring``, ``store_tiles`` and
+    ``weight_descriptor`` and reaches 0.70-0.72 (round 39).
 
-Shapes: x (rows, K) bf16 (exact Q8_32 values, the A_BF16 form), w (E, O, K/2) uint8 in fragment
+Shapes: x (rows, K) bf16 (exact Q8_32 values, the A_BF16 form), w (E, O, K/2) uint8 in kernel
 order for this BK, s (E, O, K/32) uint8, sorted_pairs (num_blocks * BM,) int32 (padding =
 num_pairs), block_expert (num_blocks,) int32 (-1 = idle), out (num_pairs, O) fp32.
 Reference: ``reference_grouped`` below (dequantize, matmul per expert, fp32).

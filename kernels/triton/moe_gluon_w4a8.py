@@ -1,10 +1,13 @@
-"""Decode expert GEMM with FP8 tensor cores over MXFP4 weights, in Gluon (SM90 only; a PROBE:
-not wired into the engine yet).
+"""Decode expert GEMM with FP8 tensor cores over MXFP4 weights, in Gluon (SM90 only). The
+engine runs it when the expert stacks are in its layout (opt-in: ``DI_EXPERT_ORDER=w4a8``,
+``runtime/kernel_backends.expert_byte_order``; ``moe_experts.run_experts`` hands decode-sized
+calls to ``run_experts_w4a8`` below) — measured alone (round 39), not yet in the engine.
 
     out[p, o] = sum over K of W_e[o, k] * x[row(p), k]        (W1 and W3 when GATED)
 
 Why: the bf16 kernels (``moe_experts``, ``moe_gluon``) spend ~3-4 instructions per weight on
-the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~1.5:
+the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~2.4
+instructions in the gated K loop (sm_90 SASS), and the GEMMs reach 0.69-0.72 of HBM:
 
   * x is the Q8_32 activation as it is (e4m3 codes + ue8m0 per 32 K, ``quant_act.quant_q8_32``),
     the weights become e4m3 codes by bit moves only: e2m1 (s e1 e0 m) -> e4m3 bits
@@ -12,9 +15,10 @@ the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~
   * One FP8 wgmma (m64 n8 k32) per 32-K group, into its own accumulator, then the promotion
     acc += acc_g * 2^(ew + ex - 121) in fp32 (weight scale ew per row, activation scale ex
     per token; the 2^6 of the codes is in the -121). The in-group sums run in the tensor core's
-    FP8 accumulator (~14 bits on Hopper), so this is W4A8 accuracy (~1e-3 relative), not the
-    exact-product fp32 sums of the W4A16 path.
-  * Kernel order (``to_kernel_order``, once at load): one 32-bit word per (row, 32-K group,
+    FP8 accumulator (~14 bits on Hopper), not the exact-product fp32 sums of the W4A16 path:
+    2.3e-5 relative against the fp32 reference in round 39.
+  * Kernel order (``to_kernel_order`` = ``kernels/mxfp4_w4a8_order.to_w4a8_order``, once at
+    load; ``to_kernel_order_gpu``: one launch): one 32-bit word per (row, 32-K group,
     quad lane q) holds the 8 nibbles a thread needs for its wgmma A fragment of that row:
     K = 32 G + 4 q + b (b < 4: register "lo") and 32 G + 16 + 4 q + b ("hi"), placed so that
         lo = w & 0x9C9C9C9C,   hi = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
@@ -23,8 +27,8 @@ the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~
   * Weight tiles [64 rows, 64 bytes] stream through a TMA ring (``STAGES``); the register
     layout of the shared-memory load, the unpack's outputs and the wgmma A operand line up
     (no shuffles: checked in the sm_90 PTX, tests/kernels/triton/test_moe_gluon.py).
-  * Tokens: BM = 8 pairs of one expert per program (``moe_align.align_pairs(ids, E, 8)``),
-    their codes [8, 128] per step in a 2-deep shared ring as the wgmma B operand.
+  * Tokens: BM = 8 (or 16) pairs of one expert per program (``moe_align.align_pairs``), their
+    codes [BM, 128] per step in a 2-deep shared ring as the wgmma B operand.
 
 Shapes: x codes (rows, K) uint8 + scales (rows, K/32) uint8; w (E, O, K/2) uint8 in kernel
 order; ws (E, O, K/32) uint8; sorted_pairs (num_blocks * 8,) int32 (padding = num_pairs);
