@@ -133,11 +133,12 @@ def expert_byte_order(kernels: KernelSet, device: str | torch.device,
     ``kernels/triton/moe_gluon_w4a8.py``, whose decode GEMMs ran at 0.70-0.72 of HBM against
     0.56-0.59 for the Triton ones (session 10, round 39), not yet measured in the engine, hence
     opt-in; it also needs every expert GEMM's K (``k_sizes``: hidden and expert width) to be a
-    multiple of 128, the layout's step. Else "words". Raises ValueError on any other value of
-    the variable."""
+    multiple of 128, the layout's step. Else "words". Raises PlanError (a user error naming the
+    variable) on any other value of it."""
     choice = environ.get(EXPERT_ORDER_ENV, "")
     if choice not in ("", "words", "w4a8"):
-        raise ValueError(f"{EXPERT_ORDER_ENV}={choice!r}: expected 'w4a8', 'words' or unset")
+        raise PlanError("the environment", EXPERT_ORDER_ENV,
+                        f"got {choice!r}, expected 'w4a8', 'words' or unset")
     if not expert_word_order(kernels, device, capability):
         return "checkpoint"
     if choice == "w4a8":

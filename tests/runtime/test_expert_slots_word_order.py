@@ -264,6 +264,7 @@ def test_w4a8_order_through_every_write_path():
 
 
 def test_w4a8_order_is_opt_in_on_sm90_with_128_k(monkeypatch):
+    from deepinfer.artifacts.plan_schema import PlanError
     from deepinfer.kernels.triton import moe_gluon
     from deepinfer.runtime.kernel_backends import expert_byte_order
 
@@ -277,7 +278,7 @@ def test_w4a8_order_is_opt_in_on_sm90_with_128_k(monkeypatch):
     assert expert_byte_order(triton, "cuda", (9, 0), opt_in, (64, 32)) == "words"  # K % 128
     assert expert_byte_order(triton, "cpu", None, opt_in, k) == "checkpoint"
     assert expert_byte_order(KernelSet(), "cuda", (9, 0), opt_in, k) == "checkpoint"
-    with pytest.raises(ValueError, match="DI_EXPERT_ORDER='yes'"):
+    with pytest.raises(PlanError, match="DI_EXPERT_ORDER.*'yes'"):
         expert_byte_order(triton, "cuda", (9, 0), {"DI_EXPERT_ORDER": "yes"}, k)
 
 
