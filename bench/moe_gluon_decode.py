@@ -129,21 +129,16 @@ def main() -> None:
         print(f"| {num_tokens} | triton run_experts (all launches) | | {whole:.3f} | | | | | |")
 
 
-def _q8_values(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """Q8_32 codes (N, K) + ue8m0 (N, K/32) -> fp32 values."""
-    vals = codes.view(torch.float8_e4m3fn).float()
-    return vals * torch.exp2(scales.float() - 127).repeat_interleave(32, dim=1)
-
-
 def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, gated_bytes,
               down_bytes) -> None:
     """The W4A8 Gluon kernel (moe_gluon_w4a8) against the reference on the Q8_32 values."""
+    from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
 
     k = moe_decode.TOPK
     xc, xs = quant_act.quant_q8_32(x)
     hc, hs = quant_act.quant_q8_32(h)
-    xv, hv = _q8_values(xc, xs), _q8_values(hc, hs)
+    xv, hv = (dequant_fp8_ue8m0(c.view(torch.float8_e4m3fn), e) for c, e in ((xc, xs), (hc, hs)))
     refs = [moe_gluon.reference_grouped(v, w.data.view(torch.uint8), w.scale, flat, div)
             for v, w, div in ((xv, fp4[0], k), (xv, fp4[1], k), (hv, fp4[2], 1))]
     for bm, stages in [(bm, st) for bm in args.w4a8_bm for st in args.w4a8_stages]:

@@ -7,8 +7,8 @@ group G and quad lane q, the 8 nibbles of K = 32 G + 4 q + b ("lo", b < 4) and 3
     lo = w & 0x9C9C9C9C,   hi = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
 lo byte b: s e1 e0 m at bits 8b + 7, 4, 3, 2; hi byte b: s at 8b + 5, e1 at 8b, e0 at 8b + 1,
 m at 8((b - 1) mod 4) + 6. A pure permutation of the bits of each step: ``from_w4a8_order``
-undoes ``to_w4a8_order`` exactly. The one-launch GPU conversion is
-``moe_gluon_w4a8.to_kernel_order_gpu``.
+undoes ``to_w4a8_order`` exactly. CUDA tensors convert in one Triton launch
+(``moe_gluon_w4a8.to_kernel_order_gpu``, imported only then).
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ def to_w4a8_order(packed: torch.Tensor) -> torch.Tensor:
     and quad lane q, the nibbles of K = 32 G + 4 q + b ("lo", byte b: s e1 e0 m at bits
     8b + 7, 4, 3, 2) and K = 32 G + 16 + 4 q + b ("hi": s at 8b + 5, e1 at 8b, e0 at 8b + 1,
     m at 8((b - 1) mod 4) + 6)."""
+    if packed.is_cuda:
+        from deepinfer.kernels.triton.moe_gluon_w4a8 import to_kernel_order_gpu
+        return to_kernel_order_gpu(packed).view(torch.uint8)
     if packed.dim() > 2:
         out = torch.empty(packed.shape, dtype=torch.uint8, device=packed.device)
         for e in range(packed.shape[0]):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from deepinfer.kernels.mxfp4_word_order import from_word_order, to_word_order
+from deepinfer.kernels.quantized import Mxfp4ExpertWeights
 from deepinfer.kernels.triton.mxfp4_words import WORDS_TO_BF16_ONE_MUL
 
 try:  # Gluon ships with triton >= 3.5; the layouts below need the NVIDIA Hopper module
@@ -317,15 +318,6 @@ def w4_decode_gemm(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor,
     return out1, (out3 if gated else None)
 
 
-def dequantize(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Natural-order MXFP4 (..., K/2) bytes + ue8m0 (..., K/32) -> fp32 (..., K)."""
-    table = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6],
-                         device=packed.device)
-    p = packed.to(torch.int64)
-    vals = torch.stack([table[p & 0xF], table[p >> 4]], -1).reshape(*packed.shape[:-1], -1)
-    return vals * torch.exp2(scale.float() - 127).repeat_interleave(32, dim=-1)
-
-
 def reference_grouped(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, expert_of_pair:
                       torch.Tensor, x_row_div: int) -> torch.Tensor:
     """fp32 (num_pairs, O): x[p // x_row_div] @ dequantize(w[e(p)])^T, w in NATURAL order."""
@@ -334,6 +326,7 @@ def reference_grouped(x: torch.Tensor, w: torch.Tensor, s: torch.Tensor, expert_
     rows = torch.arange(num_pairs, device=x.device) // x_row_div
     for e in torch.unique(expert_of_pair).tolist():
         sel = (expert_of_pair == e).nonzero().flatten()
-        out[sel] = x[rows[sel]].float() @ dequantize(w[e], s[e]).T
+        out[sel] = x[rows[sel]].float() @ Mxfp4ExpertWeights(
+            w[e:e + 1], s[e:e + 1]).dequantize()[0].float().T
     return out
 

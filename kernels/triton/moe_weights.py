@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deepinfer.kernels import mxfp4_word_order
+from deepinfer.kernels import mxfp4_w4a8_order, mxfp4_word_order
 
 # e4m3fn byte of each e2m1 nibble (0, .5, 1, 1.5, 2, 3, 4, 6, then the negatives; code 8 = -0)
 _E2M1_TO_E4M3_BYTES = (0x00, 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C,
@@ -84,12 +84,8 @@ def fp8_block_experts(codes: torch.Tensor, scale: torch.Tensor) -> ExpertWeights
 
 def mxfp4_to_w4a8_order(w: ExpertWeights) -> ExpertWeights:
     """Checkpoint-order MXFP4 ExpertWeights -> the same in ``moe_gluon_w4a8``'s kernel order
-    (one Triton launch per expert stack on a GPU; the torch definition elsewhere)."""
-    from deepinfer.kernels.triton import moe_gluon_w4a8
-
+    (``mxfp4_w4a8_order.to_w4a8_order``: one Triton launch on a GPU)."""
     assert w.fmt == "mxfp4" and not w.word_order and not w.w4a8_order
-    packed = w.data.view(torch.uint8)
-    data = (moe_gluon_w4a8.to_kernel_order_gpu(packed) if packed.is_cuda
-            else moe_gluon_w4a8.to_kernel_order(packed))
+    data = mxfp4_w4a8_order.to_w4a8_order(w.data.view(torch.uint8))
     return ExpertWeights(data.view(w.data.dtype), w.scale, "mxfp4", w.scale_rows, w.scale_max,
                          w4a8_order=True)

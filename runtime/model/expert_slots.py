@@ -75,14 +75,6 @@ def order_of(w: Mxfp4ExpertWeights) -> str:
     return "w4a8" if w.w4a8_order else ("words" if w.word_order else "checkpoint")
 
 
-def _to_w4a8(slot: torch.Tensor) -> torch.Tensor:
-    """One slot's checkpoint-order bytes -> W4A8 order (one Triton launch on a GPU)."""
-    if slot.is_cuda:
-        from deepinfer.kernels.triton.moe_gluon_w4a8 import to_kernel_order_gpu
-        return to_kernel_order_gpu(slot)
-    return to_w4a8_order(slot)
-
-
 def _reorder(packed: torch.Tensor, held: str, want: str) -> None:
     """Re-arrange MXFP4 bytes ``packed`` (a stack or one slot of it) in place from byte order
     ``held`` to ``want`` (through checkpoint order; the W4A8 order a slot at a time, so the
@@ -99,7 +91,7 @@ def _reorder(packed: torch.Tensor, held: str, want: str) -> None:
         to_word_order(packed, out=packed)
     elif want == "w4a8":
         for slot in slots:
-            slot.copy_(_to_w4a8(slot).view(slot.dtype))
+            slot.copy_(to_w4a8_order(slot).view(slot.dtype))
 
 
 class ExpertSlots(nn.Module):

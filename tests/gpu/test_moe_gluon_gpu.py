@@ -51,12 +51,12 @@ def _case(gated: bool):
 @pytest.mark.parametrize("gated", [True, False])
 @pytest.mark.parametrize("block_m", [8, 16])
 def test_w4a8_gluon(gated, block_m):
+    from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
 
     ids, x, w, div = _case(gated)
     codes, scales = quant_act.quant_q8_32(x)
-    xv = codes.view(torch.float8_e4m3fn).float() * torch.exp2(
-        scales.float() - 127).repeat_interleave(32, dim=1)
+    xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
     words = [moe_gluon_w4a8.to_kernel_order(p) for p, _ in w]
     pairs, blocks = moe_align.align_pairs(ids, EXPERTS, block_m)
     args = (words[0], w[0][1], words[1] if gated else None, w[1][1] if gated else None)

@@ -13,13 +13,14 @@ import torch
 
 from deepinfer.kernels.triton import moe_gluon, moe_gluon_w4a8
 
-E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
-
 
 def _natural_values(packed: torch.Tensor) -> torch.Tensor:
     """Checkpoint-order MXFP4 bytes (..., K/2) -> the e2m1 values (..., K)."""
+    from deepinfer.kernels.reference.quant import e2m1_decode
+
     p = packed.to(torch.int64)
-    return torch.stack([E2M1[p & 0xF], E2M1[p >> 4]], -1).reshape(*packed.shape[:-1], -1)
+    return torch.stack([e2m1_decode(p & 0xF), e2m1_decode(p >> 4)], -1).reshape(
+        *packed.shape[:-1], -1)
 
 
 def _e4m3_bytes(reg: torch.Tensor) -> torch.Tensor:
