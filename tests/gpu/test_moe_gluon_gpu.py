@@ -108,3 +108,56 @@ def test_w4a8_pipeline_matches_run_experts():
     with nan_poisoned_allocations():
         out = moe_gluon_w4a8.run_experts_w4a8(x, ids, route_w, *kernel, 10.0)
     _row("w4a8 gluon pipeline", f"{TOKENS} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("block_m", [32, 64])
+def test_w4a8_prefill_gluon(gated, block_m):
+    """The prefill kernel (64 / 32 pairs per program, gathered tokens by TMA) against the
+    reference on the Q8_32 values, at 16x the decode case's tokens (~192 pairs per expert)."""
+    from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
+    from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
+    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
+
+    torch.manual_seed(1)
+    k, o = (D, I) if gated else (I, D)
+    tokens = TOKENS * 16
+    ids = torch.rand(tokens, EXPERTS, device="cuda").topk(TOPK, dim=1).indices
+    div = TOPK if gated else 1
+    x = (torch.randn(tokens * TOPK // div, k, device="cuda") * 0.5).to(torch.bfloat16)
+    packed, scale = _mxfp4(o, k)
+    codes, scales = quant_act.quant_q8_32(x)
+    xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
+    pairs, blocks = moe_align.align_pairs(ids, EXPERTS, block_m)
+    gc, gs = pf.gather_rows(codes, scales, pairs, ids.numel(), div)
+    with nan_poisoned_allocations():
+        out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
+    pf.w4a8_prefill_gemm(gc, gs, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
+                         ids.numel(), out, block_m=block_m)
+    ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
+    _row(f"w4a8 prefill {'gated' if gated else 'down'} bm{block_m}", f"{tokens}x{k}",
+         _rel(out, ref), 1e-3)
+
+
+def test_w4a8_prefill_pipeline_matches_run_experts():
+    """``run_experts_w4a8_prefill`` against the Triton ``run_experts`` (W4A16) on the same
+    weights at 1,024 tokens: 1e-2, as the decode pipeline."""
+    from deepinfer.kernels.triton import moe_experts, moe_gluon_w4a8
+    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
+
+    torch.manual_seed(0)
+    tokens = TOKENS * 16
+    ids = torch.rand(tokens, EXPERTS, device="cuda").topk(TOPK, dim=1).indices
+    route_w = torch.rand(tokens, TOPK, device="cuda")
+    x = (torch.randn(tokens, D, device="cuda") * 0.5).to(torch.bfloat16)
+    mats = [_mxfp4(I, D), _mxfp4(I, D), _mxfp4(D, I)]
+
+    def weights(p, s, order):
+        data = (order(p) if order else p).view(torch.int8)
+        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()))
+
+    ref = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats), 10.0)
+    kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu) for p, s in mats]
+    with nan_poisoned_allocations():
+        out = pf.run_experts_w4a8_prefill(x, ids, route_w, *kernel, 10.0)
+    _row("w4a8 prefill pipeline", f"{tokens} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)

@@ -1,0 +1,109 @@
+"""The W4A8 Gluon prefill expert GEMM (kernels/triton/moe_gluon_w4a8_prefill.py) against the
+Triton tiles, on the H200.
+
+    TRITON_INTERPRET=0 python bench/moe_gluon_prefill.py [--tokens 4096 16384] [--bm 32 64]
+
+Shapes of the v41-flash-slice plan (D=5120, I=2304, 384 MXFP4 experts, top-6, uniform random
+routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
+  * correctness: each GEMM against ``moe_gluon.reference_grouped`` on the Q8_32 values
+    (rel. L2), and the whole pipeline (``run_experts_w4a8_prefill``) against Triton's
+    ``run_experts`` on the same weights (rel. L2);
+  * time: median CUDA-event ms of each GEMM launch, its FLOPs (2 * pairs * O * K, padding not
+    counted) over it against the FP8 matmul ceiling measured in the same run, and the weight
+    bytes over it against the HBM ceiling; the whole pipeline against Triton's run_experts
+    (word order, the engine's prefill config) and its two ``_moe_gemm_kernel`` launches.
+Prints a table; GPU only (Gluon has no interpreter path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import moe_decode  # noqa: E402  (random weights, routing: the same as the Triton bench)
+from moe_gluon_decode import triton_kernel_ms  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
+    parser.add_argument("--bm", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--stages", type=int, nargs="+", default=[3, 4])
+    args = parser.parse_args()
+    from bench_common import roofline
+
+    from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
+    from deepinfer.kernels.triton import (
+        moe_align,
+        moe_experts,
+        moe_gluon,
+        moe_gluon_w4a8,
+        quant_act,
+    )
+    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
+
+    rl = roofline()
+    ceil = rl.measure_ceilings()
+    hbm, fp8 = ceil["hbm_bytes_per_s"], ceil["fp8_flops_per_s"]
+    torch.manual_seed(0)
+    e, d, i, k = moe_decode.EXPERTS, moe_decode.HIDDEN, moe_decode.INTER, moe_decode.TOPK
+    fp4 = moe_decode.random_experts(e, d, i, "cuda")
+    words = [moe_experts.mxfp4_to_word_order(w) for w in fp4]
+    order = [moe_gluon_w4a8.to_kernel_order(w.data) for w in fp4]
+    kw = [moe_experts.ExpertWeights(w.view(torch.int8), f.scale, "mxfp4", scale_max=f.scale_max)
+          for w, f in zip(order, fp4, strict=True)]
+    print(f"{torch.cuda.get_device_name()}: HBM {hbm / 1e12:.2f} TB/s (copy), FP8 matmul "
+          f"{fp8 / 1e12:.0f} TFLOP/s (torch._scaled_mm 8192^3)")
+    print("| tokens | kernel | BM | stages | ms | TFLOP/s | of FP8 | weight GB/s | rel. L2 |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for num_tokens in args.tokens:
+        x, ids, route_w = moe_decode.make_inputs(num_tokens, d, e, k, torch.bfloat16, "cuda")
+        num_pairs = ids.numel()
+        flat = ids.reshape(-1)
+        touched = torch.unique(flat).numel()
+        h = (torch.randn(num_pairs, i, device="cuda") * 0.5).to(torch.bfloat16)
+        xc, xs = quant_act.quant_q8_32(x)
+        hc, hs = quant_act.quant_q8_32(h)
+        xv, hv = (dequant_fp8_ue8m0(c.view(torch.float8_e4m3fn), s)
+                  for c, s in ((xc, xs), (hc, hs)))
+        cases = [("gated w1", xc, xs, k, order[0], fp4[0], xv), ("down w2", hc, hs, 1, order[2],
+                                                                  fp4[2], hv)]
+        refs = [moe_gluon.reference_grouped(v, f.data.view(torch.uint8), f.scale, flat, div)
+                for _, _, _, div, _, f, v in cases]
+        ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
+        for bm, stages in [(bm, st) for bm in args.bm for st in args.stages]:
+            pairs, blocks = moe_align.align_pairs(ids, e, bm)
+            for (name, codes, scales, div, w, f, _), ref in zip(cases, refs, strict=True):
+                gc, gs = pf.gather_rows(codes, scales, pairs, num_pairs, div)
+                out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
+                run = functools.partial(pf.w4a8_prefill_gemm, gc, gs, w, f.scale, pairs, blocks,
+                                        num_pairs, out, stages, bm)
+                run()
+                err = ((out - ref).norm() / ref.norm()).item()
+                ms = rl.median_ms(run)
+                flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
+                n_bytes = touched * (w[0].numel() + f.scale[0].numel())
+                print(f"| {num_tokens} | w4a8 {name} | {bm} | {stages} | {ms:.3f} | "
+                      f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / fp8:.2f} | "
+                      f"{n_bytes / ms / 1e6:.0f} | {err:.1e} |", flush=True)
+            whole_fn = functools.partial(pf.run_experts_w4a8_prefill, x, ids, route_w, *kw, 10.0,
+                                         stages=stages, block_m=bm)
+            out = whole_fn()
+            err = ((out - ref_whole).norm() / ref_whole.norm()).item()
+            ms = rl.median_ms(whole_fn)
+            print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill (all launches) | {bm} | "
+                  f"{stages} | {ms:.3f} | | | | {err:.1e} |", flush=True)
+        g_ms, d_ms, whole = triton_kernel_ms(x, ids, route_w, words)
+        print(f"| {num_tokens} | triton gated (w1 + w3) | | | {g_ms:.3f} | | | | |")
+        print(f"| {num_tokens} | triton down | | | {d_ms:.3f} | | | | |")
+        print(f"| {num_tokens} | triton run_experts (all launches) | | | {whole:.3f} | | | | |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

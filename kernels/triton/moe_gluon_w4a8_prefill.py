@@ -1,0 +1,214 @@
+"""Prefill expert GEMM with FP8 tensor cores over MXFP4 weights in the W4A8 kernel order, in
+Gluon (SM90 only): ``moe_gluon_w4a8``'s decode kernel with 64 pairs per program instead of 8,
+so that a weight tile is read once per 64 tokens of its expert (prefill: ~64 per expert at 4K).
+
+    out[p, o] = sum over K of W_e[o, k] * x[p, k]      (p: the block's pairs, sorted by expert)
+
+  * Both operands come by TMA into one STAGES-deep ring (one mbarrier per stage): the weight
+    tile [64 rows, 64 bytes] in kernel order, and the token tile [BM, 128] of e4m3 codes from
+    the activation GATHERED into sorted-pair order (``gather_rows``: row b * BM + t = the
+    codes of the block's pair t), so a block's tokens are one box.
+  * Per 32-K group: one wgmma m64 nBM k32 (FP8, weights from registers, unpacked by
+    ``moe_gluon_w4a8._group_operands``: 5 instructions per 8 weights) into a fresh
+    accumulator, then the promotion acc += acc_g * 2^(ew + ex - 121). Two groups are in
+    flight: the promotion of group g (CUDA cores) runs while group g + 1's wgmma does.
+  * Promotion-bound by instruction count: 2 instructions per accumulator element per group
+    against one wgmma of 32 MACs per element: ~half of the FP8 tensor peak at best.
+
+Shapes: x codes (num_blocks * BM, K) uint8 e4m3 and scales (num_blocks * BM, K/32) uint8 in
+sorted-pair order; w (E, O, K/2) uint8 in ``to_kernel_order``; ws (E, O, K/32) uint8;
+sorted_pairs (num_blocks * BM,) int32 (padding = num_pairs); block_expert (num_blocks,) int32
+(-1 idle); out (num_pairs, O). Reference: ``moe_gluon.reference_grouped`` on the dequantized
+activation (tests/gpu/test_moe_gluon_gpu.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _weight_descriptor
+
+ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
+BLOCK_K = 128  # K per pipeline step: 4 groups of 32
+BLOCK_M = 64  # pairs per program: the wgmma N side
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from deepinfer.kernels.triton.moe_gluon import store_tiles
+    from deepinfer.kernels.triton.moe_gluon_w4a8 import _group_operands
+
+    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+
+    @gluon.jit
+    def _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, step, num_steps,
+               STAGES: gl.constexpr, BM: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [64, 64 B] and token tile [BM, 128] into ring
+        stage step % STAGES (none past the last step)."""
+        st = step % STAGES
+        ok = step < num_steps
+        mbarrier.expect(bars.index(st), 64 * 64 + BM * 128, pred=ok)
+        tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
+                                        w_s.index(st), pred=ok)
+        tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
+                                        x_s.index(st), pred=ok)
+
+    @gluon.jit
+    def _promote(acc, acc_g, ew, ex, g: gl.constexpr):
+        """acc + acc_g * 2^(ew_g + ex_g - 121) for group g: ew [64] (rows) and ex [BM]
+        (tokens) are int32 words of 4 ue8m0 bytes, one per group of the step."""
+        ew_b = (((ew >> (8 * g)) & 0xFF) - 121) << 23
+        ex_b = ((ex >> (8 * g)) & 0xFF) << 23
+        return acc + acc_g * (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _mma(a, x8, k0: gl.constexpr, z):
+        return warpgroup_mma(a, x8.slice(k0, 32, dim=1).permute((1, 0)), z, use_acc=False,
+                             is_async=True)
+
+    @gluon.jit
+    def _w4a8_prefill_kernel(x_desc, xs_ptr, w_desc, s_ptr, pairs_ptr, block_expert_ptr,
+                             out_ptr, num_pairs, O, K, stride_xs4, stride_se, stride_sn4,
+                             stride_om, STAGES: gl.constexpr, BM: gl.constexpr,
+                             num_warps: gl.constexpr):
+        # the register layouts of moe_gluon_w4a8._w4a8_decode_kernel (see there), at N = BM
+        L64: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
+            lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 64])
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BM, 32])
+        LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
+        ROW_L: gl.constexpr = gl.SliceLayout(1, MMA)
+        COL_L: gl.constexpr = gl.SliceLayout(0, MMA)
+        block = gl.program_id(0)
+        tile = gl.program_id(1)
+        expert = gl.load(block_expert_ptr + block)
+        if expert >= 0:
+            row0 = expert * O + tile * 64
+            x_row0 = block * BM
+            num_steps = K // 128
+            w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 64], w_desc.layout)
+            x_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BM, 128], x_desc.layout)
+            bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            for b in gl.static_range(STAGES):
+                mbarrier.init(bars.index(b), count=1)
+            for b in gl.static_range(STAGES - 1):
+                _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, b, num_steps, STAGES, BM)
+
+            # scales as int32 words (4 groups = one K step): a thread's 2 rows and BM / 4
+            # tokens, in the accumulator's row and column layouts
+            r_w = tile * 64 + gl.arange(0, 64, layout=ROW_L)
+            sw_ptrs = (s_ptr + expert.to(gl.int64) * stride_se + r_w * (stride_sn4 * 4)).to(
+                gl.pointer_type(gl.int32), bitcast=True)
+            t_s = x_row0 + gl.arange(0, BM, layout=COL_L)
+            xs_ptrs = (xs_ptr + t_s.to(gl.int64) * (stride_xs4 * 4)).to(
+                gl.pointer_type(gl.int32), bitcast=True)
+
+            acc = gl.zeros([64, BM], gl.float32, MMA)
+            z = gl.zeros([64, BM], gl.float32, MMA)
+            for i in range(num_steps):
+                # every warp is past step i - 1's reads of the stage the TMA below refills
+                _cta_barrier()
+                _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, i + STAGES - 1,
+                       num_steps, STAGES, BM)
+                ex = gl.load(xs_ptrs + i)
+                ew = gl.load(sw_ptrs + i)
+                stage = i % STAGES
+                mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
+                a0, a1, a2, a3 = _group_operands(w_s.index(stage).load(L64), LA)
+                x8 = x_s.index(stage)
+                c0 = _mma(a0, x8, 0, z)
+                c1 = _mma(a1, x8, 32, z)
+                c0 = warpgroup_mma_wait(num_outstanding=1, deps=(c0,))
+                acc = _promote(acc, c0, ew, ex, 0)
+                c2 = _mma(a2, x8, 64, z)
+                c1 = warpgroup_mma_wait(num_outstanding=1, deps=(c1,))
+                acc = _promote(acc, c1, ew, ex, 1)
+                c3 = _mma(a3, x8, 96, z)
+                c2 = warpgroup_mma_wait(num_outstanding=1, deps=(c2,))
+                acc = _promote(acc, c2, ew, ex, 2)
+                c3 = warpgroup_mma_wait(num_outstanding=0, deps=(c3,))
+                acc = _promote(acc, c3, ew, ex, 3)
+            for b in gl.static_range(STAGES):
+                mbarrier.invalidate(bars.index(b))
+            store_tiles(acc, acc, out_ptr, out_ptr, pairs_ptr, block, tile, num_pairs,
+                        stride_om, False, BM, MMA)
+
+    def token_descriptor(codes: torch.Tensor, block_m: int):
+        """TMA descriptor of gathered e4m3 codes (rows, K) uint8: boxes [BM, 128], 128-byte
+        swizzle (the wgmma B operand's shared layout)."""
+        fp8 = codes.view(torch.float8_e4m3fn)
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
+        return TensorDescriptor(fp8, list(fp8.shape), list(fp8.stride()), [block_m, 128],
+                                layout)
+
+
+def gather_rows(codes: torch.Tensor, scales: torch.Tensor, sorted_pairs: torch.Tensor,
+                num_pairs: int, row_div: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Activation codes (rows, K) and scales (rows, K/32) -> the rows of the sorted pairs:
+    row i = that of pair sorted_pairs[i] // row_div (padding: row 0, never stored)."""
+    rows = torch.where(sorted_pairs < num_pairs, sorted_pairs // row_div, 0).long()
+    return codes.index_select(0, rows), scales.index_select(0, rows)
+
+
+def w4a8_prefill_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w: torch.Tensor,
+                      s: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
+                      num_pairs: int, out: torch.Tensor, stages: int = 4,
+                      block_m: int = BLOCK_M) -> torch.Tensor:
+    """out[pair] (num_pairs, O; its dtype) = Q8_32 x[pair] @ W[expert]^T for the pairs a block
+    holds, the fp32 sums rounded once. x_codes / x_scales: ``gather_rows`` of the Q8_32 codes
+    (num_blocks * block_m rows); w (E, O, K/2) in ``to_kernel_order``, s (E, O, K/32) uint8;
+    pairs grouped by ``moe_align.align_pairs(ids, E, block_m)``."""
+    assert HAS_GLUON, "w4a8_prefill_gemm needs triton's Gluon"
+    num_experts, out_features, half = w.shape
+    k = half * 2
+    assert k % BLOCK_K == 0 and out_features % ROWS == 0 and x_codes.shape[1] == k
+    assert block_m in (16, 32, 64, 128) and x_codes.shape[0] == sorted_pairs.numel()
+    assert x_codes.is_contiguous() and x_scales.is_contiguous()
+    assert s.stride(1) % 4 == 0 and x_scales.stride(0) % 4 == 0  # 4-byte scale loads
+    grid = (block_expert.numel(), out_features // ROWS)
+    _w4a8_prefill_kernel[grid](
+        token_descriptor(x_codes, block_m), x_scales, _weight_descriptor(w, BLOCK_K), s,
+        sorted_pairs, block_expert, out, num_pairs, out_features, k, x_scales.stride(0) // 4,
+        s.stride(0), s.stride(1) // 4, out.stride(0), STAGES=stages, BM=block_m,
+        num_warps=4)
+    return out
+
+
+def run_experts_w4a8_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
+                             w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
+                             stages: int = 4, block_m: int = BLOCK_M) -> torch.Tensor:
+    """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
+    fp32, the semantics of ``moe_gluon_w4a8.run_experts_w4a8`` (and so of
+    ``moe_experts.run_experts``). Launches: Q8_32 of x, align (block_m pairs per block),
+    gather, gated GEMM (two launches: g, u in x.dtype), ``moe_swiglu.swiglu_q8``, gather, down
+    GEMM, combine."""
+    from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
+    from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
+
+    num_tokens, topk = expert_ids.shape
+    num_pairs = num_tokens * topk
+    (d1, s1, _, _), (d3, s3, _, _), (d2, s2, _, _) = (_weight_args(w) for w in (w1, w3, w2))
+    inter, dim = d1.shape[1], d2.shape[1]
+    codes, scales = quant_act.quant_q8_32(x.contiguous())
+    pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], block_m)
+    xc, xs = gather_rows(codes, scales, pairs, num_pairs, topk)
+    g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
+    u = torch.empty_like(g)
+    w4a8_prefill_gemm(xc, xs, d1, s1, pairs, blocks, num_pairs, g, stages, block_m)
+    w4a8_prefill_gemm(xc, xs, d3, s3, pairs, blocks, num_pairs, u, stages, block_m)
+    h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, weights.reshape(-1), limit, x.dtype)
+    hc, hs = gather_rows(h_codes, h_scales, pairs, num_pairs, 1)
+    y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
+    w4a8_prefill_gemm(hc, hs, d2, s2, pairs, blocks, num_pairs, y, stages, block_m)
+    return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)
