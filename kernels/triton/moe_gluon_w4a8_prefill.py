@@ -31,7 +31,7 @@ from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _weight_desc
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
-BLOCK_M = 64  # pairs per program: the wgmma N side
+BLOCK_M = 32  # pairs per program: the wgmma N side (32: 128 registers, 4 programs per SM; round 41)
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -116,13 +116,19 @@ if HAS_GLUON:
 
             acc = gl.zeros([64, BM], gl.float32, MMA)
             z = gl.zeros([64, BM], gl.float32, MMA)
+            ex_next = gl.load(xs_ptrs)
+            ew_next = gl.load(sw_ptrs)
             for i in range(num_steps):
                 # every warp is past step i - 1's reads of the stage the TMA below refills
                 _cta_barrier()
                 _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, i + STAGES - 1,
                        num_steps, STAGES, BM)
-                ex = gl.load(xs_ptrs + i)
-                ew = gl.load(sw_ptrs + i)
+                # the scales one step ahead (their load latency hides behind this step)
+                ex = ex_next
+                ew = ew_next
+                nxt = gl.minimum(i + 1, num_steps - 1)
+                ex_next = gl.load(xs_ptrs + nxt)
+                ew_next = gl.load(sw_ptrs + nxt)
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
                 a0, a1, a2, a3 = _group_operands(w_s.index(stage).load(L64), LA)
