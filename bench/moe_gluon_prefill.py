@@ -33,7 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
     parser.add_argument("--bm", type=int, nargs="+", default=[32, 64])
-    parser.add_argument("--stages", type=int, nargs="+", default=[3, 4])
+    parser.add_argument("--stages", type=int, nargs="+", default=[3])
+    parser.add_argument("--warpgroups", type=int, nargs="+", default=[1, 2, 4],
+                        help="warpgroups per program (64 weight rows each)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -59,8 +61,8 @@ def main() -> None:
           for w, f in zip(order, fp4, strict=True)]
     print(f"{torch.cuda.get_device_name()}: HBM {hbm / 1e12:.2f} TB/s (copy), FP8 matmul "
           f"{fp8 / 1e12:.0f} TFLOP/s (torch._scaled_mm 8192^3)")
-    print("| tokens | kernel | BM | stages | ms | TFLOP/s | of FP8 | weight GB/s | rel. L2 |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| tokens | kernel | BM | stages | WG | ms | TFLOP/s | of FP8 | weight GB/s | rel. L2 |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for num_tokens in args.tokens:
         x, ids, route_w = moe_decode.make_inputs(num_tokens, d, e, k, torch.bfloat16, "cuda")
         num_pairs = ids.numel()
@@ -76,32 +78,33 @@ def main() -> None:
         refs = [moe_gluon.reference_grouped(v, f.data.view(torch.uint8), f.scale, flat, div)
                 for _, _, _, div, _, f, v in cases]
         ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
-        for bm, stages in [(bm, st) for bm in args.bm for st in args.stages]:
+        for bm, stages, wg in [(bm, st, wg) for bm in args.bm for st in args.stages
+                               for wg in args.warpgroups if bm * wg <= 128]:  # registers
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             for (name, codes, scales, div, w, f, _), ref in zip(cases, refs, strict=True):
                 gc, gs = pf.gather_rows(codes, scales, pairs, num_pairs, div)
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
                 run = functools.partial(pf.w4a8_prefill_gemm, gc, gs, w, f.scale, pairs, blocks,
-                                        num_pairs, out, stages, bm)
+                                        num_pairs, out, stages, bm, wg)
                 run()
                 err = ((out - ref).norm() / ref.norm()).item()
                 ms = rl.median_ms(run)
                 flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
                 n_bytes = touched * (w[0].numel() + f.scale[0].numel())
-                print(f"| {num_tokens} | w4a8 {name} | {bm} | {stages} | {ms:.3f} | "
+                print(f"| {num_tokens} | w4a8 {name} | {bm} | {stages} | {wg} | {ms:.3f} | "
                       f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / fp8:.2f} | "
                       f"{n_bytes / ms / 1e6:.0f} | {err:.1e} |", flush=True)
             whole_fn = functools.partial(pf.run_experts_w4a8_prefill, x, ids, route_w, *kw, 10.0,
-                                         stages=stages, block_m=bm)
+                                         stages=stages, block_m=bm, warpgroups=wg)
             out = whole_fn()
             err = ((out - ref_whole).norm() / ref_whole.norm()).item()
             ms = rl.median_ms(whole_fn)
             print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill (all launches) | {bm} | "
-                  f"{stages} | {ms:.3f} | | | | {err:.1e} |", flush=True)
+                  f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
         g_ms, d_ms, whole = triton_kernel_ms(x, ids, route_w, words)
-        print(f"| {num_tokens} | triton gated (w1 + w3) | | | {g_ms:.3f} | | | | |")
-        print(f"| {num_tokens} | triton down | | | {d_ms:.3f} | | | | |")
-        print(f"| {num_tokens} | triton run_experts (all launches) | | | {whole:.3f} | | | | |",
+        print(f"| {num_tokens} | triton gated (w1 + w3) | | | | {g_ms:.3f} | | | | |")
+        print(f"| {num_tokens} | triton down | | | | {d_ms:.3f} | | | | |")
+        print(f"| {num_tokens} | triton run_experts (all launches) | | | | {whole:.3f} | | | | |",
               flush=True)
 
 

@@ -90,21 +90,23 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
 
     @gluon.jit
     def _group_operands(p, LA: gl.constexpr):
-        """Shared-memory bytes p [64, 64] of one step (layout L64) -> the e4m3 A operands
-        [64, 32] of its 4 groups (layout LA)."""
+        """Shared-memory bytes p [R, 64] of one step (layout L64; R = 64 per warpgroup) ->
+        the e4m3 A operands [R, 32] of its 4 groups (layout LA)."""
         pq, qq = gl.inline_asm_elementwise(
             _UNPACK_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r", [p], dtype=(gl.uint8, gl.uint8),
             is_pure=True, pack=16)
         # columns 16 q + 8 j + 4 t + b (t: lo / hi) -> (row, t, q, b) per group pair j
-        pq = gl.permute(gl.reshape(pq, [64, 4, 2, 2, 4]), [0, 3, 1, 4, 2])
-        qq = gl.permute(gl.reshape(qq, [64, 4, 2, 2, 4]), [0, 3, 1, 4, 2])
+        R: gl.constexpr = p.shape[0]
+        pq = gl.permute(gl.reshape(pq, [R, 4, 2, 2, 4]), [0, 3, 1, 4, 2])
+        qq = gl.permute(gl.reshape(qq, [R, 4, 2, 2, 4]), [0, 3, 1, 4, 2])
         g0, g2 = gl.split(pq)
         g1, g3 = gl.split(qq)
         return (_operand(g0, LA), _operand(g1, LA), _operand(g2, LA), _operand(g3, LA))
 
     @gluon.jit
     def _operand(g, LA: gl.constexpr):
-        return gl.convert_layout(gl.reshape(g, [64, 32]), LA).to(gl.float8e4nv, bitcast=True)
+        return gl.convert_layout(gl.reshape(g, [g.shape[0], 32]), LA).to(gl.float8e4nv,
+                                                                         bitcast=True)
 
     @gluon.jit
     def _split4(t):

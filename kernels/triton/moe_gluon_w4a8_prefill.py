@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
-from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _weight_descriptor
 
-ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
+ROWS = 64  # weight rows per warpgroup: the wgmma M side
+WARPGROUPS = 2  # warpgroups per program, stacked on the weight rows (one token tile)
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
 BLOCK_M = 32  # pairs per program: the wgmma N side (32: 128 registers, 4 programs per SM; round 41)
 
@@ -44,19 +44,18 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from deepinfer.kernels.triton.moe_gluon import store_tiles
     from deepinfer.kernels.triton.moe_gluon_w4a8 import _group_operands
 
     _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 
     @gluon.jit
     def _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, step, num_steps,
-               STAGES: gl.constexpr, BM: gl.constexpr):
-        """TMA of K step ``step``'s weight tile [64, 64 B] and token tile [BM, 128] into ring
-        stage step % STAGES (none past the last step)."""
+               STAGES: gl.constexpr, BM: gl.constexpr, ROWS_: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [ROWS_, 64 B] and token tile [BM, 128] into
+        ring stage step % STAGES (none past the last step)."""
         st = step % STAGES
         ok = step < num_steps
-        mbarrier.expect(bars.index(st), 64 * 64 + BM * 128, pred=ok)
+        mbarrier.expect(bars.index(st), ROWS_ * 64 + BM * 128, pred=ok)
         tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
                                         w_s.index(st), pred=ok)
         tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
@@ -79,13 +78,16 @@ if HAS_GLUON:
     def _w4a8_prefill_kernel(x_desc, xs_ptr, w_desc, s_ptr, pairs_ptr, block_expert_ptr,
                              out_ptr, num_pairs, O, K, stride_xs4, stride_se, stride_sn4,
                              stride_om, STAGES: gl.constexpr, BM: gl.constexpr,
-                             num_warps: gl.constexpr):
-        # the register layouts of moe_gluon_w4a8._w4a8_decode_kernel (see there), at N = BM
+                             WARP_ROWS: gl.constexpr, num_warps: gl.constexpr):
+        # the register layouts of moe_gluon_w4a8._w4a8_decode_kernel (see there), at N = BM,
+        # with num_warps / 4 warpgroups stacked on the rows (64 each; one token tile)
+        ROWS_: gl.constexpr = 16 * num_warps
         L64: gl.constexpr = gl.DistributedLinearLayout(
             reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
             lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
-            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 64])
-        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+            warp_bases=WARP_ROWS, block_bases=[], shape=[ROWS_, 64])
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                       warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BM, 32])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
         ROW_L: gl.constexpr = gl.SliceLayout(1, MMA)
@@ -94,35 +96,36 @@ if HAS_GLUON:
         tile = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
-            row0 = expert * O + tile * 64
+            row0 = expert * O + tile * ROWS_
             x_row0 = block * BM
             num_steps = K // 128
-            w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 64], w_desc.layout)
+            w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, ROWS_, 64], w_desc.layout)
             x_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BM, 128], x_desc.layout)
             bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             for b in gl.static_range(STAGES):
                 mbarrier.init(bars.index(b), count=1)
             for b in gl.static_range(STAGES - 1):
-                _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, b, num_steps, STAGES, BM)
+                _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, b, num_steps, STAGES, BM,
+                       ROWS_)
 
             # scales as int32 words (4 groups = one K step): a thread's 2 rows and BM / 4
             # tokens, in the accumulator's row and column layouts
-            r_w = tile * 64 + gl.arange(0, 64, layout=ROW_L)
+            r_w = tile * ROWS_ + gl.arange(0, ROWS_, layout=ROW_L)
             sw_ptrs = (s_ptr + expert.to(gl.int64) * stride_se + r_w * (stride_sn4 * 4)).to(
                 gl.pointer_type(gl.int32), bitcast=True)
             t_s = x_row0 + gl.arange(0, BM, layout=COL_L)
             xs_ptrs = (xs_ptr + t_s.to(gl.int64) * (stride_xs4 * 4)).to(
                 gl.pointer_type(gl.int32), bitcast=True)
 
-            acc = gl.zeros([64, BM], gl.float32, MMA)
-            z = gl.zeros([64, BM], gl.float32, MMA)
+            acc = gl.zeros([ROWS_, BM], gl.float32, MMA)
+            z = gl.zeros([ROWS_, BM], gl.float32, MMA)
             ex_next = gl.load(xs_ptrs)
             ew_next = gl.load(sw_ptrs)
             for i in range(num_steps):
                 # every warp is past step i - 1's reads of the stage the TMA below refills
                 _cta_barrier()
                 _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, i + STAGES - 1,
-                       num_steps, STAGES, BM)
+                       num_steps, STAGES, BM, ROWS_)
                 # the scales one step ahead (their load latency hides behind this step)
                 ex = ex_next
                 ew = ew_next
@@ -147,8 +150,20 @@ if HAS_GLUON:
                 acc = _promote(acc, c3, ew, ex, 3)
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
-            store_tiles(acc, acc, out_ptr, out_ptr, pairs_ptr, block, tile, num_pairs,
-                        stride_om, False, BM, MMA)
+            rows_o = tile * ROWS_ + gl.arange(0, ROWS_, layout=ROW_L)
+            pairs_o = gl.load(pairs_ptr + block * BM + gl.arange(0, BM, layout=COL_L))
+            valid = pairs_o < num_pairs
+            offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] \
+                + rows_o[:, None]
+            gl.store(out_ptr + offs, acc, mask=valid[None, :] & (rows_o[:, None] >= 0))
+
+    def weight_rows_descriptor(packed: torch.Tensor, rows: int):
+        """TMA descriptor of (E, O, K/2) kernel-order bytes as [E * O, K/2]: boxes [rows,
+        64 bytes] (one program's K step), unswizzled."""
+        flat = packed.reshape(-1, packed.shape[-1])
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
+        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, 64],
+                                layout)
 
     def token_descriptor(codes: torch.Tensor, block_m: int):
         """TMA descriptor of gathered e4m3 codes (rows, K) uint8: boxes [BM, 128], 128-byte
@@ -157,6 +172,11 @@ if HAS_GLUON:
         layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
         return TensorDescriptor(fp8, list(fp8.shape), list(fp8.stride()), [block_m, 128],
                                 layout)
+
+
+def warp_rows(warpgroups: int) -> list[list[int]]:
+    """The row bases of a program's warps (16 rows each; warpgroups stacked by 64)."""
+    return [[16 << b, 0] for b in range(2 + (warpgroups - 1).bit_length())]
 
 
 def gather_rows(codes: torch.Tensor, scales: torch.Tensor, sorted_pairs: torch.Tensor,
@@ -170,30 +190,33 @@ def gather_rows(codes: torch.Tensor, scales: torch.Tensor, sorted_pairs: torch.T
 def w4a8_prefill_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w: torch.Tensor,
                       s: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                       num_pairs: int, out: torch.Tensor, stages: int = 4,
-                      block_m: int = BLOCK_M) -> torch.Tensor:
+                      block_m: int = BLOCK_M, warpgroups: int = WARPGROUPS) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = Q8_32 x[pair] @ W[expert]^T for the pairs a block
     holds, the fp32 sums rounded once. x_codes / x_scales: ``gather_rows`` of the Q8_32 codes
     (num_blocks * block_m rows); w (E, O, K/2) in ``to_kernel_order``, s (E, O, K/32) uint8;
-    pairs grouped by ``moe_align.align_pairs(ids, E, block_m)``."""
+    pairs grouped by ``moe_align.align_pairs(ids, E, block_m)``; ``warpgroups`` x 64 weight rows
+    per program."""
     assert HAS_GLUON, "w4a8_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
-    assert k % BLOCK_K == 0 and out_features % ROWS == 0 and x_codes.shape[1] == k
+    rows = ROWS * warpgroups
+    assert k % BLOCK_K == 0 and out_features % rows == 0 and x_codes.shape[1] == k
     assert block_m in (16, 32, 64, 128) and x_codes.shape[0] == sorted_pairs.numel()
     assert x_codes.is_contiguous() and x_scales.is_contiguous()
     assert s.stride(1) % 4 == 0 and x_scales.stride(0) % 4 == 0  # 4-byte scale loads
-    grid = (block_expert.numel(), out_features // ROWS)
+    grid = (block_expert.numel(), out_features // rows)
     _w4a8_prefill_kernel[grid](
-        token_descriptor(x_codes, block_m), x_scales, _weight_descriptor(w, BLOCK_K), s,
+        token_descriptor(x_codes, block_m), x_scales, weight_rows_descriptor(w, rows), s,
         sorted_pairs, block_expert, out, num_pairs, out_features, k, x_scales.stride(0) // 4,
         s.stride(0), s.stride(1) // 4, out.stride(0), STAGES=stages, BM=block_m,
-        num_warps=4)
+        WARP_ROWS=warp_rows(warpgroups), num_warps=4 * warpgroups)
     return out
 
 
 def run_experts_w4a8_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                              w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
-                             stages: int = 4, block_m: int = BLOCK_M) -> torch.Tensor:
+                             stages: int = 3, block_m: int = BLOCK_M,
+                             warpgroups: int = WARPGROUPS) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8.run_experts_w4a8`` (and so of
     ``moe_experts.run_experts``). Launches: Q8_32 of x, align (block_m pairs per block),
@@ -211,10 +234,13 @@ def run_experts_w4a8_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights:
     xc, xs = gather_rows(codes, scales, pairs, num_pairs, topk)
     g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
     u = torch.empty_like(g)
-    w4a8_prefill_gemm(xc, xs, d1, s1, pairs, blocks, num_pairs, g, stages, block_m)
-    w4a8_prefill_gemm(xc, xs, d3, s3, pairs, blocks, num_pairs, u, stages, block_m)
+    w4a8_prefill_gemm(xc, xs, d1, s1, pairs, blocks, num_pairs, g, stages, block_m,
+                      warpgroups)
+    w4a8_prefill_gemm(xc, xs, d3, s3, pairs, blocks, num_pairs, u, stages, block_m,
+                      warpgroups)
     h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, weights.reshape(-1), limit, x.dtype)
     hc, hs = gather_rows(h_codes, h_scales, pairs, num_pairs, 1)
     y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
-    w4a8_prefill_gemm(hc, hs, d2, s2, pairs, blocks, num_pairs, y, stages, block_m)
+    w4a8_prefill_gemm(hc, hs, d2, s2, pairs, blocks, num_pairs, y, stages, block_m,
+                      warpgroups)
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

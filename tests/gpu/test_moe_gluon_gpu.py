@@ -111,8 +111,8 @@ def test_w4a8_pipeline_matches_run_experts():
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m", [32, 64])
-def test_w4a8_prefill_gluon(gated, block_m):
+@pytest.mark.parametrize("block_m,warpgroups", [(32, 1), (64, 1), (32, 2), (32, 4)])
+def test_w4a8_prefill_gluon(gated, block_m, warpgroups):
     """The prefill kernel (64 / 32 pairs per program, gathered tokens by TMA) against the
     reference on the Q8_32 values, at 16x the decode case's tokens (~192 pairs per expert)."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
@@ -133,9 +133,10 @@ def test_w4a8_prefill_gluon(gated, block_m):
     with nan_poisoned_allocations():
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
     pf.w4a8_prefill_gemm(gc, gs, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
-                         ids.numel(), out, block_m=block_m)
+                         ids.numel(), out, block_m=block_m, warpgroups=warpgroups)
     ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
-    _row(f"w4a8 prefill {'gated' if gated else 'down'} bm{block_m}", f"{tokens}x{k}",
+    _row(f"w4a8 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}",
+         f"{tokens}x{k}",
          _rel(out, ref), 1e-3)
 
 
