@@ -174,9 +174,10 @@ if HAS_GLUON:
                                 layout)
 
 
-def warp_rows(warpgroups: int) -> list[list[int]]:
-    """The row bases of a program's warps (16 rows each; warpgroups stacked by 64)."""
-    return [[16 << b, 0] for b in range(2 + (warpgroups - 1).bit_length())]
+def warp_rows(warpgroups: int) -> tuple[tuple[int, int], ...]:
+    """The row bases of a program's warps (16 rows each; warpgroups stacked by 64); a tuple:
+    launch constexprs are hashed."""
+    return tuple((16 << b, 0) for b in range(2 + (warpgroups - 1).bit_length()))
 
 
 def gather_rows(codes: torch.Tensor, scales: torch.Tensor, sorted_pairs: torch.Tensor,
