@@ -128,20 +128,21 @@ def expert_byte_order(kernels: KernelSet, device: str | torch.device,
                       environ: Mapping[str, str] = os.environ,
                       k_sizes: tuple[int, ...] = ()) -> str:
     """The routed-expert stacks' byte order (``ExpertSlots.byte_order``), decided once at load:
-    "checkpoint" where ``expert_word_order`` says no; "w4a8" when the user opts in
-    (``DI_EXPERT_ORDER=w4a8``) on an SM90 GPU where triton's Gluon imports — the layout of
-    ``kernels/triton/moe_gluon_w4a8.py``, whose decode GEMMs ran at 0.70-0.72 of HBM against
-    0.56-0.59 for the Triton ones (session 10, round 39), not yet measured in the engine, hence
-    opt-in; it also needs every expert GEMM's K (``k_sizes``: hidden and expert width) to be a
-    multiple of 128, the layout's step. Else "words". Raises PlanError (a user error naming the
-    variable) on any other value of it."""
+    "checkpoint" where ``expert_word_order`` says no; else "w4a8" on an SM90 GPU where
+    triton's Gluon imports and every expert GEMM's K (``k_sizes``: hidden and expert width) is
+    a multiple of 128 (the layout's step) — the layout of ``kernels/triton/moe_gluon_w4a8.py``
+    (decode) and ``moe_gluon_w4a8_prefill.py`` (prefill): in the engine, 64 x 4K decode 20.8
+    -> 16.1 ms per step and the 4K prefill 169.1 -> 153.1 ms against word order (session 11,
+    rounds 40b and 42a); else "words". ``DI_EXPERT_ORDER=words`` keeps word order (the
+    Triton tiles everywhere), ``w4a8`` asks for the default. Raises PlanError (a user error
+    naming the variable) on any other value of it."""
     choice = environ.get(EXPERT_ORDER_ENV, "")
     if choice not in ("", "words", "w4a8"):
         raise PlanError("the environment", EXPERT_ORDER_ENV,
                         f"got {choice!r}, expected 'w4a8', 'words' or unset")
     if not expert_word_order(kernels, device, capability):
         return "checkpoint"
-    if choice == "w4a8":
+    if choice != "words":
         from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
         if capability is None:
             capability = torch.cuda.get_device_capability(torch.device(device))

@@ -29,7 +29,8 @@ import torch
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 ROWS = 64  # weight rows per warpgroup: the wgmma M side
-WARPGROUPS = 2  # warpgroups per program, stacked on the weight rows (one token tile)
+WARPGROUPS = 1  # warpgroups per program, stacked on the weight rows (one token tile; 2 and 4
+#   were slower in round 43: the kernel is instruction-bound, not token-traffic-bound)
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
 BLOCK_M = 32  # pairs per program: the wgmma N side (32: 128 registers, 4 programs per SM; round 41)
 

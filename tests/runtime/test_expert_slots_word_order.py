@@ -5,7 +5,7 @@ word-order stacks as on checkpoint-order ones (reference; Triton under the inter
 ``kernel_backends.expert_word_order`` turns the mode on only for the Triton expert kernels on
 an SM90+ GPU (the rank loader's stacks then hold word order, the model's results unchanged).
 The W4A8 order (``kernels/mxfp4_w4a8_order.py``) through the same write paths, and
-``expert_byte_order``'s opt-in.
+``expert_byte_order``'s choice (W4A8 by default on SM90 with Gluon; ``words`` opts out).
 
 Oracle: the same module in checkpoint order; ``mxfp4_word_order.to_word_order`` of its bytes.
 Tolerance: exact (bit equality).
@@ -263,7 +263,7 @@ def test_w4a8_order_through_every_write_path():
         w8.set_byte_order("bytes")
 
 
-def test_w4a8_order_is_opt_in_on_sm90_with_128_k(monkeypatch):
+def test_w4a8_order_is_the_sm90_default_with_128_k(monkeypatch):
     from deepinfer.artifacts.plan_schema import PlanError
     from deepinfer.kernels.triton import moe_gluon
     from deepinfer.runtime.kernel_backends import expert_byte_order
@@ -272,8 +272,10 @@ def test_w4a8_order_is_opt_in_on_sm90_with_128_k(monkeypatch):
     triton = KernelSet(dict.fromkeys(EXPERT_STACK_OPS, "triton"))
     opt_in = {"DI_EXPERT_ORDER": "w4a8"}
     k = (5120, 2304)
-    assert expert_byte_order(triton, "cuda", (9, 0), {}, k) == "words"  # not asked for
+    assert expert_byte_order(triton, "cuda", (9, 0), {}, k) == "w4a8"  # the default
     assert expert_byte_order(triton, "cuda", (9, 0), opt_in, k) == "w4a8"
+    assert expert_byte_order(triton, "cuda", (9, 0), {"DI_EXPERT_ORDER": "words"}, k) == "words"
+    assert expert_byte_order(triton, "cuda", (9, 0), {}, (5120, 2304 + 64)) == "words"
     assert expert_byte_order(triton, "cuda", (10, 0), opt_in, k) == "words"  # SM90 only
     assert expert_byte_order(triton, "cuda", (9, 0), opt_in, (64, 32)) == "words"  # K % 128
     assert expert_byte_order(triton, "cpu", None, opt_in, k) == "checkpoint"
