@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
-from deepinfer.kernels.triton import moe_align, mxfp4_unpack, quant_act
+from deepinfer.kernels.triton import moe_align, mxfp4_unpack, quant_act, shared_expert
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
 from deepinfer.kernels.triton.moe_swiglu import ACT_CODES as _ACT_CODES
 from deepinfer.kernels.triton.moe_swiglu import swiglu_h
@@ -694,8 +694,13 @@ def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,
                route_weight: torch.Tensor | None = None) -> torch.Tensor:
     """Registered op (reference ``moe.expert_ffn``, the shared expert): (N, D) -> (N, D) x.dtype.
 
-    Weights: float (I, D)/(D, I), gemm_fp8.Fp8BlockWeight, or 1-expert ExpertWeights.
+    Weights: float (I, D)/(D, I), gemm_fp8.Fp8BlockWeight, or 1-expert ExpertWeights. FP8 block
+    weights at decode sizes on the GPU go to the dense projection kernels
+    (``shared_expert.shared_expert_ffn``); the rest is a 1-expert grouped GEMM.
     """
+    if not is_interpreting() and x.is_cuda and shared_expert.applies(x, w1, w3, w2):
+        return shared_expert.shared_expert_ffn(x, w1, w3, w2, limit, route_weight)
+
     def one(w):
         if isinstance(w, Fp8BlockWeight):
             return fp8_block_experts(w.codes, w.scale)

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepinfer.kernels.triton.quant_act import q8_32_groups
+from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
 
 ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -43,7 +43,8 @@ def swiglu_h(g, u, route_w, limit, ACT: tl.constexpr):
 @triton.jit
 def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, limit,
                       stride_g, stride_u, stride_c, stride_s,
-                      ACT: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr):
+                      ACT: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
+                      FAKE: tl.constexpr = False):
     rows = tl.program_id(0) * BP + tl.arange(0, BP)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
     ok_r = rows < num_pairs
@@ -54,12 +55,18 @@ def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, 
     rw = tl.load(rw_ptr + rows, mask=ok_r, other=0.0)
     h = swiglu_h(g.to(tl.float32), u.to(tl.float32), rw[:, None], limit, ACT)
     codes, e = q8_32_groups(tl.reshape(h, (BP, BN // 32, 32)), 2)
-    tl.store(codes_ptr + r64[:, None] * stride_c + cols[None, :],
-             tl.reshape(codes, (BP, BN)).to(tl.uint8, bitcast=True), mask=mask)
-    groups = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
-    tl.store(scale_ptr + r64[:, None] * stride_s + groups[None, :],
-             tl.reshape(e, (BP, BN // 32)).to(tl.uint8),
-             mask=ok_r[:, None] & (groups[None, :] < I // 32))
+    if FAKE:  # the Q8_32 values in codes_ptr's dtype (exact in bf16 / fp16 / fp32)
+        v = codes.to(tl.float32) * ue8m0_to_f32(e)
+        v = tl.where(e == 0xFF, float("nan"), v)
+        tl.store(codes_ptr + r64[:, None] * stride_c + cols[None, :],
+                 tl.reshape(v, (BP, BN)).to(codes_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(codes_ptr + r64[:, None] * stride_c + cols[None, :],
+                 tl.reshape(codes, (BP, BN)).to(tl.uint8, bitcast=True), mask=mask)
+        groups = tl.program_id(1) * (BN // 32) + tl.arange(0, BN // 32)
+        tl.store(scale_ptr + r64[:, None] * stride_s + groups[None, :],
+                 tl.reshape(e, (BP, BN // 32)).to(tl.uint8),
+                 mask=ok_r[:, None] & (groups[None, :] < I // 32))
 
 
 def swiglu_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: float,
@@ -67,16 +74,35 @@ def swiglu_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: fl
     """g, u (P, I) fp32/bf16 (one row per (token, expert) pair), route_w (P,) fp32 ->
     h's Q8_32 codes (P, I) uint8 and ue8m0 scales (P, I/32) uint8; act_dtype: the activation
     dtype h is rounded to first (the reference's casts)."""
-    assert g.shape == u.shape and g.dim() == 2 and g.shape[1] % 32 == 0, (g.shape, u.shape)
-    assert g.stride(1) == 1 and u.stride(1) == 1 and route_w.numel() == g.shape[0]
+    _check(g, u, route_w)
     num_pairs, inter = g.shape
     codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=g.device)
     scales = torch.empty((num_pairs, inter // 32), dtype=torch.uint8, device=g.device)
+    _launch(g, u, route_w, limit, act_dtype, codes, scales, fake=False)
+    return codes, scales
+
+
+def swiglu_fake_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: float,
+                   act_dtype: torch.dtype) -> torch.Tensor:
+    """``swiglu_q8``'s h as its Q8_32 values (P, I) act_dtype (= ``fake_quant_fp8_block32`` of
+    h; exact in act_dtype): the input of a bf16-path projection."""
+    _check(g, u, route_w)
+    h = torch.empty(g.shape, dtype=act_dtype, device=g.device)
+    _launch(g, u, route_w, limit, act_dtype, h, h, fake=True)
+    return h
+
+
+def _check(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor) -> None:
+    assert g.shape == u.shape and g.dim() == 2 and g.shape[1] % 32 == 0, (g.shape, u.shape)
+    assert g.stride(1) == 1 and u.stride(1) == 1 and route_w.numel() == g.shape[0]
+
+
+def _launch(g, u, route_w, limit, act_dtype, out, scales, fake: bool) -> None:
+    num_pairs, inter = g.shape
     if num_pairs:
         bp, bn = 16, 128
         rw = route_w.reshape(-1).to(torch.float32).contiguous()
         _swiglu_q8_kernel[(triton.cdiv(num_pairs, bp), triton.cdiv(inter, bn))](
-            g, u, rw, codes, scales, num_pairs, inter, float(limit), g.stride(0), u.stride(0),
-            codes.stride(0), scales.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn,
-            num_warps=4)
-    return codes, scales
+            g, u, rw, out, scales, num_pairs, inter, float(limit), g.stride(0), u.stride(0),
+            out.stride(0), scales.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn,
+            FAKE=fake, num_warps=4)

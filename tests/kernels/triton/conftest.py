@@ -27,16 +27,19 @@ _CHILD = textwrap.dedent(r"""
 
     def sig_type(value):
         # a signature entry; "desc:RxC" is a Gluon TMA descriptor of uint8 [R, C] boxes,
-        # unswizzled (its mangled type string depends on the triton version)
-        if not value.startswith("desc:"):
+        # unswizzled, "desc8sw:RxC" one of e4m3 [R, C] boxes with the 128-byte swizzle (the
+        # mangled type string depends on the triton version)
+        if not value.startswith(("desc:", "desc8sw:")):
             return value
         import torch
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
         from triton.runtime.jit import mangle_type
-        rows, cols = map(int, value[5:].split("x"))
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-        t = torch.empty((1024, 4096), dtype=torch.uint8, device="meta")
+        kind, box = value.split(":")
+        rows, cols = map(int, box.split("x"))
+        swizzle, dtype = (128, torch.float8_e4m3fn) if kind == "desc8sw" else (0, torch.uint8)
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=8, rank=2)
+        t = torch.empty((1024, 4096), dtype=dtype, device="meta")
         return mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), [rows, cols],
                                             layout))
 

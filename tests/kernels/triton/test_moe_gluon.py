@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepinfer.kernels.triton import moe_gluon, moe_gluon_w4a8
+from deepinfer.kernels.triton import moe_gluon, moe_gluon_w4a8, moe_gluon_w4a8_prefill
 
 
 def _natural_values(packed: torch.Tensor) -> torch.Tensor:
@@ -135,15 +135,29 @@ def test_sm90_compile(sm90_compile):
                              "words_per_row": "i32"},
                "constexprs": {"BLOCK": moe_gluon_w4a8.CONVERT_BLOCK}, "num_warps": 4,
                "num_stages": 1, "no_spill": True, "wgmma_per_step": 0}
-    swiglu = {"id": "swiglu_q8_bf16", "kernel": "_swiglu_q8_kernel",
-              "module": "deepinfer.kernels.triton.moe_swiglu",
-              "signature": {"g_ptr": "*bf16", "u_ptr": "*bf16", "rw_ptr": "*fp32",
-                            "codes_ptr": "*u8", "scale_ptr": "*u8", "num_pairs": "i32",
-                            "I": "i32", "limit": "fp32", "stride_g": "i32", "stride_u": "i32",
-                            "stride_c": "i32", "stride_s": "i32"},
-              "constexprs": {"ACT": 1, "BP": 16, "BN": 128}, "num_warps": 4, "num_stages": 1,
-              "no_spill": True}
-    results = sm90_compile(cases + [convert, swiglu])
+    swiglu = [{"id": f"swiglu_q8_bf16{'_fake' if fake else ''}", "kernel": "_swiglu_q8_kernel",
+               "module": "deepinfer.kernels.triton.moe_swiglu",
+               "signature": {"g_ptr": "*bf16", "u_ptr": "*bf16", "rw_ptr": "*fp32",
+                             "codes_ptr": "*bf16" if fake else "*u8", "scale_ptr": "*u8",
+                             "num_pairs": "i32", "I": "i32", "limit": "fp32", "stride_g": "i32",
+                             "stride_u": "i32", "stride_c": "i32", "stride_s": "i32"},
+               "constexprs": {"ACT": 1, "BP": 16, "BN": 128, "FAKE": fake}, "num_warps": 4,
+               "num_stages": 1, "no_spill": True} for fake in (False, True)]
+    for bm, wg in ((32, 1), (64, 1), (32, 2)):
+        cases.append({"id": f"w4a8_prefill_bm{bm}_wg{wg}", "gluon": True,
+                      "module": "deepinfer.kernels.triton.moe_gluon_w4a8_prefill",
+                      "kernel": "_w4a8_prefill_kernel", "signature": {
+                          "x_desc": f"desc8sw:{bm}x128", "xs_ptr": "*u8",
+                          "w_desc": f"desc:{64 * wg}x64", "s_ptr": "*u8", "pairs_ptr": "*i32",
+                          "block_expert_ptr": "*i32", "out_ptr": "*bf16", "num_pairs": "i32",
+                          "O": "i32", "K": "i32", "stride_xs4": "i32", "stride_se": "i32",
+                          "stride_sn4": "i32", "stride_om": "i32"},
+                      "constexprs": {"STAGES": 3, "BM": bm,
+                                     "WARP_ROWS": moe_gluon_w4a8_prefill.warp_rows(wg),
+                                     "num_warps": 4 * wg},
+                      "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
+                      "expect_wgmma": True, "wgmma_per_step": 4, "divisible": ["K", "O"]})
+    results = sm90_compile(cases + [convert] + swiglu)
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"

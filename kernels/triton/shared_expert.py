@@ -1,0 +1,52 @@
+"""The shared expert at decode sizes on the dense projection kernels (model-spec §2.8):
+
+    g = Q8_32(x) @ W1^T, u = Q8_32(x) @ W3^T      (x.dtype: the reference's linear_quant_act)
+    h = Q8_32(act(r * silu(min(g, limit)) * clamp(u, -limit, limit)))
+    y = h @ W2^T                                  (x.dtype)
+
+Why: ``moe_experts.expert_ffn`` runs the shared expert as a 1-expert grouped GEMM. At decode
+(64-256 rows on one expert) its prefill tiling gives 36 programs for the whole GPU: 164 us per
+layer at 64 x 4K, ~0.05 of HBM for 35 MB of FP8 weights (session 11, round 44's profile: 8 %
+of the step). The dense kernels pick their decode tilings and split-K by row count
+(``linear.linear_quant_act``'s rule: the FP8 kernel with Q8_32 codes below
+``BF16_DECODE_MIN_ROWS`` rows, the bf16 path on the Q8_32 values from there).
+
+Same semantics as ``reference.moe.expert_ffn`` (the reference's casts and roundings, step for
+step; only the fp32 summation order differs). Shapes: x (N, D); w1, w3 ``Fp8BlockWeight``
+(I, D); w2 (D, I); route_weight (N,) fp32 or None -> (N, D) x.dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer.kernels.quantized import Fp8BlockWeight
+from deepinfer.kernels.triton import gemm_fp8, linear, moe_swiglu, quant_act
+
+MAX_ROWS = 256  # the largest decode bucket; prefill keeps the grouped kernel (BM 128 tiles)
+
+
+def applies(x: torch.Tensor, w1, w3, w2) -> bool:
+    """Whether ``expert_ffn`` takes this path: FP8 block weights, 1..MAX_ROWS rows."""
+    return (all(isinstance(w, Fp8BlockWeight) for w in (w1, w3, w2))
+            and 0 < x.shape[0] <= MAX_ROWS and x.dim() == 2)
+
+
+def shared_expert_ffn(x: torch.Tensor, w1: Fp8BlockWeight, w3: Fp8BlockWeight,
+                      w2: Fp8BlockWeight, limit: float,
+                      route_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, D) -> (N, D) x.dtype; see the module docstring."""
+    rows = x.shape[0]
+    rw = (torch.ones(rows, dtype=torch.float32, device=x.device) if route_weight is None
+          else route_weight.to(torch.float32))
+    x = x.contiguous()
+    if rows < linear.BF16_DECODE_MIN_ROWS:  # FP8 MMA on the codes
+        codes, scales = quant_act.quant_q8_32(x)
+        g = gemm_fp8.gemm_q8(codes, scales, w1, x.dtype)
+        u = gemm_fp8.gemm_q8(codes, scales, w3, x.dtype)
+        h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, rw, limit, x.dtype)
+        return gemm_fp8.gemm_q8(h_codes, h_scales, w2, x.dtype)
+    xq = quant_act.fake_quant_fp8_block32(x)  # bf16 MMA on the Q8_32 values
+    g = linear.linear(xq, w1)
+    u = linear.linear(xq, w3)
+    return linear.linear(moe_swiglu.swiglu_fake_q8(g, u, rw, limit, x.dtype), w2)

@@ -1,0 +1,53 @@
+"""The shared expert on the dense projection kernels (kernels/triton/shared_expert.py) on the
+GPU, at the V4.1 shapes (D = 5120, I = 2304, FP8 block weights), 64 and 256 rows (the FP8 and
+the bf16 paths), against ``reference.moe.expert_ffn`` and the grouped 1-expert path.
+
+    TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_shared_expert_gpu.py
+
+Tolerance 1e-2 (rel. L2, bf16 output): the same exact products with fp32 sums in another
+order; a bf16 rounding of g / u / y can move by one ulp and a Q8_32 code of h by one step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.gpu.test_gemm_side_gpu import _rel, _row, nan_poisoned_allocations
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _gpu_only():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+
+
+@pytest.mark.parametrize("rows", [64, 256])
+def test_shared_expert_dense_path(rows):
+    from deepinfer.kernels.quantized import Fp8BlockWeight
+    from deepinfer.kernels.reference import moe
+    from deepinfer.kernels.triton import moe_experts, shared_expert
+
+    torch.manual_seed(rows)
+    dim, inter = 5120, 2304
+
+    def weight(o, i):
+        codes = torch.randint(0, 255, (o, i), dtype=torch.uint8, device="cuda")
+        codes = torch.where((codes & 0x7F) == 0x7F, codes - 1, codes)
+        scale = torch.randint(112, 122, (o // 32, i // 32), dtype=torch.uint8, device="cuda")
+        return Fp8BlockWeight(codes.view(torch.float8_e4m3fn), scale.view(torch.float8_e8m0fnu))
+
+    w1, w3, w2 = weight(inter, dim), weight(inter, dim), weight(dim, inter)
+    x = (torch.randn(rows, dim, device="cuda") * 0.5).to(torch.bfloat16)
+    assert shared_expert.applies(x, w1, w3, w2)
+    with nan_poisoned_allocations():
+        out = moe_experts.expert_ffn(x, w1, w3, w2, 10.0)  # dispatches to shared_expert
+    ref = moe.expert_ffn(x, w1, w3, w2, 10.0)
+    _row(f"shared expert dense {rows}", f"{rows}x{dim}", _rel(out, ref), 1e-2)
+    one = [moe_experts.fp8_block_experts(w.codes, w.scale) for w in (w1, w3, w2)]
+    ids = torch.zeros((rows, 1), dtype=torch.int32, device="cuda")
+    grouped = moe_experts.run_experts(x, ids, torch.ones(rows, device="cuda"), *one, 10.0,
+                                      combine=False)
+    _row(f"shared expert grouped {rows}", f"{rows}x{dim}", _rel(grouped, ref), 1e-2)

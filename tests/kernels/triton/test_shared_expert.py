@@ -1,0 +1,67 @@
+"""The shared expert on the dense projection kernels (kernels/triton/shared_expert.py), under
+the interpreter, against ``reference.moe.expert_ffn`` on the same ``Fp8BlockWeight``s.
+
+Both compute the same exact products (Q8_32 x times FP8 weight values) with fp32 sums and the
+same casts. fp32 activations: rel. L2 1e-6 against the reference (summation order only). bf16
+activations: the interpreter's bf16 casts truncate instead of rounding (docs/kernels.md §3.2:
+1.5-3e-2 from the reference for both Triton paths), so the oracle there is the grouped 1-expert
+path (``moe_experts.expert_ffn`` on CPU, what the shared expert ran before): 1e-3 (equal
+under the interpreter today). Rows 5 take the FP8 path (codes + scales), 70 the bf16 path
+(Q8_32 values; >= BF16_DECODE_MIN_ROWS).
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from deepinfer.kernels.reference import moe  # noqa: E402
+from deepinfer.kernels.triton import linear, moe_experts, shared_expert  # noqa: E402
+from tests.kernels.test_quantized import WEIGHT_RANGE, random_fp8_weight  # noqa: E402
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+@pytest.mark.parametrize("rows", [5, 70])
+@pytest.mark.parametrize("routed", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shared_expert_matches_the_reference(rows, routed, dtype):
+    assert (rows < linear.BF16_DECODE_MIN_ROWS) == (rows == 5)
+    g = torch.Generator().manual_seed(rows)
+    dim, inter = 128, 96
+    x = torch.randn(rows, dim, generator=g).to(dtype)
+    w1, w3 = (random_fp8_weight(inter, dim, s, WEIGHT_RANGE) for s in (1, 2))
+    w2 = random_fp8_weight(dim, inter, 3, WEIGHT_RANGE)
+    rw = torch.rand(rows, generator=g) if routed else None
+    assert shared_expert.applies(x, w1, w3, w2)
+    out = shared_expert.shared_expert_ffn(x, w1, w3, w2, 7.0, rw)
+    ref = moe.expert_ffn(x, w1, w3, w2, 7.0, rw)
+    assert out.dtype == dtype and out.shape == ref.shape
+    if dtype == torch.float32:
+        assert _rel(out, ref) < 1e-6
+    else:
+        assert _rel(out, moe_experts.expert_ffn(x, w1, w3, w2, 7.0, rw)) < 1e-3
+
+
+def test_applies_only_to_fp8_decode_sizes():
+    w = random_fp8_weight(64, 64, 0)
+    x = torch.zeros(shared_expert.MAX_ROWS + 1, 64, dtype=torch.bfloat16)
+    assert not shared_expert.applies(x, w, w, w)  # prefill sizes: the grouped kernel
+    assert shared_expert.applies(x[:3], w, w, w)
+    assert not shared_expert.applies(x[:0], w, w, w)
+    assert not shared_expert.applies(x[:3], torch.zeros(64, 64), w, w)  # not FP8 blocks
+
+
+def test_swiglu_fake_q8_is_the_dequantized_codes():
+    from deepinfer.kernels.reference import quant
+    from deepinfer.kernels.triton import moe_swiglu
+
+    g = torch.Generator().manual_seed(4)
+    gg, uu = ((torch.randn(9, 128, generator=g) * 4).to(torch.bfloat16) for _ in range(2))
+    rw = torch.rand(9, generator=g)
+    codes, scales = moe_swiglu.swiglu_q8(gg, uu, rw, 7.0, torch.bfloat16)
+    fake = moe_swiglu.swiglu_fake_q8(gg, uu, rw, 7.0, torch.bfloat16)
+    want = quant.dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
+    assert fake.dtype == torch.bfloat16 and torch.equal(fake.float(), want.float())
