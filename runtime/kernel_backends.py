@@ -120,7 +120,7 @@ def expert_word_order(kernels: KernelSet, device: str | torch.device,
     return capability[0] >= 9
 
 
-EXPERT_ORDER_ENV = "DI_EXPERT_ORDER"  # "w4a8": opt in to the W4A8 Gluon expert layout
+EXPERT_ORDER_ENV = "DI_EXPERT_ORDER"  # "words": opt out of the W4A8 Gluon expert layout
 
 
 def expert_byte_order(kernels: KernelSet, device: str | torch.device,

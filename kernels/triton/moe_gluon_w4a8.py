@@ -1,7 +1,7 @@
 """Decode expert GEMM with FP8 tensor cores over MXFP4 weights, in Gluon (SM90 only). The
-engine runs it when the expert stacks are in its layout (opt-in: ``DI_EXPERT_ORDER=w4a8``,
+engine runs it when the expert stacks are in its layout (the SM90 default,
 ``runtime/kernel_backends.expert_byte_order``; ``moe_experts.run_experts`` hands decode-sized
-calls to ``run_experts_w4a8`` below) — measured alone (round 39), not yet in the engine.
+calls to ``run_experts_w4a8`` below; prefill sizes go to ``moe_gluon_w4a8_prefill``).
 
     out[p, o] = sum over K of W_e[o, k] * x[row(p), k]        (W1 and W3 when GATED)
 

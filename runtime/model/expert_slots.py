@@ -34,9 +34,8 @@ copy of every expert). Who turns the mode on: ``runtime/shard_loader.py``, from
 
 A third byte order, ``"w4a8"`` (``kernels/mxfp4_w4a8_order.py``: the layout of the W4A8 Gluon
 expert kernels, ``moe_gluon_w4a8``), works the same way (``set_byte_order``; ``stack()`` hands
-out ``Mxfp4ExpertWeights(..., w4a8_order=True)``), converted one slot at a time; opt-in only
-(``DI_EXPERT_ORDER=w4a8``, ``kernel_backends.expert_byte_order``) until it is measured in the
-engine.
+out ``Mxfp4ExpertWeights(..., w4a8_order=True)``), converted one slot at a time; the default on SM90
+(``kernel_backends.expert_byte_order``; ``DI_EXPERT_ORDER=words`` keeps word order).
 """
 
 from __future__ import annotations
