@@ -36,6 +36,9 @@ def main() -> None:
     parser.add_argument("--stages", type=int, nargs="+", default=[3])
     parser.add_argument("--warpgroups", type=int, nargs="+", default=[1, 2, 4],
                         help="warpgroups per program (64 weight rows each)")
+    parser.add_argument("--expanded", type=int, nargs="+", default=[0],
+                        help="0: token scale bytes; 1: expand_token_scales (the EXPANDED "
+                             "kernel)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -78,28 +81,34 @@ def main() -> None:
         refs = [moe_gluon.reference_grouped(v, f.data.view(torch.uint8), f.scale, flat, div)
                 for _, _, _, div, _, f, v in cases]
         ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
-        for bm, stages, wg in [(bm, st, wg) for bm in args.bm for st in args.stages
-                               for wg in args.warpgroups if bm * wg <= 128]:  # registers
+        for bm, stages, wg, exp in [(bm, st, wg, bool(ex)) for bm in args.bm
+                                    for st in args.stages for wg in args.warpgroups
+                                    for ex in args.expanded if bm * wg <= 128]:  # registers
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             for (name, codes, scales, div, w, f, _), ref in zip(cases, refs, strict=True):
                 gc, gs = pf.gather_rows(codes, scales, pairs, num_pairs, div)
+                if exp:
+                    gs = pf.expand_token_scales(gs, bm)
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
                 run = functools.partial(pf.w4a8_prefill_gemm, gc, gs, w, f.scale, pairs, blocks,
-                                        num_pairs, out, stages, bm, wg)
+                                        num_pairs, out, stages, bm, wg, exp)
                 run()
                 err = ((out - ref).norm() / ref.norm()).item()
                 ms = rl.median_ms(run)
                 flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
                 n_bytes = touched * (w[0].numel() + f.scale[0].numel())
-                print(f"| {num_tokens} | w4a8 {name} | {bm} | {stages} | {wg} | {ms:.3f} | "
+                print(f"| {num_tokens} | w4a8 {name}{' exp' if exp else ''} | {bm} | {stages} | "
+                      f"{wg} | {ms:.3f} | "
                       f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / fp8:.2f} | "
                       f"{n_bytes / ms / 1e6:.0f} | {err:.1e} |", flush=True)
             whole_fn = functools.partial(pf.run_experts_w4a8_prefill, x, ids, route_w, *kw, 10.0,
-                                         stages=stages, block_m=bm, warpgroups=wg)
+                                         stages=stages, block_m=bm, warpgroups=wg,
+                                         expanded=exp)
             out = whole_fn()
             err = ((out - ref_whole).norm() / ref_whole.norm()).item()
             ms = rl.median_ms(whole_fn)
-            print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill (all launches) | {bm} | "
+            print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill{' exp' if exp else ''} "
+                  f"(all launches) | {bm} | "
                   f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
         g_ms, d_ms, whole = triton_kernel_ms(x, ids, route_w, words)
         print(f"| {num_tokens} | triton gated (w1 + w3) | | | | {g_ms:.3f} | | | | |")

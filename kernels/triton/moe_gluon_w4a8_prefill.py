@@ -71,6 +71,35 @@ if HAS_GLUON:
         return acc + acc_g * (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
 
     @gluon.jit
+    def _promote_expanded(acc, acc_g, ew, ex_b, g: gl.constexpr):
+        """``_promote`` with the token scales already expanded: ex_b [BM] int32 =
+        (ex_g - 121) << 23 (``expand_token_scales``), ew as there."""
+        ew_b = ((ew >> (8 * g)) & 0xFF) << 23
+        return acc + acc_g * (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _token_exponents(xe_ptr, base, BM: gl.constexpr, XE_L: gl.constexpr,
+                         COL_L: gl.constexpr):
+        """One group's expanded token scales [BM] int32 in the accumulator's column layout:
+        stored at position p = (BM / 4) q + 2 j + u for token 8 j + 2 q + u, so a thread's
+        BM / 4 tokens are contiguous (vector loads) and a reshape / permute (free) puts them
+        in token order."""
+        p = gl.arange(0, BM, layout=XE_L)
+        e = gl.load(xe_ptr + base + p)
+        e = gl.reshape(gl.permute(gl.reshape(e, [4, BM // 8, 2]), [1, 0, 2]), [BM])
+        return gl.convert_layout(e, COL_L)
+
+    @gluon.jit
+    def _step_exponents(xe_ptr, block, step, num_steps, BM: gl.constexpr, XE_L: gl.constexpr,
+                        COL_L: gl.constexpr):
+        """The 4 groups' expanded token scales of one K step (``_token_exponents``)."""
+        base = (block.to(gl.int64) * (num_steps * 4) + step * 4) * BM
+        return (_token_exponents(xe_ptr, base, BM, XE_L, COL_L),
+                _token_exponents(xe_ptr, base + BM, BM, XE_L, COL_L),
+                _token_exponents(xe_ptr, base + 2 * BM, BM, XE_L, COL_L),
+                _token_exponents(xe_ptr, base + 3 * BM, BM, XE_L, COL_L))
+
+    @gluon.jit
     def _mma(a, x8, k0: gl.constexpr, z):
         return warpgroup_mma(a, x8.slice(k0, 32, dim=1).permute((1, 0)), z, use_acc=False,
                              is_async=True)
@@ -79,7 +108,8 @@ if HAS_GLUON:
     def _w4a8_prefill_kernel(x_desc, xs_ptr, w_desc, s_ptr, pairs_ptr, block_expert_ptr,
                              out_ptr, num_pairs, O, K, stride_xs4, stride_se, stride_sn4,
                              stride_om, STAGES: gl.constexpr, BM: gl.constexpr,
-                             WARP_ROWS: gl.constexpr, num_warps: gl.constexpr):
+                             WARP_ROWS: gl.constexpr, XE_L: gl.constexpr,
+                             EXPANDED: gl.constexpr, num_warps: gl.constexpr):
         # the register layouts of moe_gluon_w4a8._w4a8_decode_kernel (see there), at N = BM,
         # with num_warps / 4 warpgroups stacked on the rows (64 each; one token tile)
         ROWS_: gl.constexpr = 16 * num_warps
@@ -120,7 +150,10 @@ if HAS_GLUON:
 
             acc = gl.zeros([ROWS_, BM], gl.float32, MMA)
             z = gl.zeros([ROWS_, BM], gl.float32, MMA)
-            ex_next = gl.load(xs_ptrs)
+            if EXPANDED:  # xs_ptr: the expanded int32 exponents (expand_token_scales)
+                ex_next = gl.zeros([BM], gl.int32, COL_L)
+            else:
+                ex_next = gl.load(xs_ptrs)
             ew_next = gl.load(sw_ptrs)
             for i in range(num_steps):
                 # every warp is past step i - 1's reads of the stage the TMA below refills
@@ -131,7 +164,12 @@ if HAS_GLUON:
                 ex = ex_next
                 ew = ew_next
                 nxt = gl.minimum(i + 1, num_steps - 1)
-                ex_next = gl.load(xs_ptrs + nxt)
+                if EXPANDED:  # this step's 4 groups, loaded here: a step-ahead copy costs 38
+                    # registers (3 programs per SM instead of 4) and ~30 moves per step
+                    ex0, ex1, ex2, ex3 = _step_exponents(xs_ptr, block, i, num_steps, BM, XE_L,
+                                                         COL_L)
+                else:
+                    ex_next = gl.load(xs_ptrs + nxt)
                 ew_next = gl.load(sw_ptrs + nxt)
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
@@ -140,15 +178,27 @@ if HAS_GLUON:
                 c0 = _mma(a0, x8, 0, z)
                 c1 = _mma(a1, x8, 32, z)
                 c0 = warpgroup_mma_wait(num_outstanding=1, deps=(c0,))
-                acc = _promote(acc, c0, ew, ex, 0)
+                if EXPANDED:
+                    acc = _promote_expanded(acc, c0, ew, ex0, 0)
+                else:
+                    acc = _promote(acc, c0, ew, ex, 0)
                 c2 = _mma(a2, x8, 64, z)
                 c1 = warpgroup_mma_wait(num_outstanding=1, deps=(c1,))
-                acc = _promote(acc, c1, ew, ex, 1)
+                if EXPANDED:
+                    acc = _promote_expanded(acc, c1, ew, ex1, 1)
+                else:
+                    acc = _promote(acc, c1, ew, ex, 1)
                 c3 = _mma(a3, x8, 96, z)
                 c2 = warpgroup_mma_wait(num_outstanding=1, deps=(c2,))
-                acc = _promote(acc, c2, ew, ex, 2)
+                if EXPANDED:
+                    acc = _promote_expanded(acc, c2, ew, ex2, 2)
+                else:
+                    acc = _promote(acc, c2, ew, ex, 2)
                 c3 = warpgroup_mma_wait(num_outstanding=0, deps=(c3,))
-                acc = _promote(acc, c3, ew, ex, 3)
+                if EXPANDED:
+                    acc = _promote_expanded(acc, c3, ew, ex3, 3)
+                else:
+                    acc = _promote(acc, c3, ew, ex, 3)
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
             rows_o = tile * ROWS_ + gl.arange(0, ROWS_, layout=ROW_L)
@@ -174,6 +224,14 @@ if HAS_GLUON:
         return TensorDescriptor(fp8, list(fp8.shape), list(fp8.stride()), [block_m, 128],
                                 layout)
 
+    def exponent_layout(block_m: int, num_warps: int):
+        """[BM] positions of ``expand_token_scales``' order: BM / 4 contiguous per quad lane
+        q (lane bits 0-1), replicated over the other lanes and the warps."""
+        regs = [[1 << b] for b in range((block_m // 4).bit_length() - 1)]
+        return gl.DistributedLinearLayout(
+            reg_bases=regs, lane_bases=[[block_m // 4], [block_m // 2], [0], [0], [0]],
+            warp_bases=[[0]] * (num_warps.bit_length() - 1), block_bases=[], shape=[block_m])
+
 
 def warp_rows(warpgroups: int) -> tuple[tuple[int, int], ...]:
     """The row bases of a program's warps (16 rows each; warpgroups stacked by 64); a tuple:
@@ -189,41 +247,62 @@ def gather_rows(codes: torch.Tensor, scales: torch.Tensor, sorted_pairs: torch.T
     return codes.index_select(0, rows), scales.index_select(0, rows)
 
 
+def expand_token_scales(scales: torch.Tensor, block_m: int) -> torch.Tensor:
+    """Gathered token scales (num_blocks * BM, K/32) uint8 -> the EXPANDED kernel's int32
+    exponents (num_blocks, K/32, BM): (e - 121) << 23 (the promotion's bias folded in), token
+    8 j + 2 q + u of a block at position (BM / 4) q + 2 j + u (a thread's tokens contiguous).
+    Saves the kernel the per-group byte extraction of each token's scale word."""
+    rows, groups = scales.shape
+    e = (scales.to(torch.int32) - 121) << 23
+    e = e.view(rows // block_m, block_m // 8, 4, 2, groups).permute(0, 4, 2, 1, 3)
+    return e.reshape(rows // block_m, groups, block_m).contiguous()
+
+
 def w4a8_prefill_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w: torch.Tensor,
                       s: torch.Tensor, sorted_pairs: torch.Tensor, block_expert: torch.Tensor,
                       num_pairs: int, out: torch.Tensor, stages: int = 4,
-                      block_m: int = BLOCK_M, warpgroups: int = WARPGROUPS) -> torch.Tensor:
+                      block_m: int = BLOCK_M, warpgroups: int = WARPGROUPS,
+                      expanded: bool = False) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = Q8_32 x[pair] @ W[expert]^T for the pairs a block
     holds, the fp32 sums rounded once. x_codes / x_scales: ``gather_rows`` of the Q8_32 codes
     (num_blocks * block_m rows); w (E, O, K/2) in ``to_kernel_order``, s (E, O, K/32) uint8;
     pairs grouped by ``moe_align.align_pairs(ids, E, block_m)``; ``warpgroups`` x 64 weight rows
-    per program."""
+    per program. ``expanded``: x_scales is ``expand_token_scales`` of them (int32; the EXPANDED
+    kernel: no per-group byte extraction — compiled on the CPU, not yet timed on a GPU)."""
     assert HAS_GLUON, "w4a8_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
     rows = ROWS * warpgroups
     assert k % BLOCK_K == 0 and out_features % rows == 0 and x_codes.shape[1] == k
     assert block_m in (16, 32, 64, 128) and x_codes.shape[0] == sorted_pairs.numel()
-    assert x_codes.is_contiguous() and x_scales.is_contiguous()
-    assert s.stride(1) % 4 == 0 and x_scales.stride(0) % 4 == 0  # 4-byte scale loads
+    assert x_codes.is_contiguous() and x_scales.is_contiguous() and s.stride(1) % 4 == 0
+    if expanded:
+        assert x_scales.dtype == torch.int32 and x_scales.shape == (
+            sorted_pairs.numel() // block_m, k // 32, block_m), x_scales.shape
+    else:
+        assert x_scales.stride(0) % 4 == 0  # 4-byte scale loads
     grid = (block_expert.numel(), out_features // rows)
     _w4a8_prefill_kernel[grid](
         token_descriptor(x_codes, block_m), x_scales, weight_rows_descriptor(w, rows), s,
-        sorted_pairs, block_expert, out, num_pairs, out_features, k, x_scales.stride(0) // 4,
-        s.stride(0), s.stride(1) // 4, out.stride(0), STAGES=stages, BM=block_m,
-        WARP_ROWS=warp_rows(warpgroups), num_warps=4 * warpgroups)
+        sorted_pairs, block_expert, out, num_pairs, out_features, k,
+        0 if expanded else x_scales.stride(0) // 4, s.stride(0), s.stride(1) // 4, out.stride(0),
+        STAGES=stages, BM=block_m, WARP_ROWS=warp_rows(warpgroups),
+        XE_L=exponent_layout(block_m, 4 * warpgroups), EXPANDED=expanded,
+        num_warps=4 * warpgroups)
     return out
 
 
 def run_experts_w4a8_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                              w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
                              stages: int = 3, block_m: int = BLOCK_M,
-                             warpgroups: int = WARPGROUPS) -> torch.Tensor:
+                             warpgroups: int = WARPGROUPS, expanded: bool = False
+                             ) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8.run_experts_w4a8`` (and so of
     ``moe_experts.run_experts``). Launches: Q8_32 of x, align (block_m pairs per block),
     gather, gated GEMM (two launches: g, u in x.dtype), ``moe_swiglu.swiglu_q8``, gather, down
-    GEMM, combine."""
+    GEMM, combine. ``expanded``: the token scales go through ``expand_token_scales`` (one
+    more small launch per gather; unmeasured, hence off)."""
     from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
     from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
 
@@ -233,16 +312,21 @@ def run_experts_w4a8_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights:
     inter, dim = d1.shape[1], d2.shape[1]
     codes, scales = quant_act.quant_q8_32(x.contiguous())
     pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], block_m)
-    xc, xs = gather_rows(codes, scales, pairs, num_pairs, topk)
+    def gather(c, sc, div):
+        gc, gs = gather_rows(c, sc, pairs, num_pairs, div)
+        return gc, (expand_token_scales(gs, block_m) if expanded else gs)
+
+    def gemm(c, sc, d, s, out):
+        w4a8_prefill_gemm(c, sc, d, s, pairs, blocks, num_pairs, out, stages, block_m,
+                          warpgroups, expanded)
+
+    xc, xs = gather(codes, scales, topk)
     g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
     u = torch.empty_like(g)
-    w4a8_prefill_gemm(xc, xs, d1, s1, pairs, blocks, num_pairs, g, stages, block_m,
-                      warpgroups)
-    w4a8_prefill_gemm(xc, xs, d3, s3, pairs, blocks, num_pairs, u, stages, block_m,
-                      warpgroups)
+    gemm(xc, xs, d1, s1, g)
+    gemm(xc, xs, d3, s3, u)
     h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, weights.reshape(-1), limit, x.dtype)
-    hc, hs = gather_rows(h_codes, h_scales, pairs, num_pairs, 1)
+    hc, hs = gather(h_codes, h_scales, 1)
     y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
-    w4a8_prefill_gemm(hc, hs, d2, s2, pairs, blocks, num_pairs, y, stages, block_m,
-                      warpgroups)
+    gemm(hc, hs, d2, s2, y)
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

@@ -111,8 +111,10 @@ def test_w4a8_pipeline_matches_run_experts():
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,warpgroups", [(32, 1), (64, 1), (32, 2), (32, 4)])
-def test_w4a8_prefill_gluon(gated, block_m, warpgroups):
+@pytest.mark.parametrize("block_m,warpgroups,expanded", [(32, 1, False), (64, 1, False),
+                                                         (32, 2, False), (32, 4, False),
+                                                         (32, 1, True), (64, 1, True)])
+def test_w4a8_prefill_gluon(gated, block_m, warpgroups, expanded):
     """The prefill kernel (64 / 32 pairs per program, gathered tokens by TMA) against the
     reference on the Q8_32 values, at 16x the decode case's tokens (~192 pairs per expert)."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
@@ -130,12 +132,16 @@ def test_w4a8_prefill_gluon(gated, block_m, warpgroups):
     xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
     pairs, blocks = moe_align.align_pairs(ids, EXPERTS, block_m)
     gc, gs = pf.gather_rows(codes, scales, pairs, ids.numel(), div)
+    if expanded:
+        gs = pf.expand_token_scales(gs, block_m)
     with nan_poisoned_allocations():
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
     pf.w4a8_prefill_gemm(gc, gs, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
-                         ids.numel(), out, block_m=block_m, warpgroups=warpgroups)
+                         ids.numel(), out, block_m=block_m, warpgroups=warpgroups,
+                         expanded=expanded)
     ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
-    _row(f"w4a8 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}",
+    _row(f"w4a8 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
+         f"{' exp' if expanded else ''}",
          f"{tokens}x{k}",
          _rel(out, ref), 1e-3)
 
@@ -159,6 +165,8 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 
     ref = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats), 10.0)
     kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu) for p, s in mats]
-    with nan_poisoned_allocations():
-        out = pf.run_experts_w4a8_prefill(x, ids, route_w, *kernel, 10.0)
-    _row("w4a8 prefill pipeline", f"{tokens} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)
+    for expanded in (False, True):
+        with nan_poisoned_allocations():
+            out = pf.run_experts_w4a8_prefill(x, ids, route_w, *kernel, 10.0, expanded=expanded)
+        _row(f"w4a8 prefill pipeline{' exp' if expanded else ''}",
+             f"{tokens} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)

@@ -56,13 +56,17 @@ _CHILD = textwrap.dedent(r"""
                        if ty.startswith("*") or name.startswith("stride")
                        or name in case.get("divisible", ())]
             attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-            for name in case["constexprs"]:
+            # a constexpr given as {"call": name, "args": [...]} is module.name(*args) (a layout
+            # object, which JSON cannot carry)
+            constexprs = {name: getattr(module, v["call"])(*v["args"]) if isinstance(v, dict)
+                          else v for name, v in case["constexprs"].items()}
+            for name in constexprs:
                 signature[name] = "constexpr"
             if case.get("gluon"):  # a Gluon kernel (triton.experimental.gluon)
                 from triton.experimental.gluon._runtime import GluonASTSource
-                src = GluonASTSource(fn, signature, constexprs=case["constexprs"], attrs=attrs)
+                src = GluonASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
             else:
-                src = ASTSource(fn, signature, constexprs=case["constexprs"], attrs=attrs)
+                src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
             compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
                                       options={"num_warps": case["num_warps"],
                                                "num_stages": case["num_stages"],
@@ -96,8 +100,9 @@ def compile_sm90_cases(cases: list[dict]) -> dict[str, dict]:
     """Compile each case for sm_90 in a child process.
 
     A case: id, module (dotted), kernel (attribute name), signature {arg: "*u8"/"i32"/...; a
-    Gluon TMA descriptor "desc:RxC"} for the runtime arguments in order, constexprs {name:
-    value}, num_warps, num_stages; optional gluon (a Gluon kernel); optional
+    Gluon TMA descriptor "desc:RxC" or "desc8sw:RxC"} for the runtime arguments in order,
+    constexprs {name: value, or {"call": function of the module, "args": [...]}}, num_warps,
+    num_stages; optional gluon (a Gluon kernel); optional
     divisible (names of integer args that real shapes make multiples of 16; pointers and stride_*
     args always are), expect_wgmma, no_spill (assert a zero spill stack in the cubin, or at most
     max_stack bytes), maxnreg (the launch's register cap).

@@ -143,17 +143,21 @@ def test_sm90_compile(sm90_compile):
                              "stride_u": "i32", "stride_c": "i32", "stride_s": "i32"},
                "constexprs": {"ACT": 1, "BP": 16, "BN": 128, "FAKE": fake}, "num_warps": 4,
                "num_stages": 1, "no_spill": True} for fake in (False, True)]
-    for bm, wg in ((32, 1), (64, 1), (32, 2)):
-        cases.append({"id": f"w4a8_prefill_bm{bm}_wg{wg}", "gluon": True,
+    for bm, wg, expanded in ((32, 1, False), (64, 1, False), (32, 2, False), (32, 1, True)):
+        cases.append({"id": f"w4a8_prefill_bm{bm}_wg{wg}{'_exp' if expanded else ''}",
+                      "gluon": True,
                       "module": "deepinfer.kernels.triton.moe_gluon_w4a8_prefill",
                       "kernel": "_w4a8_prefill_kernel", "signature": {
-                          "x_desc": f"desc8sw:{bm}x128", "xs_ptr": "*u8",
+                          "x_desc": f"desc8sw:{bm}x128",
+                          "xs_ptr": "*i32" if expanded else "*u8",
                           "w_desc": f"desc:{64 * wg}x64", "s_ptr": "*u8", "pairs_ptr": "*i32",
                           "block_expert_ptr": "*i32", "out_ptr": "*bf16", "num_pairs": "i32",
                           "O": "i32", "K": "i32", "stride_xs4": "i32", "stride_se": "i32",
                           "stride_sn4": "i32", "stride_om": "i32"},
                       "constexprs": {"STAGES": 3, "BM": bm,
                                      "WARP_ROWS": moe_gluon_w4a8_prefill.warp_rows(wg),
+                                     "XE_L": {"call": "exponent_layout", "args": [bm, 4 * wg]},
+                                     "EXPANDED": expanded,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "expect_wgmma": True, "wgmma_per_step": 4, "divisible": ["K", "O"]})
@@ -226,3 +230,23 @@ def test_w4a8_order_weights_through_run_experts(act_dtype):
         assert ((got - ref).norm() / ref.norm()).item() < 1e-5
     with pytest.raises(ValueError, match="W4A8-order"):
         moe_experts.run_experts(x, ids, rw, ordered[0], ws[1], ws[2], 7.0)
+
+
+def test_expanded_token_scales_order():
+    """``expand_token_scales``: block b, group g, position p = (BM / 4) q + 2 j + u holds
+    (e - 121) << 23 of token 8 j + 2 q + u — the accumulator column a thread's p-th register
+    pair belongs to (the kernel's reshape / permute undoes exactly this order)."""
+    from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import expand_token_scales
+
+    torch.manual_seed(5)
+    for bm in (16, 32, 64):
+        scales = torch.randint(100, 140, (3 * bm, 8), dtype=torch.uint8)
+        got = expand_token_scales(scales, bm)
+        assert got.shape == (3, 8, bm) and got.dtype == torch.int32
+        for p in range(bm):
+            q, rest = divmod(p, bm // 4)
+            j, u = divmod(rest, 2)
+            tok = 8 * j + 2 * q + u
+            for b in range(3):
+                want = (scales[b * bm + tok].to(torch.int32) - 121) << 23
+                assert torch.equal(got[b, :, p], want), (bm, p, b)
