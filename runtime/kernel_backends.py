@@ -201,4 +201,5 @@ def model_call_specs(spec: ModelSpec, device: str | torch.device,
     specs["linear_quant_act"] = [{**base, "in_features": i} for i in gemm_in]
     specs["fake_quant_fp8_block32"] = [{**base, "dim": d} for d in (*gemm_in, spec.head_dim)]
     specs["compress_pool"] = [{**base, "compress_ratio": r} for r in ratios if r > 1] or [base]
+    specs["index_key_records"] = [{**base, "head_dim": spec.index_head_dim}]
     return specs

@@ -36,6 +36,12 @@ def register_all() -> None:
         # the decode step's ops over the packed pools (the model calls them; composed refs)
         "sparse_attention_sink_records": attention_fused.sparse_attention_sink_records,
         "index_scores_paged": attention_fused.index_scores_paged,
+        # the cache writes: norm + RoPE + block quantization + record packing (one Triton
+        # launch each; the model's decode step calls them instead of the composed chain)
+        "window_kv_records": attention_fused.window_kv_records,
+        "write_window_kv": attention_fused.write_window_kv,
+        "compressed_kv_records": attention_fused.compressed_kv_records,
+        "index_key_records": attention_fused.index_key_records,
         "linear": linear.linear,
         "linear_quant_act": linear.linear_quant_act,
         "grouped_linear": linear.grouped_linear,

@@ -30,6 +30,7 @@ TRITON_ARCHS = (90, 100)
 TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "apply_rope": TRITON_ARCHS,  # kernels/triton/rope.py
     "compress_pool": TRITON_ARCHS,  # kernels/triton/compressor.py
+    "compressed_kv_records": TRITON_ARCHS,  # kernels/triton/cache_write.py
     "engram_inject": TRITON_ARCHS,  # kernels/triton/engram.py
     "expert_ffn": TRITON_ARCHS,  # kernels/triton/moe_experts.py
     "fake_quant_fp4_ue8m0_block32": TRITON_ARCHS,  # kernels/triton/quant_fp4.py
@@ -39,6 +40,7 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "hc_collapse": TRITON_ARCHS,  # kernels/triton/mhc.py
     "hc_expand": TRITON_ARCHS,  # kernels/triton/mhc.py
     "index_scores": TRITON_ARCHS,  # kernels/triton/indexer.py
+    "index_key_records": TRITON_ARCHS,  # kernels/triton/cache_write.py
     "index_scores_paged": TRITON_ARCHS,  # kernels/triton/indexer.py
     "linear": TRITON_ARCHS,  # kernels/triton/linear.py
     "linear_quant_act": TRITON_ARCHS,  # kernels/triton/gemm_fp8.py
@@ -49,6 +51,8 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "sparse_attention_sink": TRITON_ARCHS,  # kernels/triton/attention.py
     "sparse_attention_sink_records": TRITON_ARCHS,  # kernels/triton/attention.py
     "topk_positions": TRITON_ARCHS,  # kernels/triton/topk.py
+    "window_kv_records": TRITON_ARCHS,  # kernels/triton/cache_write.py
+    "write_window_kv": TRITON_ARCHS,  # kernels/triton/cache_write.py
 }
 
 

@@ -68,26 +68,31 @@ class Attention(nn.Module):
         qr = k.rms_norm(self.wq_a(k, x), self.q_norm.weight, eps)
         q = self.wq_b(k, qr).view(-1, self.n_heads, self.head_dim)
         q = k.apply_rope(q, pos, inv_freq)
-        kv = k.rms_norm(self.wkv(k, x), self.kv_norm.weight, eps)
-        kv = k.fake_quant_fp8_block32(k.apply_rope(kv, pos, inv_freq))
+        kv = self.wkv(k, x)
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
         idx_q = self.indexer.queries(k, x, qr, pos, inv_freq) if layer.owns_indexer else None
 
         if isinstance(batch, DecodeRows):
-            out = self._decode(k, q, kv, comp, idx_q, published, batch)
+            # the new tokens' window records in one fused op: Q8_32(rope(rms_norm(kv))), the
+            # bytes packing the chain below gives (the Q8_32 round trip is idempotent)
+            records = k.window_kv_records(kv, self.kv_norm.weight, eps, pos, inv_freq)
+            out = self._decode(k, q, records, comp, idx_q, published, batch)
         else:
+            kv = k.rms_norm(kv, self.kv_norm.weight, eps)
+            kv = k.fake_quant_fp8_block32(k.apply_rope(kv, pos, inv_freq))
             out = self._per_sequence(k, q, kv, comp, idx_q, batch, published)
         out = k.apply_rope(out, pos, inv_freq, inverse=True)
         z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
         return self.wo_b(k, z.flatten(1))
 
-    def _decode(self, k: KernelSet, q: torch.Tensor, kv: torch.Tensor,
+    def _decode(self, k: KernelSet, q: torch.Tensor, records: torch.Tensor,
                 comp: tuple[torch.Tensor, torch.Tensor | None] | None,
                 idx_q: tuple[torch.Tensor, torch.Tensor] | None, published: Published,
                 decode: DecodeRows) -> torch.Tensor:
         """Attention of a decode step over the paged pools, all N rows at once.
 
-        Step 1: the N new window records go to ring slot ``p % W`` of each row's state slot.
+        Step 1: the N new window records (``records`` (N, D + D/32) uint8) go to ring slot
+        ``p % W`` of each row's state slot.
         Step 2: the compressed entries this token completes (:meth:`_append_decode`).
         Step 3: the top-k of every row (:meth:`_decode_selection`).
         Step 4: per-row lists into the flattened pools, (N, W) window + (N, index_topk)
@@ -96,7 +101,7 @@ class Attention(nn.Module):
         layer, pool = self.layer, decode.pool
         window_idx = decode.window(layer.layer_id)  # (N, W), last column = the new position
         flat_window = pool.flat_window()
-        flat_window[window_idx[:, -1]] = formats.pack_window_kv(kv)
+        flat_window[window_idx[:, -1]] = records
         entries = entry_idx = None
         if layer.compress_ratio > 0:
             if comp is not None:
@@ -136,7 +141,7 @@ class Attention(nn.Module):
                                  self.spec.rms_norm_eps)
         group_pos = torch.div(pos, r, rounding_mode="floor") * r
         keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
-        records = formats.pack_compressed_kv(k.apply_rope(latents, group_pos, self.inv_freq))
+        records = k.compressed_kv_records(latents, group_pos, self.inv_freq)
         rows = decode.compressed(src, torch.div(pos, r, rounding_mode="floor")[:, None])[:, 0]
         rows = torch.where(complete, rows, 0)  # sentinel block 0, row 0
         pool.flat_entries(src)[rows] = records
@@ -221,7 +226,7 @@ class Attention(nn.Module):
             return
         group_pos = groups * self.layer.compress_ratio
         keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
-        entries = formats.pack_compressed_kv(k.apply_rope(latents, group_pos, self.inv_freq))
+        entries = k.compressed_kv_records(latents, group_pos, self.inv_freq)
         cache.append_entries(src, entries, keys)
 
     def _selection(self, k: KernelSet, b: int, rows: slice,

@@ -19,7 +19,7 @@ CUDA graph). Nothing here reads a device value back to the host: a decode forwar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +73,8 @@ class DecodeRows:
     max_position: int
 
     image_mask = None  # decode rows never carry image tokens (the MoE router's mask)
+    # (L, N, W) window rows of every layer, built on the first ``window`` call of the step
+    _window_all: torch.Tensor | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def build(cls, batch: ForwardBatch) -> DecodeRows | None:
@@ -96,10 +98,17 @@ class DecodeRows:
 
     def window(self, layer: int) -> torch.Tensor:
         """(N, W) rows of ``pool.flat_window()`` for ``layer``; the last column is row i's own
-        new position."""
+        new position. Layer l's rows are layer 0's plus l * W where valid, so the step builds
+        all layers' once (3 launches, not ~11 per layer) and hands out views."""
         spec = self.pool.spec
-        return window_rows(self.slots, self.positions, spec.num_hidden_layers,
-                           spec.sliding_window, layer)
+        num_layers, w = spec.num_hidden_layers, spec.sliding_window
+        if not 0 <= layer < num_layers:
+            return window_rows(self.slots, self.positions, num_layers, w, layer)
+        if self._window_all is None:
+            base = window_rows(self.slots, self.positions, num_layers, w, 0)
+            offsets = torch.arange(num_layers, device=base.device) * w
+            self._window_all = torch.where(base >= 0, base + offsets[:, None, None], base)
+        return self._window_all[layer]
 
     def num_visible(self, source_layer: int) -> torch.Tensor:
         """(N,) int64 entries of ``source_layer`` row i may see: ``(p_i + 1) // ratio``."""

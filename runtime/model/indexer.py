@@ -27,10 +27,10 @@ class Indexer(nn.Module):
 
     def index_key_records(self, k: KernelSet, latents: torch.Tensor, positions: torch.Tensor,
                           inv_freq: torch.Tensor) -> torch.Tensor:
-        """(G, Dh) pre-RoPE latents -> (G, index_key_record_bytes) uint8 FP4 index keys."""
-        key = k.rms_norm(self.wk(k, latents), self.k_norm.weight,
-                         self.spec.rms_norm_eps)
-        return formats.pack_index_key(k.apply_rope(key, positions, inv_freq))
+        """(G, Dh) pre-RoPE latents -> (G, index_key_record_bytes) uint8 FP4 index keys:
+        Q4E8_32(rope(rms_norm(wk(latents)))), one fused op (``index_key_records``)."""
+        return k.index_key_records(self.wk(k, latents), self.k_norm.weight,
+                                   self.spec.rms_norm_eps, positions, inv_freq)
 
     def queries(self, k: KernelSet, x: torch.Tensor, qr: torch.Tensor, positions: torch.Tensor,
                 inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

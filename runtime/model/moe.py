@@ -152,7 +152,8 @@ class MoE(nn.Module):
 
     def _shared(self, k: KernelSet, x: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
         s = self.shared_experts
-        y = routed + k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit).float()
+        # fp32 + x.dtype promotes in the add (the same values as an explicit .float() first)
+        y = routed + k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit)
         return y.to(x.dtype)
 
     def _forward_plain(self, k: KernelSet, x: torch.Tensor,
