@@ -78,6 +78,15 @@ if HAS_GLUON:
         return acc + acc_g * (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
 
     @gluon.jit
+    def _promote_any(acc, acc_g, ew, ex_g, g: gl.constexpr, EXPANDED: gl.constexpr):
+        """``_promote_expanded`` (ex_g: group g's expanded token scales) or ``_promote`` (ex_g:
+        the tokens' scale words)."""
+        if EXPANDED:
+            return _promote_expanded(acc, acc_g, ew, ex_g, g)
+        else:
+            return _promote(acc, acc_g, ew, ex_g, g)
+
+    @gluon.jit
     def _token_exponents(xe_ptr, base, BM: gl.constexpr, XE_L: gl.constexpr,
                          COL_L: gl.constexpr):
         """One group's expanded token scales [BM] int32 in the accumulator's column layout:
@@ -168,8 +177,9 @@ if HAS_GLUON:
                     # registers (3 programs per SM instead of 4) and ~30 moves per step
                     ex0, ex1, ex2, ex3 = _step_exponents(xs_ptr, block, i, num_steps, BM, XE_L,
                                                          COL_L)
-                else:
+                else:  # the 4 groups' bytes in one word per token
                     ex_next = gl.load(xs_ptrs + nxt)
+                    ex0, ex1, ex2, ex3 = ex, ex, ex, ex
                 ew_next = gl.load(sw_ptrs + nxt)
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
@@ -178,27 +188,15 @@ if HAS_GLUON:
                 c0 = _mma(a0, x8, 0, z)
                 c1 = _mma(a1, x8, 32, z)
                 c0 = warpgroup_mma_wait(num_outstanding=1, deps=(c0,))
-                if EXPANDED:
-                    acc = _promote_expanded(acc, c0, ew, ex0, 0)
-                else:
-                    acc = _promote(acc, c0, ew, ex, 0)
+                acc = _promote_any(acc, c0, ew, ex0, 0, EXPANDED)
                 c2 = _mma(a2, x8, 64, z)
                 c1 = warpgroup_mma_wait(num_outstanding=1, deps=(c1,))
-                if EXPANDED:
-                    acc = _promote_expanded(acc, c1, ew, ex1, 1)
-                else:
-                    acc = _promote(acc, c1, ew, ex, 1)
+                acc = _promote_any(acc, c1, ew, ex1, 1, EXPANDED)
                 c3 = _mma(a3, x8, 96, z)
                 c2 = warpgroup_mma_wait(num_outstanding=1, deps=(c2,))
-                if EXPANDED:
-                    acc = _promote_expanded(acc, c2, ew, ex2, 2)
-                else:
-                    acc = _promote(acc, c2, ew, ex, 2)
+                acc = _promote_any(acc, c2, ew, ex2, 2, EXPANDED)
                 c3 = warpgroup_mma_wait(num_outstanding=0, deps=(c3,))
-                if EXPANDED:
-                    acc = _promote_expanded(acc, c3, ew, ex3, 3)
-                else:
-                    acc = _promote(acc, c3, ew, ex, 3)
+                acc = _promote_any(acc, c3, ew, ex3, 3, EXPANDED)
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
             rows_o = tile * ROWS_ + gl.arange(0, ROWS_, layout=ROW_L)
