@@ -47,8 +47,9 @@ def compressed_rows(block_tables: torch.Tensor, entry_ids: torch.Tensor,
     rows of the flattened entry pool of one KV source, -1 kept."""
     e = entry_ids.clamp(min=0)
     blocks = block_tables.gather(1, torch.div(e, entries_per_block, rounding_mode="floor"))
-    rows = blocks * entries_per_block + e.remainder(entries_per_block)
-    return torch.where(entry_ids >= 0, rows, torch.full_like(rows, -1))
+    # 7 launches (a decode step runs this per layer): the add scales, the fill is in place
+    rows = torch.add(e.remainder(entries_per_block), blocks, alpha=entries_per_block)
+    return rows.masked_fill_(entry_ids < 0, -1)
 
 
 @dataclass
