@@ -69,11 +69,42 @@ class _OpaqueKernels(KernelSet):
         return call
 
 
+# aten ops that launch nothing on a GPU (views, allocations)
+_NO_LAUNCH = frozenset({
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "slice", "select",
+    "unsqueeze", "squeeze", "permute", "t", "transpose", "as_strided", "detach", "alias",
+    "split", "split_with_sizes", "unbind", "chunk", "narrow", "empty", "empty_strided",
+    "lift_fresh", "view_as_real", "unfold", "diagonal", "movedim"})
+
+
+class _LaunchCounter(_Detector):
+    """Records every aten op of model code that would launch a GPU kernel (not a view or an
+    allocation), except inside ``attend_records``: the GPU plan runs that as one kernel op, the
+    CPU reference composes it from torch ops."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if not self.opaque and name not in _NO_LAUNCH and not any(
+                f.name == "attend_records" for f in traceback.extract_stack()):
+            self.record(name)
+        return func(*args, **kwargs)
+
+
 @contextlib.contextmanager
-def no_host_sync(model, opaque_ops: frozenset[str] | None = None):
+def model_launches(model):
+    """Like :func:`no_host_sync`, but yields the list of model-code ops that would launch a GPU
+    kernel (``"op at file:line <- ..."``), kernel ops opaque."""
+    with no_host_sync(model, detector=_LaunchCounter()) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def no_host_sync(model, opaque_ops: frozenset[str] | None = None,
+                 detector: _Detector | None = None):
     """Run the block with ``model.kernels`` opaque (only ``opaque_ops`` if given: the other ops'
     reference code is then inspected too); yields the list of syncs found (filled on exit)."""
-    detector = _Detector()
+    detector = detector or _Detector()
     inner = model.kernels
     tolist = torch.Tensor.tolist
 

@@ -7,9 +7,11 @@ block tables are shuffled, as in test_cache_pool.py, so a wrong row or a read of
 sequence did not write changes the logits.
 """
 
+import collections
+
 import pytest
 import torch
-from host_sync import no_host_sync
+from host_sync import model_launches, no_host_sync
 from paged_helpers import garbage_pool, tiny_model
 
 from deepinfer.kernels.reference import attention_fused
@@ -278,3 +280,30 @@ def test_prefill_window_lists_have_fixed_width(model):
         p = start + i
         assert idx[i].tolist() == [q - first for q in range(p - w + 1, p + 1)]
         assert torch.equal(keys[idx[i, -1]], kv[i])  # the newest column is the query itself
+
+
+MAX_DECODE_LAUNCHES = 240  # 223 at session 11 (747 before its fused cache writes)
+
+
+def test_graph_shaped_decode_launches_few_model_code_ops(model):
+    """The model code of a graph-shaped decode step (kernel ops opaque) runs at most
+    ``MAX_DECODE_LAUNCHES`` torch ops that launch a GPU kernel: each is a launch in the CUDA
+    graph (~2 us on the H200). Cache records are packed by the fused cache-write ops, not in
+    torch (28 launches per window record), and the window rows are built once per step."""
+    steps: list[list[str]] = []
+
+    class Counted(GraphShapedRun):
+        def step(self, chunks):
+            if len(chunks) < len(PROMPTS):  # a prefill step
+                return super().step(chunks)
+            with model_launches(self.model) as found:
+                out = super().step(chunks)
+            steps.append(found)
+            return out
+
+    decode_traffic(model, Counted(model, PROMPTS, paged=True))
+    worst = max(steps, key=len)
+    where = collections.Counter(line.split(" at ")[1].split(" <- ")[0] for line in worst)
+    assert len(worst) <= MAX_DECODE_LAUNCHES, \
+        f"{len(worst)} launches in a decode step; most from: {where.most_common(8)}"
+    assert not any("formats.py" in line for line in worst), "records packed in torch"
