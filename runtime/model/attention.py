@@ -123,26 +123,26 @@ class Attention(nn.Module):
         (slot 0, block 0) where it does not apply: no data-dependent shapes, no host sync.
         """
         src, r, pool = self.layer.layer_id, self.layer.compress_ratio, decode.pool
-        pos, slots = decode.positions, decode.slots
-        complete = (pos + 1) % r == 0
+        slots = decode.slots
+        groups = decode.groups(r)  # shared by the step's layers of this ratio
+        complete = groups.complete
         if r == 1:
             latents = comp[0]
         else:
             kv, gate = comp[0], comp[1]
             partial_kv, partial_gate = pool.partial_kv[src], pool.partial_gate[src]
-            count = pos % r
-            keep_slot = torch.where(complete, 0, slots)  # a complete row leaves no partial
-            partial_kv[keep_slot, count.clamp(max=r - 2)] = kv
-            partial_gate[keep_slot, count.clamp(max=r - 2)] = gate
+            # a complete row leaves no partial (its write goes to the sentinel slot 0)
+            partial_kv[groups.keep_slot, groups.partial_row] = kv
+            partial_gate[groups.keep_slot, groups.partial_row] = gate
             group_kv = torch.cat([partial_kv[slots], kv[:, None]], dim=1)  # (N, r, Dh)
             group_gate = torch.cat([partial_gate[slots], gate[:, None]], dim=1)
             pooled = k.compress_pool(group_kv, group_gate)  # rows of incomplete groups: unused
             latents = k.rms_norm(pooled.to(torch.bfloat16), self.compressor.norm.weight,
                                  self.spec.rms_norm_eps)
-        group_pos = torch.div(pos, r, rounding_mode="floor") * r
+        group_pos = groups.group_pos
         keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
         records = k.compressed_kv_records(latents, group_pos, self.inv_freq)
-        rows = decode.compressed(src, torch.div(pos, r, rounding_mode="floor")[:, None])[:, 0]
+        rows = decode.compressed(src, groups.group[:, None])[:, 0]
         rows = torch.where(complete, rows, 0)  # sentinel block 0, row 0
         pool.flat_entries(src)[rows] = records
         pool.flat_index_keys(src)[rows] = keys

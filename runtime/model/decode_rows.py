@@ -20,6 +20,7 @@ CUDA graph). Nothing here reads a device value back to the host: a decode forwar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,20 @@ def compressed_rows(block_tables: torch.Tensor, entry_ids: torch.Tensor,
     return rows.masked_fill_(entry_ids < 0, -1)
 
 
+class CompressGroups(NamedTuple):
+    """A decode step's rows against one compress ratio r (each (N,) int64 or bool): whether
+    row i's position p completes its group (``(p + 1) % r == 0``), the group ``p // r``, its
+    first position, and for r > 1 (None for r = 1) the partial row ``min(p % r, r - 2)`` of
+    its slot and the state slot a partial write goes to (slot 0, the sentinel, for a
+    completing row)."""
+
+    complete: torch.Tensor
+    group: torch.Tensor
+    group_pos: torch.Tensor
+    partial_row: torch.Tensor | None
+    keep_slot: torch.Tensor | None
+
+
 @dataclass
 class DecodeRows:
     """One decode step's inputs and pool addressing: everything a decode forward reads.
@@ -76,6 +91,8 @@ class DecodeRows:
     image_mask = None  # decode rows never carry image tokens (the MoE router's mask)
     # (L, N, W) window rows of every layer, built on the first ``window`` call of the step
     _window_all: torch.Tensor | None = field(default=None, init=False, repr=False)
+    # compress ratio -> its CompressGroups, built on the first ``groups`` call of the step
+    _groups: dict[int, CompressGroups] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def build(cls, batch: ForwardBatch) -> DecodeRows | None:
@@ -110,6 +127,25 @@ class DecodeRows:
             offsets = torch.arange(num_layers, device=base.device) * w
             self._window_all = torch.where(base >= 0, base + offsets[:, None, None], base)
         return self._window_all[layer]
+
+    def groups(self, ratio: int) -> CompressGroups:
+        """Where each row's token falls in its compress group of ``ratio``, built once per
+        step and ratio (every compressing layer of that ratio shares it): 1 launch for ratio
+        1, 7 for the others."""
+        cached = self._groups.get(ratio)
+        if cached is None:
+            pos = self.positions
+            if ratio == 1:  # every token completes its own group; no partial rows
+                cached = CompressGroups(torch.ones_like(pos, dtype=torch.bool), pos, pos,
+                                        None, None)
+            else:
+                group = torch.div(pos, ratio, rounding_mode="floor")
+                rem = pos - group * ratio
+                complete = rem == ratio - 1
+                cached = CompressGroups(complete, group, pos - rem, rem.clamp(max=ratio - 2),
+                                        torch.where(complete, 0, self.slots))
+            self._groups[ratio] = cached
+        return cached
 
     def num_visible(self, source_layer: int) -> torch.Tensor:
         """(N,) int64 entries of ``source_layer`` row i may see: ``(p_i + 1) // ratio``."""
