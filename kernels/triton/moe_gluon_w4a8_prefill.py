@@ -1,25 +1,31 @@
 """Prefill expert GEMM with FP8 tensor cores over MXFP4 weights in the W4A8 kernel order, in
-Gluon (SM90 only): ``moe_gluon_w4a8``'s decode kernel with 64 pairs per program instead of 8,
-so that a weight tile is read once per 64 tokens of its expert (prefill: ~64 per expert at 4K).
+Gluon (SM90 only): ``moe_gluon_w4a8``'s decode kernel with 32 (or 64) pairs per program instead
+of 8, so that a weight tile is read once per 32 tokens of its expert (prefill: ~64 per expert
+at 4K). The engine's prefill path on the W4A8 layout (``moe_experts.run_experts``).
 
     out[p, o] = sum over K of W_e[o, k] * x[p, k]      (p: the block's pairs, sorted by expert)
 
   * Both operands come by TMA into one STAGES-deep ring (one mbarrier per stage): the weight
-    tile [64 rows, 64 bytes] in kernel order, and the token tile [BM, 128] of e4m3 codes from
-    the activation GATHERED into sorted-pair order (``gather_rows``: row b * BM + t = the
-    codes of the block's pair t), so a block's tokens are one box.
+    tile [64 rows per warpgroup, 64 bytes] in kernel order, and the token tile [BM, 128] of
+    e4m3 codes from the activation GATHERED into sorted-pair order (``gather_rows``: row
+    b * BM + t = the codes of the block's pair t), so a block's tokens are one box.
   * Per 32-K group: one wgmma m64 nBM k32 (FP8, weights from registers, unpacked by
     ``moe_gluon_w4a8._group_operands``: 5 instructions per 8 weights) into a fresh
     accumulator, then the promotion acc += acc_g * 2^(ew + ex - 121). Two groups are in
     flight: the promotion of group g (CUDA cores) runs while group g + 1's wgmma does.
-  * Promotion-bound by instruction count: 2 instructions per accumulator element per group
-    against one wgmma of 32 MACs per element: ~half of the FP8 tensor peak at best.
+  * Scales are read as int32 words (4 groups = one K step). ``EXPANDED`` (off until timed):
+    the token scales come pre-expanded (``expand_token_scales``: (e - 121) << 23 in the
+    accumulator's column order), which saves the per-group byte extraction (390 -> 311
+    instructions per K step per thread in the sm_90 SASS).
+  * Measured (session 11, rounds 41-44): 10.5-10.9 ms per 4K-token layer against 12.3-12.8
+    for the Triton tiles, 13-16 % of the FP8 peak — bound by instruction issue and latency
+    (promotion: 2 instructions per accumulator element per group), not by the token traffic.
 
 Shapes: x codes (num_blocks * BM, K) uint8 e4m3 and scales (num_blocks * BM, K/32) uint8 in
-sorted-pair order; w (E, O, K/2) uint8 in ``to_kernel_order``; ws (E, O, K/32) uint8;
-sorted_pairs (num_blocks * BM,) int32 (padding = num_pairs); block_expert (num_blocks,) int32
-(-1 idle); out (num_pairs, O). Reference: ``moe_gluon.reference_grouped`` on the dequantized
-activation (tests/gpu/test_moe_gluon_gpu.py).
+sorted-pair order (EXPANDED: (num_blocks, K/32, BM) int32); w (E, O, K/2) uint8 in
+``to_kernel_order``; ws (E, O, K/32) uint8; sorted_pairs (num_blocks * BM,) int32 (padding =
+num_pairs); block_expert (num_blocks,) int32 (-1 idle); out (num_pairs, O). Reference:
+``moe_gluon.reference_grouped`` on the dequantized activation (tests/gpu/test_moe_gluon_gpu.py).
 """
 
 from __future__ import annotations
