@@ -516,14 +516,15 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
     return w, w, FMT_PLAIN, 1
 
 
-def _w4a8_gluon(x: torch.Tensor, interpret: bool, skip_foreign_ids: bool, combine: bool,
+def _w4a8_gluon(x: torch.Tensor, interpret: bool, skip_foreign_ids: bool,
                 config: dict | None) -> bool:
     """Whether W4A8-order weights take the Gluon W4A8 kernels (``run_experts_w4a8`` at decode
-    sizes, ``run_experts_w4a8_prefill`` above): an SM90 GPU with Gluon, every id local, the
-    combined output, no tiling override; otherwise the folded Triton tiles read the order."""
+    sizes, ``run_experts_w4a8_prefill`` above): an SM90 GPU with Gluon, every id local (their
+    unwritten rows are not zeroed), no tiling override; otherwise the folded Triton tiles
+    read the order."""
     from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
-    return (HAS_GLUON and not interpret and x.is_cuda and not skip_foreign_ids and combine
+    return (HAS_GLUON and not interpret and x.is_cuda and not skip_foreign_ids
             and config is None and torch.cuda.get_device_capability(x.device)[0] == 9)
 
 
@@ -593,15 +594,16 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         if not all(w4a8) or mma == "fp8":
             raise ValueError("moe: W4A8-order MXFP4 weights (mxfp4_to_w4a8_order) need all of "
                              "w1, w3, w2 in that order and mma='bf16' or 'auto'")
-        if _w4a8_gluon(x, interpret, skip_foreign_ids, combine, config):
+        if _w4a8_gluon(x, interpret, skip_foreign_ids, config):
             if num_pairs <= 16 * num_experts:  # decode sizes: 8 pairs per program
                 from deepinfer.kernels.triton.moe_gluon_w4a8 import run_experts_w4a8
-                return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids)
+                return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids,
+                                        combine=combine)
             from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import (
                 run_experts_w4a8_prefill,
             )
             return run_experts_w4a8_prefill(x, expert_ids, weights, w1, w3, w2, limit,
-                                            combine_ids)
+                                            combine_ids, combine=combine)
         # the folded tiles read the order (moe_gluon_w4a8's words -> natural K in registers)
         cfg.update(SPLIT_K=False, SWAP_AB=False, W_ONE_MUL=False, MMA_FP8=False, BK=128,
                    DOWN={**cfg.get("DOWN", {}), "BK": 128})

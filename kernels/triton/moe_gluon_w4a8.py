@@ -328,13 +328,15 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
 
 def run_experts_w4a8(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                      w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
-                     stages: int = 4) -> torch.Tensor:
+                     stages: int = 4, combine: bool = True) -> torch.Tensor:
     """The routed experts at decode sizes with this kernel (GPU, SM90): (N, D) -> (N, D) fp32,
     the same semantics as ``moe_experts.run_experts`` (W4A8 accumulation inside each 32-K
     group). w1, w3 (E, I, D/2) and w2 (E, D, I/2): ``ExpertWeights`` whose ``data`` is in
     ``to_kernel_order``, scale bytes <= 128. Launches: Q8_32 of x, align (8 pairs per block),
-    gated GEMM (g, u in x.dtype), ``moe_swiglu.swiglu_q8``, down GEMM (y in x.dtype), combine.
-    The runtime's ``Mxfp4ExpertWeights`` (``w4a8_order``) work the same way.
+    gated GEMM (g, u in x.dtype), ``moe_swiglu.swiglu_q8``, down GEMM (y in x.dtype), combine
+    (``combine=False``: y itself, the per-pair outputs (N * topk, D) in x.dtype — what the
+    1-expert ``expert_ffn`` calls of the EP path take). The runtime's ``Mxfp4ExpertWeights``
+    (``w4a8_order``) work the same way.
     """
     from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
     from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
@@ -349,4 +351,6 @@ def run_experts_w4a8(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.T
     h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, weights.reshape(-1), limit, x.dtype)
     y, _ = w4a8_decode_gemm(h_codes, h_scales, d2, s2, None, None, pairs, blocks, num_pairs, 1,
                             stages=stages, out_dtype=x.dtype)
+    if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives
+        return y
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

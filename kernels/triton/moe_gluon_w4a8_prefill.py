@@ -299,13 +299,14 @@ def w4a8_prefill_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w: torch.Te
 def run_experts_w4a8_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                              w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
                              stages: int = 3, block_m: int = BLOCK_M,
-                             warpgroups: int = WARPGROUPS, expanded: bool = False
-                             ) -> torch.Tensor:
+                             warpgroups: int = WARPGROUPS, expanded: bool = False,
+                             combine: bool = True) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8.run_experts_w4a8`` (and so of
     ``moe_experts.run_experts``). Launches: Q8_32 of x, align (block_m pairs per block),
     gather, gated GEMM (two launches: g, u in x.dtype), ``moe_swiglu.swiglu_q8``, gather, down
-    GEMM, combine. ``expanded``: the token scales go through ``expand_token_scales`` (one
+    GEMM, combine (``combine=False``: the per-pair outputs, as there). ``expanded``: the token
+    scales go through ``expand_token_scales`` (one
     more small launch per gather; unmeasured, hence off)."""
     from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
     from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
@@ -333,4 +334,6 @@ def run_experts_w4a8_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights:
     hc, hs = gather(h_codes, h_scales, 1)
     y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
     gemm(hc, hs, d2, s2, y)
+    if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives
+        return y
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

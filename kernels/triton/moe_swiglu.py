@@ -5,8 +5,10 @@
 
 ``swiglu_h`` is the math on register tiles: ``moe_experts``' gated epilogue runs it on its
 accumulators. ``swiglu_q8`` runs it as its own launch over g and u written by a GEMM that has no
-such epilogue (the Gluon W4A8 probe, ``moe_gluon_w4a8``): one program per (BP pairs, BN
-columns). Reference: ``reference.moe.swiglu_limit`` then ``reference.quant.quant_fp8_ue8m0``.
+such epilogue (the W4A8 Gluon kernels, ``moe_gluon_w4a8`` and ``moe_gluon_w4a8_prefill``;
+``shared_expert``): one program per (BP pairs, BN columns); ``swiglu_fake_q8`` stores h's
+Q8_32 values instead, for a bf16-path projection. Reference: ``reference.moe.swiglu_limit``
+then ``reference.quant.quant_fp8_ue8m0``.
 """
 
 from __future__ import annotations

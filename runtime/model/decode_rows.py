@@ -120,8 +120,6 @@ class DecodeRows:
         all layers' once (3 launches, not ~11 per layer) and hands out views."""
         spec = self.pool.spec
         num_layers, w = spec.num_hidden_layers, spec.sliding_window
-        if not 0 <= layer < num_layers:
-            return window_rows(self.slots, self.positions, num_layers, w, layer)
         if self._window_all is None:
             base = window_rows(self.slots, self.positions, num_layers, w, 0)
             offsets = torch.arange(num_layers, device=base.device) * w

@@ -108,6 +108,13 @@ def test_w4a8_pipeline_matches_run_experts():
     with nan_poisoned_allocations():
         out = moe_gluon_w4a8.run_experts_w4a8(x, ids, route_w, *kernel, 10.0)
     _row("w4a8 gluon pipeline", f"{TOKENS} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)
+    # per-pair outputs (what expert_ffn's 1-expert calls take), through run_experts' dispatch
+    ref_pairs = moe_experts.run_experts(x, ids, route_w, *plain, 10.0, combine=False)
+    with nan_poisoned_allocations():
+        pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
+    assert pairs.dtype == x.dtype and pairs.shape == ref_pairs.shape
+    _row("w4a8 gluon pipeline per pair", f"{TOKENS} tokens top{TOPK}/{EXPERTS}",
+         _rel(pairs, ref_pairs), 1e-2)
 
 
 @pytest.mark.parametrize("gated", [True, False])
@@ -170,3 +177,10 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
             out = pf.run_experts_w4a8_prefill(x, ids, route_w, *kernel, 10.0, expanded=expanded)
         _row(f"w4a8 prefill pipeline{' exp' if expanded else ''}",
              f"{tokens} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)
+    ref_pairs = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats),
+                                        10.0, combine=False)
+    with nan_poisoned_allocations():
+        pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
+    assert pairs.dtype == x.dtype and pairs.shape == ref_pairs.shape
+    _row("w4a8 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",
+         _rel(pairs, ref_pairs), 1e-2)
