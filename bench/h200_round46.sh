@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Device round 46 (prepared in session 11, not run: device time spent). Carry the triton-cache
 # parts (round 44's, in the repo root). Three calls:
-#   PART=a (≈ 3 min): the Gluon GPU checks (decode, prefill with the EXPANDED kernel, the
-#     pipelines' per-pair outputs) (token scales
-#     pre-expanded into int32 exponents in the accumulator's column order: 311 instead of 390
-#     instructions per K step per thread in the sm_90 SASS, 126 registers), then
-#     bench/moe_gluon_prefill.py with and without it at 4K / 16K tokens, 32 / 64 pairs per
-#     program. If EXPANDED wins, make it run_experts_w4a8_prefill's default.
+#   PART=a (≈ 3 min): the Gluon GPU checks (decode; prefill with the EXPANDED kernel: token
+#     scales pre-expanded into int32 exponents in the accumulator's column order, 311 instead
+#     of 390 instructions per K step per thread in the sm_90 SASS, 126 registers; the
+#     pipelines' per-pair outputs), then bench/moe_gluon_prefill.py with and without EXPANDED
+#     at 4K / 16K tokens, 32 / 64 pairs per program. If EXPANDED wins, make it
+#     run_experts_w4a8_prefill's default.
 #   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with profiles after session 11's CPU-only
 #     launch cuts (the fused cache-write ops in the decode step, window rows once per step:
-#     747 -> 241 model-code torch ops per decode step of the tiny model) — compare round 45
+#     747 -> 215 model-code torch ops per decode step of the tiny model) — compare round 45
 #     (64 x 4K 15.39 ms, 64 x 32K 15.81 ms), then the prefill table.
 #   PART=c (≈ 5 min): bench/h200_slice_check.py (16 prompts x 8 tokens): graphs vs eager and
 #     against the reference backend with those changes.
