@@ -399,7 +399,7 @@ def main() -> int:
                     help="only print the tables of a (partial) results JSON")
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
-    kernel_overrides.apply(args.attention_config, args.moe_config)
+    kernel_overrides.apply(args.attention_config, args.moe_config, args.linear_decode_rows)
     if args.report is not None:
         report(json.loads(args.report.read_text()))
         return 0

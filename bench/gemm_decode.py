@@ -11,8 +11,10 @@ part of a kernel's cost), activations quantized once outside the graph.
 
 Variant syntax: ``BMxBNxBK:stages:warps:split`` (split 0 = gemm_q8's own choice: ``choose_split_k``
 up to 64 rows; ``wN``: ``split_k_for_waves`` with N waves of programs, per shape), ``default``
-(``gemm_config``), or ``bf16[:wN]`` (the registered prefill path: Q8_32-rounded x in bf16 against
-the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles).
+(``gemm_config``), ``bf16[:wN]`` (the registered prefill path: Q8_32-rounded x in bf16 against
+the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles), or
+``wm[:BOxBK:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side, all
+rows on N; ``decode_config``'s tiles, or these).
 Prints µs per call, GB/s, η = roofline / time, and the relative difference to the default's
 output (same products, fp32 sums in another order).
 """
@@ -40,9 +42,14 @@ DEFAULT_VARIANTS = ("default,bf16,64x64x128:6:4:0,64x32x128:6:4:0,64x128x128:4:4
 
 def parse_variant(text: str) -> dict | str:
     """``BMxBNxBK:stages:warps:split`` -> gemm_q8 config (+ "split"), or the name itself."""
-    if text in ("default", "bf16"):
+    if text in ("default", "bf16", "wm"):
         return text
     try:
+        if text.startswith("wm:"):  # linear_decode: BOxBK:stages:warps:wN
+            _, tile, stages, warps, waves = text.split(":")
+            bo, bk = (int(v) for v in tile.split("x"))
+            return dict(wm=True, BO=bo, BK=bk, num_stages=int(stages), num_warps=int(warps),
+                        waves=float(waves[1:]))
         if text.startswith("bf16:w"):
             return dict(bf16=True, waves=float(text[len("bf16:w"):]))
         tile, stages, warps, split = text.split(":")
@@ -52,7 +59,7 @@ def parse_variant(text: str) -> dict | str:
                     num_stages=int(stages), split=0 if waves else int(split), waves=waves)
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
-                 "(split an int or wN), 'default' or 'bf16[:wN]'")
+                 "(split an int or wN), 'default', 'bf16[:wN]' or 'wm[:BOxBK:stages:warps:wN]'")
 
 
 def make_call(variant: dict | str, x: torch.Tensor, w):
@@ -63,6 +70,12 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
 
     m, k = x.shape
     n = w.codes.shape[0]
+    if variant == "wm" or isinstance(variant, dict) and variant.get("wm"):
+        from deepinfer.kernels.triton import linear_decode
+
+        xr = quant_act.fake_quant_fp8_block32(x)[:, None, :]
+        cfg = None if variant == "wm" else {key: v for key, v in variant.items() if key != "wm"}
+        return lambda: linear_decode.linear_decode(xr, w, n, config=cfg).view(m, n)
     if variant == "bf16" or isinstance(variant, dict) and variant.get("bf16"):
         xr = quant_act.fake_quant_fp8_block32(x)
         split = None

@@ -10,6 +10,9 @@ measures the variants alone, then the best end to end.
                                                    MXFP4 expert GEMMs (bf16 dots) of the
                                                    config's class: BM=16 decode, else prefill
                                                    (moe_decode.py --configs; repeatable)
+    --linear-decode-rows N                         FP8 projections of bf16 x up to N rows on
+                                                   kernels/triton/linear_decode.py (0: the
+                                                   row-major tiles, the A/B control)
 """
 
 from __future__ import annotations
@@ -27,11 +30,21 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]] for expert "
                     "GEMMs of its class (BM=16: decode, else prefill; repeatable; default: "
                     "moe_config's)")
+    ap.add_argument("--linear-decode-rows", type=int, default=None,
+                    help="FP8 projections of bf16 x up to this many rows on linear_decode "
+                    "(0: off; default: linear.DECODE_KERNEL_MAX_ROWS)")
 
 
-def apply(attention_config: str | None, moe_configs: list[str]) -> None:
+def apply(attention_config: str | None, moe_configs: list[str],
+          linear_decode_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if linear_decode_rows is not None:
+        from deepinfer.kernels.triton import linear, linear_decode
+        if not 0 <= linear_decode_rows <= linear_decode.MAX_ROWS:
+            raise SystemExit(f"--linear-decode-rows {linear_decode_rows}: expected 0.."
+                             f"{linear_decode.MAX_ROWS}")
+        linear.DECODE_KERNEL_MAX_ROWS = linear_decode_rows
     if attention_config and attention_config.startswith("decode:"):
         from attention_decode import set_variant as set_decode
 

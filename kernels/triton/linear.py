@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights, dense
-from deepinfer.kernels.triton import gemm_fp8, quant_act
+from deepinfer.kernels.triton import gemm_fp8, linear_decode, quant_act
 from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
 
 FP8_TILE = 32
@@ -186,10 +186,19 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
                 num_stages=3 if (x_split == 3 or w_fp8) else 4)
 
 
+# bf16 x against FP8 block weights up to this many rows (on a GPU) runs
+# ``linear_decode`` (the decoded weight on the MMA's M side, all rows on N); 0 turns it off
+# (bench/kernel_overrides.py --linear-decode-rows, for A/B runs).
+DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
+
+
 def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_features: int,
             split_k: int | None = None) -> torch.Tensor:
     """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype."""
     num_rows, groups, num_k = x3.shape
+    if (split_k is None and num_rows <= DECODE_KERNEL_MAX_ROWS
+            and linear_decode.supports(x3, weight) and not gemm_fp8.is_interpreting()):
+        return linear_decode.linear_decode(x3, weight, out_features)
     if x3.stride(2) != 1:
         x3 = x3.contiguous()
     w_fp8 = isinstance(weight, Fp8BlockWeight)
@@ -270,15 +279,24 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertW
 BF16_DECODE_MIN_ROWS = 65
 
 
+def bf16_min_rows(x: torch.Tensor) -> int:
+    """The row count from which Q8_32 projections of x take the bf16 path (the Q8_32 values in
+    bf16 against the decoded weight) instead of the FP8 kernel on the codes: every row count
+    where ``linear_decode`` runs (a GPU, the switch on), else ``BF16_DECODE_MIN_ROWS``."""
+    if DECODE_KERNEL_MAX_ROWS and x.is_cuda and not gemm_fp8.is_interpreting():
+        return 1
+    return BF16_DECODE_MIN_ROWS
+
+
 def linear_quant_act(x: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor) -> torch.Tensor:
     """Registered op: Q8_32-round x, then GEMM against an FP8 weight; (N, I) -> (N, O) x.dtype.
 
-    N >= ``BF16_DECODE_MIN_ROWS`` with an ``Fp8BlockWeight``: the rounded x in bf16 against the
+    N >= ``bf16_min_rows(x)`` with an ``Fp8BlockWeight``: the rounded x in bf16 against the
     weight decoded in-kernel (``linear``; e4m3 x 2^k and Q8_32 values are exact in bf16, so both
     paths compute the same products with fp32 sums); otherwise ``gemm_fp8.linear_quant_act``.
     """
     if (isinstance(weight, Fp8BlockWeight) and x.dim() == 2 and x.dtype == torch.bfloat16
-            and x.shape[0] >= BF16_DECODE_MIN_ROWS):
+            and x.shape[0] >= bf16_min_rows(x)):
         return linear(quant_act.fake_quant_fp8_block32(x), weight)
     return gemm_fp8.linear_quant_act(x, weight)
 

@@ -9,7 +9,8 @@ Why: ``moe_experts.expert_ffn`` runs the shared expert as a 1-expert grouped GEM
 layer at 64 x 4K, ~0.05 of HBM for 35 MB of FP8 weights (session 11, round 44's profile: 8 %
 of the step). The dense kernels pick their decode tilings and split-K by row count
 (``linear.linear_quant_act``'s rule: the FP8 kernel with Q8_32 codes below
-``BF16_DECODE_MIN_ROWS`` rows, the bf16 path on the Q8_32 values from there).
+``linear.bf16_min_rows`` rows, the bf16 path on the Q8_32 values from there — on the GPU
+every row count, through ``linear_decode``).
 
 Same semantics as ``reference.moe.expert_ffn`` (the reference's casts and roundings, step for
 step; only the fp32 summation order differs). Shapes: x (N, D); w1, w3 ``Fp8BlockWeight``
@@ -40,7 +41,7 @@ def shared_expert_ffn(x: torch.Tensor, w1: Fp8BlockWeight, w3: Fp8BlockWeight,
     rw = (torch.ones(rows, dtype=torch.float32, device=x.device) if route_weight is None
           else route_weight.to(torch.float32))
     x = x.contiguous()
-    if rows < linear.BF16_DECODE_MIN_ROWS:  # FP8 MMA on the codes
+    if rows < linear.bf16_min_rows(x):  # FP8 MMA on the codes
         codes, scales = quant_act.quant_q8_32(x)
         g = gemm_fp8.gemm_q8(codes, scales, w1, x.dtype)
         u = gemm_fp8.gemm_q8(codes, scales, w3, x.dtype)

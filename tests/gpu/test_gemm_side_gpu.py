@@ -539,6 +539,35 @@ def test_grouped_linear_gpu(num_tokens):
              _ms(lambda w=w: tri_linear.grouped_linear(x, w)), flops)
 
 
+@pytest.mark.parametrize("num_tokens", [1, 7, DECODE_TOKENS, 100, 256])
+def test_linear_decode_gpu(num_tokens):
+    """``linear_decode`` (the decoded FP8 weight on the MMA's M side) at every row class, the
+    slice's projection shapes (split-K on the few-tile ones, wo_a grouped), against the fp64
+    reference: 5e-3 (bf16 output); and the split-K sum equal to the unsplit kernel's within
+    fp32 reordering."""
+    from deepinfer.kernels.reference import linear
+    from deepinfer.kernels.triton import linear_decode
+
+    for name, groups, out_features, in_features in (
+            ("wq_a", 1, 1024, V41_HIDDEN), ("wkv", 1, 512, V41_HIDDEN),
+            ("wq_b", 1, 32768, 1024), ("wo_b", 1, V41_HIDDEN, 8192),
+            ("wo_a", V41_O_GROUPS, V41_O_LORA, 4096)):
+        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
+        w = _random_fp8_weight(groups * out_features, in_features)
+        ref = (linear.linear(x[:, 0], w)[:, None] if groups == 1
+               else linear.grouped_linear(x, w))
+        with nan_poisoned_allocations():
+            out = linear_decode.linear_decode(x, w, out_features)
+        flops = 2.0 * num_tokens * groups * out_features * in_features
+        _row(f"linear_decode {name}", f"M{num_tokens} G{groups} N{out_features} K{in_features}",
+             _rel(out, ref), 5e-3,
+             _ms(lambda x=x, w=w, o=out_features: linear_decode.linear_decode(x, w, o)), flops)
+        with nan_poisoned_allocations():
+            split4 = linear_decode.linear_decode(x, w, out_features, split_k=4)
+            unsplit = linear_decode.linear_decode(x, w, out_features, split_k=1)
+        _row(f"linear_decode {name} split 4 vs 1", f"M{num_tokens}", _rel(split4, unsplit), 5e-3)
+
+
 @pytest.mark.parametrize("inverse", [False, True])
 def test_apply_rope_gpu(inverse):
     from deepinfer.kernels.reference import rope

@@ -99,7 +99,9 @@ def test_w4a8_pipeline_matches_run_experts():
 
     def weights(p, s, order):
         data = (order(p) if order else p).view(torch.int8)
-        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()))
+        # the flag routes run_experts to the W4A8 pipelines (the per-pair checks go through it)
+        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()),
+                                         w4a8_order=order is not None)
 
     plain = [weights(p, s, None) for p, s in ((p1, s1), (p3, s3), (p2, s2))]
     kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu)
@@ -168,7 +170,9 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 
     def weights(p, s, order):
         data = (order(p) if order else p).view(torch.int8)
-        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()))
+        # the flag routes run_experts to the W4A8 pipelines (the per-pair checks go through it)
+        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()),
+                                         w4a8_order=order is not None)
 
     ref = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats), 10.0)
     kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu) for p, s in mats]

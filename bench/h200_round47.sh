@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Device round 47 (session 12): the decode projections with the weight on the MMA's M side
+# (kernels/triton/linear_decode.py; now the engine's path for FP8 projections of bf16 x up to
+# 256 rows, and linear_quant_act sends every row count there on a GPU). Carry the
+# triton-cache parts. Two calls:
+#   PART=a (≈ 4 min): GPU checks (linear_decode at 1-256 rows on the slice shapes, the
+#     projections that route to it, the shared expert; the W4A8 per-pair checks with the
+#     test's w4a8_order fix), then bench/gemm_decode.py: gemm_q8 (the 1-64-row default until
+#     now), the row-major bf16 tiles with split-K (65-256 rows until now) and linear_decode
+#     tilings, at 1 / 64 / 128 / 256 rows.
+#   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with profiles — compare round 46b (the same
+#     code without linear_decode: 64 x 4K 14.35 ms, 256 x 32K 27.84 ms).
+source "$(dirname "$0")/device_setup.sh"
+case "${PART:-a}" in
+a)
+  timeout 200 python3 -m pytest -p no:cacheprovider -m gpu -rf -s \
+    tests/gpu/test_gemm_side_gpu.py -k "linear or grouped" tests/gpu/test_shared_expert_gpu.py \
+    "tests/gpu/test_moe_gluon_gpu.py::test_w4a8_pipeline_matches_run_experts" \
+    "tests/gpu/test_moe_gluon_gpu.py::test_w4a8_prefill_pipeline_matches_run_experts" \
+    >"$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|linear_decode (wq_b|wo_a)" \
+    "$OUT/gpu_tests.log" | tail -30
+  timeout 300 python3 bench/gemm_decode.py --rows 1 64 128 256 --variants \
+"default,bf16:w1,bf16:w2,wm,wm:64x128:4:4:w2,wm:64x64:4:4:w2,wm:64x128:4:4:w4,wm:128x64:3:8:w1,\
+wm:128x64:3:8:w2,wm:128x32:4:8:w1,wm:64x32:4:4:w2,wm:128x32:6:8:w2" \
+    >"$OUT/gemm_decode.log" 2>&1
+  echo "gemm_decode rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode.log" ;;
+b)
+  timeout 220 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
+    --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
+    >"$OUT/decode.log" 2>&1
+  echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" \
+    | grep -E "^\| (64|256) \||busy|start-up|idle|fallback|_linear|_gemm_q8|splitk" | head -24 ;;
+esac
+rm -f "$OUT/install.log"
