@@ -8,8 +8,10 @@
 #     test's w4a8_order fix), then bench/gemm_decode.py: gemm_q8 (the 1-64-row default until
 #     now), the row-major bf16 tiles with split-K (65-256 rows until now) and linear_decode
 #     tilings, at 1 / 64 / 128 / 256 rows.
-#   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with profiles — compare round 46b (the same
-#     code without linear_decode: 64 x 4K 14.35 ms, 256 x 32K 27.84 ms).
+#   PART=b (≈ 5 min; after PART=a made BO 64, BK 32, 4 stages, 2 waves linear_decode's one
+#     tiling): decode 64 / 256 x 4K / 32K with profiles — compare round 46b (the same code
+#     without linear_decode: 64 x 4K 14.35 ms, 256 x 32K 27.84 ms) — then the tilings next to
+#     that one (stages 3-8, waves 2-4, BK 64) at 64 / 256 rows.
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
@@ -30,6 +32,10 @@ b)
     --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
     >"$OUT/decode.log" 2>&1
   echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" \
-    | grep -E "^\| (64|256) \||busy|start-up|idle|fallback|_linear|_gemm_q8|splitk" | head -24 ;;
+    | grep -E "^\| (64|256) \||busy|start-up|idle|fallback|_linear|_gemm_q8|splitk" | head -24
+  timeout 200 python3 bench/gemm_decode.py --rows 64 256 --variants \
+"wm,wm:64x32:6:4:w2,wm:64x32:4:4:w3,wm:64x32:4:4:w4,wm:64x32:8:4:w2,wm:64x32:3:4:w2,wm:64x64:6:4:w2" \
+    >"$OUT/gemm_decode.log" 2>&1
+  echo "gemm_decode rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode.log" ;;
 esac
 rm -f "$OUT/install.log"

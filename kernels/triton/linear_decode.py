@@ -122,18 +122,16 @@ def _splitk_sum_t_kernel(ws_ptr, out_ptr, M, O, split_stride, stride_om, stride_
 
 def decode_config(num_rows: int, interpret: bool = False) -> dict:
     """Tiles per row class (no autotune, kernels.md §3.3 rule 3): BT = rows rounded up to
-    16..256; BO 64 (one warpgroup) up to 64 rows, 128 (two) above, which halves the x traffic
-    from L2 per weight byte; BK and stages keep a stage's x^T tile (BK x BT bf16) and weight
-    tile (BO x BK bytes) within ~100 KiB of ring. ``waves``: split-K aims at that many programs
-    per SM."""
+    16..256; BO 64 (one warpgroup), BK 32 (one scale column per pipeline step), 4 stages, split-K
+    for 2 waves of programs. H200, the slice's seven projections one call each (session 12
+    round 47, bench/gemm_decode.py): 86.7 / 118.7 / 150.1 / 261.3 µs at 1 / 64 / 128 / 256 rows,
+    against 87.2 / 140.2 (gemm_q8) and 183.6 / 285.7 (the row-major bf16 tiles, split-K) before;
+    BO 128 (two warpgroups), BK 64 / 128 and 3 / 6 stages were 5-40 % slower at every row
+    count."""
     bt = max(16, triton.next_power_of_2(max(num_rows, 1)))
     if interpret:
         return dict(BO=32, BT=bt, BK=32, num_warps=4, num_stages=1, waves=1)
-    if bt <= 64:
-        return dict(BO=64, BT=bt, BK=128, num_warps=4, num_stages=4, waves=2)
-    if bt == 128:
-        return dict(BO=128, BT=bt, BK=64, num_warps=8, num_stages=3, waves=1)
-    return dict(BO=128, BT=bt, BK=32, num_warps=8, num_stages=4, waves=1)
+    return dict(BO=64, BT=bt, BK=32, num_warps=4, num_stages=4, waves=2)
 
 
 def supports(x3: torch.Tensor, weight: Any) -> bool:

@@ -61,6 +61,7 @@ def test_decode_config_covers_every_row_count():
         cfg = linear_decode.decode_config(rows)
         assert cfg["BT"] >= rows and cfg["BT"] in (16, 32, 64, 128, 256)
         assert cfg["BO"] == 64 * (cfg["num_warps"] // 4)  # 64 weight rows per warpgroup
+        assert cfg["BK"] % 32 == 0  # whole scale columns per step
         seen.add(cfg["BT"])
     assert seen == {16, 32, 64, 128, 256}
 
