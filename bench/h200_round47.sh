@@ -12,6 +12,8 @@
 #     tiling): decode 64 / 256 x 4K / 32K with profiles — compare round 46b (the same code
 #     without linear_decode: 64 x 4K 14.35 ms, 256 x 32K 27.84 ms) — then the tilings next to
 #     that one (stages 3-8, waves 2-4, BK 64) at 64 / 256 rows.
+#   PART=c (≈ 5 min): bench/h200_slice_check.py (16 prompts x 8 tokens): graphs vs eager and
+#     against the reference backend with linear_decode and session 11's launch cuts.
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
@@ -37,5 +39,9 @@ b)
 "wm,wm:64x32:6:4:w2,wm:64x32:4:4:w3,wm:64x32:4:4:w4,wm:64x32:8:4:w2,wm:64x32:3:4:w2,wm:64x64:6:4:w2" \
     >"$OUT/gemm_decode.log" 2>&1
   echo "gemm_decode rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode.log" ;;
+c)
+  timeout 540 python3 bench/h200_slice_check.py --prompts 16 --tokens 8 --ref-prompts 8 \
+    --out "$OUT" >"$OUT/slice_check.log" 2>&1
+  echo "slice check rc=$?"; tail -24 "$OUT/slice_check.log" ;;
 esac
 rm -f "$OUT/install.log"
