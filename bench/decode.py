@@ -399,7 +399,8 @@ def main() -> int:
                     help="only print the tables of a (partial) results JSON")
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
-    kernel_overrides.apply(args.attention_config, args.moe_config, args.linear_decode_rows)
+    kernel_overrides.apply(args.attention_config, args.moe_config, args.linear_decode_rows,
+                           args.shared_expert_max_rows)
     if args.report is not None:
         report(json.loads(args.report.read_text()))
         return 0

@@ -13,6 +13,9 @@ measures the variants alone, then the best end to end.
     --linear-decode-rows N                         FP8 projections of bf16 x up to N rows on
                                                    kernels/triton/linear_decode.py (0: the
                                                    row-major tiles, the A/B control)
+    --shared-expert-max-rows N                     the shared expert on the dense projection
+                                                   kernels up to N rows (shared_expert.py;
+                                                   more: the grouped 1-expert GEMM)
 """
 
 from __future__ import annotations
@@ -33,12 +36,21 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-decode-rows", type=int, default=None,
                     help="FP8 projections of bf16 x up to this many rows on linear_decode "
                     "(0: off; default: linear.DECODE_KERNEL_MAX_ROWS)")
+    ap.add_argument("--shared-expert-max-rows", type=int, default=None,
+                    help="the shared expert on the dense projection kernels up to this many "
+                    "rows (default: shared_expert.MAX_ROWS)")
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
-          linear_decode_rows: int | None = None) -> None:
+          linear_decode_rows: int | None = None,
+          shared_expert_max_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if shared_expert_max_rows is not None:
+        from deepinfer.kernels.triton import shared_expert
+        if shared_expert_max_rows < 0:
+            raise SystemExit(f"--shared-expert-max-rows {shared_expert_max_rows}: expected >= 0")
+        shared_expert.MAX_ROWS = shared_expert_max_rows
     if linear_decode_rows is not None:
         from deepinfer.kernels.triton import linear, linear_decode
         if not 0 <= linear_decode_rows <= linear_decode.MAX_ROWS:

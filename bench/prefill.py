@@ -215,7 +215,8 @@ def main() -> int:
                     help="only print the table of a (partial) results JSON")
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
-    kernel_overrides.apply(args.attention_config, args.moe_config, args.linear_decode_rows)
+    kernel_overrides.apply(args.attention_config, args.moe_config, args.linear_decode_rows,
+                           args.shared_expert_max_rows)
     if args.report is not None:
         res = json.loads(args.report.read_text())
         report(res)

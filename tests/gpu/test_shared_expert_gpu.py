@@ -1,6 +1,6 @@
 """The shared expert on the dense projection kernels (kernels/triton/shared_expert.py) on the
-GPU, at the V4.1 shapes (D = 5120, I = 2304, FP8 block weights), 64 and 256 rows (the FP8 and
-the bf16 paths), against ``reference.moe.expert_ffn`` and the grouped 1-expert path.
+GPU, at the V4.1 shapes (D = 5120, I = 2304, FP8 block weights), 64, 256 and 4096 rows, against
+``reference.moe.expert_ffn`` and the grouped 1-expert path (both timed).
 
     TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_shared_expert_gpu.py
 
@@ -24,12 +24,17 @@ def _gpu_only():
         pytest.skip("needs an SM90 GPU")
 
 
-@pytest.mark.parametrize("rows", [64, 256])
-def test_shared_expert_dense_path(rows):
+@pytest.mark.parametrize("rows", [64, 256, 4096])
+def test_shared_expert_dense_path(rows, monkeypatch):
+    """4096 rows (a prefill chunk) with ``MAX_ROWS`` raised: the dense path there against the
+    grouped kernel that prefill runs by default, both timed."""
     from deepinfer.kernels.quantized import Fp8BlockWeight
     from deepinfer.kernels.reference import moe
     from deepinfer.kernels.triton import moe_experts, shared_expert
 
+    from tests.gpu.test_gemm_side_gpu import _ms
+
+    monkeypatch.setattr(shared_expert, "MAX_ROWS", max(shared_expert.MAX_ROWS, rows))
     torch.manual_seed(rows)
     dim, inter = 5120, 2304
 
@@ -45,9 +50,12 @@ def test_shared_expert_dense_path(rows):
     with nan_poisoned_allocations():
         out = moe_experts.expert_ffn(x, w1, w3, w2, 10.0)  # dispatches to shared_expert
     ref = moe.expert_ffn(x, w1, w3, w2, 10.0)
-    _row(f"shared expert dense {rows}", f"{rows}x{dim}", _rel(out, ref), 1e-2)
+    flops = 6.0 * rows * dim * inter
+    _row(f"shared expert dense {rows}", f"{rows}x{dim}", _rel(out, ref), 1e-2,
+         _ms(lambda: moe_experts.expert_ffn(x, w1, w3, w2, 10.0)), flops)
     one = [moe_experts.fp8_block_experts(w.codes, w.scale) for w in (w1, w3, w2)]
     ids = torch.zeros((rows, 1), dtype=torch.int32, device="cuda")
-    grouped = moe_experts.run_experts(x, ids, torch.ones(rows, device="cuda"), *one, 10.0,
-                                      combine=False)
-    _row(f"shared expert grouped {rows}", f"{rows}x{dim}", _rel(grouped, ref), 1e-2)
+    ones = torch.ones(rows, device="cuda")
+    grouped = moe_experts.run_experts(x, ids, ones, *one, 10.0, combine=False)
+    _row(f"shared expert grouped {rows}", f"{rows}x{dim}", _rel(grouped, ref), 1e-2,
+         _ms(lambda: moe_experts.run_experts(x, ids, ones, *one, 10.0, combine=False)), flops)
