@@ -13,6 +13,10 @@ order:
   bf16_decode   ``quant_act.fake_quant_fp8_block32`` + ``kernels/triton/linear.py``: bf16 wgmma,
                 the FP8 weight decoded to bf16 in registers
 
+``--bf16-configs BMxBNxBK:stages:warps,...``: instead, the bf16_decode path's tilings at these
+row counts (``linear.linear_config`` replaced for the call; GROUP_M 8), ms and TFLOP/s per shape
+and summed over the shapes, with each output's rel. difference to the first config's.
+
 Shapes: the V4.1-Flash slice's FP8 projections (wq_a, wq_b, wkv, wo_b, the shared expert's w1/w3
 and w2, the indexer's wq_b). Prints time, TFLOP/s against the bf16 and fp8 rates measured here,
 the relative error of each against the fp64 reference, and the winner per row count. Not a
@@ -43,6 +47,8 @@ def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[64, 1024, 4096, 8192])
+    ap.add_argument("--bf16-configs", default=None,
+                    help="BMxBNxBK:stages:warps,... : sweep the bf16_decode tilings instead")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure", file=sys.stderr)
@@ -56,6 +62,8 @@ def main() -> int:
     print(f"ceilings: bf16 {ceil['bf16_flops_per_s'] / 1e12:.0f} TFLOP/s, fp8 "
           f"{ceil['fp8_flops_per_s'] / 1e12:.0f} TFLOP/s")
     g = torch.Generator(device="cuda").manual_seed(3)
+    if args.bf16_configs:
+        return sweep_bf16(args.bf16_configs.split(","), args.rows, roof, g)
     print("\n| shape | rows | fp8_promote ms | TFLOP/s | rel err | bf16_decode ms | TFLOP/s "
           "| rel err | faster |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -74,6 +82,61 @@ def main() -> int:
             print(f"| {name} | {m} | {t_a:.3f} | {flops / t_a / 1e9:.0f} | {err_a} | "
                   f"{t_b:.3f} | {flops / t_b / 1e9:.0f} | {err_b} | "
                   f"{'fp8_promote' if t_a <= t_b else 'bf16_decode'} |")
+    return 0
+
+
+def parse_config(text: str) -> dict:
+    """``BMxBNxBK:stages:warps`` -> a ``linear_config`` dict; exits naming the bad value."""
+    try:
+        tile, stages, warps = text.split(":")
+        bm, bn, bk = (int(v) for v in tile.split("x"))
+        return dict(BM=bm, BN=bn, BK=bk, GROUP_M=8, num_warps=int(warps),
+                    num_stages=int(stages))
+    except ValueError:
+        sys.exit(f"gemm_prefill_choice: bad --bf16-configs entry {text!r}: expected "
+                 "BMxBNxBK:stages:warps, e.g. 128x128x64:3:8")
+
+
+def sweep_bf16(texts: list[str], rows: list[int], roof, g: torch.Generator) -> int:
+    """The bf16_decode path under each tiling; prints per-shape and summed figures."""
+    from deepinfer.kernels.triton import gemm_fp8, linear, quant_act
+
+    configs = [(t, parse_config(t)) for t in texts]
+    base = linear.linear_config
+    totals: dict[tuple[int, str], list[float]] = {}
+    print("\n| shape | rows | config | ms | TFLOP/s | rel diff vs first |")
+    print("|---|---:|---|---:|---:|---:|")
+    for name, k, n in SHAPES:
+        w = gemm_fp8.pack_fp8_weight(torch.randn(n, k, generator=g, device="cuda") * 0.02)
+        for m in rows:
+            xq = quant_act.fake_quant_fp8_block32(
+                torch.randn(m, k, generator=g, device="cuda").to(torch.bfloat16))
+            first = None
+            for text, cfg in configs:
+                linear.linear_config = lambda *a, cfg=cfg, **kw: dict(cfg)
+                try:
+                    out = linear.linear(xq, w)
+                    ms = roof.median_ms(lambda: linear.linear(xq, w))  # noqa: B023
+                except Exception as e:  # noqa: BLE001 - a tiling that does not compile is a row
+                    print(f"| {name} | {m} | {text} | failed: {type(e).__name__} | | |")
+                    continue
+                finally:
+                    linear.linear_config = base
+                first = out if first is None else first
+                diff = float((out.float() - first.float()).norm() / first.float().norm())
+                flops = 2.0 * m * n * k
+                acc = totals.setdefault((m, text), [0.0, 0.0, 0])
+                acc[0] += ms
+                acc[1] += flops
+                acc[2] += 1
+                print(f"| {name} | {m} | {text} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
+                      f"{diff:.1e} |", flush=True)
+    print("\nAll shapes, one call each (configs that ran on every shape)")
+    print("| rows | config | ms | TFLOP/s |\n|---:|---|---:|---:|")
+    for (m, text), (ms, flops, count) in sorted(totals.items(),
+                                                key=lambda t: (t[0][0], t[1][0])):
+        if count == len(SHAPES):
+            print(f"| {m} | {text} | {ms:.3f} | {flops / ms / 1e9:.0f} |")
     return 0
 
 

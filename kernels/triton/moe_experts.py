@@ -697,8 +697,8 @@ def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,
     """Registered op (reference ``moe.expert_ffn``, the shared expert): (N, D) -> (N, D) x.dtype.
 
     Weights: float (I, D)/(D, I), gemm_fp8.Fp8BlockWeight, or 1-expert ExpertWeights. FP8 block
-    weights at decode sizes on the GPU go to the dense projection kernels
-    (``shared_expert.shared_expert_ffn``); the rest is a 1-expert grouped GEMM.
+    weights on the GPU go to the dense projection kernels (``shared_expert.shared_expert_ffn``,
+    every row count); the rest is a 1-expert grouped GEMM.
     """
     if not is_interpreting() and x.is_cuda and shared_expert.applies(x, w1, w3, w2):
         return shared_expert.shared_expert_ffn(x, w1, w3, w2, limit, route_weight)

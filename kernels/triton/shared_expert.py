@@ -1,4 +1,4 @@
-"""The shared expert at decode sizes on the dense projection kernels (model-spec §2.8):
+"""The shared expert on the dense projection kernels (model-spec §2.8):
 
     g = Q8_32(x) @ W1^T, u = Q8_32(x) @ W3^T      (x.dtype: the reference's linear_quant_act)
     h = Q8_32(act(r * silu(min(g, limit)) * clamp(u, -limit, limit)))
@@ -7,7 +7,8 @@
 Why: ``moe_experts.expert_ffn`` runs the shared expert as a 1-expert grouped GEMM. At decode
 (64-256 rows on one expert) its prefill tiling gives 36 programs for the whole GPU: 164 us per
 layer at 64 x 4K, ~0.05 of HBM for 35 MB of FP8 weights (session 11, round 44's profile: 8 %
-of the step). The dense kernels pick their decode tilings and split-K by row count
+of the step); at prefill sizes the grouped tiles ran at 224 TFLOP/s against the dense bf16
+path's 298 (4,096 rows). The dense kernels pick their tilings and split-K by row count
 (``linear.linear_quant_act``'s rule: the FP8 kernel with Q8_32 codes below
 ``linear.bf16_min_rows`` rows, the bf16 path on the Q8_32 values from there — on the GPU
 every row count, through ``linear_decode``).
@@ -24,13 +25,17 @@ import torch
 from deepinfer.kernels.quantized import Fp8BlockWeight
 from deepinfer.kernels.triton import gemm_fp8, linear, moe_swiglu, quant_act
 
-MAX_ROWS = 256  # the largest decode bucket; prefill keeps the grouped kernel (BM 128 tiles)
+# Rows up to which this path runs (None: every row count). Prefill sizes too: at 4,096 rows
+# the dense bf16 path took 0.97 ms per layer against 1.30 for the grouped 1-expert FP8 tiles
+# (298 vs 224 TFLOP/s), and the 4K prefill 154.7 -> 152.4 ms (session 12, round 48a).
+# bench/kernel_overrides.py --shared-expert-max-rows sets a cap for A/B runs.
+MAX_ROWS: int | None = None
 
 
 def applies(x: torch.Tensor, w1, w3, w2) -> bool:
     """Whether ``expert_ffn`` takes this path: FP8 block weights, 1..MAX_ROWS rows."""
-    return (all(isinstance(w, Fp8BlockWeight) for w in (w1, w3, w2))
-            and 0 < x.shape[0] <= MAX_ROWS and x.dim() == 2)
+    return (all(isinstance(w, Fp8BlockWeight) for w in (w1, w3, w2)) and x.dim() == 2
+            and 0 < x.shape[0] and (MAX_ROWS is None or x.shape[0] <= MAX_ROWS))
 
 
 def shared_expert_ffn(x: torch.Tensor, w1: Fp8BlockWeight, w3: Fp8BlockWeight,

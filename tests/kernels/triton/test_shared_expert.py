@@ -45,10 +45,12 @@ def test_shared_expert_matches_the_reference(rows, routed, dtype):
         assert _rel(out, moe_experts.expert_ffn(x, w1, w3, w2, 7.0, rw)) < 1e-3
 
 
-def test_applies_only_to_fp8_decode_sizes():
+def test_applies_only_to_fp8_weights_and_the_row_cap(monkeypatch):
     w = random_fp8_weight(64, 64, 0)
-    x = torch.zeros(shared_expert.MAX_ROWS + 1, 64, dtype=torch.bfloat16)
-    assert not shared_expert.applies(x, w, w, w)  # prefill sizes: the grouped kernel
+    x = torch.zeros(4097, 64, dtype=torch.bfloat16)
+    assert shared_expert.applies(x, w, w, w)  # prefill sizes too (no cap by default)
+    monkeypatch.setattr(shared_expert, "MAX_ROWS", 8)  # bench/kernel_overrides.py's A/B cap
+    assert not shared_expert.applies(x[:9], w, w, w)
     assert shared_expert.applies(x[:3], w, w, w)
     assert not shared_expert.applies(x[:0], w, w, w)
     assert not shared_expert.applies(x[:3], torch.zeros(64, 64), w, w)  # not FP8 blocks
