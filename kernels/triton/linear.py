@@ -168,8 +168,9 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
     two K loops (one bf16 dot or three), each with its own pipeline buffers. H200, CUDA graph,
     head O=129280 I=4096, bf16-valued / general fp32 x: N=1 271/310 us (3.9 TB/s of weight),
     N=16 264/307, N=64 319/628, N=256 877/2004 us (cuBLAS bf16 x bf16: 245, 257, 292, 440).
-    Prefill: 128×128 tiles, BK=64, GROUP_M=8. fp32 "ieee" dots (X_SPLIT=0: non-bf16 weights) are
-    CUDA-core FMAs: small 64×64×32 tiles.
+    Prefill: 128×128 tiles, BK=64 (BK=32, 4 stages for FP8 weights), GROUP_M=8. fp32 "ieee"
+    dots (X_SPLIT=0: non-bf16 weights) are CUDA-core FMAs: small 64×64×32 tiles. Bf16 x against
+    FP8 weights at 1-256 rows runs ``linear_decode`` instead (``DECODE_KERNEL_MAX_ROWS``).
     """
     if interpret:
         return dict(BM=16, BN=32, BK=32, GROUP_M=2, num_warps=4, num_stages=1)
@@ -182,6 +183,10 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
             return dict(BM=bm, BN=128, BK=64, GROUP_M=1, num_warps=4,
                         num_stages=4 if bm == 64 else 3)
         return dict(BM=bm, BN=64, BK=128, GROUP_M=1, num_warps=4, num_stages=5)
+    if w_fp8 and x_split != 3:  # one scale column per step: 3.48 vs 3.69 ms (BK 64, 3 stages)
+        # for the slice's seven FP8 projections at 4,096 rows (session 12, round 49a,
+        # bench/gemm_prefill_choice.py --bf16-configs; BM or BN 256 and BK 128 were slower)
+        return dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
     return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8,
                 num_stages=3 if (x_split == 3 or w_fp8) else 4)
 
