@@ -5,8 +5,9 @@
     python3 bench/ncu_probe.py attention --tokens 64 --context 4096
 
 experts: ``run_experts`` (the gated and the down GEMM, the combine) at moe_config's decode tiling,
-the shapes and random MXFP4 weights of bench/moe_decode.py; attention: the decode-shaped sparse
-attention over records of bench/attention_decode.py. Each is run twice first (compile, warm
+the shapes and random MXFP4 weights of bench/moe_decode.py; experts-w4a8: the same weights in
+the W4A8 Gluon layout (the SM90 default: ``moe_gluon_w4a8.run_experts_w4a8``); attention: the
+decode-shaped sparse attention over records of bench/attention_decode.py. Each is run twice first (compile, warm
 caches), then once under the profiler. Prints nothing but what it ran: the figures are ncu's.
 """
 
@@ -21,13 +22,15 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def experts_call(num_tokens: int):
+def experts_call(num_tokens: int, w4a8: bool = False):
     from moe_decode import EXPERTS, HIDDEN, INTER, TOPK, make_inputs, random_experts
 
     from deepinfer.kernels.triton import moe_experts
 
     torch.manual_seed(0)
     ws = random_experts(EXPERTS, HIDDEN, INTER, "cuda")
+    if w4a8:  # the SM90 default layout: run_experts hands the call to the Gluon W4A8 pipeline
+        ws = [moe_experts.mxfp4_to_w4a8_order(w) for w in ws]
     x, ids, route_w = make_inputs(num_tokens, HIDDEN, EXPERTS, TOPK, torch.bfloat16, "cuda")
     return lambda: moe_experts.run_experts(x, ids, route_w, *ws, 10.0)
 
@@ -45,12 +48,12 @@ def attention_call(num_queries: int, context: int):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kernel", choices=("experts", "attention"))
+    ap.add_argument("kernel", choices=("experts", "experts-w4a8", "attention"))
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--context", type=int, default=4096)
     args = ap.parse_args()
-    call = (experts_call(args.tokens) if args.kernel == "experts"
-            else attention_call(args.tokens, args.context))
+    call = (experts_call(args.tokens, args.kernel == "experts-w4a8")
+            if args.kernel.startswith("experts") else attention_call(args.tokens, args.context))
     for _ in range(2):
         call()
     torch.cuda.synchronize()
