@@ -32,7 +32,6 @@ def test_shared_expert_dense_path(rows):
     from deepinfer.kernels.quantized import Fp8BlockWeight
     from deepinfer.kernels.reference import moe
     from deepinfer.kernels.triton import moe_experts, shared_expert
-
     from tests.gpu.test_gemm_side_gpu import _ms
 
     torch.manual_seed(rows)
