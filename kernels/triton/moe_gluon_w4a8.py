@@ -109,20 +109,13 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                                                                          bitcast=True)
 
     @gluon.jit
-    def _split4(t):
-        """[N, 4] -> its 4 columns [N] (register-only splits)."""
-        a, b = gl.split(gl.reshape(t, [t.shape[0], 2, 2]))
-        c0, c2 = gl.split(a)
-        c1, c3 = gl.split(b)
-        return c0, c1, c2, c3
-
-    @gluon.jit
-    def _promote(acc, acc_g, ew, ex, ROW_L: gl.constexpr, COL_L: gl.constexpr):
-        """acc + acc_g * 2^(ew + ex - 121): ew [64] ue8m0 (rows), ex [BM] ue8m0 (tokens)."""
-        ew_b = gl.convert_layout((ew.to(gl.int32) - 121) << 23, ROW_L)
-        ex_b = gl.convert_layout(ex.to(gl.int32) << 23, COL_L)
-        f = (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
-        return acc + acc_g * f
+    def promote_words(acc, acc_g, ew, ex, g: gl.constexpr):
+        """acc + acc_g * 2^(ew_g + ex_g - 121) for group g of a K step: ew [64] (rows, the
+        accumulator's row layout) and ex [BM] (tokens, its column layout) are int32 words of
+        4 ue8m0 bytes, one per group (the 2^6 of the unpacked codes is in the -121)."""
+        ew_b = (((ew >> (8 * g)) & 0xFF) - 121) << 23
+        ex_b = ((ex >> (8 * g)) & 0xFF) << 23
+        return acc + acc_g * (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
 
     @gluon.jit
     def _mma_groups(a0, a1, a2, a3, x_s, z):
@@ -157,17 +150,6 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=4)
         ROW_L: gl.constexpr = gl.SliceLayout(1, MMA)
         COL_L: gl.constexpr = gl.SliceLayout(0, MMA)
-        # weight scales [64 rows, 4 groups]: a thread's rows, 4 contiguous bytes each
-        LSW: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [8, 0]],
-            lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]],
-            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 4])
-        # activation scales [BM tokens, 4 groups]: a thread's tokens 2 q, 2 q + 1 (and + 8):
-        # the accumulator's columns
-        LSX: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [1, 0]] + ([[8, 0]] if BM == 16 else []),
-            lane_bases=[[2, 0], [4, 0], [0, 0], [0, 0], [0, 0]],
-            warp_bases=[[0, 0], [0, 0]], block_bases=[], shape=[BM, 4])
         LX: gl.constexpr = gl.BlockedLayout([1, BM], [BM // 4, 128 // BM], [4, 1],
                                             [1, 0])  # codes [BM, 128]: BM bytes per thread
         SX: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
@@ -180,34 +162,49 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             num_steps = K // BK
             w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK)
 
-            r_w = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, LSW))
-            g_w = gl.arange(0, 4, layout=gl.SliceLayout(0, LSW))
-            sw_off = (r_w.to(gl.int64) * (stride_sn4 * 4))[:, None] + g_w[None, :]
-            s1_base = s1_ptr + expert.to(gl.int64) * stride_se
-            s3_base = s3_ptr + expert.to(gl.int64) * stride_se
+            # scales as int32 words (a K step's 4 groups): a thread's rows and tokens in the
+            # accumulator's row / column layouts (no layout conversion in the promotion)
+            r_w = tile * 64 + gl.arange(0, 64, layout=ROW_L)
+            sw_off = r_w.to(gl.int64) * (stride_sn4 * 4)
+            s1_words = (s1_ptr + expert.to(gl.int64) * stride_se + sw_off).to(
+                gl.pointer_type(gl.int32), bitcast=True)
+            s3_words = (s3_ptr + expert.to(gl.int64) * stride_se + sw_off).to(
+                gl.pointer_type(gl.int32), bitcast=True)
 
             t_x = gl.arange(0, BM, layout=gl.SliceLayout(1, LX))
             pairs_x = gl.load(pairs_ptr + block * BM + t_x)
             rows_x = (gl.where(pairs_x < num_pairs, pairs_x, 0) // x_row_div).to(gl.int64)
             xc_ptrs = xc_ptr + (rows_x * stride_xc)[:, None] + gl.arange(
                 0, BK, layout=gl.SliceLayout(0, LX))[None, :]
-            t_s = gl.arange(0, BM, layout=gl.SliceLayout(1, LSX))
-            pairs_s = gl.load(pairs_ptr + block * BM + t_s)
+            pairs_s = gl.load(pairs_ptr + block * BM + gl.arange(0, BM, layout=COL_L))
             rows_s = (gl.where(pairs_s < num_pairs, pairs_s, 0) // x_row_div).to(gl.int64)
-            xs_ptrs = xs_ptr + (rows_s * (stride_xs4 * 4))[:, None] + gl.arange(
-                0, 4, layout=gl.SliceLayout(0, LSX))[None, :]
+            xs_words = (xs_ptr + rows_s * (stride_xs4 * 4)).to(gl.pointer_type(gl.int32),
+                                                               bitcast=True)
 
             x_smem = gl.allocate_shared_memory(gl.float8e4nv, [2, BM, BK], SX)
             acc1 = gl.zeros([64, BM], gl.float32, MMA)
             acc3 = gl.zeros([64, BM], gl.float32, MMA)
             z = gl.zeros([64, BM], gl.float32, MMA)
 
+            # the activation codes and the scale words of a step come by plain loads (codes
+            # and token scales from L2, weight scales from HBM): issued one step ahead, so
+            # their latency hides behind a step's work (round 53: "long scoreboard" was the
+            # largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction)
+            xc = gl.load(xc_ptrs)
+            ex = gl.load(xs_words)
+            ew = gl.load(s1_words)
+            fw = gl.load(s3_words) if GATED else ew
             for i in range(num_steps):
                 issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
                            num_steps, GATED, STAGES, BK)
-                xc = gl.load(xc_ptrs + i * BK)
-                ex0, ex1, ex2, ex3 = _split4(gl.load(xs_ptrs + i * 4))
-                ew0, ew1, ew2, ew3 = _split4(gl.load(s1_base + sw_off + i * 4))
+                nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
+                xc_next = gl.load(xc_ptrs + nxt * BK)
+                ex_next = gl.load(xs_words + nxt)
+                ew_next = gl.load(s1_words + nxt)
+                if GATED:
+                    fw_next = gl.load(s3_words + nxt)
+                else:
+                    fw_next = ew_next
                 x8 = x_smem.index(i % 2)
                 x8.store(xc.to(gl.float8e4nv, bitcast=True))
                 fence_async_shared()
@@ -219,20 +216,20 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 if GATED:
                     b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
                     d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
-                    fw0, fw1, fw2, fw3 = _split4(gl.load(s3_base + sw_off + i * 4))
                     c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
                         num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
-                    acc3 = _promote(acc3, d0, fw0, ex0, ROW_L, COL_L)
-                    acc3 = _promote(acc3, d1, fw1, ex1, ROW_L, COL_L)
-                    acc3 = _promote(acc3, d2, fw2, ex2, ROW_L, COL_L)
-                    acc3 = _promote(acc3, d3, fw3, ex3, ROW_L, COL_L)
+                    acc3 = promote_words(acc3, d0, fw, ex, 0)
+                    acc3 = promote_words(acc3, d1, fw, ex, 1)
+                    acc3 = promote_words(acc3, d2, fw, ex, 2)
+                    acc3 = promote_words(acc3, d3, fw, ex, 3)
                 else:
                     c0, c1, c2, c3 = warpgroup_mma_wait(num_outstanding=0,
                                                         deps=(c0, c1, c2, c3))
-                acc1 = _promote(acc1, c0, ew0, ex0, ROW_L, COL_L)
-                acc1 = _promote(acc1, c1, ew1, ex1, ROW_L, COL_L)
-                acc1 = _promote(acc1, c2, ew2, ex2, ROW_L, COL_L)
-                acc1 = _promote(acc1, c3, ew3, ex3, ROW_L, COL_L)
+                acc1 = promote_words(acc1, c0, ew, ex, 0)
+                acc1 = promote_words(acc1, c1, ew, ex, 1)
+                acc1 = promote_words(acc1, c2, ew, ex, 2)
+                acc1 = promote_words(acc1, c3, ew, ex, 3)
+                xc, ex, ew, fw = xc_next, ex_next, ew_next, fw_next
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -294,6 +291,16 @@ def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -
     return dst.view(packed.dtype)
 
 
+def register_cap(gated: bool, block_m: int) -> int | None:
+    """The launch's register cap (maxnreg) at 8 pairs per program: the step-ahead loads cost
+    ~27 / 13 registers (gated 116 -> 143, down 72 -> 85 in the sm_90 SASS); capped, the gated
+    kernel keeps 4 programs per SM at 124 registers and the down kernel 6 at 78, both without
+    spills (tests/kernels/triton/test_moe_gluon.py). 16 pairs: uncapped (it would spill)."""
+    if block_m != 8:
+        return None
+    return 128 if gated else 80
+
+
 def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
@@ -318,11 +325,12 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     d1 = _descriptor(w1, BLOCK_K)
     d3 = _descriptor(w3, BLOCK_K) if gated else d1
     grid = (block_expert.numel(), out_features // ROWS)
+    cap = register_cap(gated, block_m)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, num_warps=4)
+        BM=block_m, num_warps=4, **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 
 

@@ -51,7 +51,7 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from deepinfer.kernels.triton.moe_gluon_w4a8 import _group_operands
+    from deepinfer.kernels.triton.moe_gluon_w4a8 import _group_operands, promote_words
 
     _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 
@@ -69,28 +69,20 @@ if HAS_GLUON:
                                         x_s.index(st), pred=ok)
 
     @gluon.jit
-    def _promote(acc, acc_g, ew, ex, g: gl.constexpr):
-        """acc + acc_g * 2^(ew_g + ex_g - 121) for group g: ew [64] (rows) and ex [BM]
-        (tokens) are int32 words of 4 ue8m0 bytes, one per group of the step."""
-        ew_b = (((ew >> (8 * g)) & 0xFF) - 121) << 23
-        ex_b = ((ex >> (8 * g)) & 0xFF) << 23
-        return acc + acc_g * (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
-
-    @gluon.jit
     def _promote_expanded(acc, acc_g, ew, ex_b, g: gl.constexpr):
-        """``_promote`` with the token scales already expanded: ex_b [BM] int32 =
+        """``promote_words`` with the token scales already expanded: ex_b [BM] int32 =
         (ex_g - 121) << 23 (``expand_token_scales``), ew as there."""
         ew_b = ((ew >> (8 * g)) & 0xFF) << 23
         return acc + acc_g * (ew_b[:, None] + ex_b[None, :]).to(gl.float32, bitcast=True)
 
     @gluon.jit
     def _promote_any(acc, acc_g, ew, ex_g, g: gl.constexpr, EXPANDED: gl.constexpr):
-        """``_promote_expanded`` (ex_g: group g's expanded token scales) or ``_promote`` (ex_g:
-        the tokens' scale words)."""
+        """``_promote_expanded`` (ex_g: group g's expanded token scales) or ``promote_words``
+        (ex_g: the tokens' scale words)."""
         if EXPANDED:
             return _promote_expanded(acc, acc_g, ew, ex_g, g)
         else:
-            return _promote(acc, acc_g, ew, ex_g, g)
+            return promote_words(acc, acc_g, ew, ex_g, g)
 
     @gluon.jit
     def _token_exponents(xe_ptr, base, BM: gl.constexpr, XE_L: gl.constexpr,

@@ -120,6 +120,8 @@ def test_sm90_compile(sm90_compile):
                           "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
                           "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm, "num_warps": 4},
                           "num_warps": 4, "num_stages": 1, "no_spill": True,
+                          **({"maxnreg": moe_gluon_w4a8.register_cap(gated, bm)}
+                             if moe_gluon_w4a8.register_cap(gated, bm) else {}),
                           "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
                           "divisible": ["K", "O"]})
         cases.append({"id": f"bf16_{'gated' if gated else 'down'}", "gluon": True,

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Device round 54 (prepared in session 12, not run: device time spent). The W4A8 decode GEMM
+# with its activation codes and scale words loaded one K step ahead (round 53: "long
+# scoreboard" 2.1 and "barrier" 1.7 of 7.5 warp cycles per issued instruction at 256 tokens),
+# scales as int32 words in the accumulator's layouts, register caps 128 (gated: 124 regs, 4
+# programs per SM as before) / 80 (down: 78, 6 per SM instead of 7). Carry the triton-cache
+# parts. Two calls:
+#   PART=a (≈ 3 min): the Gluon GPU checks, then bench/moe_gluon_decode.py at 64 / 256 tokens
+#     (compare round 40a: W4A8 gated BM 8 0.946 / 1.519 ms, down 0.490 / 0.796) and
+#     bench/moe_decode.py (the engine's run_experts on the W4A8 layout: 1.526 / 2.421 ms).
+#   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with profiles — compare session 12's round 51
+#     (64 x 4K 14.25 ms, 256 x 32K 27.89; `_w4a8_decode_kernel` 9.5 / 17.3 ms per step). If
+#     slower, revert kernels/triton/moe_gluon_w4a8.py's step loop to commit 58d9602's.
+source "$(dirname "$0")/device_setup.sh"
+case "${PART:-a}" in
+a)
+  timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -s tests/gpu/test_moe_gluon_gpu.py \
+    >"$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|gluon (gated|down)|pipeline" \
+    "$OUT/gpu_tests.log" | tail -16
+  timeout 150 python3 bench/moe_gluon_decode.py --tokens 64 256 --bm 8 --stages \
+    --w4a8-bm 8 --w4a8-stages 3 4 >"$OUT/gluon.log" 2>&1
+  echo "gluon rc=$?"; grep -E "^\||Error|error|mismatch" "$OUT/gluon.log" | head -30
+  timeout 150 python3 bench/moe_decode.py --tokens 64 256 --config-tokens 0 \
+    >"$OUT/moe_decode.log" 2>&1
+  echo "moe_decode rc=$?"; grep -E "^\|" "$OUT/moe_decode.log" | head -16 ;;
+b)
+  timeout 220 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
+    --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
+    >"$OUT/decode.log" 2>&1
+  echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" \
+    | grep -E "^\| (64|256) \||busy|_w4a8_decode|start-up|idle|target" | head -16 ;;
+esac
+rm -f "$OUT/install.log"
