@@ -5,9 +5,11 @@
 # scales as int32 words in the accumulator's layouts, register caps 128 (gated: 124 regs, 4
 # programs per SM as before) / 80 (down: 78, 6 per SM instead of 7). Carry the triton-cache
 # parts. Two calls:
-#   PART=a (≈ 3 min): the Gluon GPU checks, then bench/moe_gluon_decode.py at 64 / 256 tokens
+#   PART=a (≈ 4 min): the Gluon GPU checks, then bench/moe_gluon_decode.py at 64 / 256 tokens
 #     (compare round 40a: W4A8 gated BM 8 0.946 / 1.519 ms, down 0.490 / 0.796) and
-#     bench/moe_decode.py (the engine's run_experts on the W4A8 layout: 1.526 / 2.421 ms).
+#     bench/moe_decode.py (the engine's run_experts on the W4A8 layout: 1.526 / 2.421 ms), then
+#     the prefill kernel at 8 / 16 pairs per program against the decode pipeline (CUDA graphs;
+#     it compiles at 58 / 80 registers: 8 / 6 programs per SM).
 #   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with profiles — compare session 12's round 51
 #     (64 x 4K 14.25 ms, 256 x 32K 27.89; `_w4a8_decode_kernel` 9.5 / 17.3 ms per step). If
 #     slower, revert kernels/triton/moe_gluon_w4a8.py's step loop to commit 58d9602's.
@@ -23,7 +25,13 @@ a)
   echo "gluon rc=$?"; grep -E "^\||Error|error|mismatch" "$OUT/gluon.log" | head -30
   timeout 150 python3 bench/moe_decode.py --tokens 64 256 --config-tokens 0 \
     >"$OUT/moe_decode.log" 2>&1
-  echo "moe_decode rc=$?"; grep -E "^\|" "$OUT/moe_decode.log" | head -16 ;;
+  echo "moe_decode rc=$?"; grep -E "^\|" "$OUT/moe_decode.log" | head -16
+  # the prefill kernel (both operands by TMA, no per-step CTA store of the codes) at 8 / 16
+  # pairs per program, against the decode pipeline, as CUDA graphs
+  timeout 150 python3 bench/moe_gluon_prefill.py --tokens 64 256 --bm 8 16 --stages 3 4 \
+    --warpgroups 1 --graphs >"$OUT/prefill_kernel_at_decode.log" 2>&1
+  echo "prefill kernel at decode rc=$?"; grep -E "all launches|Error|error" \
+    "$OUT/prefill_kernel_at_decode.log" | head -14 ;;
 b)
   timeout 220 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
     --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \

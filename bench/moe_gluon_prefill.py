@@ -12,6 +12,10 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
     counted) over it against the FP8 matmul ceiling measured in the same run, and the weight
     bytes over it against the HBM ceiling; the whole pipeline against Triton's run_experts
     (word order, the engine's prefill config) and its two ``_moe_gemm_kernel`` launches.
+``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
+as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
+replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
+them — whether this kernel's two-TMA-operand structure beats the decode kernel at decode sizes.
 Prints a table; GPU only (Gluon has no interpreter path).
 """
 
@@ -39,6 +43,9 @@ def main() -> None:
     parser.add_argument("--expanded", type=int, nargs="+", default=[0],
                         help="0: token scale bytes; 1: expand_token_scales (the EXPANDED "
                              "kernel)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="time the whole pipelines as CUDA graphs and print the decode "
+                             "pipeline beside them (decode sizes)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -106,10 +113,18 @@ def main() -> None:
                                          expanded=exp)
             out = whole_fn()
             err = ((out - ref_whole).norm() / ref_whole.norm()).item()
-            ms = rl.median_ms(whole_fn)
+            ms = rl.graph_us(whole_fn, 10) / 1e3 if args.graphs else rl.median_ms(whole_fn)
             print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill{' exp' if exp else ''} "
                   f"(all launches) | {bm} | "
                   f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
+        if args.graphs:
+            dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
+                                       10.0)
+            out = dec_fn()
+            err = ((out - ref_whole).norm() / ref_whole.norm()).item()
+            print(f"| {num_tokens} | w4a8 run_experts_w4a8 (the decode pipeline, all launches) "
+                  f"| 8 | 4 | 1 | {rl.graph_us(dec_fn, 10) / 1e3:.3f} | | | | {err:.1e} |",
+                  flush=True)
         g_ms, d_ms, whole = triton_kernel_ms(x, ids, route_w, words)
         print(f"| {num_tokens} | triton gated (w1 + w3) | | | | {g_ms:.3f} | | | | |")
         print(f"| {num_tokens} | triton down | | | | {d_ms:.3f} | | | | |")
