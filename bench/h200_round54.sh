@@ -13,6 +13,10 @@
 #   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with profiles — compare session 12's round 51
 #     (64 x 4K 14.25 ms, 256 x 32K 27.89; `_w4a8_decode_kernel` 9.5 / 17.3 ms per step). If
 #     slower, revert kernels/triton/moe_gluon_w4a8.py's step loop to commit 58d9602's.
+#   PART=c (≈ 4 min): the logit head (fp32 x, bf16 weight 129280 x 4096) on linear_decode
+#     (token tiles of 128 rows, promoted per BK step) against _linear_kernel at 1 / 64 / 256
+#     rows (its check prints both timings), then decode with --linear-decode-fp32-x; if faster,
+#     set linear.DECODE_KERNEL_FP32_X = True.
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
@@ -38,5 +42,15 @@ b)
     >"$OUT/decode.log" 2>&1
   echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" \
     | grep -E "^\| (64|256) \||busy|_w4a8_decode|start-up|idle|target" | head -16 ;;
+c)
+  timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -s \
+    tests/gpu/test_gemm_side_gpu.py -k "linear_head or linear_decode" >"$OUT/head_tests.log" 2>&1
+  echo "head tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|linear head" \
+    "$OUT/head_tests.log" | tail -16
+  timeout 220 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
+    --no-eager --profile-points 256x32768 --gap-prompts 16 --gap-tokens 32 \
+    --linear-decode-fp32-x >"$OUT/decode_head.log" 2>&1
+  echo "decode (head on linear_decode) rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode_head.log" \
+    | grep -v "^USDT" | grep -E "^\| (64|256) \||busy|_linear" | head -12 ;;
 esac
 rm -f "$OUT/install.log"

@@ -13,6 +13,8 @@ measures the variants alone, then the best end to end.
     --linear-decode-rows N                         FP8 projections of bf16 x up to N rows on
                                                    kernels/triton/linear_decode.py (0: the
                                                    row-major tiles, the A/B control)
+    --linear-decode-fp32-x                         fp32 x (the logit head) on linear_decode
+                                                   too, up to --linear-decode-rows rows
     --shared-expert-max-rows N                     the shared expert on the dense projection
                                                    kernels up to N rows (shared_expert.py;
                                                    more: the grouped 1-expert GEMM)
@@ -36,6 +38,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-decode-rows", type=int, default=None,
                     help="FP8 projections of bf16 x up to this many rows on linear_decode "
                     "(0: off; default: linear.DECODE_KERNEL_MAX_ROWS)")
+    ap.add_argument("--linear-decode-fp32-x", action="store_true",
+                    help="fp32 x (the logit head) on linear_decode too (default: off, "
+                    "linear.DECODE_KERNEL_FP32_X)")
     ap.add_argument("--shared-expert-max-rows", type=int, default=None,
                     help="the shared expert on the dense projection kernels up to this many "
                     "rows (default: shared_expert.MAX_ROWS)")
@@ -43,9 +48,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,
-          shared_expert_max_rows: int | None = None) -> None:
+          shared_expert_max_rows: int | None = None,
+          linear_decode_fp32_x: bool = False) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if linear_decode_fp32_x:
+        from deepinfer.kernels.triton import linear
+        linear.DECODE_KERNEL_FP32_X = True
     if shared_expert_max_rows is not None:
         from deepinfer.kernels.triton import shared_expert
         if shared_expert_max_rows < 0:

@@ -195,6 +195,9 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
 # ``linear_decode`` (the decoded weight on the MMA's M side, all rows on N); 0 turns it off
 # (bench/kernel_overrides.py --linear-decode-rows, for A/B runs).
 DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
+# fp32 x there too (the logit head: fp32 x against its bf16 weight): off until timed on the GPU
+# (bench/kernel_overrides.py --linear-decode-fp32-x; bench/h200_round54.sh PART=c).
+DECODE_KERNEL_FP32_X = False
 
 
 def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_features: int,
@@ -202,6 +205,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype."""
     num_rows, groups, num_k = x3.shape
     if (split_k is None and num_rows <= DECODE_KERNEL_MAX_ROWS
+            and (x3.dtype == torch.bfloat16 or DECODE_KERNEL_FP32_X)
             and linear_decode.supports(x3, weight) and not gemm_fp8.is_interpreting()):
         return linear_decode.linear_decode(x3, weight, out_features)
     if x3.stride(2) != 1:

@@ -44,23 +44,85 @@ SCALE_TILE = 32  # rows and columns per ue8m0 weight scale
 
 
 @triton.jit
+def _decode_k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
+                   W_FP8: tl.constexpr, PIECES: tl.constexpr, PROMOTE: tl.constexpr,
+                   DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BO: tl.constexpr,
+                   BT: tl.constexpr, BK: tl.constexpr):
+    """acc [BO, BT] += w[:, k_begin:k_end] @ x^T[k_begin:k_end, :] in 32-K chunks (one scale
+    column of an FP8 weight each). PIECES 1: x is exact in bf16; 3: fp32 x as hi + mid + lo
+    bf16 pieces (exact). PROMOTE: each BK step summed in a fresh accumulator, then added in fp32
+    (the wgmma accumulator adds with truncation: fp32 outputs)."""
+    for k0 in range(k_begin, k_end, BK):
+        part = tl.zeros((BO, BT), dtype=tl.float32)
+        for kk in tl.static_range(0, BK, 32):
+            k = k0 + kk
+            if EVEN_K:
+                w = tl.load(w_ptrs + k)
+                x = tl.load(x_ptrs + k)
+            else:
+                mask_k = k + offs_k < k_end
+                w = tl.load(w_ptrs + k, mask=mask_k[None, :], other=0)
+                x = tl.load(x_ptrs + k, mask=mask_k[:, None], other=0.0)
+            if W_FP8:
+                if EVEN_K:
+                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32))
+                else:
+                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32, mask=k < k_end, other=127))
+                wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, None]  # exact
+            else:
+                wf = w.to(tl.float32)
+            if PIECES == 1:
+                if PROMOTE:
+                    # part - dot(w, -x): Triton folds "acc + dot(w, x, 0)" into one dot with
+                    # acc, undoing the promotion; it does not fold a subtraction
+                    part = _dot(wf, 0.0 - x.to(tl.float32), part, DOT_BF16)
+                else:
+                    acc = _dot(wf, x, acc, DOT_BF16)
+            else:
+                xf = x.to(tl.float32)
+                hi = xf.to(tl.bfloat16).to(tl.float32)
+                rest = xf - hi  # exact
+                mid = rest.to(tl.bfloat16).to(tl.float32)
+                part = _dot(wf, mid - rest, part, DOT_BF16)  # smallest first, negated
+                part = _dot(wf, 0.0 - mid, part, DOT_BF16)
+                part = _dot(wf, 0.0 - hi, part, DOT_BF16)
+        if PROMOTE:
+            acc -= part
+    return acc
+
+
+@triton.jit
+def _dot(w, x, acc, DOT_BF16: tl.constexpr):
+    """acc + w @ x for bf16-exact w [BO, 32] and x [32, BT] (held in any float type)."""
+    if DOT_BF16:
+        return tl.dot(w.to(tl.bfloat16), x.to(tl.bfloat16), acc)
+    return tl.dot(w.to(tl.float32), x.to(tl.float32), acc, input_precision="ieee")
+
+
+@triton.jit
 def _linear_decode_kernel(
-    x_ptr,  # (M, G, K) bf16, unit stride in K
-    w_ptr,  # (G * O, K) uint8 e4m3 codes
-    ws_ptr,  # (ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0
-    out_ptr,  # (M, G, O) output, or the fp32 workspace (SPLIT_K, G, O, BT)
+    x_ptr,  # (M, G, K) bf16, unit stride in K (X_SPLIT 3: x's bf16 rounding)
+    xf_ptr,  # X_SPLIT 3: (M, G, K) fp32 x itself, the same strides (else unused)
+    exact_ptr,  # X_SPLIT 3: bool (1,), every x is exact in bf16 (else unused)
+    w_ptr,  # (G * O, K) uint8 e4m3 codes (W_FP8) or bf16
+    ws_ptr,  # W_FP8: (ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0 (else unused)
+    out_ptr,  # (M, G, O) output, or the fp32 workspace (SPLIT_K, G, O, T_TILES * BT)
     M, O, K, k_per_split, split_stride,
     stride_xm, stride_xg, stride_wo, stride_wsr, stride_om, stride_og,
+    W_FP8: tl.constexpr,  # FP8 codes + 32x32 ue8m0 tiles; else a bf16 weight
+    X_SPLIT: tl.constexpr,  # 1: bf16 x; 3: fp32 x (one bf16 dot when exact, else 3 pieces)
     EVEN_K: tl.constexpr,  # K % BK == 0 and k_per_split % BK == 0: no K masks
     SPLIT_K: tl.constexpr,
+    T_TILES: tl.constexpr,  # token tiles of BT rows (adjacent programs: one weight tile)
     BO: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     DOT_BF16: tl.constexpr,  # bf16 tensor cores (GPU) or fp32 dots (the interpreter)
 ):
-    pid_o = tl.program_id(0)
+    pid_o = tl.program_id(0) // T_TILES
+    t_tile = tl.program_id(0) % T_TILES
     split = tl.program_id(1)
     group = tl.program_id(2)
     offs_o = pid_o * BO + tl.arange(0, BO)
-    offs_t = tl.arange(0, BT)
+    offs_t = t_tile * BT + tl.arange(0, BT)
     offs_k = tl.arange(0, 32)
     mask_o = offs_o < O
     mask_t = offs_t < M
@@ -68,34 +130,28 @@ def _linear_decode_kernel(
     rows_w = (group * O + tl.where(mask_o, offs_o, 0)).to(tl.int64)
     rows_x = tl.where(mask_t, offs_t, 0).to(tl.int64)
     w_ptrs = w_ptr + rows_w[:, None] * stride_wo + offs_k[None, :]  # [BO, 32]
-    x_ptrs = (x_ptr + group.to(tl.int64) * stride_xg + rows_x[None, :] * stride_xm
-              + offs_k[:, None])  # [32, BT]: x^T
+    x_off = group.to(tl.int64) * stride_xg + rows_x[None, :] * stride_xm + offs_k[:, None]
     ws_ptrs = ws_ptr + (rows_w // 32) * stride_wsr  # [BO]
 
     acc = tl.zeros((BO, BT), dtype=tl.float32)
     k_begin = split * k_per_split
     k_end = tl.minimum(k_begin + k_per_split, K)
-    for k0 in range(k_begin, k_end, BK):
-        for kk in tl.static_range(0, BK, 32):  # one scale column per 32-K chunk
-            k = k0 + kk
-            if EVEN_K:
-                w = tl.load(w_ptrs + k)
-                x = tl.load(x_ptrs + k)
-                scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32))
-            else:
-                mask_k = k + offs_k < k_end
-                w = tl.load(w_ptrs + k, mask=mask_k[None, :], other=0)
-                x = tl.load(x_ptrs + k, mask=mask_k[:, None], other=0.0)
-                scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32, mask=k < k_end, other=127))
-            wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, None]  # exact
-            if DOT_BF16:
-                acc = tl.dot(wf.to(tl.bfloat16), x.to(tl.bfloat16), acc)
-            else:
-                acc = tl.dot(wf, x.to(tl.float32), acc, input_precision="ieee")
+    if X_SPLIT == 3:
+        # a uniform branch around the whole K loop keeps both loops pipelined
+        if tl.load(exact_ptr) != 0:
+            acc = _decode_k_loop(acc, x_ptr + x_off, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
+                                 W_FP8, 1, True, DOT_BF16, EVEN_K, BO, BT, BK)
+        else:
+            acc = _decode_k_loop(acc, xf_ptr + x_off, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
+                                 W_FP8, 3, True, DOT_BF16, EVEN_K, BO, BT, BK)
+    else:
+        acc = _decode_k_loop(acc, x_ptr + x_off, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
+                             W_FP8, 1, False, DOT_BF16, EVEN_K, BO, BT, BK)
 
-    if SPLIT_K > 1:  # workspace (SPLIT_K, G, O, BT): t contiguous, the accumulator's own order
+    if SPLIT_K > 1:  # workspace (SPLIT_K, G, O, T_TILES * BT): t contiguous (the accumulator's)
         out_ptrs = (out_ptr + split.to(tl.int64) * split_stride
-                    + (group * O + offs_o).to(tl.int64)[:, None] * BT + offs_t[None, :])
+                    + (group * O + offs_o).to(tl.int64)[:, None] * (T_TILES * BT)
+                    + offs_t[None, :])
     else:
         out_ptrs = (out_ptr + group.to(tl.int64) * stride_og
                     + offs_t.to(tl.int64)[None, :] * stride_om + offs_o[:, None])
@@ -120,90 +176,121 @@ def _splitk_sum_t_kernel(ws_ptr, out_ptr, M, O, split_stride, stride_om, stride_
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def decode_config(num_rows: int, interpret: bool = False) -> dict:
-    """Tiles per row class (no autotune, kernels.md §3.3 rule 3): BT = rows rounded up to
-    16..256; BO 64 (one warpgroup), BK 32 (one scale column per pipeline step), 4 stages, split-K
-    for 2 waves of programs. H200, the slice's seven projections one call each (session 12
-    round 47, bench/gemm_decode.py): 86.7 / 118.7 / 150.1 / 261.3 µs at 1 / 64 / 128 / 256 rows,
-    against 87.2 / 140.2 (gemm_q8) and 183.6 / 285.7 (the row-major bf16 tiles, split-K) before;
-    BO 128 (two warpgroups), BK 64 / 128 and 3 / 6 stages were 5-40 % slower at every row
-    count."""
+def decode_config(num_rows: int, interpret: bool = False, fp32_x: bool = False) -> dict:
+    """Tiles per row class (no autotune, kernels.md §3.3 rule 3). bf16 x: BT = rows rounded up
+    to 16..256 (one token tile); BO 64 (one warpgroup), BK 32 (one scale column per pipeline
+    step), 4 stages, split-K for 2 waves of programs. H200, the slice's seven projections one
+    call each (session 12 round 47, bench/gemm_decode.py): 86.7 / 118.7 / 150.1 / 261.3 µs at
+    1 / 64 / 128 / 256 rows, against 87.2 / 140.2 (gemm_q8) and 183.6 / 285.7 (the row-major
+    bf16 tiles, split-K) before; BO 128 (two warpgroups), BK 64 / 128 and 3 / 6 stages were
+    5-40 % slower at every row count. fp32 x (the logit head, promoted per BK step: a second
+    accumulator): token tiles of at most 128 rows, BK 64, 3 stages (not yet timed)."""
     bt = max(16, triton.next_power_of_2(max(num_rows, 1)))
     if interpret:
-        return dict(BO=32, BT=bt, BK=32, num_warps=4, num_stages=1, waves=1)
+        return dict(BO=32, BT=min(bt, 64), BK=32, num_warps=4, num_stages=1, waves=1)
+    if fp32_x:
+        return dict(BO=64, BT=min(bt, 128), BK=64, num_warps=4, num_stages=3, waves=1)
     return dict(BO=64, BT=bt, BK=32, num_warps=4, num_stages=4, waves=2)
 
 
 def supports(x3: torch.Tensor, weight: Any) -> bool:
-    """bf16 x (M, G, K) with 1 <= M <= MAX_ROWS on a CUDA device against an Fp8BlockWeight."""
-    return (isinstance(weight, Fp8BlockWeight) and x3.dtype == torch.bfloat16 and x3.is_cuda
-            and 0 < x3.shape[0] <= MAX_ROWS and x3.shape[2] > 0)
+    """x (M, G, K) with 1 <= M <= MAX_ROWS on a CUDA device: bf16 x against an Fp8BlockWeight,
+    or fp32 x against an Fp8BlockWeight or a bf16 weight (the logit head)."""
+    if not (x3.is_cuda and 0 < x3.shape[0] <= MAX_ROWS and x3.shape[2] > 0):
+        return False
+    if isinstance(weight, Fp8BlockWeight):
+        return x3.dtype in (torch.bfloat16, torch.float32)
+    return (isinstance(weight, torch.Tensor) and weight.dtype == torch.bfloat16
+            and x3.dtype == torch.float32)
 
 
-def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
+def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_features: int,
                   split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
-    """x3 (M, G, K) bf16 x weight (G * out_features, K) FP8 -> (M, G, out_features) bf16.
-    ``config`` replaces ``decode_config``'s entries (benchmarks: bench/gemm_decode.py)."""
+    """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype:
+    bf16 x against FP8 block weights, or fp32 x against FP8 or bf16 weights (one bf16 dot per
+    chunk when x holds bf16 values — a device-side flag, no host sync — else three exact bf16
+    pieces; each BK step promoted into the fp32 accumulator). ``config`` replaces
+    ``decode_config``'s entries (benchmarks: bench/gemm_decode.py)."""
     num_rows, groups, num_k = x3.shape
     assert num_rows <= MAX_ROWS, f"linear_decode: {num_rows} rows > {MAX_ROWS}"
-    if x3.stride(2) != 1:
-        x3 = x3.contiguous()
-    assert weight.scale.element_size() == 1, "linear_decode: FP8 weight scales must be ue8m0"
-    w = weight.codes.view(torch.uint8)
-    w_scale = weight.scale.view(torch.uint8)
+    assert x3.dtype in (torch.bfloat16, torch.float32), f"linear_decode: x is {x3.dtype}"
+    fp32_x = x3.dtype == torch.float32
+    w_fp8 = isinstance(weight, Fp8BlockWeight)
+    if w_fp8:
+        assert weight.scale.element_size() == 1, "linear_decode: FP8 weight scales must be ue8m0"
+        w = weight.codes.view(torch.uint8)
+        w_scale = weight.scale.view(torch.uint8)
+    else:
+        assert weight.dtype == torch.bfloat16 and fp32_x, \
+            "linear_decode: a plain weight must be bf16, against fp32 x"
+        w = w_scale = weight
     assert w.dim() == 2 and w.shape[0] == groups * out_features and w.shape[1] == num_k, \
         f"linear_decode: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
     assert w.stride(1) == 1, "linear_decode: the weight must be row-major"
     interpret = gemm_fp8.is_interpreting()
-    cfg = {**decode_config(num_rows, interpret), **(config or {})}
+    cfg = {**decode_config(num_rows, interpret, fp32_x), **(config or {})}
     out = torch.empty((num_rows, groups, out_features), dtype=x3.dtype, device=x3.device)
     if num_rows == 0 or out_features == 0 or groups == 0:
         return out
-    bk = cfg["BK"]
-    num_tiles = triton.cdiv(out_features, cfg["BO"]) * groups
+    x3 = x3.contiguous()
+    xb, exact = x3, x3  # bf16 x: the operand itself (the flag unused)
+    if fp32_x:  # its bf16 rounding, and whether that is exact (device side, no host sync)
+        xb = x3.to(torch.bfloat16)
+        exact = (x3 == xb.to(torch.float32)).all().reshape(1)
+    bk, bt = cfg["BK"], cfg["BT"]
+    t_tiles = triton.cdiv(num_rows, bt)
+    num_tiles = triton.cdiv(out_features, cfg["BO"]) * groups * t_tiles
     if split_k is None:
         split_k = gemm_fp8.split_k_for_waves(num_tiles, num_k, bk, cfg["waves"], NUM_SMS)
     k_per_split = triton.cdiv(triton.cdiv(num_k, bk), split_k) * bk
     split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
-    bt = cfg["BT"]
+    ws_row = t_tiles * bt  # the workspace's t extent
     target = out
     if split_k > 1:
-        target = torch.empty((split_k, groups, out_features, bt), dtype=torch.float32,
+        target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
                              device=x3.device)
-    _linear_decode_kernel[(triton.cdiv(out_features, cfg["BO"]), split_k, groups)](
-        x3, w, w_scale, target, num_rows, out_features, num_k, k_per_split,
-        groups * out_features * bt, x3.stride(0), x3.stride(1), w.stride(0),
-        w_scale.stride(0), out.stride(0), out.stride(1),
-        EVEN_K=num_k % bk == 0 and k_per_split % bk == 0, SPLIT_K=split_k, BO=cfg["BO"],
-        BT=bt, BK=bk, DOT_BF16=not interpret, num_warps=cfg["num_warps"],
+    _linear_decode_kernel[(triton.cdiv(out_features, cfg["BO"]) * t_tiles, split_k, groups)](
+        xb, x3, exact, w, w_scale, target, num_rows, out_features, num_k, k_per_split,
+        groups * out_features * ws_row, x3.stride(0), x3.stride(1), w.stride(0),
+        w_scale.stride(0) if w_fp8 else 0, out.stride(0), out.stride(1),
+        W_FP8=w_fp8, X_SPLIT=3 if fp32_x else 1,
+        EVEN_K=num_k % bk == 0 and k_per_split % bk == 0, SPLIT_K=split_k, T_TILES=t_tiles,
+        BO=cfg["BO"], BT=bt, BK=bk, DOT_BF16=not interpret, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"])
     if split_k > 1:
         block_o, block_t = 64, min(bt, 64)
         _splitk_sum_t_kernel[(triton.cdiv(out_features, block_o), triton.cdiv(num_rows, block_t),
                               groups)](
-            target, out, num_rows, out_features, groups * out_features * bt, out.stride(0),
-            out.stride(1), SPLIT_K=split_k, BT=bt, BLOCK_O=block_o, BLOCK_T=block_t,
+            target, out, num_rows, out_features, groups * out_features * ws_row, out.stride(0),
+            out.stride(1), SPLIT_K=split_k, BT=ws_row, BLOCK_O=block_o, BLOCK_T=block_t,
             num_warps=4)
     return out
 
 
 def aot_cases() -> list[dict[str, Any]]:
-    """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``) for every
-    row class at V4.1-Flash shapes (K = 5120), split and not; wgmma and no spills expected."""
+    """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): bf16 x
+    against FP8 weights for every row class at V4.1-Flash shapes (K = 5120), split and not; the
+    logit head (fp32 x, bf16 weight, 64 and 256 rows: two token tiles); wgmma, no spills."""
     cases = []
-    for rows, split_k in ((1, 4), (16, 1), (64, 2), (128, 2), (256, 1), (256, 4)):
-        cfg = decode_config(rows)
+    for rows, split_k, fp32_x in ((1, 4, False), (16, 1, False), (64, 2, False),
+                                  (128, 2, False), (256, 1, False), (256, 4, False),
+                                  (64, 1, True), (256, 1, True)):
+        cfg = decode_config(rows, fp32_x=fp32_x)
+        x_ty = "*fp32" if fp32_x else "*bf16"
         cases.append({
-            "id": f"linear_decode_rows{rows}_split{split_k}", "module": __name__,
-            "kernel": "_linear_decode_kernel",
-            "signature": {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*u8",
-                          "out_ptr": "*fp32" if split_k > 1 else "*bf16",
+            "id": f"linear_decode_rows{rows}_split{split_k}{'_head' if fp32_x else ''}",
+            "module": __name__, "kernel": "_linear_decode_kernel",
+            "signature": {"x_ptr": "*bf16", "xf_ptr": x_ty, "exact_ptr": "*i1",
+                          "w_ptr": "*bf16" if fp32_x else "*u8", "ws_ptr": "*u8",
+                          "out_ptr": "*fp32" if split_k > 1 else x_ty,
                           "M": "i32", "O": "i32", "K": "i32", "k_per_split": "i32",
                           "split_stride": "i32", "stride_xm": "i32", "stride_xg": "i32",
                           "stride_wo": "i32", "stride_wsr": "i32", "stride_om": "i32",
                           "stride_og": "i32"},
-            "constexprs": {"EVEN_K": True, "SPLIT_K": split_k, "BO": cfg["BO"], "BT": cfg["BT"],
-                           "BK": cfg["BK"], "DOT_BF16": True},
+            "constexprs": {"W_FP8": not fp32_x, "X_SPLIT": 3 if fp32_x else 1, "EVEN_K": True,
+                           "SPLIT_K": split_k, "T_TILES": triton.cdiv(rows, cfg["BT"]),
+                           "BO": cfg["BO"], "BT": cfg["BT"], "BK": cfg["BK"],
+                           "DOT_BF16": True},
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
             "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})

@@ -496,8 +496,19 @@ def test_linear_head_gpu(num_tokens):
             out = tri_linear.linear(xs, w)
         ms = _ms(lambda xs=xs: tri_linear.linear(xs, w))
         gbps = w.numel() * 2 / (ms * 1e-3) / 1e9
-        _row(name, f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s", _rel(out, linear.linear(xs, w)),
+        ref = linear.linear(xs, w)
+        _row(name, f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s", _rel(out, ref),
              1e-5, ms, 2.0 * num_tokens * V41_VOCAB * V41_HEAD_HIDDEN)
+        # the same on linear_decode (the weight on the MMA's M side; off by default:
+        # linear.DECODE_KERNEL_FP32_X until this timing says it is faster)
+        from deepinfer.kernels.triton import linear_decode
+
+        with nan_poisoned_allocations():
+            out = linear_decode.linear_decode(xs[:, None, :], w, V41_VOCAB)[:, 0]
+        ms = _ms(lambda xs=xs: linear_decode.linear_decode(xs[:, None, :], w, V41_VOCAB))
+        gbps = w.numel() * 2 / (ms * 1e-3) / 1e9
+        _row(f"{name} (linear_decode)", f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s",
+             _rel(out, ref), 1e-5, ms, 2.0 * num_tokens * V41_VOCAB * V41_HEAD_HIDDEN)
 
 
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
