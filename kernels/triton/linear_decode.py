@@ -232,7 +232,8 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_f
     out = torch.empty((num_rows, groups, out_features), dtype=x3.dtype, device=x3.device)
     if num_rows == 0 or out_features == 0 or groups == 0:
         return out
-    x3 = x3.contiguous()
+    if fp32_x or x3.stride(2) != 1:  # fp32: its bf16 copy below shares these strides
+        x3 = x3.contiguous()
     xb, exact = x3, x3  # bf16 x: the operand itself (the flag unused)
     if fp32_x:  # its bf16 rounding, and whether that is exact (device side, no host sync)
         xb = x3.to(torch.bfloat16)
