@@ -400,7 +400,8 @@ def main() -> int:
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
     kernel_overrides.apply(args.attention_config, args.moe_config, args.linear_decode_rows,
-                           args.shared_expert_max_rows, args.linear_decode_fp32_x)
+                           args.shared_expert_max_rows, args.linear_decode_fp32_x,
+                           args.mhc_decode_max_tokens)
     if args.report is not None:
         report(json.loads(args.report.read_text()))
         return 0

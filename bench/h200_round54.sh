@@ -17,6 +17,9 @@
 #     (token tiles of 128 rows, promoted per BK step) against _linear_kernel at 1 / 64 / 256
 #     rows (its check prints both timings), then decode with --linear-decode-fp32-x; if faster,
 #     set linear.DECODE_KERNEL_FP32_X = True.
+#   PART=d (≈ 2 min): decode 256 x 4K / 32K with the 256-row mHC coefficient calls on the
+#     prefill launch (BM 64, bf16x3; --mhc-decode-max-tokens 128) — round 51's profile:
+#     `_hc_coeffs_kernel` 0.85 ms + `_hc_finalize_kernel` 0.12 ms per 256 x 32K step.
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
@@ -52,5 +55,12 @@ c)
     --linear-decode-fp32-x >"$OUT/decode_head.log" 2>&1
   echo "decode (head on linear_decode) rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode_head.log" \
     | grep -v "^USDT" | grep -E "^\| (64|256) \||busy|_linear" | head -12 ;;
+d)
+  timeout 200 python3 bench/decode.py --out "$OUT" --batches 256 --contexts 4096,32768 \
+    --no-eager --profile-points 256x32768 --gap-prompts 16 --gap-tokens 32 \
+    --mhc-decode-max-tokens 128 >"$OUT/decode_mhc.log" 2>&1
+  echo "decode (256-row mHC on the prefill launch) rc=$?"
+  sed -n '/^## decode/,$p' "$OUT/decode_mhc.log" | grep -v "^USDT" \
+    | grep -E "^\| 256 \||busy|_hc_" | head -10 ;;
 esac
 rm -f "$OUT/install.log"

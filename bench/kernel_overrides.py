@@ -15,6 +15,9 @@ measures the variants alone, then the best end to end.
                                                    row-major tiles, the A/B control)
     --linear-decode-fp32-x                         fp32 x (the logit head) on linear_decode
                                                    too, up to --linear-decode-rows rows
+    --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
+                                                   the decode launch (BM 16, tf32x3), more on
+                                                   the prefill one (BM 64, bf16x3)
     --shared-expert-max-rows N                     the shared expert on the dense projection
                                                    kernels up to N rows (shared_expert.py;
                                                    more: the grouped 1-expert GEMM)
@@ -41,6 +44,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-decode-fp32-x", action="store_true",
                     help="fp32 x (the logit head) on linear_decode too (default: off, "
                     "linear.DECODE_KERNEL_FP32_X)")
+    ap.add_argument("--mhc-decode-max-tokens", type=int, default=None,
+                    help="mHC coefficient calls up to this many tokens on the decode launch "
+                    "(default: mhc.COEFFS_DECODE_MAX_TOKENS)")
     ap.add_argument("--shared-expert-max-rows", type=int, default=None,
                     help="the shared expert on the dense projection kernels up to this many "
                     "rows (default: shared_expert.MAX_ROWS)")
@@ -49,9 +55,15 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,
           shared_expert_max_rows: int | None = None,
-          linear_decode_fp32_x: bool = False) -> None:
+          linear_decode_fp32_x: bool = False,
+          mhc_decode_max_tokens: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if mhc_decode_max_tokens is not None:
+        from deepinfer.kernels.triton import mhc
+        if mhc_decode_max_tokens < 0:
+            raise SystemExit(f"--mhc-decode-max-tokens {mhc_decode_max_tokens}: expected >= 0")
+        mhc.COEFFS_DECODE_MAX_TOKENS = mhc_decode_max_tokens
     if linear_decode_fp32_x:
         from deepinfer.kernels.triton import linear
         linear.DECODE_KERNEL_FP32_X = True
