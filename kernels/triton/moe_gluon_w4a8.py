@@ -195,8 +195,6 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             ew = gl.load(s1_words)
             fw = gl.load(s3_words) if GATED else ew
             for i in range(num_steps):
-                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
-                           num_steps, GATED, STAGES, BK)
                 nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
                 xc_next = gl.load(xc_ptrs + nxt * BK)
                 ex_next = gl.load(xs_words + nxt)
@@ -209,6 +207,11 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 x8.store(xc.to(gl.float8e4nv, bitcast=True))
                 fence_async_shared()
                 _cta_barrier()
+                # after the barrier: every warp is past step i - 1's reads of the stage this
+                # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
+                # does not imply the others have read their weights)
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
+                           num_steps, GATED, STAGES, BK)
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
                 a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
