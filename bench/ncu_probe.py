@@ -6,7 +6,8 @@
 
 experts: ``run_experts`` (the gated and the down GEMM, the combine) at moe_config's decode tiling,
 the shapes and random MXFP4 weights of bench/moe_decode.py; experts-w4a8: the same weights in
-the W4A8 Gluon layout (the SM90 default: ``moe_gluon_w4a8.run_experts_w4a8``); attention: the
+the W4A8 Gluon layout (the SM90 default: ``moe_gluon_w4a8.run_experts_w4a8``; above 16 pairs
+per expert, e.g. --tokens 4096, the prefill pipeline ``run_experts_w4a8_prefill``); attention: the
 decode-shaped sparse attention over records of bench/attention_decode.py. Each is run twice
 first (compile, warm caches), then once under the profiler. Prints nothing but what it ran:
 the figures are ncu's.
