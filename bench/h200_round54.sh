@@ -17,6 +17,8 @@
 #     (token tiles of 128 rows, promoted per BK step) against _linear_kernel at 1 / 64 / 256
 #     rows (its check prints both timings), then decode with --linear-decode-fp32-x; if faster,
 #     set linear.DECODE_KERNEL_FP32_X = True.
+#   PART=e (≈ 3 min; BM=8 or 16 from PART=a): decode with decode-sized W4A8 expert calls on
+#     the prefill pipeline (--w4a8-decode-bm; moe_experts.W4A8_DECODE_PREFILL_BM).
 #   PART=d (≈ 2 min): decode 256 x 4K / 32K with the 256-row mHC coefficient calls on the
 #     prefill launch (BM 64, bf16x3; --mhc-decode-max-tokens 128) — round 51's profile:
 #     `_hc_coeffs_kernel` 0.85 ms + `_hc_finalize_kernel` 0.12 ms per 256 x 32K step.
@@ -62,5 +64,13 @@ d)
   echo "decode (256-row mHC on the prefill launch) rc=$?"
   sed -n '/^## decode/,$p' "$OUT/decode_mhc.log" | grep -v "^USDT" \
     | grep -E "^\| 256 \||busy|_hc_" | head -10 ;;
+e)
+  # after PART=a: the faster of BM 8 / 16 in "prefill kernel at decode" (pass it as $BM)
+  timeout 220 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
+    --no-eager --profile-points 256x32768 --gap-prompts 16 --gap-tokens 32 \
+    --w4a8-decode-bm "${BM:-16}" >"$OUT/decode_w4a8_bm.log" 2>&1
+  echo "decode (W4A8 prefill pipeline at decode, BM ${BM:-16}) rc=$?"
+  sed -n '/^## decode/,$p' "$OUT/decode_w4a8_bm.log" | grep -v "^USDT" \
+    | grep -E "^\| (64|256) \||busy|_w4a8" | head -10 ;;
 esac
 rm -f "$OUT/install.log"

@@ -15,6 +15,9 @@ measures the variants alone, then the best end to end.
                                                    row-major tiles, the A/B control)
     --linear-decode-fp32-x                         fp32 x (the logit head) on linear_decode
                                                    too, up to --linear-decode-rows rows
+    --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
+                                                   prefill pipeline with N (8 / 16) pairs per
+                                                   program (0: the decode pipeline)
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
                                                    the decode launch (BM 16, tf32x3), more on
                                                    the prefill one (BM 64, bf16x3)
@@ -44,6 +47,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-decode-fp32-x", action="store_true",
                     help="fp32 x (the logit head) on linear_decode too (default: off, "
                     "linear.DECODE_KERNEL_FP32_X)")
+    ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
+                    help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
+                    "pairs per program (0: the decode pipeline, the default)")
     ap.add_argument("--mhc-decode-max-tokens", type=int, default=None,
                     help="mHC coefficient calls up to this many tokens on the decode launch "
                     "(default: mhc.COEFFS_DECODE_MAX_TOKENS)")
@@ -56,9 +62,13 @@ def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,
           shared_expert_max_rows: int | None = None,
           linear_decode_fp32_x: bool = False,
-          mhc_decode_max_tokens: int | None = None) -> None:
+          mhc_decode_max_tokens: int | None = None,
+          w4a8_decode_bm: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if w4a8_decode_bm is not None:
+        from deepinfer.kernels.triton import moe_experts
+        moe_experts.W4A8_DECODE_PREFILL_BM = w4a8_decode_bm
     if mhc_decode_max_tokens is not None:
         from deepinfer.kernels.triton import mhc
         if mhc_decode_max_tokens < 0:

@@ -555,6 +555,12 @@ def _one_mul_mode(wanted, *weights) -> int:
     return 1 if mxfp4_unpack.word_scales(*(_weight_args(w)[1] for w in weights)) else 0
 
 
+# W4A8 layout at decode sizes: 0 runs the decode pipeline (``moe_gluon_w4a8``); 8 or 16 runs
+# the prefill pipeline with that many pairs per program instead (both operands by TMA after a
+# gather; bench/kernel_overrides.py --w4a8-decode-bm, measured by bench/h200_round54.sh).
+W4A8_DECODE_PREFILL_BM = 0
+
+
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
                 limit: float, mma: str = "auto", combine: bool = True,
                 skip_foreign_ids: bool = False,
@@ -595,15 +601,18 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
             raise ValueError("moe: W4A8-order MXFP4 weights (mxfp4_to_w4a8_order) need all of "
                              "w1, w3, w2 in that order and mma='bf16' or 'auto'")
         if _w4a8_gluon(x, interpret, skip_foreign_ids, config):
-            if num_pairs <= 16 * num_experts:  # decode sizes: 8 pairs per program
+            decode = num_pairs <= 16 * num_experts
+            if decode and not W4A8_DECODE_PREFILL_BM:  # decode sizes: 8 pairs per program
                 from deepinfer.kernels.triton.moe_gluon_w4a8 import run_experts_w4a8
                 return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids,
                                         combine=combine)
             from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import (
+                BLOCK_M,
                 run_experts_w4a8_prefill,
             )
-            return run_experts_w4a8_prefill(x, expert_ids, weights, w1, w3, w2, limit,
-                                            combine_ids, combine=combine)
+            return run_experts_w4a8_prefill(
+                x, expert_ids, weights, w1, w3, w2, limit, combine_ids, combine=combine,
+                block_m=W4A8_DECODE_PREFILL_BM if decode else BLOCK_M)
         # the folded tiles read the order (moe_gluon_w4a8's words -> natural K in registers)
         cfg.update(SPLIT_K=False, SWAP_AB=False, W_ONE_MUL=False, MMA_FP8=False, BK=128,
                    DOWN={**cfg.get("DOWN", {}), "BK": 128})

@@ -117,6 +117,17 @@ def test_w4a8_pipeline_matches_run_experts():
     assert pairs.dtype == x.dtype and pairs.shape == ref_pairs.shape
     _row("w4a8 gluon pipeline per pair", f"{TOKENS} tokens top{TOPK}/{EXPERTS}",
          _rel(pairs, ref_pairs), 1e-2)
+    # the prefill pipeline at decode sizes (moe_experts.W4A8_DECODE_PREFILL_BM, an A/B option)
+    for bm in (8, 16):
+        old_bm = moe_experts.W4A8_DECODE_PREFILL_BM
+        moe_experts.W4A8_DECODE_PREFILL_BM = bm
+        try:
+            with nan_poisoned_allocations():
+                out = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
+        finally:
+            moe_experts.W4A8_DECODE_PREFILL_BM = old_bm
+        _row(f"w4a8 prefill pipeline bm{bm} at decode", f"{TOKENS} tokens top{TOPK}/{EXPERTS}",
+             _rel(out, ref), 1e-2)
 
 
 @pytest.mark.parametrize("gated", [True, False])
