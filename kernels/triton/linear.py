@@ -35,7 +35,6 @@ import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights, dense
 from deepinfer.kernels.triton import gemm_fp8, linear_decode, quant_act
-from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
 
 FP8_TILE = 32
 NUM_SMS = 132  # H200
@@ -58,20 +57,8 @@ def _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
     """acc += x[:, k_begin:k_end] @ w[k_begin:k_end, :] (see _linear_kernel for the modes)."""
     for k0 in range(k_begin, k_end, BK):
         for kk in tl.static_range(0, BK, KC):  # KC = 32 (one scale column) for FP8 weights
-            k = k0 + kk
-            if EVEN_K:
-                x = tl.load(x_ptrs + k)
-                w = tl.load(w_ptrs + k)
-            else:
-                mask_k = k + offs_k < k_end
-                x = tl.load(x_ptrs + k, mask=mask_k[None, :], other=0.0)
-                w = tl.load(w_ptrs + k, mask=mask_k[:, None], other=0)
-            if W_FP8:
-                if EVEN_K:
-                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32))
-                else:
-                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32, mask=k < k_end, other=127))
-                w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[None, :]  # exact
+            x, w = linear_decode.load_chunk(x_ptrs, w_ptrs, ws_ptrs, k0 + kk, k_end, offs_k,
+                                            W_FP8, EVEN_K, False)
             if PIECES == 0:
                 acc = tl.dot(x.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
             elif not PROMOTE:

@@ -44,6 +44,37 @@ SCALE_TILE = 32  # rows and columns per ue8m0 weight scale
 
 
 @triton.jit
+def load_chunk(x_ptrs, w_ptrs, ws_ptrs, k, k_end, offs_k, W_FP8: tl.constexpr,
+               EVEN_K: tl.constexpr, W_ON_M: tl.constexpr):
+    """One K chunk at offset k (32 wide for an FP8 weight: one scale column): x and the
+    weight, an FP8 one decoded to fp32 (e4m3 x 2^(e-127): exact), any other as loaded. W_ON_M: w
+    [rows, 32] and x^T [32, tokens] (``_linear_decode_kernel``); else x [tokens, 32] and w
+    [32, cols] (``linear._linear_kernel``). K beyond k_end (not EVEN_K) loads as 0."""
+    if EVEN_K:
+        x = tl.load(x_ptrs + k)
+        w = tl.load(w_ptrs + k)
+    else:
+        mask_k = k + offs_k < k_end
+        if W_ON_M:
+            x = tl.load(x_ptrs + k, mask=mask_k[:, None], other=0.0)
+            w = tl.load(w_ptrs + k, mask=mask_k[None, :], other=0)
+        else:
+            x = tl.load(x_ptrs + k, mask=mask_k[None, :], other=0.0)
+            w = tl.load(w_ptrs + k, mask=mask_k[:, None], other=0)
+    if W_FP8:
+        if EVEN_K:
+            scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32))
+        else:
+            scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32, mask=k < k_end, other=127))
+        w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        if W_ON_M:
+            w = w * scale[:, None]
+        else:
+            w = w * scale[None, :]
+    return x, w
+
+
+@triton.jit
 def _decode_k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
                    W_FP8: tl.constexpr, PIECES: tl.constexpr, PROMOTE: tl.constexpr,
                    DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BO: tl.constexpr,
@@ -55,22 +86,8 @@ def _decode_k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
     for k0 in range(k_begin, k_end, BK):
         part = tl.zeros((BO, BT), dtype=tl.float32)
         for kk in tl.static_range(0, BK, 32):
-            k = k0 + kk
-            if EVEN_K:
-                w = tl.load(w_ptrs + k)
-                x = tl.load(x_ptrs + k)
-            else:
-                mask_k = k + offs_k < k_end
-                w = tl.load(w_ptrs + k, mask=mask_k[None, :], other=0)
-                x = tl.load(x_ptrs + k, mask=mask_k[:, None], other=0.0)
-            if W_FP8:
-                if EVEN_K:
-                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32))
-                else:
-                    scale = ue8m0_to_f32(tl.load(ws_ptrs + k // 32, mask=k < k_end, other=127))
-                wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32) * scale[:, None]  # exact
-            else:
-                wf = w.to(tl.float32)
+            x, wf = load_chunk(x_ptrs, w_ptrs, ws_ptrs, k0 + kk, k_end, offs_k, W_FP8, EVEN_K,
+                               True)
             if PIECES == 1:
                 if PROMOTE:
                     # part - dot(w, -x): Triton folds "acc + dot(w, x, 0)" into one dot with
