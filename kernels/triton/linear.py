@@ -42,14 +42,6 @@ _X_SPLIT = {torch.bfloat16: 1, torch.float16: 2, torch.float32: 3}
 
 
 @triton.jit
-def _dot_piece(a, w, acc, DOT_BF16: tl.constexpr):
-    """acc += a @ w for a bf16-exact a (held in fp32): bf16 tensor cores or an fp32 ieee dot."""
-    if DOT_BF16:
-        return tl.dot(a.to(tl.bfloat16), w.to(tl.bfloat16), acc)
-    return tl.dot(a.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
-
-
-@triton.jit
 def _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
             W_FP8: tl.constexpr, PIECES: tl.constexpr, PROMOTE: tl.constexpr,
             DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
@@ -62,7 +54,7 @@ def _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
             if PIECES == 0:
                 acc = tl.dot(x.to(tl.float32), w.to(tl.float32), acc, input_precision="ieee")
             elif not PROMOTE:
-                acc = _dot_piece(x, w, acc, DOT_BF16)
+                acc = linear_decode.dot_exact(x, w, acc, DOT_BF16)
             else:
                 # Promotion: the wgmma accumulator adds with truncation, a bias that grows with K
                 # (measured rel 1.4e-5 at K=4096 when accumulating in it); summed one chunk at a
@@ -70,8 +62,9 @@ def _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
                 if PIECES == 1:  # x is exact in bf16 (checked on the device)
                     # acc - dot(-x, w): Triton folds "acc + dot(x, w, 0)" into dot(x, w, acc),
                     # undoing the promotion (measured 4.4e-6); it does not fold a subtraction.
-                    part = _dot_piece(0.0 - x.to(tl.float32), w,
-                                      tl.zeros((BM, BN), dtype=tl.float32), DOT_BF16)
+                    part = linear_decode.dot_exact(0.0 - x.to(tl.float32), w,
+                                                   tl.zeros((BM, BN), dtype=tl.float32),
+                                                   DOT_BF16)
                     acc -= part
                 else:  # x = hi + mid (+ lo), each piece exact in bf16 (any rounding of the casts)
                     xf = x.to(tl.float32)
@@ -80,9 +73,10 @@ def _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
                     mid = rest.to(tl.bfloat16).to(tl.float32)
                     part = tl.zeros((BM, BN), dtype=tl.float32)
                     if PIECES == 3:
-                        part = _dot_piece(rest - mid, w, part, DOT_BF16)  # smallest first
-                    part = _dot_piece(mid, w, part, DOT_BF16)
-                    part = _dot_piece(hi, w, part, DOT_BF16)
+                        # smallest first
+                        part = linear_decode.dot_exact(rest - mid, w, part, DOT_BF16)
+                    part = linear_decode.dot_exact(mid, w, part, DOT_BF16)
+                    part = linear_decode.dot_exact(hi, w, part, DOT_BF16)
                     acc += part
     return acc
 

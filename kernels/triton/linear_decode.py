@@ -92,28 +92,29 @@ def _decode_k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
                 if PROMOTE:
                     # part - dot(w, -x): Triton folds "acc + dot(w, x, 0)" into one dot with
                     # acc, undoing the promotion; it does not fold a subtraction
-                    part = _dot(wf, 0.0 - x.to(tl.float32), part, DOT_BF16)
+                    part = dot_exact(wf, 0.0 - x.to(tl.float32), part, DOT_BF16)
                 else:
-                    acc = _dot(wf, x, acc, DOT_BF16)
+                    acc = dot_exact(wf, x, acc, DOT_BF16)
             else:
                 xf = x.to(tl.float32)
                 hi = xf.to(tl.bfloat16).to(tl.float32)
                 rest = xf - hi  # exact
                 mid = rest.to(tl.bfloat16).to(tl.float32)
-                part = _dot(wf, mid - rest, part, DOT_BF16)  # smallest first, negated
-                part = _dot(wf, 0.0 - mid, part, DOT_BF16)
-                part = _dot(wf, 0.0 - hi, part, DOT_BF16)
+                part = dot_exact(wf, mid - rest, part, DOT_BF16)  # smallest first, negated
+                part = dot_exact(wf, 0.0 - mid, part, DOT_BF16)
+                part = dot_exact(wf, 0.0 - hi, part, DOT_BF16)
         if PROMOTE:
             acc -= part
     return acc
 
 
 @triton.jit
-def _dot(w, x, acc, DOT_BF16: tl.constexpr):
-    """acc + w @ x for bf16-exact w [BO, 32] and x [32, BT] (held in any float type)."""
+def dot_exact(a, b, acc, DOT_BF16: tl.constexpr):
+    """acc + a @ b for bf16-exact a and b (held in any float type): bf16 tensor cores, or an
+    fp32 "ieee" dot (the interpreter). Every product is exact in fp32."""
     if DOT_BF16:
-        return tl.dot(w.to(tl.bfloat16), x.to(tl.bfloat16), acc)
-    return tl.dot(w.to(tl.float32), x.to(tl.float32), acc, input_precision="ieee")
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
+    return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
 
 
 @triton.jit
