@@ -44,3 +44,15 @@ decode_with_fastest_moe() {
     --no-profile ${cfg:+--moe-config $cfg} >"$OUT/decode.log" 2>&1
   echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" | head -9
 }
+# Nsight Compute: the binary ($NCU, empty if none) and the warp-stall metrics of rounds 53 / 55
+# (cycles per issued instruction by reason, instructions, DRAM bytes, active warps).
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+ncu_stall_metrics() {
+  local m="" r
+  for r in long_scoreboard barrier wait math_pipe_throttle mio_throttle lg_throttle \
+           short_scoreboard not_selected selected dispatch_stall sleeping membar \
+           branch_resolving no_instruction drain tex_throttle imc_miss misc; do
+    m="$m,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  echo "${m#,},smsp__inst_executed.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+}

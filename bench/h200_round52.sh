@@ -5,7 +5,6 @@
 # speed of light, occupancy, launch stats, warp states, memory traffic. Clocks left alone
 # (--clock-control none, device/METHOD.md). Carry the triton-cache parts.
 source "$(dirname "$0")/device_setup.sh"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
 SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis"
 for tokens in 64 256; do

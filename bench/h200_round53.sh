@@ -5,15 +5,8 @@
 # between deeper TMA prefetch, fewer instructions and more resident blocks. Carry the
 # triton-cache parts.
 source "$(dirname "$0")/device_setup.sh"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
-M=""
-for r in long_scoreboard barrier wait math_pipe_throttle mio_throttle lg_throttle \
-         short_scoreboard not_selected selected dispatch_stall sleeping membar \
-         branch_resolving no_instruction drain tex_throttle imc_miss misc; do
-  M="$M,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
-done
-M="${M#,},smsp__inst_executed.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+M=$(ncu_stall_metrics)
 timeout 150 "$NCU" --clock-control none --profile-from-start off -k regex:_w4a8_decode \
   --metrics "$M" python3 bench/ncu_probe.py experts-w4a8 --tokens 256 >"$OUT/ncu_stalls_256.log" 2>&1
 echo "ncu rc=$?"

@@ -5,15 +5,8 @@
 # the plain sense): speed of light, occupancy and the warp-stall breakdown, as round 53 did
 # for the decode kernel. One call (≈ 2 min). Carry the triton-cache parts.
 source "$(dirname "$0")/device_setup.sh"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
-M=""
-for r in long_scoreboard barrier wait math_pipe_throttle mio_throttle lg_throttle \
-         short_scoreboard not_selected selected dispatch_stall sleeping membar \
-         branch_resolving no_instruction drain tex_throttle imc_miss misc; do
-  M="$M,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
-done
-M="${M#,},smsp__inst_executed.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
+M=$(ncu_stall_metrics)
 M="$M,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum"
 timeout 200 "$NCU" --clock-control none --profile-from-start off -k regex:_w4a8_prefill \
   --metrics "$M" python3 bench/ncu_probe.py experts-w4a8 --tokens 4096 \

@@ -191,14 +191,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
         return linear_decode.linear_decode(x3, weight, out_features)
     if x3.stride(2) != 1:
         x3 = x3.contiguous()
-    w_fp8 = isinstance(weight, Fp8BlockWeight)
-    if w_fp8:
-        assert weight.scale.element_size() == 1, "linear: FP8 weight scales must be ue8m0 bytes"
-        w = weight.codes.view(torch.uint8)
-        w_scale = weight.scale.view(torch.uint8)
-    else:
-        w = weight if weight.stride(-1) == 1 else weight.contiguous()
-        w_scale = w  # unused
+    w, w_scale, w_fp8 = linear_decode.weight_operands(weight, "linear")
     assert w.dim() == 2 and w.shape[0] == groups * out_features and w.shape[1] == num_k, \
         f"linear: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
     interpret = gemm_fp8.is_interpreting()

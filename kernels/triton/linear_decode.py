@@ -222,6 +222,17 @@ def supports(x3: torch.Tensor, weight: Any) -> bool:
             and x3.dtype == torch.float32)
 
 
+def weight_operands(weight: Fp8BlockWeight | torch.Tensor, who: str
+                    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(w, w_scale, is_fp8) for a kernel launch: an ``Fp8BlockWeight``'s e4m3 codes and ue8m0
+    scales as uint8; a plain weight row-major, and itself in the scale's place (unused)."""
+    if isinstance(weight, Fp8BlockWeight):
+        assert weight.scale.element_size() == 1, f"{who}: FP8 weight scales must be ue8m0 bytes"
+        return weight.codes.view(torch.uint8), weight.scale.view(torch.uint8), True
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
+    return w, w, False
+
+
 def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_features: int,
                   split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype:
@@ -233,15 +244,9 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_f
     assert num_rows <= MAX_ROWS, f"linear_decode: {num_rows} rows > {MAX_ROWS}"
     assert x3.dtype in (torch.bfloat16, torch.float32), f"linear_decode: x is {x3.dtype}"
     fp32_x = x3.dtype == torch.float32
-    w_fp8 = isinstance(weight, Fp8BlockWeight)
-    if w_fp8:
-        assert weight.scale.element_size() == 1, "linear_decode: FP8 weight scales must be ue8m0"
-        w = weight.codes.view(torch.uint8)
-        w_scale = weight.scale.view(torch.uint8)
-    else:
-        assert weight.dtype == torch.bfloat16 and fp32_x, \
-            "linear_decode: a plain weight must be bf16, against fp32 x"
-        w = w_scale = weight
+    w, w_scale, w_fp8 = weight_operands(weight, "linear_decode")
+    assert w_fp8 or (w.dtype == torch.bfloat16 and fp32_x), \
+        "linear_decode: a plain weight must be bf16, against fp32 x"
     assert w.dim() == 2 and w.shape[0] == groups * out_features and w.shape[1] == num_k, \
         f"linear_decode: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
     assert w.stride(1) == 1, "linear_decode: the weight must be row-major"
