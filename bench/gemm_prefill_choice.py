@@ -15,7 +15,9 @@ order:
 
 ``--bf16-configs BMxBNxBK:stages:warps,...``: instead, the bf16_decode path's tilings at these
 row counts (``linear.linear_config`` replaced for the call; GROUP_M 8), ms and TFLOP/s per shape
-and summed over the shapes, with each output's rel. difference to the first config's.
+and summed over the shapes, with each output's rel. difference to the first config's; an entry
+``wm:BOxBTxBK:stages:warps`` runs ``linear_decode`` instead (the decoded weight on the MMA's M
+side, token tiles of BT rows: the decode kernel at prefill sizes).
 
 Shapes: the V4.1-Flash slice's FP8 projections (wq_a, wq_b, wkv, wo_b, the shared expert's w1/w3
 and w2, the indexer's wq_b). Prints time, TFLOP/s against the bf16 and fp8 rates measured here,
@@ -86,20 +88,27 @@ def main() -> int:
 
 
 def parse_config(text: str) -> dict:
-    """``BMxBNxBK:stages:warps`` -> a ``linear_config`` dict; exits naming the bad value."""
+    """``BMxBNxBK:stages:warps`` -> a ``linear_config`` dict, or ``wm:BOxBTxBK:stages:warps``
+    -> a ``linear_decode`` config (marked "wm"); exits naming the bad value."""
     try:
+        if text.startswith("wm:"):
+            _, tile, stages, warps = text.split(":")
+            bo, bt, bk = (int(v) for v in tile.split("x"))
+            return dict(wm=True, BO=bo, BT=bt, BK=bk, num_warps=int(warps),
+                        num_stages=int(stages), waves=1)
         tile, stages, warps = text.split(":")
         bm, bn, bk = (int(v) for v in tile.split("x"))
         return dict(BM=bm, BN=bn, BK=bk, GROUP_M=8, num_warps=int(warps),
                     num_stages=int(stages))
     except ValueError:
         sys.exit(f"gemm_prefill_choice: bad --bf16-configs entry {text!r}: expected "
-                 "BMxBNxBK:stages:warps, e.g. 128x128x64:3:8")
+                 "BMxBNxBK:stages:warps (e.g. 128x128x64:3:8) or wm:BOxBTxBK:stages:warps "
+                 "(e.g. wm:64x256x32:4:4)")
 
 
 def sweep_bf16(texts: list[str], rows: list[int], roof, g: torch.Generator) -> int:
     """The bf16_decode path under each tiling; prints per-shape and summed figures."""
-    from deepinfer.kernels.triton import gemm_fp8, linear, quant_act
+    from deepinfer.kernels.triton import gemm_fp8, linear, linear_decode, quant_act
 
     configs = [(t, parse_config(t)) for t in texts]
     base = linear.linear_config
@@ -114,9 +123,18 @@ def sweep_bf16(texts: list[str], rows: list[int], roof, g: torch.Generator) -> i
             first = None
             for text, cfg in configs:
                 linear.linear_config = lambda *a, cfg=cfg, **kw: dict(cfg)
+                if cfg.get("wm"):  # the weight on the MMA's M side, token tiles of BT rows
+                    wm_cfg = {key: v for key, v in cfg.items() if key != "wm"}
+
+                    def call(wm_cfg=wm_cfg, xq=xq, w=w, m=m, n=n):
+                        return linear_decode.linear_decode(xq[:, None, :], w, n,
+                                                           config=wm_cfg).view(m, n)
+                else:
+                    def call(xq=xq, w=w):
+                        return linear.linear(xq, w)
                 try:
-                    out = linear.linear(xq, w)
-                    ms = roof.median_ms(lambda: linear.linear(xq, w))  # noqa: B023
+                    out = call()
+                    ms = roof.median_ms(call)
                 except Exception as e:  # noqa: BLE001 - a tiling that does not compile is a row
                     print(f"| {name} | {m} | {text} | failed: {type(e).__name__} | | |")
                     continue

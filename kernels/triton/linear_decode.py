@@ -38,7 +38,7 @@ from deepinfer.kernels.quantized import Fp8BlockWeight
 from deepinfer.kernels.triton import gemm_fp8
 from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
 
-MAX_ROWS = 256  # the wgmma N side holds every token row
+MAX_ROWS = 256  # the engine's decode dispatch (``supports``); the widest token tile (wgmma N)
 NUM_SMS = 132  # H200
 SCALE_TILE = 32  # rows and columns per ue8m0 weight scale
 
@@ -203,7 +203,7 @@ def decode_config(num_rows: int, interpret: bool = False, fp32_x: bool = False) 
     bf16 tiles, split-K) before; BO 128 (two warpgroups), BK 64 / 128 and 3 / 6 stages were
     5-40 % slower at every row count. fp32 x (the logit head, promoted per BK step: a second
     accumulator): token tiles of at most 128 rows, BK 64, 3 stages (not yet timed)."""
-    bt = max(16, triton.next_power_of_2(max(num_rows, 1)))
+    bt = min(MAX_ROWS, max(16, triton.next_power_of_2(max(num_rows, 1))))
     if interpret:
         return dict(BO=32, BT=min(bt, 64), BK=32, num_warps=4, num_stages=1, waves=1)
     if fp32_x:
@@ -235,13 +235,13 @@ def weight_operands(weight: Fp8BlockWeight | torch.Tensor, who: str
 
 def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_features: int,
                   split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
-    """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype:
+    """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype, any
+    M (token tiles of at most MAX_ROWS rows; the engine sends it 1-MAX_ROWS, ``supports``):
     bf16 x against FP8 block weights, or fp32 x against FP8 or bf16 weights (one bf16 dot per
     chunk when x holds bf16 values — a device-side flag, no host sync — else three exact bf16
     pieces; each BK step promoted into the fp32 accumulator). ``config`` replaces
     ``decode_config``'s entries (benchmarks: bench/gemm_decode.py)."""
     num_rows, groups, num_k = x3.shape
-    assert num_rows <= MAX_ROWS, f"linear_decode: {num_rows} rows > {MAX_ROWS}"
     assert x3.dtype in (torch.bfloat16, torch.float32), f"linear_decode: x is {x3.dtype}"
     fp32_x = x3.dtype == torch.float32
     w, w_scale, w_fp8 = weight_operands(weight, "linear_decode")
@@ -293,12 +293,14 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_f
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): bf16 x
-    against FP8 weights for every row class at V4.1-Flash shapes (K = 5120), split and not; the
-    logit head (fp32 x, bf16 weight, 64 and 256 rows: two token tiles); wgmma, no spills."""
+    against FP8 weights for every row class at V4.1-Flash shapes (K = 5120), split and not, and
+    a 4,096-row call (16 token tiles: the prefill-size variant bench/gemm_prefill_choice.py
+    times); the logit head (fp32 x, bf16 weight, 64 and 256 rows: two token tiles); wgmma, no
+    spills."""
     cases = []
     for rows, split_k, fp32_x in ((1, 4, False), (16, 1, False), (64, 2, False),
                                   (128, 2, False), (256, 1, False), (256, 4, False),
-                                  (64, 1, True), (256, 1, True)):
+                                  (4096, 1, False), (64, 1, True), (256, 1, True)):
         cfg = decode_config(rows, fp32_x=fp32_x)
         x_ty = "*fp32" if fp32_x else "*bf16"
         cases.append({
