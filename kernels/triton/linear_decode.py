@@ -1,29 +1,33 @@
-"""FP8 block-scaled projections at decode sizes (1-256 rows) with the weight on the MMA's M side
-(reference ``linear.linear`` / ``linear.grouped_linear`` on the dequantized weight; model-spec
-§4.3). ``kernels/triton/linear.py`` hands it bf16 x against an ``Fp8BlockWeight`` up to
-``MAX_ROWS`` rows (``linear_quant_act`` passes the Q8_32-rounded x, exact in bf16).
+"""Projections at decode sizes with the weight on the MMA's M side (reference ``linear.linear`` /
+``linear.grouped_linear``; model-spec §4.3). ``kernels/triton/linear.py`` hands it bf16 x
+against an ``Fp8BlockWeight`` at 1-``MAX_ROWS`` rows (``linear_quant_act`` passes the
+Q8_32-rounded x, exact in bf16), and, behind ``linear.DECODE_KERNEL_FP32_X``, fp32 x against a
+bf16 weight (the logit head).
 
     out[t, g, o] = sum_k w[g * O + o, k] * x[t, g, k]
 
 Why: the row-major tiles (``linear._linear_kernel``, ``gemm_fp8._gemm_q8_kernel``) put the few
 token rows on the MMA's M side (64-row wgmma tiles, padded at 1-63 rows) and the weight on the
 shared-memory B side, so every 32-K chunk of decoded weight goes registers -> shared -> tensor
-core, once per M tile. Here a program owns BO weight rows (64 per warpgroup) against all the
-tokens (BT = the row count rounded up to 16..256, the wgmma N side):
+core, once per M tile. Here a program owns BO weight rows (64 per warpgroup) against a token
+tile (BT = the row count rounded up to 16..256, the wgmma N side; more rows: several tiles):
 
   * the weight tile [BO, 32] is decoded in registers (e4m3 x 2^(e-127): exact in bf16) and is
-    the wgmma A operand there (no shared-memory round trip), read from HBM exactly once;
+    the wgmma A operand there (no shared-memory round trip), read from HBM once per token tile;
   * x^T [32, BT] bf16 is the B operand through the pipelined shared-memory ring (from L2: every
     weight tile reads all of x, 2 BT / BO bytes per weight byte);
   * split-K (fp32 partials stored t-contiguous, the accumulator's own order, then summed in
     split order by ``_splitk_sum_t_kernel``) gives the few-tile shapes (wkv: 8 tiles of 64
-    rows) enough programs to keep HBM busy.
+    rows) enough programs to keep HBM busy;
+  * fp32 x: one bf16 dot when x holds bf16 values (a device flag), else three exact bf16
+    pieces; each BK step summed in a fresh accumulator and added in fp32 (promotion).
 
-Products are exact (bf16 x bf16 in fp32) and sums fp32 in the wgmma accumulator, as in
-``linear._linear_kernel``'s bf16 path: the same numbers up to summation order.
+Products are exact (bf16 x bf16 in fp32) and sums fp32, as in ``linear._linear_kernel``: the
+same numbers up to summation order.
 
-Shapes: x (M, G, K) bf16 with unit stride in K; w (G * O, K) uint8 e4m3 codes; ws
-(ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0; out (M, G, O) bf16 (or the fp32 workspace).
+Shapes: x (M, G, K) bf16 or fp32 with unit stride in K; w (G * O, K) uint8 e4m3 codes (ws
+(ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0) or bf16; out (M, G, O) in x's dtype (or the fp32
+workspace).
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
 
 MAX_ROWS = 256  # the engine's decode dispatch (``supports``); the widest token tile (wgmma N)
 NUM_SMS = 132  # H200
-SCALE_TILE = 32  # rows and columns per ue8m0 weight scale
 
 
 @triton.jit
