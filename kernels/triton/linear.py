@@ -221,7 +221,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     kc = FP8_TILE if w_fp8 else bk
     exact = x3  # unused unless x_split > 1
     if x_split > 1:  # a device flag (no host sync): x holds only bf16 values
-        exact = (x3 == x3.to(torch.bfloat16).to(x3.dtype)).all().reshape(1)
+        exact = linear_decode.bf16_rounding(x3)[1]
     _linear_kernel[(num_tiles, split_k, groups)](
         x3, w, w_scale, exact, target,
         num_rows, out_features, num_k, k_per_split, num_rows * groups * out_features,

@@ -225,6 +225,13 @@ def supports(x3: torch.Tensor, weight: Any) -> bool:
             and x3.dtype == torch.float32)
 
 
+def bf16_rounding(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x's bf16 rounding and a device flag bool (1,): whether it is exact (every x holds a
+    bf16 value: the logit head's ``y.float()``) — torch ops, no host sync."""
+    xb = x.to(torch.bfloat16)
+    return xb, (x == xb.to(x.dtype)).all().reshape(1)
+
+
 def weight_operands(weight: Fp8BlockWeight | torch.Tensor, who: str
                     ) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """(w, w_scale, is_fp8) for a kernel launch: an ``Fp8BlockWeight``'s e4m3 codes and ue8m0
@@ -260,10 +267,7 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_f
         return out
     if fp32_x or x3.stride(2) != 1:  # fp32: its bf16 copy below shares these strides
         x3 = x3.contiguous()
-    xb, exact = x3, x3  # bf16 x: the operand itself (the flag unused)
-    if fp32_x:  # its bf16 rounding, and whether that is exact (device side, no host sync)
-        xb = x3.to(torch.bfloat16)
-        exact = (x3 == xb.to(torch.float32)).all().reshape(1)
+    xb, exact = bf16_rounding(x3) if fp32_x else (x3, x3)  # bf16 x: the flag unused
     bk, bt = cfg["BK"], cfg["BT"]
     t_tiles = triton.cdiv(num_rows, bt)
     num_tiles = triton.cdiv(out_features, cfg["BO"]) * groups * t_tiles
