@@ -18,6 +18,9 @@ measures the variants alone, then the best end to end.
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
+    --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
+                                                   (0 / 1) and register caps of the gated /
+                                                   down launches ('-': none), e.g. 0:-:72
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
                                                    the decode launch (BM 16, tf32x3), more on
                                                    the prefill one (BM 64, bf16x3)
@@ -50,6 +53,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
+    ap.add_argument("--w4a8-decode-variant", default=None,
+                    help="PREFETCH:GATED_CAP:DOWN_CAP of the W4A8 decode GEMM (0|1, registers "
+                    "or '-'; default: moe_gluon_w4a8.DECODE_PREFETCH and register_cap)")
     ap.add_argument("--mhc-decode-max-tokens", type=int, default=None,
                     help="mHC coefficient calls up to this many tokens on the decode launch "
                     "(default: mhc.COEFFS_DECODE_MAX_TOKENS)")
@@ -63,9 +69,12 @@ def apply(attention_config: str | None, moe_configs: list[str],
           shared_expert_max_rows: int | None = None,
           linear_decode_fp32_x: bool = False,
           mhc_decode_max_tokens: int | None = None,
-          w4a8_decode_bm: int | None = None) -> None:
+          w4a8_decode_bm: int | None = None,
+          w4a8_decode_variant: str | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if w4a8_decode_variant is not None:
+        set_w4a8_decode_variant(w4a8_decode_variant)
     if w4a8_decode_bm is not None:
         from deepinfer.kernels.triton import moe_experts
         moe_experts.W4A8_DECODE_PREFILL_BM = w4a8_decode_bm
@@ -131,3 +140,18 @@ def apply(attention_config: str | None, moe_configs: list[str],
                 return cfg  # not the MXFP4 bf16-dot kernel, or a class no override names
             return {**cfg, **overrides[decode]}
         moe_experts.moe_config = with_overrides
+
+
+def set_w4a8_decode_variant(text: str) -> None:
+    """PREFETCH:GATED_CAP:DOWN_CAP -> moe_gluon_w4a8.DECODE_PREFETCH and its register caps
+    (every block size); a malformed value exits naming the flag."""
+    from deepinfer.kernels.triton import moe_gluon_w4a8
+    parts = text.split(":")
+    if len(parts) != 3 or parts[0] not in ("0", "1") or not all(
+            p == "-" or p.isdigit() for p in parts[1:]):
+        raise SystemExit(f"--w4a8-decode-variant {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP "
+                         "with PREFETCH 0 or 1 and caps in registers or '-', e.g. 0:-:72")
+    caps = {gated: None if p == "-" else int(p) for gated, p in ((True, parts[1]),
+                                                                 (False, parts[2]))}
+    moe_gluon_w4a8.DECODE_PREFETCH = parts[0] == "1"
+    moe_gluon_w4a8.register_cap = lambda gated, block_m, prefetch: caps[gated]

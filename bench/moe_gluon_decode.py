@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import os
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_overrides  # noqa: E402
 import moe_decode  # noqa: E402  (random weights, routing, bytes: the same as the Triton bench)
 
 
@@ -60,6 +62,11 @@ def main() -> None:
                         help="TMA ring depths of the W4A8 kernel (moe_gluon_w4a8); none: skip")
     parser.add_argument("--w4a8-bm", type=int, nargs="+", default=[8],
                         help="pairs per program of the W4A8 kernel (8 or 16)")
+    parser.add_argument("--w4a8-variants", nargs="+", default=["default"],
+                        help="W4A8 kernel variants: 'default' (the module's DECODE_PREFETCH "
+                        "and register_cap) or PREFETCH:GATED_CAP:DOWN_CAP (0|1, registers or "
+                        "'-' for none), e.g. 0:-:72 1:128:80, or module=NAME (another copy of "
+                        "the kernel module in kernels/triton)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -141,12 +148,25 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
     xv, hv = (dequant_fp8_ue8m0(c.view(torch.float8_e4m3fn), e) for c, e in ((xc, xs), (hc, hs)))
     refs = [moe_gluon.reference_grouped(v, w.data.view(torch.uint8), w.scale, flat, div)
             for v, w, div in ((xv, fp4[0], k), (xv, fp4[1], k), (hv, fp4[2], 1))]
-    for bm, stages in [(bm, st) for bm in args.w4a8_bm for st in args.w4a8_stages]:
+    default_prefetch, default_cap = moe_gluon_w4a8.DECODE_PREFETCH, moe_gluon_w4a8.register_cap
+    for variant, bm, stages in [(v, bm, st) for v in args.w4a8_variants for bm in args.w4a8_bm
+                                for st in args.w4a8_stages]:
+        kmod = moe_gluon_w4a8
+        moe_gluon_w4a8.DECODE_PREFETCH = default_prefetch
+        moe_gluon_w4a8.register_cap = default_cap
+        if variant == "default":
+            label = f"{stages} stages"
+        elif variant.startswith("module="):  # another copy of the kernel module (an A/B)
+            kmod = importlib.import_module(f"deepinfer.kernels.triton.{variant[7:]}")
+            label = f"{stages} stages, {variant[7:]}"
+        else:
+            kernel_overrides.set_w4a8_decode_variant(variant)
+            label = f"{stages} stages, variant {variant}"
         pairs, blocks = moe_align.align_pairs(ids, moe_decode.EXPERTS, bm)
-        gated = functools.partial(moe_gluon_w4a8.w4a8_decode_gemm, xc, xs, words8[0],
+        gated = functools.partial(kmod.w4a8_decode_gemm, xc, xs, words8[0],
                                   fp4[0].scale, words8[1], fp4[1].scale, pairs, blocks,
                                   num_pairs, k, stages=stages, block_m=bm)
-        down = functools.partial(moe_gluon_w4a8.w4a8_decode_gemm, hc, hs, words8[2],
+        down = functools.partial(kmod.w4a8_decode_gemm, hc, hs, words8[2],
                                  fp4[2].scale, None, None, pairs, blocks, num_pairs, 1,
                                  stages=stages, block_m=bm)
         o1, o3 = gated()
@@ -156,16 +176,16 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
                                             scale_max=f.scale_max)
                   for w, f in zip(words8, fp4, strict=True)]
             rw = torch.rand(ids.shape, device=ids.device)
-            whole = rl.median_ms(functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, rw,
+            whole = rl.median_ms(functools.partial(kmod.run_experts_w4a8, x, ids, rw,
                                                    *kw, 10.0, stages=stages))
-            print(f"| {x.shape[0]} | w4a8 run_experts_w4a8 (all launches), {stages} stages | 8 | "
+            print(f"| {x.shape[0]} | w4a8 run_experts_w4a8 (all launches), {label} | 8 | "
                   f"{whole:.3f} | {touched} | | | | |", flush=True)
         o2, _ = down()
         errs = [((o - r).norm() / r.norm()).item() for o, r in zip((o1, o3, o2), refs,
                                                                   strict=True)]
-        for name, fn, n_bytes, err in ((f"w4a8 gated, {stages} stages", gated, gated_bytes,
+        for name, fn, n_bytes, err in ((f"w4a8 gated, {label}", gated, gated_bytes,
                                         max(errs[:2])),
-                                       (f"w4a8 down, {stages} stages", down, down_bytes,
+                                       (f"w4a8 down, {label}", down, down_bytes,
                                         errs[2])):
             ms = rl.median_ms(fn)
             print(f"| {x.shape[0]} | {name} | {bm} | {ms:.3f} | {touched} | {n_bytes / 1e6:.1f} | "

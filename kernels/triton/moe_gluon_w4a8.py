@@ -55,6 +55,10 @@ from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _descriptor
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
 BLOCK_M = 8  # pairs per program: the wgmma N side
+# codes and scale words one K step ahead (register-capped). Round 54a: gated 0.946 -> 1.063 ms
+# at 64 tokens and 1.519 -> 1.525 at 256, down 0.490 -> 0.621 / 0.796 -> 0.907 (4 stages), so
+# off; bench/moe_gluon_decode.py --w4a8-prefetch compares both
+DECODE_PREFETCH = False
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -135,7 +139,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
                             GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            PREFETCH: gl.constexpr, num_warps: gl.constexpr):
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
         BK: gl.constexpr = 128
         # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
@@ -187,22 +191,33 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             z = gl.zeros([64, BM], gl.float32, MMA)
 
             # the activation codes and the scale words of a step come by plain loads (codes
-            # and token scales from L2, weight scales from HBM): issued one step ahead, so
-            # their latency hides behind a step's work (round 53: "long scoreboard" was the
-            # largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction)
-            xc = gl.load(xc_ptrs)
-            ex = gl.load(xs_words)
-            ew = gl.load(s1_words)
-            fw = gl.load(s3_words) if GATED else ew
+            # and token scales from L2, weight scales from HBM). PREFETCH issues them one step
+            # ahead, so their latency hides behind a step's work (round 53: "long scoreboard"
+            # was the largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction),
+            # at ~27 / 13 more registers (round 54a: slower at 64 tokens, see DECODE_PREFETCH)
+            if PREFETCH:
+                xc = gl.load(xc_ptrs)
+                ex = gl.load(xs_words)
+                ew = gl.load(s1_words)
+                fw = gl.load(s3_words) if GATED else ew
             for i in range(num_steps):
-                nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
-                xc_next = gl.load(xc_ptrs + nxt * BK)
-                ex_next = gl.load(xs_words + nxt)
-                ew_next = gl.load(s1_words + nxt)
-                if GATED:
-                    fw_next = gl.load(s3_words + nxt)
+                if PREFETCH:
+                    nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
+                    xc_next = gl.load(xc_ptrs + nxt * BK)
+                    ex_next = gl.load(xs_words + nxt)
+                    ew_next = gl.load(s1_words + nxt)
+                    if GATED:
+                        fw_next = gl.load(s3_words + nxt)
+                    else:
+                        fw_next = ew_next
                 else:
-                    fw_next = ew_next
+                    xc = gl.load(xc_ptrs + i * BK)
+                    ex = gl.load(xs_words + i)
+                    ew = gl.load(s1_words + i)
+                    if GATED:
+                        fw = gl.load(s3_words + i)
+                    else:
+                        fw = ew
                 x8 = x_smem.index(i % 2)
                 x8.store(xc.to(gl.float8e4nv, bitcast=True))
                 fence_async_shared()
@@ -232,7 +247,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 acc1 = promote_words(acc1, c1, ew, ex, 1)
                 acc1 = promote_words(acc1, c2, ew, ex, 2)
                 acc1 = promote_words(acc1, c3, ew, ex, 3)
-                xc, ex, ew, fw = xc_next, ex_next, ew_next, fw_next
+                if PREFETCH:
+                    xc, ex, ew, fw = xc_next, ex_next, ew_next, fw_next
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -294,13 +310,17 @@ def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -
     return dst.view(packed.dtype)
 
 
-def register_cap(gated: bool, block_m: int) -> int | None:
-    """The launch's register cap (maxnreg) at 8 pairs per program: the step-ahead loads cost
-    ~27 / 13 registers (gated 116 -> 143, down 72 -> 85 in the sm_90 SASS); capped, the gated
-    kernel keeps 4 programs per SM at 124 registers and the down kernel 6 at 78, both without
-    spills (tests/kernels/triton/test_moe_gluon.py). 16 pairs: uncapped (it would spill)."""
+def register_cap(gated: bool, block_m: int, prefetch: bool) -> int | None:
+    """The launch's register cap (maxnreg) at 8 pairs per program, from the sm_90 SASS
+    (tests/kernels/triton/test_moe_gluon.py checks there are no spills). Without prefetch the
+    down kernel compiles at 80 registers (6 programs per SM): capped at 72 it keeps 7, as
+    before the scale words; the gated one (116) keeps 4 uncapped. With ``prefetch`` the
+    step-ahead loads cost ~27 / 13 registers (gated 116 -> 143, down -> 85): capped at 128 /
+    80 the gated kernel keeps 4 programs per SM and the down kernel 6. 16 pairs: uncapped."""
     if block_m != 8:
         return None
+    if not prefetch:
+        return None if gated else 72
     return 128 if gated else 80
 
 
@@ -328,12 +348,12 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     d1 = _descriptor(w1, BLOCK_K)
     d3 = _descriptor(w3, BLOCK_K) if gated else d1
     grid = (block_expert.numel(), out_features // ROWS)
-    cap = register_cap(gated, block_m)
+    cap = register_cap(gated, block_m, DECODE_PREFETCH)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, num_warps=4, **({"maxnreg": cap} if cap else {}))
+        BM=block_m, PREFETCH=DECODE_PREFETCH, num_warps=4, **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 
 

@@ -270,7 +270,7 @@ def w4a8_prefill_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w: torch.Te
     k = half * 2
     rows = ROWS * warpgroups
     assert k % BLOCK_K == 0 and out_features % rows == 0 and x_codes.shape[1] == k
-    assert block_m in (16, 32, 64, 128) and x_codes.shape[0] == sorted_pairs.numel()
+    assert block_m in (8, 16, 32, 64, 128) and x_codes.shape[0] == sorted_pairs.numel()
     assert x_codes.is_contiguous() and x_scales.is_contiguous() and s.stride(1) % 4 == 0
     if expanded:
         assert x_scales.dtype == torch.int32 and x_scales.shape == (

@@ -114,14 +114,16 @@ def test_sm90_compile(sm90_compile):
     (W4A8: one m64 n8/16 k32 per 32-K group; bf16: one per 16 even / odd K), in budget."""
     cases = []
     for gated in (True, False):
-        for bm in (8, 16):
-            cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}", "gluon": True,
+        for bm, prefetch in ((8, False), (8, True), (16, False)):
+            cap = moe_gluon_w4a8.register_cap(gated, bm, prefetch)
+            cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}"
+                                f"{'_prefetch' if prefetch else ''}", "gluon": True,
                           "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
                           "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
-                          "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm, "num_warps": 4},
+                          "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm,
+                                         "PREFETCH": prefetch, "num_warps": 4},
                           "num_warps": 4, "num_stages": 1, "no_spill": True,
-                          **({"maxnreg": moe_gluon_w4a8.register_cap(gated, bm)}
-                             if moe_gluon_w4a8.register_cap(gated, bm) else {}),
+                          **({"maxnreg": cap} if cap else {}),
                           "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
                           "divisible": ["K", "O"]})
         cases.append({"id": f"bf16_{'gated' if gated else 'down'}", "gluon": True,
@@ -145,7 +147,8 @@ def test_sm90_compile(sm90_compile):
                              "stride_u": "i32", "stride_c": "i32", "stride_s": "i32"},
                "constexprs": {"ACT": 1, "BP": 16, "BN": 128, "FAKE": fake}, "num_warps": 4,
                "num_stages": 1, "no_spill": True} for fake in (False, True)]
-    for bm, wg, expanded in ((32, 1, False), (64, 1, False), (32, 2, False), (32, 1, True)):
+    for bm, wg, expanded in ((8, 1, False), (16, 1, False), (32, 1, False), (64, 1, False),
+                             (32, 2, False), (32, 1, True)):
         cases.append({"id": f"w4a8_prefill_bm{bm}_wg{wg}{'_exp' if expanded else ''}",
                       "gluon": True,
                       "module": "deepinfer.kernels.triton.moe_gluon_w4a8_prefill",
