@@ -312,15 +312,14 @@ def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -
 
 def register_cap(gated: bool, block_m: int, prefetch: bool) -> int | None:
     """The launch's register cap (maxnreg) at 8 pairs per program, from the sm_90 SASS
-    (tests/kernels/triton/test_moe_gluon.py checks there are no spills). Without prefetch the
-    down kernel compiles at 80 registers (6 programs per SM): capped at 72 it keeps 7, as
-    before the scale words; the gated one (116) keeps 4 uncapped. With ``prefetch`` the
-    step-ahead loads cost ~27 / 13 registers (gated 116 -> 143, down -> 85): capped at 128 /
-    80 the gated kernel keeps 4 programs per SM and the down kernel 6. 16 pairs: uncapped."""
-    if block_m != 8:
+    (tests/kernels/triton/test_moe_gluon.py checks there are no spills). Without prefetch: none
+    (gated 116 registers, 4 programs per SM; down 80, 6 — capped at 72 for 7 it spills 16 B,
+    an A/B variant: bench/kernel_overrides.py --w4a8-decode-variant 0:-:72). With
+    ``prefetch`` the step-ahead loads cost ~27 / 13 registers (gated 116 -> 143, down -> 85):
+    capped at 128 / 80 the gated kernel keeps 4 programs per SM and the down kernel 6. 16
+    pairs: uncapped."""
+    if block_m != 8 or not prefetch:
         return None
-    if not prefetch:
-        return None if gated else 72
     return 128 if gated else 80
 
 
