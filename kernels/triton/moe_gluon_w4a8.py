@@ -55,10 +55,11 @@ from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _descriptor
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
 BLOCK_M = 8  # pairs per program: the wgmma N side
-# codes and scale words one K step ahead (register-capped). Round 54a: gated 0.946 -> 1.063 ms
-# at 64 tokens and 1.519 -> 1.525 at 256, down 0.490 -> 0.621 / 0.796 -> 0.907 (4 stages), so
-# off; bench/moe_gluon_decode.py --w4a8-prefetch compares both
-DECODE_PREFETCH = False
+# codes and scale words one K step ahead (register-capped 128 / 80). Round 56a, one machine,
+# 4 stages: the whole run_experts_w4a8 1.504 -> 1.478 ms at 64 tokens, 2.586 -> 2.383 at 256
+# against the step loop of commit 58d9602 (round 54a's slower figures compared machines);
+# bench/moe_gluon_decode.py --w4a8-variants compares them
+DECODE_PREFETCH = True
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -194,7 +195,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             # and token scales from L2, weight scales from HBM). PREFETCH issues them one step
             # ahead, so their latency hides behind a step's work (round 53: "long scoreboard"
             # was the largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction),
-            # at ~27 / 13 more registers (round 54a: slower at 64 tokens, see DECODE_PREFETCH)
+            # at ~27 / 13 more registers (round 56a: faster, see DECODE_PREFETCH)
             if PREFETCH:
                 xc = gl.load(xc_ptrs)
                 ex = gl.load(xs_words)
