@@ -13,8 +13,8 @@ Variant syntax: ``BMxBNxBK:stages:warps:split`` (split 0 = gemm_q8's own choice:
 up to 64 rows; ``wN``: ``split_k_for_waves`` with N waves of programs, per shape), ``default``
 (``gemm_config``), ``bf16[:wN]`` (the registered prefill path: Q8_32-rounded x in bf16 against
 the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles), or
-``wm[:BOxBK:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side, all
-rows on N; ``decode_config``'s tiles, or these).
+``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
+rows on N in token tiles of BT; ``decode_config``'s tiles, or these).
 Prints µs per call, GB/s, η = roofline / time, and the relative difference to the default's
 output (same products, fp32 sums in another order).
 """
@@ -45,11 +45,11 @@ def parse_variant(text: str) -> dict | str:
     if text in ("default", "bf16", "wm"):
         return text
     try:
-        if text.startswith("wm:"):  # linear_decode: BOxBK:stages:warps:wN
+        if text.startswith("wm:"):  # linear_decode: BOxBK[xBT]:stages:warps:wN
             _, tile, stages, warps, waves = text.split(":")
-            bo, bk = (int(v) for v in tile.split("x"))
+            bo, bk, *bt = (int(v) for v in tile.split("x"))
             return dict(wm=True, BO=bo, BK=bk, num_stages=int(stages), num_warps=int(warps),
-                        waves=float(waves[1:]))
+                        waves=float(waves[1:]), **({"BT": bt[0]} if bt else {}))
         if text.startswith("bf16:w"):
             return dict(bf16=True, waves=float(text[len("bf16:w"):]))
         tile, stages, warps, split = text.split(":")
@@ -59,7 +59,8 @@ def parse_variant(text: str) -> dict | str:
                     num_stages=int(stages), split=0 if waves else int(split), waves=waves)
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
-                 "(split an int or wN), 'default', 'bf16[:wN]' or 'wm[:BOxBK:stages:warps:wN]'")
+                 "(split an int or wN), 'default', 'bf16[:wN]' or "
+                 "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
 def make_call(variant: dict | str, x: torch.Tensor, w):

@@ -10,7 +10,7 @@ Why: the row-major tiles (``linear._linear_kernel``, ``gemm_fp8._gemm_q8_kernel`
 token rows on the MMA's M side (64-row wgmma tiles, padded at 1-63 rows) and the weight on the
 shared-memory B side, so every 32-K chunk of decoded weight goes registers -> shared -> tensor
 core, once per M tile. Here a program owns BO weight rows (64 per warpgroup) against a token
-tile (BT = the row count rounded up to 16..256, the wgmma N side; more rows: several tiles):
+tile (BT = the row count rounded up to 16..128, the wgmma N side; more rows: several tiles):
 
   * the weight tile [BO, 32] is decoded in registers (e4m3 x 2^(e-127): exact in bf16) and is
     the wgmma A operand there (no shared-memory round trip), read from HBM once per token tile;
@@ -204,14 +204,17 @@ def decode_config(num_rows: int, interpret: bool = False, fp32_x: bool = False) 
     call each (session 12 round 47, bench/gemm_decode.py): 86.7 / 118.7 / 150.1 / 261.3 µs at
     1 / 64 / 128 / 256 rows, against 87.2 / 140.2 (gemm_q8) and 183.6 / 285.7 (the row-major
     bf16 tiles, split-K) before; BO 128 (two warpgroups), BK 64 / 128 and 3 / 6 stages were
-    5-40 % slower at every row count. fp32 x (the logit head, promoted per BK step: a second
-    accumulator): token tiles of at most 128 rows, BK 64, 3 stages (not yet timed)."""
+    5-40 % slower at every row count. Above 128 rows: token tiles of 128 (BT 256 takes 190
+    registers, 2 programs per SM; BT 128 116, 4): 264.4 -> 245.9 µs at 256 rows (session 13
+    round 57a; 8 warps on BT 256, BO 128, one wave, 6 stages: 7-30 % slower). fp32 x (the
+    logit head, promoted per BK step: a second accumulator): token tiles of at most 128 rows,
+    BK 64, 3 stages (round 54c: 1.3-1.7x slower than ``linear._linear_kernel``, so off)."""
     bt = min(MAX_ROWS, max(16, triton.next_power_of_2(max(num_rows, 1))))
     if interpret:
         return dict(BO=32, BT=min(bt, 64), BK=32, num_warps=4, num_stages=1, waves=1)
     if fp32_x:
         return dict(BO=64, BT=min(bt, 128), BK=64, num_warps=4, num_stages=3, waves=1)
-    return dict(BO=64, BT=bt, BK=32, num_warps=4, num_stages=4, waves=2)
+    return dict(BO=64, BT=min(bt, 128), BK=32, num_warps=4, num_stages=4, waves=2)
 
 
 def supports(x3: torch.Tensor, weight: Any) -> bool:
