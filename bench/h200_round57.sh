@@ -6,7 +6,8 @@
 # (0.27 ms). Carry the triton-cache parts.
 #   PART=a (≈ 2 min): bench/gemm_decode.py at 128 / 256 rows — token tiles of 128 (4 programs
 #     per SM at 116 registers), 8 warps on BT 256 (118), BO 128, one wave (no split-K sums).
-#   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with profiles (after a new decode_config).
+#   PART=b (≈ 4 min): the linear_decode GPU checks, then decode 64 / 256 x 4K / 32K with
+#     profiles (token tiles of 128 above 128 rows: decode_config after round 57a).
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
@@ -15,6 +16,10 @@ a)
     >"$OUT/gemm_decode.log" 2>&1
   echo "gemm_decode rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode.log" ;;
 b)
+  timeout 120 python3 -m pytest -p no:cacheprovider -m gpu -rf -s tests/gpu/test_gemm_side_gpu.py \
+    -k "linear_decode" >"$OUT/linear_tests.log" 2>&1
+  echo "linear_decode GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" \
+    "$OUT/linear_tests.log" | tail -6
   timeout 230 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
     --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
     >"$OUT/decode.log" 2>&1
