@@ -66,6 +66,12 @@ def test_gemm_decode_smoke_variants_agree():
     assert max(float(ln.strip(" |").rsplit("|", 1)[1]) for ln in rows) < 1e-5, out
 
 
+def test_gemm_head_smoke_matches_reference():
+    """The logit head's tilings (bf16-valued fp32 x, bf16 weight) == x @ w^T in fp32."""
+    out = _smoke("gemm_head.py")
+    assert out.count("smoke ") == 2, out
+
+
 def test_index_decode_smoke_matches_reference():
     """Paged index scores: v1 and every default v2 variant == the reference (fp32 sum order)."""
     out = _smoke("index_decode.py")
@@ -164,3 +170,26 @@ def test_attention_sass_finds_the_row_chunk_loop():
     mix = dict(item.rsplit(" ", 1) for item in
                done.stdout.split("instructions; ", 1)[1].strip().split(", "))
     assert int(mix["HGMMA.64"]) > 0
+
+
+def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
+    """--w4a8-decode-variant sets the W4A8 decode GEMM's prefetch switch and register caps;
+    a malformed value exits naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import moe_gluon_w4a8
+
+    for name in ("DECODE_PREFETCH", "register_cap"):
+        monkeypatch.setattr(moe_gluon_w4a8, name, getattr(moe_gluon_w4a8, name))
+    kernel_overrides.apply(None, [], w4a8_decode_variant="0:-:72")
+    assert moe_gluon_w4a8.DECODE_PREFETCH is False
+    assert moe_gluon_w4a8.register_cap(True, 8, False) is None
+    assert moe_gluon_w4a8.register_cap(False, 8, False) == 72
+    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:-")
+    assert moe_gluon_w4a8.DECODE_PREFETCH is True
+    assert moe_gluon_w4a8.register_cap(True, 16, True) == 128
+    assert moe_gluon_w4a8.register_cap(False, 8, True) is None
+    for bad in ("2:-:-", "1:128", "1:x:80"):
+        with pytest.raises(SystemExit) as info:
+            kernel_overrides.apply(None, [], w4a8_decode_variant=bad)
+        assert "--w4a8-decode-variant" in str(info.value)
