@@ -1,15 +1,17 @@
-"""The logit head (fp32 x against the bf16 head weight, ``linear.linear``'s X_SPLIT 3 path):
-tilings of ``linear._linear_kernel`` against the bf16 compute and HBM rooflines.
+"""The logit head (bf16-valued x against the bf16 head weight, fp32 logits): tilings of
+``linear._linear_kernel`` against the bf16 compute and HBM rooflines.
 
     TRITON_INTERPRET=0 python bench/gemm_head.py [--rows 64 256] [--variants V,V,...]
     python bench/gemm_head.py --smoke          # CPU interpreter, a small shape (CI)
 
-The engine calls ``linear(y.float(), head.weight)``: x holds bf16 values, so the kernel's
-device flag takes the one-bf16-dot loop. Variant syntax: ``default`` (``linear_config``) or
-``BMxBNxBK:stages:warps``. Each variant is timed as a CUDA graph of ``--reps`` launches
+The engine calls ``linear(y, head.weight, out_dtype=torch.float32)`` with bf16 y (``bf16x``:
+the X_SPLIT 1 kernel, one K loop); until session 13 it passed ``y.float()`` (``fp32x``: the
+X_SPLIT 3 kernel, whose device flag takes the one-bf16-dot loop of its two). Variant syntax:
+``bf16x[:BMxBNxBK:stages:warps]`` or ``fp32x[:BMxBNxBK:stages:warps]`` (``linear_config``'s
+tiles, or these). Each variant is timed as a CUDA graph of ``--reps`` launches
 (``roofline.graph_us``); the roofline is max(weight bytes / HBM copy rate, 2 M O K / the bf16
 matmul rate measured in the same run). Prints µs, TFLOP/s, η and the largest difference to the
-default's output relative to its largest magnitude.
+fp32x default's output relative to its largest magnitude (fp32 sum order only).
 """
 
 from __future__ import annotations
@@ -23,33 +25,45 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VOCAB, HIDDEN = 129280, 5120  # data/deepseek-v4.1-flash/config.json
-DEFAULT_VARIANTS = ("default,128x256x64:3:8,128x128x64:4:8,128x128x32:4:8,128x256x32:4:8,"
-                    "64x256x64:3:4,128x64x64:4:4,256x128x64:3:8,128x128x128:2:8")
+DEFAULT_VARIANTS = ("fp32x,bf16x,bf16x:128x128x64:3:8,bf16x:128x256x64:3:8,"
+                    "bf16x:128x128x32:4:8,bf16x:128x256x32:4:8,bf16x:64x256x64:4:4,"
+                    "bf16x:64x128x64:4:4,bf16x:64x128x128:4:4,bf16x:256x128x64:3:8")
 
 
-def parse_variant(text: str) -> dict | None:
-    """``BMxBNxBK:stages:warps`` -> a linear_config dict; ``default`` -> None."""
-    if text == "default":
-        return None
+def parse_variant(text: str) -> tuple[bool, dict | None]:
+    """``bf16x|fp32x[:BMxBNxBK:stages:warps]`` -> (bf16 x?, a linear_config dict or None)."""
+    kind, _, rest = text.partition(":")
     try:
-        tile, stages, warps = text.split(":")
+        if kind not in ("bf16x", "fp32x"):
+            raise ValueError(kind)
+        if not rest:
+            return kind == "bf16x", None
+        tile, stages, warps = rest.split(":")
         bm, bn, bk = (int(v) for v in tile.split("x"))
     except ValueError:
-        sys.exit(f"gemm_head: bad variant {text!r}: expected 'default' or BMxBNxBK:stages:warps")
-    return dict(BM=bm, BN=bn, BK=bk, GROUP_M=8, num_warps=int(warps), num_stages=int(stages))
+        sys.exit(f"gemm_head: bad variant {text!r}: expected bf16x or fp32x, optionally "
+                 "followed by :BMxBNxBK:stages:warps")
+    return kind == "bf16x", dict(BM=bm, BN=bn, BK=bk, GROUP_M=8, num_warps=int(warps),
+                                 num_stages=int(stages))
 
 
-def run_variant(cfg: dict | None, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``linear.linear(x, w)`` with ``linear_config`` replaced by cfg for fp32 x."""
+def run_variant(variant: tuple[bool, dict | None], x: torch.Tensor,
+                w: torch.Tensor) -> torch.Tensor:
+    """The head's fp32 logits of bf16 x: ``linear(x, w, out_dtype=fp32)`` (bf16x) or
+    ``linear(x.float(), w)`` (fp32x), with ``linear_config`` replaced by the variant's tiles
+    for that path's X_SPLIT (1 or 3)."""
     from deepinfer.kernels.triton import linear
 
-    if cfg is None:
-        return linear.linear(x, w)
+    bf16_x, cfg = variant
     base = linear.linear_config
-    linear.linear_config = lambda rows, x_split, w_fp8, interpret=False: (
-        cfg if x_split == 3 else base(rows, x_split, w_fp8, interpret))
+    if cfg is not None:
+        x_split = 1 if bf16_x else 3
+        linear.linear_config = lambda rows, split, w_fp8, interpret=False: (
+            cfg if split == x_split else base(rows, split, w_fp8, interpret))
     try:
-        return linear.linear(x, w)
+        if bf16_x:
+            return linear.linear(x, w, out_dtype=torch.float32)
+        return linear.linear(x.float(), w)
     finally:
         linear.linear_config = base
 
@@ -65,11 +79,11 @@ def main() -> int:
     if args.smoke:
         torch.manual_seed(0)
         w = torch.randn(96, 64).to(torch.bfloat16)
-        x = torch.randn(5, 64).to(torch.bfloat16).float()
-        ref = x @ w.float().t()
-        for name, cfg in (("default", None),
-                          ("16x32x32:1:4", parse_variant("16x32x32:1:4"))):
-            out = run_variant(cfg, x, w)
+        x = torch.randn(5, 64).to(torch.bfloat16)
+        ref = x.float() @ w.float().t()
+        for name in ("fp32x", "bf16x", "bf16x:16x32x32:1:4", "fp32x:16x32x32:1:4"):
+            out = run_variant(parse_variant(name), x, w)
+            assert out.dtype == torch.float32, (name, out.dtype)
             err = ((out - ref).abs().max() / ref.abs().max()).item()
             print(f"smoke {name}: max rel. difference {err:.1e}")
             if err > 1e-5:
@@ -84,17 +98,17 @@ def main() -> int:
           f"{bf16 / 1e12:.0f} TFLOP/s; head {VOCAB} x {HIDDEN}, graphs of {args.reps} launches")
     torch.manual_seed(0)
     w = (torch.randn(VOCAB, HIDDEN, device="cuda") * 0.02).to(torch.bfloat16)
-    print("| rows | variant | µs | TFLOP/s | roofline µs | η | max diff / max |")
+    print("| rows | variant | µs | TFLOP/s | roofline µs | η | max diff / max vs fp32x |")
     print("|---:|---|---:|---:|---:|---:|---:|")
     for rows in args.rows:
-        x = torch.randn(rows, HIDDEN, device="cuda").to(torch.bfloat16).float()
+        x = torch.randn(rows, HIDDEN, device="cuda").to(torch.bfloat16)
         flops = 2.0 * rows * VOCAB * HIDDEN
         floor_us = max(w.numel() * 2 / hbm, flops / bf16) * 1e6
-        ref = run_variant(None, x, w)
-        for name, cfg in variants:
+        ref = run_variant((False, None), x, w)
+        for name, variant in variants:
             try:
-                out = run_variant(cfg, x, w)
-                us = rl.graph_us(lambda cfg=cfg, x=x: run_variant(cfg, x, w), args.reps)
+                out = run_variant(variant, x, w)
+                us = rl.graph_us(lambda v=variant, x=x: run_variant(v, x, w), args.reps)
             except Exception as exc:  # noqa: BLE001 (a tiling that does not fit: reported)
                 print(f"| {rows} | {name} | failed: {type(exc).__name__} | | | | |", flush=True)
                 continue

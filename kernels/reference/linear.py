@@ -19,9 +19,11 @@ Weight = torch.Tensor | Fp8BlockWeight | Mxfp4ExpertWeights
 """A matrix (O, I): plain, FP8 32x32-tile, or a 1-expert MXFP4 container."""
 
 
-def linear(x: torch.Tensor, weight: Weight) -> torch.Tensor:
-    """``x @ weight^T`` (fp64 accumulation); (N, I) x (O, I) -> (N, O) in x's dtype."""
-    return (x.double() @ dense(weight).double().t()).to(x.dtype)
+def linear(x: torch.Tensor, weight: Weight, out_dtype: torch.dtype | None = None
+           ) -> torch.Tensor:
+    """``x @ weight^T`` (fp64 accumulation); (N, I) x (O, I) -> (N, O) in ``out_dtype`` (default
+    x's dtype; the logit head: bf16 x, fp32 logits)."""
+    return (x.double() @ dense(weight).double().t()).to(out_dtype or x.dtype)
 
 
 def linear_quant_act(x: torch.Tensor, weight: Weight) -> torch.Tensor:

@@ -182,10 +182,12 @@ DECODE_KERNEL_FP32_X = False
 
 
 def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_features: int,
-            split_k: int | None = None) -> torch.Tensor:
-    """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype."""
+            split_k: int | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in ``out_dtype``
+    (default x3's dtype)."""
     num_rows, groups, num_k = x3.shape
-    if (split_k is None and num_rows <= DECODE_KERNEL_MAX_ROWS
+    out_dtype = out_dtype or x3.dtype
+    if (split_k is None and num_rows <= DECODE_KERNEL_MAX_ROWS and out_dtype == x3.dtype
             and (x3.dtype == torch.bfloat16 or DECODE_KERNEL_FP32_X)
             and linear_decode.supports(x3, weight) and not gemm_fp8.is_interpreting()):
         return linear_decode.linear_decode(x3, weight, out_features)
@@ -198,7 +200,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     bf16_exact_w = w_fp8 or w.dtype == torch.bfloat16
     x_split = _X_SPLIT.get(x3.dtype, 0) if bf16_exact_w else 0
     cfg = linear_config(num_rows, x_split, w_fp8, interpret)
-    out = torch.empty((num_rows, groups, out_features), dtype=x3.dtype, device=x3.device)
+    out = torch.empty((num_rows, groups, out_features), dtype=out_dtype, device=x3.device)
     if num_rows == 0 or out_features == 0 or groups == 0:
         return out
     if num_k == 0:
@@ -239,16 +241,21 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertWeights,
-           split_k: int | None = None) -> torch.Tensor:
-    """Registered op: ``x @ weight^T``, (N, I) x (O, I) -> (N, O) in x's dtype (fp32 accumulation).
+           split_k: int | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Registered op: ``x @ weight^T``, (N, I) x (O, I) -> (N, O) in ``out_dtype`` (default x's
+    dtype; fp32 accumulation).
 
     ``weight`` is a plain float tensor or an ``Fp8BlockWeight`` (dequantized in-kernel); a 1-expert
-    ``Mxfp4ExpertWeights`` (which supports_linear declines) is dequantized to bf16 first.
+    ``Mxfp4ExpertWeights`` (which supports_linear declines) is dequantized to bf16 first. The
+    logit head passes bf16 x with ``out_dtype=torch.float32``: one bf16 dot per step, the same
+    products and fp32 sums as fp32 x holding those values, without the fp32-x kernel's second K
+    loop (session 13, bench/gemm_head.py).
     """
     assert x.dim() == 2, f"linear: x must be (N, I), got {tuple(x.shape)}"
     if isinstance(weight, Mxfp4ExpertWeights):
         weight = dense(weight)
-    return _launch(x[:, None, :], weight, weight.shape[0], split_k).view(x.shape[0], -1)
+    return _launch(x[:, None, :], weight, weight.shape[0], split_k, out_dtype).view(
+        x.shape[0], -1)
 
 
 # FP8 projections above 64 rows: bf16 wgmma on the weight decoded in registers beat FP8 wgmma with

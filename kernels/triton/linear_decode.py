@@ -206,7 +206,8 @@ def decode_config(num_rows: int, interpret: bool = False, fp32_x: bool = False) 
     bf16 tiles, split-K) before; BO 128 (two warpgroups), BK 64 / 128 and 3 / 6 stages were
     5-40 % slower at every row count. Above 128 rows: token tiles of 128 (BT 256 takes 190
     registers, 2 programs per SM; BT 128 116, 4): 264.4 -> 245.9 µs at 256 rows (session 13
-    round 57a; 8 warps on BT 256, BO 128, one wave, 6 stages: 7-30 % slower). fp32 x (the
+    round 57a; 8 warps on BT 256, BO 128, one wave, 6 stages: 7-30 % slower), and split-K for
+    3 waves: 246.3 -> 232.7 (round 58a; BT 64, BK 64, 3 / 5 stages: slower). fp32 x (the
     logit head, promoted per BK step: a second accumulator): token tiles of at most 128 rows,
     BK 64, 3 stages (round 54c: 1.3-1.7x slower than ``linear._linear_kernel``, so off)."""
     bt = min(MAX_ROWS, max(16, triton.next_power_of_2(max(num_rows, 1))))
@@ -214,7 +215,8 @@ def decode_config(num_rows: int, interpret: bool = False, fp32_x: bool = False) 
         return dict(BO=32, BT=min(bt, 64), BK=32, num_warps=4, num_stages=1, waves=1)
     if fp32_x:
         return dict(BO=64, BT=min(bt, 128), BK=64, num_warps=4, num_stages=3, waves=1)
-    return dict(BO=64, BT=min(bt, 128), BK=32, num_warps=4, num_stages=4, waves=2)
+    return dict(BO=64, BT=min(bt, 128), BK=32, num_warps=4, num_stages=4,
+                waves=3 if num_rows > 128 else 2)
 
 
 def supports(x3: torch.Tensor, weight: Any) -> bool:

@@ -206,7 +206,9 @@ class DeepseekV41(nn.Module):
         """Streams (N, S, D) and pre (N, S) -> (N, vocab) fp32 logits."""
         k = self.kernels
         y = k.rms_norm(k.hc_collapse(x, pre), self.norm.weight, self.spec.rms_norm_eps)
-        return k.linear(y.float(), self.head.weight)  # fp32 logits
+        # fp32 logits of y's values: bf16 y needs one bf16 dot per step (the products are exact
+        # in fp32 either way), not the fp32-x kernel's pieces
+        return k.linear(y, self.head.weight, out_dtype=torch.float32)
 
     def _check(self, batch: ForwardBatch) -> None:
         """Shapes, device and token ids from the batch's host bookkeeping; the positions with

@@ -499,6 +499,15 @@ def test_linear_head_gpu(num_tokens):
         ref = linear.linear(xs, w)
         _row(name, f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s", _rel(out, ref),
              1e-5, ms, 2.0 * num_tokens * V41_VOCAB * V41_HEAD_HIDDEN)
+        if name == "linear head bf16-valued x":  # the engine's call: bf16 y, fp32 logits
+            xb = xs.to(torch.bfloat16)
+            with nan_poisoned_allocations():
+                out = tri_linear.linear(xb, w, out_dtype=torch.float32)
+            ms = _ms(lambda xb=xb: tri_linear.linear(xb, w, out_dtype=torch.float32))
+            gbps = w.numel() * 2 / (ms * 1e-3) / 1e9
+            assert out.dtype == torch.float32
+            _row("linear head bf16 x fp32 out", f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s",
+                 _rel(out, ref), 1e-5, ms, 2.0 * num_tokens * V41_VOCAB * V41_HEAD_HIDDEN)
         # the same on linear_decode (the weight on the MMA's M side; off by default:
         # linear.DECODE_KERNEL_FP32_X until this timing says it is faster)
         from deepinfer.kernels.triton import linear_decode

@@ -65,6 +65,21 @@ def test_linear_fp32_x_with_bf16_values():
     assert _rel(tri_linear.linear(x, w), linear.linear(x, w)) < 1e-6
 
 
+@pytest.mark.parametrize("rows", [3, 70])
+def test_linear_bf16_x_fp32_out(rows):
+    """The logit head: bf16 x, fp32 logits (out_dtype) = the reference on x's fp32 values,
+    and the same numbers as the fp32-x path (exact products, fp32 sums); both backends."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(rows, 96, generator=g).to(torch.bfloat16)
+    w = torch.randn(40, 96, generator=g).to(torch.bfloat16)
+    out = tri_linear.linear(x, w, out_dtype=torch.float32)
+    ref = linear.linear(x, w, out_dtype=torch.float32)
+    assert out.dtype == ref.dtype == torch.float32 and out.shape == (rows, 40)
+    assert _rel(out, ref) < 1e-6
+    assert torch.equal(ref, linear.linear(x.float(), w))
+    assert _rel(out, tri_linear.linear(x.float(), w)) < 1e-6
+
+
 def test_linear_split_k_and_quantized_weights():
     g = torch.Generator().manual_seed(7)
     x = torch.randn(6, 128, generator=g)
