@@ -58,8 +58,8 @@ def run_variant(variant: tuple[bool, dict | None], x: torch.Tensor,
     base = linear.linear_config
     if cfg is not None:
         x_split = 1 if bf16_x else 3
-        linear.linear_config = lambda rows, split, w_fp8, interpret=False: (
-            cfg if split == x_split else base(rows, split, w_fp8, interpret))
+        linear.linear_config = lambda rows, split, w_fp8, interpret=False, out_features=0: (
+            cfg if split == x_split else base(rows, split, w_fp8, interpret, out_features))
     try:
         if bf16_x:
             return linear.linear(x, w, out_dtype=torch.float32)

@@ -141,7 +141,15 @@ def _linear_kernel(
 SPLIT_K_MAX_ROWS = 256
 
 
-def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = False) -> dict:
+# bf16 x against a bf16 weight with at least this many output features (the logit head) at
+# 65-256 rows: 128x256 tiles, BK 64, 3 stages. H200, head 129280 x 5120, 256 rows, fp32 logits
+# (session 13 round 59, bench/gemm_head.py): 657.6 µs against 851.8 for 128x128x64:4:8 and
+# 1110.3 for the fp32-x kernel the head used before.
+WIDE_BF16_MIN_OUT = 32768
+
+
+def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = False,
+                  out_features: int = 0) -> dict:
     """Tile sizes, one config per shape class (no autotune, kernels.md §3.3 rule 3).
 
     Decode (M <= 64): one M tile covers all rows (BM = M rounded up to 16..64), BN=64 for many O
@@ -164,6 +172,9 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
             return dict(BM=bm, BN=128, BK=64, GROUP_M=1, num_warps=4,
                         num_stages=4 if bm == 64 else 3)
         return dict(BM=bm, BN=64, BK=128, GROUP_M=1, num_warps=4, num_stages=5)
+    if (x_split == 1 and not w_fp8 and num_rows <= SPLIT_K_MAX_ROWS
+            and out_features >= WIDE_BF16_MIN_OUT):
+        return dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
     if w_fp8 and x_split != 3:  # one scale column per step: 3.48 vs 3.69 ms (BK 64, 3 stages)
         # for the slice's seven FP8 projections at 4,096 rows (session 12, round 49a,
         # bench/gemm_prefill_choice.py --bf16-configs; BM or BN 256 and BK 128 were slower)
@@ -199,7 +210,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     interpret = gemm_fp8.is_interpreting()
     bf16_exact_w = w_fp8 or w.dtype == torch.bfloat16
     x_split = _X_SPLIT.get(x3.dtype, 0) if bf16_exact_w else 0
-    cfg = linear_config(num_rows, x_split, w_fp8, interpret)
+    cfg = linear_config(num_rows, x_split, w_fp8, interpret, out_features)
     out = torch.empty((num_rows, groups, out_features), dtype=out_dtype, device=x3.device)
     if num_rows == 0 or out_features == 0 or groups == 0:
         return out
@@ -317,24 +328,26 @@ def supports_linear(spec: dict) -> bool:
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (format of tests/kernels/triton/conftest.py ``sm90_compile``) at
     V4.1-Flash shapes: the fp32-logit head (N=64, O=129280, I=4096: fp32 x, bf16 weight, bf16x3)
-    at decode and N=256, bf16 linears at decode/prefill, and ``wo_a`` (G=8, I=4096, O=1024) with
+    at decode and N=256, and the head as the engine calls it at N=256 (bf16 x, fp32 logits: the
+    wide tiles), bf16 linears at decode/prefill, and ``wo_a`` (G=8, I=4096, O=1024) with
     FP8 and bf16 weights."""
     cases = []
     for name, rows, x_ty, w_ty, w_fp8, split_k in (
             ("linear_head_fp32x_bf16w_n16", 16, "*fp32", "*bf16", False, 1),
             ("linear_head_fp32x_bf16w_n64", 64, "*fp32", "*bf16", False, 1),
             ("linear_head_fp32x_bf16w_n256", 256, "*fp32", "*bf16", False, 1),
+            ("linear_head_bf16x_bf16w_n256", 256, "*bf16", "*bf16", False, 1),
             ("linear_bf16_decode_splitk", 16, "*bf16", "*bf16", False, 4),
             ("linear_bf16_prefill", 4096, "*bf16", "*bf16", False, 1),
             ("grouped_wo_a_fp8_decode_g8", 64, "*bf16", "*u8", True, 2),
             ("grouped_wo_a_fp8_prefill_g8", 4096, "*bf16", "*u8", True, 1),
             ("linear_fp32w_ieee_decode", 16, "*fp32", "*fp32", False, 1)):
         x_split = 0 if w_ty == "*fp32" else {"*bf16": 1, "*fp32": 3}[x_ty]
-        cfg = linear_config(rows, x_split, w_fp8)
+        cfg = linear_config(rows, x_split, w_fp8, out_features=129280 if "head" in name else 0)
         cases.append({
             "id": name, "module": __name__, "kernel": "_linear_kernel",
             "signature": {"x_ptr": x_ty, "w_ptr": w_ty, "ws_ptr": "*u8", "exact_ptr": "*i1",
-                          "out_ptr": "*fp32" if split_k > 1 else x_ty,
+                          "out_ptr": "*fp32" if split_k > 1 or "head" in name else x_ty,
                           "M": "i32", "O": "i32", "K": "i32", "k_per_split": "i32",
                           "split_stride": "i32", "stride_xm": "i32", "stride_xg": "i32",
                           "stride_wo": "i32", "stride_wsr": "i32", "stride_om": "i32",

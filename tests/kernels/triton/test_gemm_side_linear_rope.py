@@ -80,6 +80,18 @@ def test_linear_bf16_x_fp32_out(rows):
     assert _rel(out, tri_linear.linear(x.float(), w)) < 1e-6
 
 
+def test_linear_config_wide_tiles_for_the_head_only():
+    """128x256 tiles for bf16 x against a bf16 weight of >= WIDE_BF16_MIN_OUT rows at 65-256
+    rows (the head); narrower outputs, FP8 weights, fp32 x and other row counts keep theirs."""
+    wide = tri_linear.linear_config(256, 1, False, out_features=129280)
+    assert (wide["BM"], wide["BN"], wide["BK"], wide["num_stages"]) == (128, 256, 64, 3)
+    assert tri_linear.linear_config(100, 1, False, out_features=129280)["BN"] == 256
+    for args, out in (((256, 1, False), 512), ((256, 1, True), 129280),
+                      ((256, 3, False), 129280), ((64, 1, False), 129280),
+                      ((4096, 1, False), 129280)):
+        assert tri_linear.linear_config(*args, out_features=out)["BN"] != 256, (args, out)
+
+
 def test_linear_split_k_and_quantized_weights():
     g = torch.Generator().manual_seed(7)
     x = torch.randn(6, 128, generator=g)
