@@ -47,8 +47,11 @@ FLOAT_HALVES = True
 NUM_WARPS_FLOAT = 4
 # index_scores_paged (decode): "v2" = _index_scores_paged_v2_kernel (records unpacked by the
 # MXFP4 PTX of mxfp4_unpack, keys on the MMA's M side, tiles strided over a row's programs,
-# next tile's loads in flight), "v1" = _index_scores_paged_kernel (until session 9).
+# next tile's loads in flight), "v1" = _index_scores_paged_kernel (until session 9), "v3" =
+# _index_scores_paged_v3_kernel (v2's tiles, Triton's software pipeline keeps PAGED_V3_STAGES
+# tiles of records in flight; session 13, not yet timed on the GPU: bench/index_decode.py v3).
 PAGED_KERNEL = "v2"
+PAGED_V3_STAGES = 3
 # v2 tiling: keys per tile, total programs aimed at (programs per row = cdiv(this, rows),
 # capped by the row's tiles), warps; bench/index_decode.py --variants compares others.
 PAGED_BLOCK_KEYS = 128
@@ -192,6 +195,45 @@ def _record_halves(pk, e, ASM: tl.constexpr, BT: tl.constexpr, D: tl.constexpr):
     return even, odd
 
 
+@triton.jit
+def _paged_inf_tiles(out_row, p, num_p, vis_tiles, num_tiles, width, BT: tl.constexpr):
+    """-inf over this program's tiles past the visible ones: the first tile >= vis_tiles that
+    is p mod num_p, then every num_p-th."""
+    first_inf = vis_tiles + (p - vis_tiles % num_p + num_p) % num_p
+    for i in range(first_inf, num_tiles, num_p):
+        t = i * BT + tl.arange(0, BT)
+        tl.store(out_row + t, tl.full((BT,), float("-inf"), tl.float32), mask=t < width)
+
+
+@triton.jit
+def _paged_queries(q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, n, HI: tl.constexpr,
+                   HP: tl.constexpr, D: tl.constexpr, F32: tl.constexpr):
+    """Row n's queries as the dots' B operands, even / odd channels [D/2, HP] (heads padded to
+    HP with zeros), and its head weights [HP] fp32."""
+    h = tl.arange(0, HP)  # heads, padded to the 16 columns tl.dot needs
+    hmask = h < HI
+    j = tl.arange(0, D // 2)
+    q_rows = q_ptr + n * stride_qn + h[:, None] * stride_qh
+    q_e = tl.load(q_rows + 2 * j[None, :], mask=hmask[:, None], other=0.0)
+    q_o = tl.load(q_rows + 2 * j[None, :] + 1, mask=hmask[:, None], other=0.0)
+    if F32:
+        q_e = q_e.to(tl.float32)
+        q_o = q_o.to(tl.float32)
+    w = tl.load(w_ptr + n * stride_wn + h, mask=hmask, other=0.0).to(tl.float32)
+    return tl.trans(q_e), tl.trans(q_o), w
+
+
+@triton.jit
+def _paged_tile_scores(pk, e, q_e, q_o, w, ASM: tl.constexpr, BT: tl.constexpr,
+                       D: tl.constexpr, PREC: tl.constexpr):
+    """Scores [BT] of one record tile: the unpacked halves (the MMA's A operand, keys on M) @
+    q^T, relu, times the head weights, summed over heads."""
+    k_e, k_o = _record_halves(pk, e, ASM, BT, D)
+    s = tl.dot(k_e.to(q_e.dtype), q_e, input_precision=PREC)
+    s = tl.dot(k_o.to(q_e.dtype), q_o, s, input_precision=PREC)  # (BT, HP)
+    return tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)
+
+
 @triton.jit(do_not_specialize=["entries_per_block"])
 def _index_scores_paged_v2_kernel(
     q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, bt_ptr, stride_bn, vis_ptr, out_ptr,
@@ -210,27 +252,12 @@ def _index_scores_paged_v2_kernel(
     p = tl.program_id(1)
     num_p = tl.num_programs(1)
     vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
-    num_tiles = tl.cdiv(width, BT)
     vis_tiles = tl.cdiv(vis, BT)
     out_row = out_ptr + n * stride_on
-    # -inf tiles: the first tile >= vis_tiles that is p mod num_p, then every num_p-th
-    first_inf = vis_tiles + (p - vis_tiles % num_p + num_p) % num_p
-    for i in range(first_inf, num_tiles, num_p):
-        t = i * BT + tl.arange(0, BT)
-        tl.store(out_row + t, tl.full((BT,), float("-inf"), tl.float32), mask=t < width)
+    _paged_inf_tiles(out_row, p, num_p, vis_tiles, tl.cdiv(width, BT), width, BT)
     if p < vis_tiles:
-        h = tl.arange(0, HP)  # heads, padded to the 16 columns tl.dot needs
-        hmask = h < HI
-        j = tl.arange(0, D // 2)
-        q_rows = q_ptr + n * stride_qn + h[:, None] * stride_qh
-        q_e = tl.load(q_rows + 2 * j[None, :], mask=hmask[:, None], other=0.0)
-        q_o = tl.load(q_rows + 2 * j[None, :] + 1, mask=hmask[:, None], other=0.0)
-        if F32:
-            q_e = q_e.to(tl.float32)
-            q_o = q_o.to(tl.float32)
-        q_e = tl.trans(q_e)  # [D/2, HP]: the dot's B operand
-        q_o = tl.trans(q_o)
-        w = tl.load(w_ptr + n * stride_wn + h, mask=hmask, other=0.0).to(tl.float32)
+        q_e, q_o, w = _paged_queries(q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, n, HI, HP,
+                                     D, F32)
         bt_row = bt_ptr + n * stride_bn
         tk = tl.arange(0, BT)
         t = p * BT + tk
@@ -248,13 +275,42 @@ def _index_scores_paged_v2_kernel(
             pk_next, e_next = _paged_records(k_ptr, rows_next, nmask, D)
             t_after = t_next + num_p * BT
             rows_next = _paged_rows(bt_row, t_after, t_after < vis, entries_per_block)
-            k_e, k_o = _record_halves(pk, e, ASM, BT, D)
-            s = tl.dot(k_e.to(q_e.dtype), q_e, input_precision=PREC)
-            s = tl.dot(k_o.to(q_e.dtype), q_o, s, input_precision=PREC)  # (BT, HP)
-            score = tl.sum(tl.maximum(s, 0.0) * w[None, :], axis=1)  # (BT,)
+            score = _paged_tile_scores(pk, e, q_e, q_o, w, ASM, BT, D, PREC)
             tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
             pk = pk_next
             e = e_next
+
+
+@triton.jit(do_not_specialize=["entries_per_block"])
+def _index_scores_paged_v3_kernel(
+    q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, bt_ptr, stride_bn, vis_ptr, out_ptr,
+    stride_on, width, entries_per_block,
+    HI: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, ASM: tl.constexpr,
+    F32: tl.constexpr, PREC: tl.constexpr,
+):
+    """v2's programs and tile math with the loads left to Triton's software pipeline: each
+    iteration loads its own block-table entries and records, and the launch's num_stages
+    (``PAGED_V3_STAGES``) puts that many tiles of records in flight through shared memory
+    (cp.async) instead of v2's one tile held in registers."""
+    n = tl.program_id(0).to(tl.int64)
+    p = tl.program_id(1)
+    num_p = tl.num_programs(1)
+    vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
+    vis_tiles = tl.cdiv(vis, BT)
+    out_row = out_ptr + n * stride_on
+    _paged_inf_tiles(out_row, p, num_p, vis_tiles, tl.cdiv(width, BT), width, BT)
+    if p < vis_tiles:
+        q_e, q_o, w = _paged_queries(q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, n, HI, HP,
+                                     D, F32)
+        bt_row = bt_ptr + n * stride_bn
+        tk = tl.arange(0, BT)
+        for i in range(p, vis_tiles, num_p):
+            t = i * BT + tk
+            tmask = t < vis
+            pk, e = _paged_records(k_ptr, _paged_rows(bt_row, t, tmask, entries_per_block),
+                                   tmask, D)
+            score = _paged_tile_scores(pk, e, q_e, q_o, w, ASM, BT, D, PREC)
+            tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
 
 
 def launch_meta(hi: int, d: int, records: bool, has_vis: bool,
@@ -306,18 +362,20 @@ def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_record
 
 def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16,
                       kernel: str | None = None) -> dict[str, Any]:
-    """Constexprs and launch options of the paged kernel ``kernel`` ("v1" or "v2"; default
-    ``PAGED_KERNEL``), shared with the SM90 compile test. v2 unpacks records with the PTX (ASM)
-    when q is bf16 on the GPU; otherwise (interpreter, fp32 or fp16 q) the fp32 twin."""
+    """Constexprs and launch options of the paged kernel ``kernel`` ("v1", "v2" or "v3";
+    default ``PAGED_KERNEL``), shared with the SM90 compile test. v2 / v3 unpack records with
+    the PTX (ASM) when q is bf16 on the GPU; otherwise (interpreter, fp32 or fp16 q) the fp32
+    twin. v3 differs from v2 in its num_stages only (``PAGED_V3_STAGES``)."""
     hp = max(16, triton.next_power_of_2(hi))
     prec = "ieee" if q_dtype == torch.float32 else "tf32"
     if (kernel or PAGED_KERNEL) == "v1":
         return dict(HI=hi, HP=hp, D=d, BT=BLOCK_KEYS, KT=KEY_TILES, PREC=prec,
                     num_warps=NUM_WARPS, num_stages=2)
     f32 = is_interpreting() or q_dtype == torch.float32
+    stages = PAGED_V3_STAGES if (kernel or PAGED_KERNEL) == "v3" else 1
     return dict(HI=hi, HP=hp, D=d, BT=PAGED_BLOCK_KEYS,
                 ASM=q_dtype == torch.bfloat16 and not is_interpreting(), F32=f32,
-                PREC="ieee" if f32 else "tf32", num_warps=PAGED_NUM_WARPS, num_stages=1)
+                PREC="ieee" if f32 else "tf32", num_warps=PAGED_NUM_WARPS, num_stages=stages)
 
 
 def paged_programs_per_row(n: int, width: int, block_keys: int) -> int:
@@ -351,7 +409,8 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
         kernel = _index_scores_paged_kernel
         grid = (n, triton.cdiv(width, meta["BT"] * meta["KT"]))
     else:
-        kernel = _index_scores_paged_v2_kernel
+        kernel = (_index_scores_paged_v3_kernel if PAGED_KERNEL == "v3"
+                  else _index_scores_paged_v2_kernel)
         grid = (n, paged_programs_per_row(n, width, meta["BT"]))
     kernel[grid](
         q, q.stride(0), q.stride(1), head_weights, head_weights.stride(0), key_pool,
@@ -385,6 +444,10 @@ def aot_cases() -> list[dict[str, Any]]:
         dict(name="index_scores_paged v2 Hi64 D128", module=__name__,
              kernel="_index_scores_paged_v2_kernel", types=dict(types, bt_ptr="*i64"),
              meta=dict(paged_launch_meta(64, 128, kernel="v2"), ASM=True, F32=False,
+                       PREC="tf32")),
+        dict(name="index_scores_paged v3 Hi64 D128", module=__name__,
+             kernel="_index_scores_paged_v3_kernel", types=dict(types, bt_ptr="*i64"),
+             meta=dict(paged_launch_meta(64, 128, kernel="v3"), ASM=True, F32=False,
                        PREC="tf32")),
     ]
 

@@ -293,10 +293,11 @@ def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
     """Paged scores at the two decode shapes of bench/index_decode.py: 64 rows x 4K context and
     256 x 32K at ratio 4 (1,024 / 8,192 visible of a 32,768-wide row, one row 0 and one 1
     visible), 64 index heads x 128, 64-entry blocks, v2 (the PTX unpack, exact for every scale
-    byte) and v1 against the reference. Products of FP4-grid values are exact in bf16 x bf16 ->
-    fp32 and only the fp32 accumulation order differs from the fp64 reference: SCORE_TOL, as
-    index_scores_paged above; the -inf pattern must match exactly. Keys are randn * 2^k with k
-    in -20..30 per record, so their ue8m0 scale bytes span ~100..160 (past 128)."""
+    byte), v3 (v2 through Triton's software pipeline) and v1 against the reference. Products of
+    FP4-grid values are exact in bf16 x bf16 -> fp32 and only the fp32 accumulation order
+    differs from the fp64 reference: SCORE_TOL, as index_scores_paged above; the -inf pattern
+    must match exactly. Keys are randn * 2^k with k in -20..30 per record, so their ue8m0 scale
+    bytes span ~100..160 (past 128)."""
     from deepinfer.kernels.triton import indexer as tri
 
     hi, width, epb, dev = 64, 32768, 64, "cuda"
@@ -315,7 +316,7 @@ def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
     vis = torch.full((n,), visible, dtype=torch.int64, device=dev)
     vis[:3] = torch.tensor([0, 1, visible - 37], device=dev)
     want = ref_fused.index_scores_paged(q, w, pool, tables, vis, epb, width)
-    for kernel in ("v2", "v1"):
+    for kernel in ("v2", "v3", "v1"):
         monkeypatch.setattr(tri, "PAGED_KERNEL", kernel)
         got = tri.index_scores_paged(q, w, pool, tables, vis, epb, width)
         ms = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, vis, epb, width))

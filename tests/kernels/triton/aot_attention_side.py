@@ -96,7 +96,8 @@ def _compile_one(case: dict[str, Any]) -> dict[str, Any]:
     ptx = k.asm["ptx"]
     out = dict(name=case["name"], shared=int(k.metadata.shared),
                num_warps=int(k.metadata.num_warps), wgmma=ptx.count("wgmma.mma_async"),
-               mma_sync=ptx.count("mma.sync"), stack=None,
+               mma_sync=ptx.count("mma.sync"), cp_async=ptx.count("cp.async.c"),
+               stack=None,
                seconds=round(time.time() - t0, 1))
     cuobjdump = Path(triton.__file__).parent / "backends/nvidia/bin/cuobjdump"
     if cuobjdump.exists():
