@@ -8,8 +8,8 @@
 #   PART=a (≈ 3 min): the GPU checks of the paged scores (v2, v3, v1 against the reference at
 #     both decode shapes), then bench/index_decode.py at round 29's shapes over v2 and v3
 #     tilings (v3:BT:PROGRAMS:WARPS:STAGES).
-#   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with $INDEX_KERNEL (v2 or v3; set
-#     indexer.PAGED_KERNEL / PAGED_V3_STAGES from PART=a's fastest first) — compare round 60.
+#   PART=b (≈ 3 min): decode 64 / 256 x 4K / 32K with --index-paged-kernel $INDEX_KERNEL (v2,
+#     or v3[:STAGES] from PART=a's fastest) — compare round 60 (v2).
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
@@ -23,8 +23,8 @@ a)
 b)
   timeout 230 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
     --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
-    >"$OUT/decode.log" 2>&1
-  echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" \
+    --index-paged-kernel "${INDEX_KERNEL:-v3}" >"$OUT/decode.log" 2>&1
+  echo "decode (--index-paged-kernel ${INDEX_KERNEL:-v3}) rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" \
     | grep -E "^\| (64|256) \||busy|_index|_w4a8|start-up|idle|target" | head -20 ;;
 esac
 rm -f "$OUT/install.log"

@@ -21,6 +21,9 @@ measures the variants alone, then the best end to end.
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
+    --index-paged-kernel v1|v2|v3[:STAGES]         the paged index scores' decode kernel
+                                                   (indexer.PAGED_KERNEL; v3's pipeline depth
+                                                   PAGED_V3_STAGES)
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
                                                    the decode launch (BM 16, tf32x3), more on
                                                    the prefill one (BM 64, bf16x3)
@@ -56,6 +59,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w4a8-decode-variant", default=None,
                     help="PREFETCH:GATED_CAP:DOWN_CAP of the W4A8 decode GEMM (0|1, registers "
                     "or '-'; default: moe_gluon_w4a8.DECODE_PREFETCH and register_cap)")
+    ap.add_argument("--index-paged-kernel", default=None,
+                    help="v1, v2 or v3[:STAGES]: the paged index scores' decode kernel "
+                    "(default: indexer.PAGED_KERNEL)")
     ap.add_argument("--mhc-decode-max-tokens", type=int, default=None,
                     help="mHC coefficient calls up to this many tokens on the decode launch "
                     "(default: mhc.COEFFS_DECODE_MAX_TOKENS)")
@@ -70,9 +76,12 @@ def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_fp32_x: bool = False,
           mhc_decode_max_tokens: int | None = None,
           w4a8_decode_bm: int | None = None,
-          w4a8_decode_variant: str | None = None) -> None:
+          w4a8_decode_variant: str | None = None,
+          index_paged_kernel: str | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if index_paged_kernel is not None:
+        set_index_paged_kernel(index_paged_kernel)
     if w4a8_decode_variant is not None:
         set_w4a8_decode_variant(w4a8_decode_variant)
     if w4a8_decode_bm is not None:
@@ -155,3 +164,17 @@ def set_w4a8_decode_variant(text: str) -> None:
                                                                  (False, parts[2]))}
     moe_gluon_w4a8.DECODE_PREFETCH = parts[0] == "1"
     moe_gluon_w4a8.register_cap = lambda gated, block_m, prefetch: caps[gated]
+
+
+def set_index_paged_kernel(text: str) -> None:
+    """v1 | v2 | v3[:STAGES] -> indexer.PAGED_KERNEL (and PAGED_V3_STAGES); a malformed value
+    exits naming the flag."""
+    from deepinfer.kernels.triton import indexer
+    name, _, stages = text.partition(":")
+    if name not in ("v1", "v2", "v3") or (stages and (name != "v3" or not stages.isdigit()
+                                                      or int(stages) < 1)):
+        raise SystemExit(f"--index-paged-kernel {text!r}: expected v1, v2 or v3[:STAGES] with "
+                         "STAGES >= 1, e.g. v3:4")
+    indexer.PAGED_KERNEL = name
+    if stages:
+        indexer.PAGED_V3_STAGES = int(stages)
