@@ -196,13 +196,21 @@ def _record_halves(pk, e, ASM: tl.constexpr, BT: tl.constexpr, D: tl.constexpr):
 
 
 @triton.jit
-def _paged_inf_tiles(out_row, p, num_p, vis_tiles, num_tiles, width, BT: tl.constexpr):
-    """-inf over this program's tiles past the visible ones: the first tile >= vis_tiles that
-    is p mod num_p, then every num_p-th."""
+def _paged_row_start(vis_ptr, out_ptr, stride_on, width, BT: tl.constexpr):
+    """Program (n, p) of P = grid[1]: its row n, p, P, the row's visible count and tiles, its
+    score row; stores -inf over this program's tiles past the visible ones (the first tile >=
+    vis_tiles that is p mod P, then every P-th)."""
+    n = tl.program_id(0).to(tl.int64)
+    p = tl.program_id(1)
+    num_p = tl.num_programs(1)
+    vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
+    vis_tiles = tl.cdiv(vis, BT)
+    out_row = out_ptr + n * stride_on
     first_inf = vis_tiles + (p - vis_tiles % num_p + num_p) % num_p
-    for i in range(first_inf, num_tiles, num_p):
+    for i in range(first_inf, tl.cdiv(width, BT), num_p):
         t = i * BT + tl.arange(0, BT)
         tl.store(out_row + t, tl.full((BT,), float("-inf"), tl.float32), mask=t < width)
+    return n, p, num_p, vis, vis_tiles, out_row
 
 
 @triton.jit
@@ -248,13 +256,8 @@ def _index_scores_paged_v2_kernel(
     head weights, summed over heads; the next tile's records and the one after's block-table
     entries are loaded before the current tile is computed. Tiles past num_visible: -inf only.
     F32: q upcast to fp32 (the interpreter, or fp32 q with "ieee" dots)."""
-    n = tl.program_id(0).to(tl.int64)
-    p = tl.program_id(1)
-    num_p = tl.num_programs(1)
-    vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
-    vis_tiles = tl.cdiv(vis, BT)
-    out_row = out_ptr + n * stride_on
-    _paged_inf_tiles(out_row, p, num_p, vis_tiles, tl.cdiv(width, BT), width, BT)
+    n, p, num_p, vis, vis_tiles, out_row = _paged_row_start(vis_ptr, out_ptr, stride_on, width,
+                                                            BT)
     if p < vis_tiles:
         q_e, q_o, w = _paged_queries(q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, n, HI, HP,
                                      D, F32)
@@ -292,13 +295,8 @@ def _index_scores_paged_v3_kernel(
     iteration loads its own block-table entries and records, and the launch's num_stages
     (``PAGED_V3_STAGES``) puts that many tiles of records in flight through shared memory
     (cp.async) instead of v2's one tile held in registers."""
-    n = tl.program_id(0).to(tl.int64)
-    p = tl.program_id(1)
-    num_p = tl.num_programs(1)
-    vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
-    vis_tiles = tl.cdiv(vis, BT)
-    out_row = out_ptr + n * stride_on
-    _paged_inf_tiles(out_row, p, num_p, vis_tiles, tl.cdiv(width, BT), width, BT)
+    n, p, num_p, vis, vis_tiles, out_row = _paged_row_start(vis_ptr, out_ptr, stride_on, width,
+                                                            BT)
     if p < vis_tiles:
         q_e, q_o, w = _paged_queries(q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, n, HI, HP,
                                      D, F32)
