@@ -136,6 +136,17 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         return c0, c1, c2, c3
 
     @gluon.jit
+    def _step_loads(xc_ptrs, xs_words, s1_words, s3_words, step, GATED: gl.constexpr,
+                    BK: gl.constexpr):
+        """K step ``step``'s activation codes [BM, BK], token scale words [BM] and weight scale
+        words [64] of w1 and (GATED) w3 (else w1's again)."""
+        xc = gl.load(xc_ptrs + step * BK)
+        ex = gl.load(xs_words + step)
+        ew = gl.load(s1_words + step)
+        fw = gl.load(s3_words + step) if GATED else ew
+        return xc, ex, ew, fw
+
+    @gluon.jit
     def _w4a8_decode_kernel(xc_ptr, xs_ptr, w1_desc, s1_ptr, w3_desc, s3_ptr, pairs_ptr,
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
@@ -197,28 +208,15 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             # was the largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction),
             # at ~27 / 13 more registers (round 56a: faster, see DECODE_PREFETCH)
             if PREFETCH:
-                xc = gl.load(xc_ptrs)
-                ex = gl.load(xs_words)
-                ew = gl.load(s1_words)
-                fw = gl.load(s3_words) if GATED else ew
+                xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, 0, GATED, BK)
             for i in range(num_steps):
-                if PREFETCH:
-                    nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
-                    xc_next = gl.load(xc_ptrs + nxt * BK)
-                    ex_next = gl.load(xs_words + nxt)
-                    ew_next = gl.load(s1_words + nxt)
-                    if GATED:
-                        fw_next = gl.load(s3_words + nxt)
-                    else:
-                        fw_next = ew_next
+                if PREFETCH:  # the last step reloads its own
+                    xc_next, ex_next, ew_next, fw_next = _step_loads(
+                        xc_ptrs, xs_words, s1_words, s3_words, gl.minimum(i + 1, num_steps - 1),
+                        GATED, BK)
                 else:
-                    xc = gl.load(xc_ptrs + i * BK)
-                    ex = gl.load(xs_words + i)
-                    ew = gl.load(s1_words + i)
-                    if GATED:
-                        fw = gl.load(s3_words + i)
-                    else:
-                        fw = ew
+                    xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i, GATED,
+                                                 BK)
                 x8 = x_smem.index(i % 2)
                 x8.store(xc.to(gl.float8e4nv, bitcast=True))
                 fence_async_shared()
