@@ -399,10 +399,7 @@ def main() -> int:
                     help="only print the tables of a (partial) results JSON")
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
-    kernel_overrides.apply(args.attention_config, args.moe_config, args.linear_decode_rows,
-                           args.shared_expert_max_rows, args.linear_decode_fp32_x,
-                           args.mhc_decode_max_tokens, args.w4a8_decode_bm,
-                           args.w4a8_decode_variant, args.index_paged_kernel)
+    kernel_overrides.apply_args(args)
     if args.report is not None:
         report(json.loads(args.report.read_text()))
         return 0

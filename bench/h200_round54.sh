@@ -16,7 +16,8 @@
 #   PART=c (≈ 4 min): the logit head (fp32 x, bf16 weight 129280 x 4096) on linear_decode
 #     (token tiles of 128 rows, promoted per BK step) against _linear_kernel at 1 / 64 / 256
 #     rows (its check prints both timings), then decode with --linear-decode-fp32-x; if faster,
-#     set linear.DECODE_KERNEL_FP32_X = True.
+#     set linear.DECODE_KERNEL_FP32_X = True. (Ran in session 13: slower; the switch, the flag
+#     and linear_decode's fp32-x path were removed after it, so PART=c no longer runs.)
 #   PART=e (≈ 3 min; BM=8 or 16 from PART=a): decode with decode-sized W4A8 expert calls on
 #     the prefill pipeline (--w4a8-decode-bm; moe_experts.W4A8_DECODE_PREFILL_BM).
 #   PART=d (≈ 2 min): decode 256 x 4K / 32K with the 256-row mHC coefficient calls on the
@@ -48,15 +49,7 @@ b)
   echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" \
     | grep -E "^\| (64|256) \||busy|_w4a8_decode|start-up|idle|target" | head -16 ;;
 c)
-  timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -s \
-    tests/gpu/test_gemm_side_gpu.py -k "linear_head or linear_decode" >"$OUT/head_tests.log" 2>&1
-  echo "head tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|linear head" \
-    "$OUT/head_tests.log" | tail -16
-  timeout 220 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
-    --no-eager --profile-points 256x32768 --gap-prompts 16 --gap-tokens 32 \
-    --linear-decode-fp32-x >"$OUT/decode_head.log" 2>&1
-  echo "decode (head on linear_decode) rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode_head.log" \
-    | grep -v "^USDT" | grep -E "^\| (64|256) \||busy|_linear" | head -12 ;;
+  echo "PART=c ran in session 13 (round 54c); its switch is gone: see the header" ;;
 d)
   timeout 200 python3 bench/decode.py --out "$OUT" --batches 256 --contexts 4096,32768 \
     --no-eager --profile-points 256x32768 --gap-prompts 16 --gap-tokens 32 \

@@ -13,8 +13,6 @@ measures the variants alone, then the best end to end.
     --linear-decode-rows N                         FP8 projections of bf16 x up to N rows on
                                                    kernels/triton/linear_decode.py (0: the
                                                    row-major tiles, the A/B control)
-    --linear-decode-fp32-x                         fp32 x (the logit head) on linear_decode
-                                                   too, up to --linear-decode-rows rows
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -50,9 +48,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-decode-rows", type=int, default=None,
                     help="FP8 projections of bf16 x up to this many rows on linear_decode "
                     "(0: off; default: linear.DECODE_KERNEL_MAX_ROWS)")
-    ap.add_argument("--linear-decode-fp32-x", action="store_true",
-                    help="fp32 x (the logit head) on linear_decode too (default: off, "
-                    "linear.DECODE_KERNEL_FP32_X)")
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
@@ -70,10 +65,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     "rows (default: shared_expert.MAX_ROWS)")
 
 
+def apply_args(args: argparse.Namespace) -> None:
+    """``apply`` with the flags ``add_arguments`` defined (decode.py, prefill.py)."""
+    apply(args.attention_config, args.moe_config, args.linear_decode_rows,
+          args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
+          args.w4a8_decode_variant, args.index_paged_kernel)
+
+
 def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,
           shared_expert_max_rows: int | None = None,
-          linear_decode_fp32_x: bool = False,
           mhc_decode_max_tokens: int | None = None,
           w4a8_decode_bm: int | None = None,
           w4a8_decode_variant: str | None = None,
@@ -92,9 +93,6 @@ def apply(attention_config: str | None, moe_configs: list[str],
         if mhc_decode_max_tokens < 0:
             raise SystemExit(f"--mhc-decode-max-tokens {mhc_decode_max_tokens}: expected >= 0")
         mhc.COEFFS_DECODE_MAX_TOKENS = mhc_decode_max_tokens
-    if linear_decode_fp32_x:
-        from deepinfer.kernels.triton import linear
-        linear.DECODE_KERNEL_FP32_X = True
     if shared_expert_max_rows is not None:
         from deepinfer.kernels.triton import shared_expert
         if shared_expert_max_rows < 0:

@@ -187,9 +187,11 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
 # ``linear_decode`` (the decoded weight on the MMA's M side, all rows on N); 0 turns it off
 # (bench/kernel_overrides.py --linear-decode-rows, for A/B runs).
 DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
-# fp32 x there too (the logit head: fp32 x against its bf16 weight): off until timed on the GPU
-# (bench/kernel_overrides.py --linear-decode-fp32-x; bench/h200_round54.sh PART=c).
-DECODE_KERNEL_FP32_X = False
+
+
+def _bf16_exact(x: torch.Tensor) -> torch.Tensor:
+    """A device flag bool (1,): whether every x holds a bf16 value — torch ops, no host sync."""
+    return (x == x.to(torch.bfloat16).to(x.dtype)).all().reshape(1)
 
 
 def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_features: int,
@@ -199,7 +201,6 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     num_rows, groups, num_k = x3.shape
     out_dtype = out_dtype or x3.dtype
     if (split_k is None and num_rows <= DECODE_KERNEL_MAX_ROWS and out_dtype == x3.dtype
-            and (x3.dtype == torch.bfloat16 or DECODE_KERNEL_FP32_X)
             and linear_decode.supports(x3, weight) and not gemm_fp8.is_interpreting()):
         return linear_decode.linear_decode(x3, weight, out_features)
     if x3.stride(2) != 1:
@@ -234,7 +235,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     kc = FP8_TILE if w_fp8 else bk
     exact = x3  # unused unless x_split > 1
     if x_split > 1:  # a device flag (no host sync): x holds only bf16 values
-        exact = linear_decode.bf16_rounding(x3)[1]
+        exact = _bf16_exact(x3)
     _linear_kernel[(num_tiles, split_k, groups)](
         x3, w, w_scale, exact, target,
         num_rows, out_features, num_k, k_per_split, num_rows * groups * out_features,

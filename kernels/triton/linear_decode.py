@@ -1,8 +1,9 @@
 """Projections at decode sizes with the weight on the MMA's M side (reference ``linear.linear`` /
 ``linear.grouped_linear``; model-spec §4.3). ``kernels/triton/linear.py`` hands it bf16 x
 against an ``Fp8BlockWeight`` at 1-``MAX_ROWS`` rows (``linear_quant_act`` passes the
-Q8_32-rounded x, exact in bf16), and, behind ``linear.DECODE_KERNEL_FP32_X``, fp32 x against a
-bf16 weight (the logit head).
+Q8_32-rounded x, exact in bf16). (fp32 x against the bf16 logit head ran here behind a switch
+until session 13: 1.3-1.7x slower than ``linear._linear_kernel``, round 54c; the head now
+passes bf16 x, commit history has that path.)
 
     out[t, g, o] = sum_k w[g * O + o, k] * x[t, g, k]
 
@@ -18,16 +19,13 @@ tile (BT = the row count rounded up to 16..128, the wgmma N side; more rows: sev
     weight tile reads all of x, 2 BT / BO bytes per weight byte);
   * split-K (fp32 partials stored t-contiguous, the accumulator's own order, then summed in
     split order by ``_splitk_sum_t_kernel``) gives the few-tile shapes (wkv: 8 tiles of 64
-    rows) enough programs to keep HBM busy;
-  * fp32 x: one bf16 dot when x holds bf16 values (a device flag), else three exact bf16
-    pieces; each BK step summed in a fresh accumulator and added in fp32 (promotion).
+    rows) enough programs to keep HBM busy.
 
 Products are exact (bf16 x bf16 in fp32) and sums fp32, as in ``linear._linear_kernel``: the
 same numbers up to summation order.
 
-Shapes: x (M, G, K) bf16 or fp32 with unit stride in K; w (G * O, K) uint8 e4m3 codes (ws
-(ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0) or bf16; out (M, G, O) in x's dtype (or the fp32
-workspace).
+Shapes: x (M, G, K) bf16 with unit stride in K; w (G * O, K) uint8 e4m3 codes (ws
+(ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0); out (M, G, O) bf16 (or the fp32 workspace).
 """
 
 from __future__ import annotations
@@ -78,36 +76,15 @@ def load_chunk(x_ptrs, w_ptrs, ws_ptrs, k, k_end, offs_k, W_FP8: tl.constexpr,
 
 
 @triton.jit
-def _decode_k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
-                   W_FP8: tl.constexpr, PIECES: tl.constexpr, PROMOTE: tl.constexpr,
-                   DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BO: tl.constexpr,
-                   BT: tl.constexpr, BK: tl.constexpr):
+def _decode_k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end, DOT_BF16: tl.constexpr,
+                   EVEN_K: tl.constexpr, BK: tl.constexpr):
     """acc [BO, BT] += w[:, k_begin:k_end] @ x^T[k_begin:k_end, :] in 32-K chunks (one scale
-    column of an FP8 weight each). PIECES 1: x is exact in bf16; 3: fp32 x as hi + mid + lo
-    bf16 pieces (exact). PROMOTE: each BK step summed in a fresh accumulator, then added in fp32
-    (the wgmma accumulator adds with truncation: fp32 outputs)."""
+    column of the FP8 weight each)."""
     for k0 in range(k_begin, k_end, BK):
-        part = tl.zeros((BO, BT), dtype=tl.float32)
         for kk in tl.static_range(0, BK, 32):
-            x, wf = load_chunk(x_ptrs, w_ptrs, ws_ptrs, k0 + kk, k_end, offs_k, W_FP8, EVEN_K,
+            x, wf = load_chunk(x_ptrs, w_ptrs, ws_ptrs, k0 + kk, k_end, offs_k, True, EVEN_K,
                                True)
-            if PIECES == 1:
-                if PROMOTE:
-                    # part - dot(w, -x): Triton folds "acc + dot(w, x, 0)" into one dot with
-                    # acc, undoing the promotion; it does not fold a subtraction
-                    part = dot_exact(wf, 0.0 - x.to(tl.float32), part, DOT_BF16)
-                else:
-                    acc = dot_exact(wf, x, acc, DOT_BF16)
-            else:
-                xf = x.to(tl.float32)
-                hi = xf.to(tl.bfloat16).to(tl.float32)
-                rest = xf - hi  # exact
-                mid = rest.to(tl.bfloat16).to(tl.float32)
-                part = dot_exact(wf, mid - rest, part, DOT_BF16)  # smallest first, negated
-                part = dot_exact(wf, 0.0 - mid, part, DOT_BF16)
-                part = dot_exact(wf, 0.0 - hi, part, DOT_BF16)
-        if PROMOTE:
-            acc -= part
+            acc = dot_exact(wf, x, acc, DOT_BF16)
     return acc
 
 
@@ -122,16 +99,12 @@ def dot_exact(a, b, acc, DOT_BF16: tl.constexpr):
 
 @triton.jit
 def _linear_decode_kernel(
-    x_ptr,  # (M, G, K) bf16, unit stride in K (X_SPLIT 3: x's bf16 rounding)
-    xf_ptr,  # X_SPLIT 3: (M, G, K) fp32 x itself, the same strides (else unused)
-    exact_ptr,  # X_SPLIT 3: bool (1,), every x is exact in bf16 (else unused)
-    w_ptr,  # (G * O, K) uint8 e4m3 codes (W_FP8) or bf16
-    ws_ptr,  # W_FP8: (ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0 (else unused)
+    x_ptr,  # (M, G, K) bf16, unit stride in K
+    w_ptr,  # (G * O, K) uint8 e4m3 codes
+    ws_ptr,  # (ceil(G * O / 32), ceil(K / 32)) uint8 ue8m0: 32x32 tiles
     out_ptr,  # (M, G, O) output, or the fp32 workspace (SPLIT_K, G, O, T_TILES * BT)
     M, O, K, k_per_split, split_stride,
     stride_xm, stride_xg, stride_wo, stride_wsr, stride_om, stride_og,
-    W_FP8: tl.constexpr,  # FP8 codes + 32x32 ue8m0 tiles; else a bf16 weight
-    X_SPLIT: tl.constexpr,  # 1: bf16 x; 3: fp32 x (one bf16 dot when exact, else 3 pieces)
     EVEN_K: tl.constexpr,  # K % BK == 0 and k_per_split % BK == 0: no K masks
     SPLIT_K: tl.constexpr,
     T_TILES: tl.constexpr,  # token tiles of BT rows (adjacent programs: one weight tile)
@@ -157,17 +130,8 @@ def _linear_decode_kernel(
     acc = tl.zeros((BO, BT), dtype=tl.float32)
     k_begin = split * k_per_split
     k_end = tl.minimum(k_begin + k_per_split, K)
-    if X_SPLIT == 3:
-        # a uniform branch around the whole K loop keeps both loops pipelined
-        if tl.load(exact_ptr) != 0:
-            acc = _decode_k_loop(acc, x_ptr + x_off, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
-                                 W_FP8, 1, True, DOT_BF16, EVEN_K, BO, BT, BK)
-        else:
-            acc = _decode_k_loop(acc, xf_ptr + x_off, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
-                                 W_FP8, 3, True, DOT_BF16, EVEN_K, BO, BT, BK)
-    else:
-        acc = _decode_k_loop(acc, x_ptr + x_off, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
-                             W_FP8, 1, False, DOT_BF16, EVEN_K, BO, BT, BK)
+    acc = _decode_k_loop(acc, x_ptr + x_off, w_ptrs, ws_ptrs, offs_k, k_begin, k_end,
+                         DOT_BF16, EVEN_K, BK)
 
     if SPLIT_K > 1:  # workspace (SPLIT_K, G, O, T_TILES * BT): t contiguous (the accumulator's)
         out_ptrs = (out_ptr + split.to(tl.int64) * split_stride
@@ -197,7 +161,7 @@ def _splitk_sum_t_kernel(ws_ptr, out_ptr, M, O, split_stride, stride_om, stride_
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def decode_config(num_rows: int, interpret: bool = False, fp32_x: bool = False) -> dict:
+def decode_config(num_rows: int, interpret: bool = False) -> dict:
     """Tiles per row class (no autotune, kernels.md §3.3 rule 3). bf16 x: BT = rows rounded up
     to 16..256 (one token tile); BO 64 (one warpgroup), BK 32 (one scale column per pipeline
     step), 4 stages, split-K for 2 waves of programs. H200, the slice's seven projections one
@@ -207,34 +171,23 @@ def decode_config(num_rows: int, interpret: bool = False, fp32_x: bool = False) 
     5-40 % slower at every row count. Above 128 rows: token tiles of 128 (BT 256 takes 190
     registers, 2 programs per SM; BT 128 116, 4): 264.4 -> 245.9 µs at 256 rows (session 13
     round 57a; 8 warps on BT 256, BO 128, one wave, 6 stages: 7-30 % slower), and split-K for
-    3 waves: 246.3 -> 232.7 (round 58a; BT 64, BK 64, 3 / 5 stages: slower). fp32 x (the
-    logit head, promoted per BK step: a second accumulator): token tiles of at most 128 rows,
-    BK 64, 3 stages (round 54c: 1.3-1.7x slower than ``linear._linear_kernel``, so off)."""
+    3 waves: 246.3 -> 232.7 (round 58a; BT 64, BK 64, 3 / 5 stages: slower)."""
     bt = min(MAX_ROWS, max(16, triton.next_power_of_2(max(num_rows, 1))))
     if interpret:
         return dict(BO=32, BT=min(bt, 64), BK=32, num_warps=4, num_stages=1, waves=1)
-    if fp32_x:
-        return dict(BO=64, BT=min(bt, 128), BK=64, num_warps=4, num_stages=3, waves=1)
     return dict(BO=64, BT=min(bt, 128), BK=32, num_warps=4, num_stages=4,
                 waves=3 if num_rows > 128 else 2)
 
 
 def supports(x3: torch.Tensor, weight: Any) -> bool:
-    """x (M, G, K) with 1 <= M <= MAX_ROWS on a CUDA device: bf16 x against an Fp8BlockWeight,
-    or fp32 x against an Fp8BlockWeight or a bf16 weight (the logit head)."""
-    if not (x3.is_cuda and 0 < x3.shape[0] <= MAX_ROWS and x3.shape[2] > 0):
-        return False
-    if isinstance(weight, Fp8BlockWeight):
-        return x3.dtype in (torch.bfloat16, torch.float32)
-    return (isinstance(weight, torch.Tensor) and weight.dtype == torch.bfloat16
-            and x3.dtype == torch.float32)
+    """``accepts`` on a CUDA device (the kernel's dispatch from ``linear``)."""
+    return x3.is_cuda and accepts(x3, weight)
 
 
-def bf16_rounding(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x's bf16 rounding and a device flag bool (1,): whether it is exact (every x holds a
-    bf16 value: the logit head's ``y.float()``) — torch ops, no host sync."""
-    xb = x.to(torch.bfloat16)
-    return xb, (x == xb.to(x.dtype)).all().reshape(1)
+def accepts(x3: torch.Tensor, weight: Any) -> bool:
+    """bf16 x (M, G, K) with 1 <= M <= MAX_ROWS against an Fp8BlockWeight."""
+    return (0 < x3.shape[0] <= MAX_ROWS and x3.shape[2] > 0 and x3.dtype == torch.bfloat16
+            and isinstance(weight, Fp8BlockWeight))
 
 
 def weight_operands(weight: Fp8BlockWeight | torch.Tensor, who: str
@@ -248,31 +201,25 @@ def weight_operands(weight: Fp8BlockWeight | torch.Tensor, who: str
     return w, w, False
 
 
-def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_features: int,
+def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
                   split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
-    """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in x3's dtype, any
-    M (token tiles of at most MAX_ROWS rows; the engine sends it 1-MAX_ROWS, ``supports``):
-    bf16 x against FP8 block weights, or fp32 x against FP8 or bf16 weights (one bf16 dot per
-    chunk when x holds bf16 values — a device-side flag, no host sync — else three exact bf16
-    pieces; each BK step promoted into the fp32 accumulator). ``config`` replaces
-    ``decode_config``'s entries (benchmarks: bench/gemm_decode.py)."""
+    """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
+    bf16, any M (token tiles of at most MAX_ROWS rows; the engine sends it 1-MAX_ROWS,
+    ``supports``). ``config`` replaces ``decode_config``'s entries (bench/gemm_decode.py)."""
     num_rows, groups, num_k = x3.shape
-    assert x3.dtype in (torch.bfloat16, torch.float32), f"linear_decode: x is {x3.dtype}"
-    fp32_x = x3.dtype == torch.float32
+    assert x3.dtype == torch.bfloat16, f"linear_decode: x is {x3.dtype}, expected bf16"
     w, w_scale, w_fp8 = weight_operands(weight, "linear_decode")
-    assert w_fp8 or (w.dtype == torch.bfloat16 and fp32_x), \
-        "linear_decode: a plain weight must be bf16, against fp32 x"
+    assert w_fp8, "linear_decode: the weight must be an Fp8BlockWeight"
     assert w.dim() == 2 and w.shape[0] == groups * out_features and w.shape[1] == num_k, \
         f"linear_decode: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
     assert w.stride(1) == 1, "linear_decode: the weight must be row-major"
     interpret = gemm_fp8.is_interpreting()
-    cfg = {**decode_config(num_rows, interpret, fp32_x), **(config or {})}
+    cfg = {**decode_config(num_rows, interpret), **(config or {})}
     out = torch.empty((num_rows, groups, out_features), dtype=x3.dtype, device=x3.device)
     if num_rows == 0 or out_features == 0 or groups == 0:
         return out
-    if fp32_x or x3.stride(2) != 1:  # fp32: its bf16 copy below shares these strides
+    if x3.stride(2) != 1:
         x3 = x3.contiguous()
-    xb, exact = bf16_rounding(x3) if fp32_x else (x3, x3)  # bf16 x: the flag unused
     bk, bt = cfg["BK"], cfg["BT"]
     t_tiles = triton.cdiv(num_rows, bt)
     num_tiles = triton.cdiv(out_features, cfg["BO"]) * groups * t_tiles
@@ -286,10 +233,9 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_f
         target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
                              device=x3.device)
     _linear_decode_kernel[(triton.cdiv(out_features, cfg["BO"]) * t_tiles, split_k, groups)](
-        xb, x3, exact, w, w_scale, target, num_rows, out_features, num_k, k_per_split,
+        x3, w, w_scale, target, num_rows, out_features, num_k, k_per_split,
         groups * out_features * ws_row, x3.stride(0), x3.stride(1), w.stride(0),
-        w_scale.stride(0) if w_fp8 else 0, out.stride(0), out.stride(1),
-        W_FP8=w_fp8, X_SPLIT=3 if fp32_x else 1,
+        w_scale.stride(0), out.stride(0), out.stride(1),
         EVEN_K=num_k % bk == 0 and k_per_split % bk == 0, SPLIT_K=split_k, T_TILES=t_tiles,
         BO=cfg["BO"], BT=bt, BK=bk, DOT_BF16=not interpret, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"])
@@ -306,29 +252,23 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor, out_f
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): bf16 x
     against FP8 weights for every row class at V4.1-Flash shapes (K = 5120), split and not, and
-    a 4,096-row call (16 token tiles: the prefill-size variant bench/gemm_prefill_choice.py
-    times); the logit head (fp32 x, bf16 weight, 64 and 256 rows: two token tiles); wgmma, no
-    spills."""
+    a 4,096-row call (32 token tiles: the prefill-size variant bench/gemm_prefill_choice.py
+    times); wgmma, no spills."""
     cases = []
-    for rows, split_k, fp32_x in ((1, 4, False), (16, 1, False), (64, 2, False),
-                                  (128, 2, False), (256, 1, False), (256, 4, False),
-                                  (4096, 1, False), (64, 1, True), (256, 1, True)):
-        cfg = decode_config(rows, fp32_x=fp32_x)
-        x_ty = "*fp32" if fp32_x else "*bf16"
+    for rows, split_k in ((1, 4), (16, 1), (64, 2), (128, 2), (256, 1), (256, 4), (4096, 1)):
+        cfg = decode_config(rows)
         cases.append({
-            "id": f"linear_decode_rows{rows}_split{split_k}{'_head' if fp32_x else ''}",
+            "id": f"linear_decode_rows{rows}_split{split_k}",
             "module": __name__, "kernel": "_linear_decode_kernel",
-            "signature": {"x_ptr": "*bf16", "xf_ptr": x_ty, "exact_ptr": "*i1",
-                          "w_ptr": "*bf16" if fp32_x else "*u8", "ws_ptr": "*u8",
-                          "out_ptr": "*fp32" if split_k > 1 else x_ty,
+            "signature": {"x_ptr": "*bf16", "w_ptr": "*u8", "ws_ptr": "*u8",
+                          "out_ptr": "*fp32" if split_k > 1 else "*bf16",
                           "M": "i32", "O": "i32", "K": "i32", "k_per_split": "i32",
                           "split_stride": "i32", "stride_xm": "i32", "stride_xg": "i32",
                           "stride_wo": "i32", "stride_wsr": "i32", "stride_om": "i32",
                           "stride_og": "i32"},
-            "constexprs": {"W_FP8": not fp32_x, "X_SPLIT": 3 if fp32_x else 1, "EVEN_K": True,
-                           "SPLIT_K": split_k, "T_TILES": triton.cdiv(rows, cfg["BT"]),
-                           "BO": cfg["BO"], "BT": cfg["BT"], "BK": cfg["BK"],
-                           "DOT_BF16": True},
+            "constexprs": {"EVEN_K": True, "SPLIT_K": split_k,
+                           "T_TILES": triton.cdiv(rows, cfg["BT"]), "BO": cfg["BO"],
+                           "BT": cfg["BT"], "BK": cfg["BK"], "DOT_BF16": True},
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
             "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})

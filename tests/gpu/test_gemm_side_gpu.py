@@ -508,16 +508,6 @@ def test_linear_head_gpu(num_tokens):
             assert out.dtype == torch.float32
             _row("linear head bf16 x fp32 out", f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s",
                  _rel(out, ref), 1e-5, ms, 2.0 * num_tokens * V41_VOCAB * V41_HEAD_HIDDEN)
-        # the same on linear_decode (the weight on the MMA's M side; off by default:
-        # linear.DECODE_KERNEL_FP32_X until this timing says it is faster)
-        from deepinfer.kernels.triton import linear_decode
-
-        with nan_poisoned_allocations():
-            out = linear_decode.linear_decode(xs[:, None, :], w, V41_VOCAB)[:, 0]
-        ms = _ms(lambda xs=xs: linear_decode.linear_decode(xs[:, None, :], w, V41_VOCAB))
-        gbps = w.numel() * 2 / (ms * 1e-3) / 1e9
-        _row(f"{name} (linear_decode)", f"N{num_tokens} O{V41_VOCAB} {gbps:.0f}GB/s",
-             _rel(out, ref), 1e-5, ms, 2.0 * num_tokens * V41_VOCAB * V41_HEAD_HIDDEN)
 
 
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])

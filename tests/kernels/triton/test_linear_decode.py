@@ -49,42 +49,22 @@ def test_matches_the_reference(rows, groups, split_k, config):
     assert _rel(out, same_products) < 1e-3
 
 
-@pytest.mark.parametrize("rows,fp8,bf16_valued,split_k", [
-    (3, False, True, None),  # the logit head's form: bf16-valued fp32 x, bf16 weight
-    (70, False, False, None),  # general fp32 x: three exact bf16 pieces; 2 token tiles
-    (130, True, False, 2),  # fp32 x against FP8 blocks, 3 token tiles, split-K
-])
-def test_fp32_x_matches_the_reference(rows, fp8, bf16_valued, split_k):
-    """fp32 outputs: every product exact, fp32 sums promoted per BK step: 1e-6 against fp64
-    (the interpreter's truncating bf16 casts cannot matter: the pieces are exact either way)."""
-    g = torch.Generator().manual_seed(rows)
-    out_features, k = 80, 128
-    x = torch.randn(rows, 1, k, generator=g)
-    if bf16_valued:
-        x = x.to(torch.bfloat16).float()
-    w = (random_fp8_weight(out_features, k, rows, WEIGHT_RANGE) if fp8
-         else (torch.randn(out_features, k, generator=g) * 0.05).to(torch.bfloat16))
-    if rows > 64:  # several token tiles under the interpreter's config
-        assert linear_decode.decode_config(rows, interpret=True)["BT"] < rows
-    out = linear_decode.linear_decode(x, w, out_features, split_k=split_k)
-    assert out.shape == (rows, 1, out_features) and out.dtype == torch.float32
-    assert _rel(out, ref_linear.linear(x[:, 0], w)[:, None]) < 1e-6
-
-
 def test_supports_only_decode_sizes_of_its_forms():
     w = random_fp8_weight(64, 64, 0)
     x = torch.zeros(linear_decode.MAX_ROWS + 1, 1, 64, dtype=torch.bfloat16)
-    assert not linear_decode.supports(x, w)  # CPU and too many rows
-    assert not linear_decode.supports(x[:3], torch.zeros(64, 64))  # an fp32 weight
+    assert linear_decode.accepts(x[:3], w) and linear_decode.accepts(x[:-1], w)
+    assert not linear_decode.supports(x[:3], w)  # on the CPU
+    assert not linear_decode.accepts(x, w)  # too many rows
+    assert not linear_decode.accepts(x[:0], w)  # none
+    assert not linear_decode.accepts(x[:3], torch.zeros(64, 64))  # a plain weight
+    assert not linear_decode.accepts(x[:3].float(), w)  # fp32 x: linear._linear_kernel's
 
 
 def test_decode_config_covers_every_row_count():
     seen = set()
     for rows in range(1, linear_decode.MAX_ROWS + 1):
-        cfg = linear_decode.decode_config(rows)  # token tiles of <= 128 rows (both)
+        cfg = linear_decode.decode_config(rows)  # token tiles of <= 128 rows
         assert cfg["BT"] in (16, 32, 64, 128) and cfg["BT"] >= min(rows, 128)
-        head = linear_decode.decode_config(rows, fp32_x=True)
-        assert head["BT"] in (16, 32, 64, 128) and head["BT"] >= min(rows, 128)
         assert cfg["BO"] == 64 * (cfg["num_warps"] // 4)  # 64 weight rows per warpgroup
         assert cfg["BK"] % 32 == 0  # whole scale columns per step
         seen.add(cfg["BT"])
