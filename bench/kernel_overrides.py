@@ -149,14 +149,14 @@ def apply(attention_config: str | None, moe_configs: list[str],
         moe_experts.moe_config = with_overrides
 
 
-def set_w4a8_decode_variant(text: str) -> None:
+def set_w4a8_decode_variant(text: str, flag: str = "--w4a8-decode-variant") -> None:
     """PREFETCH:GATED_CAP:DOWN_CAP -> moe_gluon_w4a8.DECODE_PREFETCH and its register caps
-    (every block size); a malformed value exits naming the flag."""
+    (every block size); a malformed value exits naming ``flag``."""
     from deepinfer.kernels.triton import moe_gluon_w4a8
     parts = text.split(":")
     if len(parts) != 3 or parts[0] not in ("0", "1") or not all(
             p == "-" or p.isdigit() for p in parts[1:]):
-        raise SystemExit(f"--w4a8-decode-variant {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP "
+        raise SystemExit(f"{flag} {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP "
                          "with PREFETCH 0 or 1 and caps in registers or '-', e.g. 0:-:72")
     caps = {gated: None if p == "-" else int(p) for gated, p in ((True, parts[1]),
                                                                  (False, parts[2]))}

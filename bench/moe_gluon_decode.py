@@ -157,10 +157,14 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
         if variant == "default":
             label = f"{stages} stages"
         elif variant.startswith("module="):  # another copy of the kernel module (an A/B)
-            kmod = importlib.import_module(f"deepinfer.kernels.triton.{variant[7:]}")
+            try:
+                kmod = importlib.import_module(f"deepinfer.kernels.triton.{variant[7:]}")
+            except ImportError as e:
+                raise SystemExit(f"--w4a8-variants {variant!r}: no module "
+                                 f"kernels/triton/{variant[7:]}.py ({e})") from None
             label = f"{stages} stages, {variant[7:]}"
         else:
-            kernel_overrides.set_w4a8_decode_variant(variant)
+            kernel_overrides.set_w4a8_decode_variant(variant, "--w4a8-variants")
             label = f"{stages} stages, variant {variant}"
         pairs, blocks = moe_align.align_pairs(ids, moe_decode.EXPERTS, bm)
         gated = functools.partial(kmod.w4a8_decode_gemm, xc, xs, words8[0],
