@@ -12,11 +12,14 @@ part of a kernel's cost), activations quantized once outside the graph.
 Variant syntax: ``BMxBNxBK:stages:warps:split`` (split 0 = gemm_q8's own choice: ``choose_split_k``
 up to 64 rows; ``wN``: ``split_k_for_waves`` with N waves of programs, per shape), ``default``
 (``gemm_config``), ``bf16[:wN]`` (the registered prefill path: Q8_32-rounded x in bf16 against
-the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles), or
+the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles;
+``bf16:BMxBNxBK:stages:warps:wN`` on those tiles instead), or
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
 rows on N in token tiles of BT; ``decode_config``'s tiles, or these).
-Prints µs per call, GB/s, η = roofline / time, and the relative difference to the default's
-output (same products, fp32 sums in another order).
+Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
+rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
+bound), and the relative difference to the default's output (same products, fp32 sums in
+another order).
 """
 
 from __future__ import annotations
@@ -52,6 +55,12 @@ def parse_variant(text: str) -> dict | str:
                         waves=float(waves[1:]), **({"BT": bt[0]} if bt else {}))
         if text.startswith("bf16:w"):
             return dict(bf16=True, waves=float(text[len("bf16:w"):]))
+        if text.startswith("bf16:"):  # linear's rows-on-M tiles: BMxBNxBK:stages:warps:wN
+            _, tile, stages, warps, waves = text.split(":")
+            bm, bn, bk = (int(v) for v in tile.split("x"))
+            return dict(bf16=True, waves=float(waves[1:]),
+                        config=dict(BM=bm, BN=bn, BK=bk, GROUP_M=8, num_warps=int(warps),
+                                    num_stages=int(stages)))
         tile, stages, warps, split = text.split(":")
         bm, bn, bk = (int(v) for v in tile.split("x"))
         waves = float(split[1:]) if split.startswith("w") else None
@@ -59,7 +68,8 @@ def parse_variant(text: str) -> dict | str:
                     num_stages=int(stages), split=0 if waves else int(split), waves=waves)
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
-                 "(split an int or wN), 'default', 'bf16[:wN]' or "
+                 "(split an int or wN), 'default', 'bf16[:wN]', "
+                 "'bf16:BMxBNxBK:stages:warps:wN' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
@@ -80,10 +90,13 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
     if variant == "bf16" or isinstance(variant, dict) and variant.get("bf16"):
         xr = quant_act.fake_quant_fp8_block32(x)
         split = None
-        if variant != "bf16":  # linear's >64-row tile: 128x128, BK=64
-            cfg = linear.linear_config(m, 1, True)
+        if variant != "bf16":  # linear's >64-row tile (128x128, BK=64) or the variant's
+            cfg = {**linear.linear_config(m, 1, True), **variant.get("config", {})}
             tiles = triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"])
             split = gemm_fp8.split_k_for_waves(tiles, k, cfg["BK"], variant["waves"])
+            if "config" in variant:
+                return lambda: linear._launch(xr[:, None, :], w, n, split_k=split,
+                                              config=variant["config"]).view(m, n)
         return lambda: linear.linear(xr, w, split_k=split)
     codes, scale = quant_act.quant_q8_32(x)
     if variant == "default":
@@ -115,11 +128,12 @@ def main() -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: nothing to measure (use --smoke on a CPU)", file=sys.stderr)
         return 2
-    hbm = None
+    hbm = bf16 = None
     if device == "cuda":
-        hbm = roofline().measure_ceilings()["hbm_bytes_per_s"]
-        print(f"versions {versions()}\nHBM (copy) {hbm / 1e12:.2f} TB/s; "
-              f"CUDA graphs of {args.reps} launches per timing")
+        ceilings = roofline().measure_ceilings()
+        hbm, bf16 = ceilings["hbm_bytes_per_s"], ceilings["bf16_flops_per_s"]
+        print(f"versions {versions()}\nHBM (copy) {hbm / 1e12:.2f} TB/s, bf16 "
+              f"{bf16 / 1e12:.0f} TFLOP/s; CUDA graphs of {args.reps} launches per timing")
     g = torch.Generator(device=device).manual_seed(3)
     total = {}
     print("| shape | rows | variant | µs | GB/s | η | rel diff vs default |")
@@ -141,7 +155,7 @@ def main() -> int:
                     print(f"| {name} | {m} | {text} | - | - | - | {diff:.1e} |")
                     continue
                 us = roofline().graph_us(call, args.reps)
-                roof_us = n_bytes / hbm * 1e6
+                roof_us = max(n_bytes / hbm, 2 * m * n * k / bf16) * 1e6
                 acc = total.setdefault((m, text), [0.0, 0.0, 0])
                 acc[0] += us
                 acc[1] += roof_us

@@ -48,14 +48,35 @@ def attention_call(num_queries: int, context: int):
                                                           sink, DIM ** -0.5)
 
 
+def projection_call(num_rows: int, shape: str, variant: str):
+    from gemm_decode import SHAPES, make_call, parse_variant
+
+    from deepinfer.kernels.triton import gemm_fp8
+
+    dims = {name: (k, n) for name, k, n in SHAPES}
+    if shape not in dims:
+        sys.exit(f"ncu_probe: --shape {shape!r} is not one of {sorted(dims)}")
+    k, n = dims[shape]
+    g = torch.Generator(device="cuda").manual_seed(3)
+    w = gemm_fp8.pack_fp8_weight(torch.randn(n, k, generator=g, device="cuda") * 0.02)
+    x = torch.randn(num_rows, k, generator=g, device="cuda").to(torch.bfloat16)
+    return make_call(parse_variant(variant), x, w)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kernel", choices=("experts", "experts-w4a8", "attention"))
+    ap.add_argument("kernel", choices=("experts", "experts-w4a8", "attention", "projection"))
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--context", type=int, default=4096)
+    ap.add_argument("--shape", default="wo_b", help="projection: a bench/gemm_decode.py shape")
+    ap.add_argument("--variant", default="wm", help="projection: a bench/gemm_decode.py variant")
     args = ap.parse_args()
-    call = (experts_call(args.tokens, args.kernel == "experts-w4a8")
-            if args.kernel.startswith("experts") else attention_call(args.tokens, args.context))
+    if args.kernel == "projection":
+        call = projection_call(args.tokens, args.shape, args.variant)
+    elif args.kernel.startswith("experts"):
+        call = experts_call(args.tokens, args.kernel == "experts-w4a8")
+    else:
+        call = attention_call(args.tokens, args.context)
     for _ in range(2):
         call()
     torch.cuda.synchronize()

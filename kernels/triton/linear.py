@@ -195,12 +195,15 @@ def _bf16_exact(x: torch.Tensor) -> torch.Tensor:
 
 
 def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_features: int,
-            split_k: int | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+            split_k: int | None = None, out_dtype: torch.dtype | None = None,
+            config: dict | None = None) -> torch.Tensor:
     """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in ``out_dtype``
-    (default x3's dtype)."""
+    (default x3's dtype). ``config`` replaces ``linear_config``'s entries and keeps the call on
+    ``_linear_kernel`` (bench/gemm_decode.py's tilings)."""
     num_rows, groups, num_k = x3.shape
     out_dtype = out_dtype or x3.dtype
-    if (split_k is None and num_rows <= DECODE_KERNEL_MAX_ROWS and out_dtype == x3.dtype
+    if (split_k is None and config is None and num_rows <= DECODE_KERNEL_MAX_ROWS
+            and out_dtype == x3.dtype
             and linear_decode.supports(x3, weight) and not gemm_fp8.is_interpreting()):
         return linear_decode.linear_decode(x3, weight, out_features)
     if x3.stride(2) != 1:
@@ -211,7 +214,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     interpret = gemm_fp8.is_interpreting()
     bf16_exact_w = w_fp8 or w.dtype == torch.bfloat16
     x_split = _X_SPLIT.get(x3.dtype, 0) if bf16_exact_w else 0
-    cfg = linear_config(num_rows, x_split, w_fp8, interpret, out_features)
+    cfg = {**linear_config(num_rows, x_split, w_fp8, interpret, out_features), **(config or {})}
     out = torch.empty((num_rows, groups, out_features), dtype=out_dtype, device=x3.device)
     if num_rows == 0 or out_features == 0 or groups == 0:
         return out
