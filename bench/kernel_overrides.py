@@ -25,6 +25,8 @@ measures the variants alone, then the best end to end.
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
                                                    the decode launch (BM 16, tf32x3), more on
                                                    the prefill one (BM 64, bf16x3)
+    --mhc-finalize-block-m N                       the mHC finalize's token block (a power
+                                                   of two, 1..64)
     --shared-expert-max-rows N                     the shared expert on the dense projection
                                                    kernels up to N rows (shared_expert.py;
                                                    more: the grouped 1-expert GEMM)
@@ -60,6 +62,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mhc-decode-max-tokens", type=int, default=None,
                     help="mHC coefficient calls up to this many tokens on the decode launch "
                     "(default: mhc.COEFFS_DECODE_MAX_TOKENS)")
+    ap.add_argument("--mhc-finalize-block-m", type=int, default=None,
+                    help="the mHC finalize's token block (default: "
+                    "mhc.COEFFS_FINALIZE_BLOCK_M)")
     ap.add_argument("--shared-expert-max-rows", type=int, default=None,
                     help="the shared expert on the dense projection kernels up to this many "
                     "rows (default: shared_expert.MAX_ROWS)")
@@ -69,7 +74,7 @@ def apply_args(args: argparse.Namespace) -> None:
     """``apply`` with the flags ``add_arguments`` defined (decode.py, prefill.py)."""
     apply(args.attention_config, args.moe_config, args.linear_decode_rows,
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
-          args.w4a8_decode_variant, args.index_paged_kernel)
+          args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -78,7 +83,8 @@ def apply(attention_config: str | None, moe_configs: list[str],
           mhc_decode_max_tokens: int | None = None,
           w4a8_decode_bm: int | None = None,
           w4a8_decode_variant: str | None = None,
-          index_paged_kernel: str | None = None) -> None:
+          index_paged_kernel: str | None = None,
+          mhc_finalize_block_m: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if index_paged_kernel is not None:
@@ -93,6 +99,12 @@ def apply(attention_config: str | None, moe_configs: list[str],
         if mhc_decode_max_tokens < 0:
             raise SystemExit(f"--mhc-decode-max-tokens {mhc_decode_max_tokens}: expected >= 0")
         mhc.COEFFS_DECODE_MAX_TOKENS = mhc_decode_max_tokens
+    if mhc_finalize_block_m is not None:
+        from deepinfer.kernels.triton import mhc
+        bm = mhc_finalize_block_m
+        if not (1 <= bm <= 64 and bm & (bm - 1) == 0):
+            raise SystemExit(f"--mhc-finalize-block-m {bm}: expected a power of two, 1..64")
+        mhc.COEFFS_FINALIZE_BLOCK_M = bm
     if shared_expert_max_rows is not None:
         from deepinfer.kernels.triton import shared_expert
         if shared_expert_max_rows < 0:

@@ -239,6 +239,12 @@ COEFFS_BLOCK_M = 16  # decode
 COEFFS_NUM_WARPS = 4
 COEFFS_BLOCK_M_PREFILL = 64
 COEFFS_NUM_WARPS_PREFILL = 4  # one warpgroup per 64 tokens
+# ``_hc_finalize_kernel``'s token block, whatever the coefficients' BM: it sums the split
+# partials and runs the Sinkhorn epilogue, a serial loop per token block — at the prefill
+# launch's BM 64 a 256-token decode step's finalize ran in 4 programs (session 13 round 57b:
+# 122 -> 553 µs per step), so the prefill launch's 2.5x faster coefficients (850 -> 334 µs)
+# bought nothing.
+COEFFS_FINALIZE_BLOCK_M = 16
 
 
 def coeffs_config(num_tokens: int, interpret: bool = False) -> dict:
@@ -246,13 +252,13 @@ def coeffs_config(num_tokens: int, interpret: bool = False) -> dict:
     above, read at call time; the interpreter: small, fp32 "ieee")."""
     if interpret:
         return dict(BM=16, BK=32, num_warps=4, num_stages=1, target_programs=2,
-                    precision="ieee", fn_parts=COEFFS_FN_PARTS)
+                    precision="ieee", fn_parts=COEFFS_FN_PARTS, finalize_BM=8)
     prefill = num_tokens > COEFFS_DECODE_MAX_TOKENS
     return dict(BM=COEFFS_BLOCK_M_PREFILL if prefill else COEFFS_BLOCK_M, BK=COEFFS_BLOCK_K,
                 num_warps=COEFFS_NUM_WARPS_PREFILL if prefill else COEFFS_NUM_WARPS,
                 num_stages=COEFFS_NUM_STAGES, target_programs=COEFFS_TARGET_PROGRAMS,
                 precision=COEFFS_PRECISION if prefill else COEFFS_PRECISION_DECODE,
-                fn_parts=COEFFS_FN_PARTS)
+                fn_parts=COEFFS_FN_PARTS, finalize_BM=COEFFS_FINALIZE_BLOCK_M)
 
 
 def split_bf16_parts(fn: torch.Tensor, parts: int = COEFFS_FN_PARTS) -> list[torch.Tensor]:
@@ -320,9 +326,10 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
         float(hc_eps), SPLIT=split, PRECISION=precision, FN_PARTS=cfg["fn_parts"], BM=cfg["BM"],
         BK=cfg["BK"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     if split > 1:
-        _hc_finalize_kernel[(num_m_blocks,)](
+        fin_bm = cfg["finalize_BM"]
+        _hc_finalize_kernel[(triton.cdiv(num_tokens, fin_bm),)](
             ws, scale, base, pre, post, comb, num_tokens, num_k, float(norm_eps), float(hc_eps),
-            SPLIT=split, BM=cfg["BM"], num_warps=4, **common)
+            SPLIT=split, BM=fin_bm, num_warps=4, **common)
     return pre, post, comb
 
 

@@ -58,6 +58,9 @@ def test_hc_coeffs_config_by_token_count(monkeypatch):
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M_PREFILL,
                                                  tri_mhc.COEFFS_NUM_WARPS_PREFILL)
         assert cfg["BM"] >= 64 and cfg["BM"] % 64 == 0 and cfg["precision"] == "bf16x3"
+    # the finalize keeps small token blocks at every count (its programs are serial loops)
+    for n in (1, 64, limit, limit + 1, 4096):
+        assert tri_mhc.coeffs_config(n)["finalize_BM"] == tri_mhc.COEFFS_FINALIZE_BLOCK_M == 16
     # split-K still fills the GPU at decode; 4K prefill: 64 blocks x 8 splits = 512 programs
     assert tri_mhc.coeffs_split(64, k, tri_mhc.coeffs_config(64)) == 32
     assert tri_mhc.coeffs_split(4096, k, tri_mhc.coeffs_config(4096)) == 8
@@ -219,7 +222,7 @@ def test_sm90_compile(sm90_compile):
                        "K": "i32", "norm_eps": "fp32", "hc_eps": "fp32"},
          "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20,
                         "SPLIT": tri_mhc.coeffs_split(prefill, V41_HC * V41_HIDDEN, pcfg),
-                        "BM": pcfg["BM"]},
+                        "BM": pcfg["finalize_BM"]},
          "num_warps": 4, "num_stages": 1},
         {"id": "hc_expand_s4", "module": "deepinfer.kernels.triton.mhc",
          "kernel": "_hc_expand_kernel",
