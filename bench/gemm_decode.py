@@ -15,7 +15,9 @@ up to 64 rows; ``wN``: ``split_k_for_waves`` with N waves of programs, per shape
 the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles;
 ``bf16:BMxBNxBK:stages:warps:wN`` on those tiles instead), or
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
-rows on N in token tiles of BT; ``decode_config``'s tiles, or these).
+rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or ``gl[:WG:BT:STAGES:wN]``
+(``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one TMA-fed token tile of BT;
+``wide_config``'s launch, or this).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -45,9 +47,13 @@ DEFAULT_VARIANTS = ("default,bf16,64x64x128:6:4:0,64x32x128:6:4:0,64x128x128:4:4
 
 def parse_variant(text: str) -> dict | str:
     """``BMxBNxBK:stages:warps:split`` -> gemm_q8 config (+ "split"), or the name itself."""
-    if text in ("default", "bf16", "wm"):
+    if text in ("default", "bf16", "wm", "gl"):
         return text
     try:
+        if text.startswith("gl:"):  # linear_wide: WG:BT:STAGES:wN
+            _, wg, bt, stages, waves = text.split(":")
+            return dict(gl=True, WG=int(wg), BT=int(bt), STAGES=int(stages),
+                        waves=float(waves[1:]))
         if text.startswith("wm:"):  # linear_decode: BOxBK[xBT]:stages:warps:wN
             _, tile, stages, warps, waves = text.split(":")
             bo, bk, *bt = (int(v) for v in tile.split("x"))
@@ -69,7 +75,7 @@ def parse_variant(text: str) -> dict | str:
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
-                 "'bf16:BMxBNxBK:stages:warps:wN' or "
+                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT:STAGES:wN]' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
@@ -81,6 +87,12 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
 
     m, k = x.shape
     n = w.codes.shape[0]
+    if variant == "gl" or isinstance(variant, dict) and variant.get("gl"):
+        from deepinfer.kernels.triton import linear_wide
+
+        xr = quant_act.fake_quant_fp8_block32(x)[:, None, :]
+        cfg = None if variant == "gl" else {key: v for key, v in variant.items() if key != "gl"}
+        return lambda: linear_wide.linear_wide(xr, w, n, config=cfg).view(m, n)
     if variant == "wm" or isinstance(variant, dict) and variant.get("wm"):
         from deepinfer.kernels.triton import linear_decode
 

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights, dense
-from deepinfer.kernels.triton import gemm_fp8, linear_decode, quant_act
+from deepinfer.kernels.triton import gemm_fp8, linear_decode, linear_wide, quant_act
 
 FP8_TILE = 32
 NUM_SMS = 132  # H200
@@ -189,6 +189,23 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
 DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
 
 
+# bf16 x against FP8 block weights from this many rows to ``linear_wide.MAX_ROWS`` (on an SM90
+# GPU) runs ``linear_wide`` (Gluon: WG warpgroups share one TMA-fed token tile) instead of
+# ``linear_decode``; 0 turns it off (the default until a device round times it end to end:
+# bench/kernel_overrides.py --linear-wide-rows).
+WIDE_MIN_ROWS = 0
+
+
+def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
+    """Whether ``linear_wide`` takes this call (``WIDE_MIN_ROWS``, an SM90 GPU, its shapes)."""
+    rows = x3.shape[0]
+    if not (WIDE_MIN_ROWS and WIDE_MIN_ROWS <= rows <= linear_wide.MAX_ROWS and x3.is_cuda):
+        return False
+    cfg = linear_wide.wide_config(rows)
+    return (torch.cuda.get_device_capability(x3.device)[0] == 9
+            and linear_wide.accepts(x3, weight, out_features, cfg["WG"]))
+
+
 def _bf16_exact(x: torch.Tensor) -> torch.Tensor:
     """A device flag bool (1,): whether every x holds a bf16 value — torch ops, no host sync."""
     return (x == x.to(torch.bfloat16).to(x.dtype)).all().reshape(1)
@@ -205,6 +222,8 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     if (split_k is None and config is None and num_rows <= DECODE_KERNEL_MAX_ROWS
             and out_dtype == x3.dtype
             and linear_decode.supports(x3, weight) and not gemm_fp8.is_interpreting()):
+        if _wide_applies(x3, weight, out_features):
+            return linear_wide.linear_wide(x3, weight, out_features)
         return linear_decode.linear_decode(x3, weight, out_features)
     if x3.stride(2) != 1:
         x3 = x3.contiguous()

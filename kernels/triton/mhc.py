@@ -234,7 +234,11 @@ COEFFS_FN_PARTS = 3  # bf16 terms of fn under bf16x3: 3 exact, 2 keep ~17 bits
 COEFFS_BLOCK_K = 64
 COEFFS_NUM_STAGES = 4
 COEFFS_TARGET_PROGRAMS = 528
-COEFFS_DECODE_MAX_TOKENS = 256  # up to here the decode launch, above it the prefill launch
+# up to here the decode launch, above it the prefill launch. Session 14 round 63a (finalize at
+# BM 16): 256-token decode steps 848 + 122 -> 342 + 125 µs per step (coefficients + finalize);
+# 64 tokens on the prefill launch were slower (278 -> 323), so 65-128 stay on the decode one
+# (the standalone bench: 0.150 vs 0.141 ms at 128 tokens, within noise).
+COEFFS_DECODE_MAX_TOKENS = 128
 COEFFS_BLOCK_M = 16  # decode
 COEFFS_NUM_WARPS = 4
 COEFFS_BLOCK_M_PREFILL = 64

@@ -29,16 +29,25 @@ _CHILD = textwrap.dedent(r"""
         # a signature entry; "desc:RxC" is a Gluon TMA descriptor of uint8 [R, C] boxes,
         # unswizzled, "desc8sw:RxC" one of e4m3 [R, C] boxes with the 128-byte swizzle (the
         # mangled type string depends on the triton version)
-        if not value.startswith(("desc:", "desc8sw:")):
+        # ("tma:DTYPE:SWIZZLE:RxC": DTYPE u8 / e4m3 / bf16 boxes with that swizzle in bytes)
+        if not value.startswith(("desc:", "desc8sw:", "tma:")):
             return value
         import torch
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
         from triton.runtime.jit import mangle_type
-        kind, box = value.split(":")
+        if value.startswith("tma:"):
+            _, name, swizzle, box = value.split(":")
+            dtype = {"u8": torch.uint8, "e4m3": torch.float8_e4m3fn,
+                     "bf16": torch.bfloat16}[name]
+            swizzle = int(swizzle)
+        else:
+            kind, box = value.split(":")
+            swizzle, dtype = ((128, torch.float8_e4m3fn) if kind == "desc8sw"
+                              else (0, torch.uint8))
         rows, cols = map(int, box.split("x"))
-        swizzle, dtype = (128, torch.float8_e4m3fn) if kind == "desc8sw" else (0, torch.uint8)
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle, element_bitwidth=8, rank=2)
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle,
+                                      element_bitwidth=dtype.itemsize * 8, rank=2)
         t = torch.empty((1024, 4096), dtype=dtype, device="meta")
         return mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), [rows, cols],
                                             layout))
@@ -100,7 +109,8 @@ def compile_sm90_cases(cases: list[dict]) -> dict[str, dict]:
     """Compile each case for sm_90 in a child process.
 
     A case: id, module (dotted), kernel (attribute name), signature {arg: "*u8"/"i32"/...; a
-    Gluon TMA descriptor "desc:RxC" or "desc8sw:RxC"} for the runtime arguments in order,
+    Gluon TMA descriptor "desc:RxC", "desc8sw:RxC" or "tma:DTYPE:SWIZZLE:RxC"} for the runtime
+    arguments in order,
     constexprs {name: value, or {"call": function of the module, "args": [...]}}, num_warps,
     num_stages; optional gluon (a Gluon kernel); optional
     divisible (names of integer args that real shapes make multiples of 16; pointers and stride_*

@@ -48,7 +48,7 @@ def test_hc_coeffs_config_by_token_count(monkeypatch):
     token block (a multiple of wgmma's 64 rows); the precision is read at call time."""
     k = 4 * 5120  # V4.1: S*D
     limit = tri_mhc.COEFFS_DECODE_MAX_TOKENS
-    assert limit == 256 and tri_mhc.COEFFS_PRECISION == "bf16x3" and tri_mhc.COEFFS_FN_PARTS == 3
+    assert limit == 128 and tri_mhc.COEFFS_PRECISION == "bf16x3" and tri_mhc.COEFFS_FN_PARTS == 3
     for n in (1, 64, limit):
         cfg = tri_mhc.coeffs_config(n)
         assert (cfg["BM"], cfg["num_warps"]) == (tri_mhc.COEFFS_BLOCK_M, tri_mhc.COEFFS_NUM_WARPS)

@@ -1,0 +1,277 @@
+"""FP8 projections at 65-256 rows in Gluon (SM90): several warpgroups share one token tile.
+Reference ``linear.linear`` / ``linear.grouped_linear`` (model-spec §4.3); ``linear.py``
+hands it bf16 x (the Q8_32-rounded values, exact in bf16) against an ``Fp8BlockWeight`` from
+``WIDE_MIN_ROWS`` rows when turned on (``linear.WIDE_MIN_ROWS``).
+
+    out[t, g, o] = sum_k w[g * O + o, k] * x[t, g, k]
+
+Why: ``linear_decode`` gives each program 64 weight rows (one warpgroup) against a token tile of
+at most 128 rows, and every program reads its whole token tile from L2: 2 * rows / 64 bytes of
+x per weight byte, 8 at 256 rows. Nsight Compute at 256 rows (session 14 round 62a, wo_b):
+427 MB through L2 for 46 MB of DRAM reads, L2 at 71 % of its peak, the SM at 35 %; the seven
+slice shapes at ~0.3 of the bf16 tensor rate. Here a program owns BO = 64 * WG weight rows (WG
+warpgroups, stacked on the wgmma M side) against one token tile of BT rows:
+
+  * both operands go by TMA into one STAGES-deep shared ring per 32-K step (one scale column of
+    the FP8 weight): the weight tile [BO, 32] bytes (32-byte swizzle) and the token tile
+    [BT, 32] bf16 (64-byte swizzle: the wgmma B operand as loaded); rows past M or past the
+    weight are zero-filled by the TMA unit;
+  * each warpgroup loads its 64 rows of the weight tile from shared memory straight into the
+    wgmma register-A layout (2-byte loads: the fragment's K pairs), decodes e4m3 x 2^(e-127)
+    (exact in bf16, as ``linear_decode``) and issues one m64 nBT k32 wgmma; the next step's
+    operand is decoded while it runs, the accumulator waited before the loop's back edge (an
+    in-flight accumulator there made ptxas serialize the wgmmas in ``moe_gluon``: C7515);
+  * x read from L2 per weight byte: 2 * BT / BO per token tile;
+  * split-K for the few-tile shapes: fp32 partials t-contiguous, summed in split order by
+    ``linear_decode._splitk_sum_t_kernel`` (the workspace layout ``linear_decode`` uses).
+
+Products are exact (bf16 x bf16 in fp32) and sums fp32: ``linear_decode``'s numbers up to the
+summation order. Gluon has no interpreter: CPU tests compile it for sm_90
+(tests/kernels/triton/test_linear_wide.py); tests/gpu/test_linear_wide_gpu.py runs it.
+
+Shapes: x (M, G, K) bf16, K % 32 == 0; w (G * O, K) uint8 e4m3 codes, O % BO == 0; ws
+(ceil(G * O / 32), K / 32) uint8 ue8m0; out (M, G, O) bf16.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import triton
+
+from deepinfer.kernels.quantized import Fp8BlockWeight
+from deepinfer.kernels.triton import gemm_fp8, linear_decode
+
+try:  # Gluon ships with triton >= 3.5; the layouts below need the NVIDIA Hopper module
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    HAS_GLUON = True
+except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on the install
+    HAS_GLUON = False
+
+MIN_ROWS = 1
+MAX_ROWS = 256  # the widest token tile (wgmma N)
+NUM_SMS = 132  # H200
+STEP_K = 32  # one scale column of the FP8 weight per pipeline step
+
+if HAS_GLUON:
+    # 3.6 calls the CTA barrier thread_barrier, 3.7 barrier
+    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+
+    @gluon.jit
+    def _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, w_col0, x_col0, step, num_steps,
+               STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [BO, 32] and token tile [BT, 32] into ring
+        stage step % STAGES (none past the last step)."""
+        st = step % STAGES
+        ok = step < num_steps
+        mbarrier.expect(bars.index(st), BO * 32 + BT * 64, pred=ok)
+        tma.async_copy_global_to_shared(w_desc, [row0, w_col0 + step * 32], bars.index(st),
+                                        w_s.index(st), pred=ok)
+        tma.async_copy_global_to_shared(x_desc, [tok0, x_col0 + step * 32], bars.index(st),
+                                        x_s.index(st), pred=ok)
+
+    @gluon.jit
+    def _ue8m0_f32(e):
+        """ue8m0 bytes (int32) -> 2^(e - 127) as fp32 (e = 0: the subnormal 2^-127)."""
+        bits = gl.where(e == 0, 0x00400000, e << 23)
+        return bits.to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _operand(w_s, stage, s, LW: gl.constexpr, LA: gl.constexpr):
+        """One step's weight tile [BO, 32] from shared memory, decoded (e4m3 x its row's scale,
+        exact in bf16) in the wgmma A layout."""
+        w8 = w_s.index(stage).load(LW)
+        wf = w8.to(gl.float8e4nv, bitcast=True).to(gl.float32) * _ue8m0_f32(s)[:, None]
+        return gl.convert_layout(wf.to(gl.bfloat16), LA)
+
+    @gluon.jit
+    def _linear_wide_kernel(x_desc, w_desc, ws_ptr, out_ptr, M, O, K, W_ROWS, k_per_split,
+                            split_stride, stride_wsr, stride_om, stride_og,
+                            SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
+                            STAGES: gl.constexpr, LW: gl.constexpr,
+                            num_warps: gl.constexpr):
+        BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup (LW: operand_layout)
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                       warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BT, 16])
+        LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        ROW_W: gl.constexpr = gl.SliceLayout(1, LW)
+        ROW_L: gl.constexpr = gl.SliceLayout(1, MMA)
+        COL_L: gl.constexpr = gl.SliceLayout(0, MMA)
+        pid_o = gl.program_id(0) // T_TILES
+        t_tile = gl.program_id(0) % T_TILES
+        split = gl.program_id(1)
+        group = gl.program_id(2)
+        row0 = group * O + pid_o * BO
+        tok0 = t_tile * BT
+        k_begin = split * k_per_split
+        num_steps = (gl.minimum(k_begin + k_per_split, K) - k_begin) // 32
+
+        w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, 32], w_desc.layout)
+        x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BT, 32], x_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for b in gl.static_range(STAGES):
+            mbarrier.init(bars.index(b), count=1)
+        for b in gl.static_range(STAGES - 1):
+            _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin, b,
+                   num_steps, STAGES, BO, BT)
+
+        # the scale bytes of a thread's rows, one column per step (rows past the weight: 127)
+        r_w = row0 + gl.arange(0, BO, layout=ROW_W)
+        s_ptrs = ws_ptr + (r_w // 32).to(gl.int64) * stride_wsr + k_begin // 32
+        s_ok = r_w < W_ROWS
+        s = gl.load(s_ptrs, mask=s_ok, other=127).to(gl.int32)
+        s_next = gl.load(s_ptrs + gl.minimum(1, num_steps - 1), mask=s_ok, other=127).to(gl.int32)
+        mbarrier.wait(bars.index(0), 0)
+        a = _operand(w_s, 0, s, LW, LA)
+
+        acc = gl.zeros([BO, BT], gl.float32, MMA)
+        for i in range(num_steps):
+            # every warp is past step i - 1 (its wgmma waited, step i's operand loaded): the
+            # stage the TMA below refills, (i - 1) % STAGES, is free
+            _cta_barrier()
+            _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin,
+                   i + STAGES - 1, num_steps, STAGES, BO, BT)
+            stage = i % STAGES
+            acc = warpgroup_mma(a, x_s.index(stage).permute((1, 0)), acc, is_async=True)
+            # the next step's operand (the last step reloads its own: a finished phase waits
+            # for nothing) while the wgmma runs
+            nxt = gl.minimum(i + 1, num_steps - 1)
+            s = s_next
+            s_next = gl.load(s_ptrs + gl.minimum(i + 2, num_steps - 1), mask=s_ok,
+                             other=127).to(gl.int32)
+            mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
+            a_next = _operand(w_s, nxt % STAGES, s, LW, LA)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            a = a_next
+        for b in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(b))
+
+        rows_o = pid_o * BO + gl.arange(0, BO, layout=ROW_L)
+        offs_t = tok0 + gl.arange(0, BT, layout=COL_L)
+        mask = (rows_o < O)[:, None] & (offs_t < M)[None, :]
+        if SPLIT_K > 1:  # workspace (SPLIT_K, G, O, T_TILES * BT): t contiguous
+            ptrs = (out_ptr + split.to(gl.int64) * split_stride
+                    + (group * O + rows_o).to(gl.int64)[:, None] * (T_TILES * BT)
+                    + offs_t[None, :])
+            gl.store(ptrs, acc, mask=mask)
+        else:
+            ptrs = (out_ptr + group.to(gl.int64) * stride_og
+                    + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
+            gl.store(ptrs, acc.to(gl.bfloat16), mask=mask)
+
+    def weight_layout():
+        """The weight ring's shared layout: [BO, 32] bytes, 32-byte swizzle."""
+        return gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+
+    def token_layout():
+        """The token ring's shared layout: [BT, 32] bf16 (64 bytes per row), 64-byte swizzle
+        (the wgmma B operand's)."""
+        return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2)
+
+
+def operand_layout(warpgroups: int):
+    """The weight tile's register layout [64 WG, 32] bytes: a thread's part of the wgmma A
+    fragment (warp w, lane 4 g + q: rows 16 w + g and + 8, K columns 2 q + {0, 1}, + 8, + 16,
+    + 24), the register-A layout of a bf16 tile, over the weight's bytes; warpgroups stacked on
+    the rows. Built here, lists of lists: inside a jit function the literal's inner lists
+    become tuples, and the layout would no longer compare equal to the one a slice of it
+    expands back to (a broadcast error)."""
+    warps = [[16 << b, 0] for b in range(2 + (warpgroups - 1).bit_length())]
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [8, 0], [0, 8], [0, 16]],
+        lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
+        warp_bases=warps, block_bases=[], shape=[64 * warpgroups, 32])
+
+
+def wide_config(num_rows: int) -> dict:
+    """Launch per row class: WG warpgroups (BO = 64 WG weight rows), token tile BT (one tile
+    up to 256 rows), STAGES ring depth, split-K for ``waves`` waves of programs. Not yet
+    timed on the H200 (bench/gemm_decode.py variants ``gl:WG:BT:STAGES:wN``)."""
+    bt = min(MAX_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
+    return dict(WG=2, BT=bt, STAGES=4, waves=2)
+
+
+def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 2) -> bool:
+    """bf16 x (M, G, K) with 1 <= M <= MAX_ROWS and K % 32 == 0 against an Fp8BlockWeight
+    whose output features fill whole programs (O % 64 WG == 0)."""
+    return (HAS_GLUON and 0 < x3.shape[0] <= MAX_ROWS and x3.shape[2] > 0
+            and x3.shape[2] % STEP_K == 0 and x3.dtype == torch.bfloat16
+            and isinstance(weight, Fp8BlockWeight) and out_features % (64 * warpgroups) == 0)
+
+
+def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
+                split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
+    """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
+    bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py)."""
+    assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
+    num_rows, groups, num_k = x3.shape
+    cfg = {**wide_config(num_rows), **(config or {})}
+    wg, bt, stages = cfg["WG"], cfg["BT"], cfg["STAGES"]
+    assert accepts(x3, weight, out_features, wg), \
+        f"linear_wide: x {tuple(x3.shape)} {x3.dtype}, O {out_features} (WG {wg}) not accepted"
+    w, w_scale, _ = linear_decode.weight_operands(weight, "linear_wide")
+    assert w.shape == (groups * out_features, num_k) and w.stride(1) == 1, \
+        f"linear_wide: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
+    bo = 64 * wg
+    out = torch.empty((num_rows, groups, out_features), dtype=torch.bfloat16, device=x3.device)
+    x2 = x3.contiguous().view(num_rows, groups * num_k)
+    x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bt, STEP_K],
+                              token_layout())
+    w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bo, STEP_K], weight_layout())
+    t_tiles = triton.cdiv(num_rows, bt)
+    o_tiles = out_features // bo
+    if split_k is None:
+        split_k = gemm_fp8.split_k_for_waves(o_tiles * groups * t_tiles, num_k, STEP_K,
+                                             cfg["waves"], NUM_SMS)
+    k_per_split = triton.cdiv(num_k // STEP_K, split_k) * STEP_K
+    split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
+    ws_row = t_tiles * bt
+    target = out
+    if split_k > 1:
+        target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
+                             device=x3.device)
+    _linear_wide_kernel[(o_tiles * t_tiles, split_k, groups)](
+        x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
+        k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
+        out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, STAGES=stages,
+        LW=operand_layout(wg), num_warps=4 * wg)
+    if split_k > 1:
+        block_o, block_t = 64, 64
+        linear_decode._splitk_sum_t_kernel[(triton.cdiv(out_features, block_o),
+                                            triton.cdiv(num_rows, block_t), groups)](
+            target, out, num_rows, out_features, groups * out_features * ws_row, out.stride(0),
+            out.stride(1), SPLIT_K=split_k, BT=ws_row, BLOCK_O=block_o, BLOCK_T=block_t,
+            num_warps=4)
+    return out
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): 1, 2 and 4
+    warpgroups, token tiles of 64 / 128 / 256, split and not; wgmma, no spills."""
+    cases = []
+    for wg, bt, stages, split_k in ((1, 128, 6, 1), (2, 128, 4, 1), (2, 128, 4, 4),
+                                    (2, 256, 4, 2), (4, 128, 4, 2), (2, 64, 6, 2)):
+        cases.append({
+            "id": f"linear_wide_wg{wg}_bt{bt}_s{stages}_split{split_k}", "gluon": True,
+            "module": __name__, "kernel": "_linear_wide_kernel",
+            "signature": {"x_desc": f"tma:bf16:64:{bt}x32", "w_desc": f"tma:u8:32:{64 * wg}x32",
+                          "ws_ptr": "*u8", "out_ptr": "*fp32" if split_k > 1 else "*bf16",
+                          "M": "i32", "O": "i32", "K": "i32", "W_ROWS": "i32",
+                          "k_per_split": "i32", "split_stride": "i32", "stride_wsr": "i32",
+                          "stride_om": "i32", "stride_og": "i32"},
+            "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "STAGES": stages,
+                           "LW": {"call": "operand_layout", "args": [wg]},
+                           "num_warps": 4 * wg},
+            "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
+            "divisible": ["O", "K", "k_per_split"]})
+    return cases

@@ -1,0 +1,83 @@
+"""The Gluon FP8 projection (kernels/triton/linear_wide.py) on the GPU.
+
+    TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_linear_wide_gpu.py
+
+The slice's projection shapes (wo_a grouped) at 65-256 rows, outputs NaN-poisoned before the
+launch, against the fp64 reference: 5e-3 (bf16 output, as ``linear_decode``'s check), and no
+worse than ``linear_decode`` on the same call by more than bf16 rounding (both sum the same
+exact products in fp32, in another order). Every launch class (1 / 2 / 4 warpgroups, token
+tiles of 64 / 128 / 256, several token tiles, split-K and not) on one shape.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.gpu.test_gemm_side_gpu import (
+    V41_HIDDEN,
+    V41_O_GROUPS,
+    V41_O_LORA,
+    _ms,
+    _random_fp8_weight,
+    _rel,
+    _row,
+    nan_poisoned_allocations,
+)
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _gpu_only():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+
+
+def _reference(x, w, groups):
+    from deepinfer.kernels.reference import linear
+
+    return linear.linear(x[:, 0], w)[:, None] if groups == 1 else linear.grouped_linear(x, w)
+
+
+@pytest.mark.parametrize("num_tokens", [65, 128, 200, 256])
+def test_linear_wide_gpu(num_tokens):
+    from deepinfer.kernels.triton import linear_decode, linear_wide
+
+    for name, groups, out_features, in_features in (
+            ("wq_a", 1, 1024, V41_HIDDEN), ("wkv", 1, 512, V41_HIDDEN),
+            ("wq_b", 1, 32768, 1024), ("wo_b", 1, V41_HIDDEN, 8192),
+            ("wo_a", V41_O_GROUPS, V41_O_LORA, 4096)):
+        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
+        w = _random_fp8_weight(groups * out_features, in_features)
+        ref = _reference(x, w, groups)
+        with nan_poisoned_allocations():
+            out = linear_wide.linear_wide(x, w, out_features)
+            base = linear_decode.linear_decode(x, w, out_features)
+        flops = 2.0 * num_tokens * groups * out_features * in_features
+        err, base_err = _rel(out, ref), _rel(base, ref)
+        _row(f"linear_wide {name}", f"M{num_tokens} G{groups} N{out_features} K{in_features}",
+             err, 5e-3, _ms(lambda x=x, w=w, o=out_features: linear_wide.linear_wide(x, w, o)),
+             flops)
+        _row(f"linear_decode {name}", f"M{num_tokens}", base_err, 5e-3,
+             _ms(lambda x=x, w=w, o=out_features: linear_decode.linear_decode(x, w, o)), flops)
+        assert err <= 1.5 * base_err + 1e-4, (name, err, base_err)
+
+
+@pytest.mark.parametrize("config", [
+    dict(WG=1, BT=128, STAGES=6), dict(WG=2, BT=64, STAGES=6), dict(WG=2, BT=128, STAGES=4),
+    dict(WG=2, BT=256, STAGES=4), dict(WG=4, BT=128, STAGES=4)])
+@pytest.mark.parametrize("split_k", [1, 3])
+def test_linear_wide_launches_gpu(config, split_k):
+    """Each launch class on wo_b at 200 rows (several token tiles where BT < 200), split and
+    not, against the reference."""
+    from deepinfer.kernels.triton import linear_wide
+
+    torch.manual_seed(1)
+    num_tokens, out_features, in_features = 200, V41_HIDDEN, 8192
+    x = torch.randn(num_tokens, 1, in_features, device="cuda", dtype=torch.bfloat16)
+    w = _random_fp8_weight(out_features, in_features)
+    with nan_poisoned_allocations():
+        out = linear_wide.linear_wide(x, w, out_features, split_k=split_k, config=config)
+    label = f"WG{config['WG']} BT{config['BT']} S{config['STAGES']} split {split_k}"
+    _row(f"linear_wide {label}", f"M{num_tokens} wo_b", _rel(out, _reference(x, w, 1)), 5e-3)

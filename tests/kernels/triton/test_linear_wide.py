@@ -1,0 +1,44 @@
+"""The Gluon FP8 projection (kernels/triton/linear_wide.py) on CPU: its SM90 compile (Gluon has
+no interpreter; tests/gpu/test_linear_wide_gpu.py runs it against the reference) and what it
+accepts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer.kernels.triton import gemm_fp8, linear_wide
+
+pytestmark = pytest.mark.skipif(not linear_wide.HAS_GLUON, reason="triton without Gluon")
+
+
+def test_sm90_compile(sm90_compile):
+    """Every launch class compiles for sm_90 with wgmma, within shared memory, without spills;
+    the decoded weight reaches the wgmma A operand without a shuffle (its smem load layout is
+    the register-A layout)."""
+    cases = linear_wide.aot_cases()
+    results = sm90_compile(cases)
+    for case in cases:
+        res = results[case["id"]]
+        assert res["wgmma_count"] >= 1, case["id"]
+        assert res["shfl"] == 0, f"{case['id']}: {res['shfl']} shuffles (a layout conversion)"
+
+
+def test_accepts():
+    w = gemm_fp8.pack_fp8_weight(torch.randn(256, 64) * 0.02)
+    x = torch.zeros(200, 1, 64, dtype=torch.bfloat16)
+    assert linear_wide.accepts(x, w, 256)
+    assert linear_wide.accepts(x, w, 128, warpgroups=2)
+    assert not linear_wide.accepts(x, w, 192, warpgroups=2)  # O not whole programs
+    assert not linear_wide.accepts(x.float(), w, 256)  # bf16 x only
+    assert not linear_wide.accepts(torch.zeros(257, 1, 64, dtype=torch.bfloat16), w, 256)
+    assert not linear_wide.accepts(torch.zeros(8, 1, 48, dtype=torch.bfloat16), w, 256)
+    assert not linear_wide.accepts(x, torch.zeros(256, 64, dtype=torch.bfloat16), 256)
+
+
+def test_operand_layout():
+    """64 rows per warpgroup: 2 warp bases per warpgroup of 4 warps, one more per doubling."""
+    for wg, warps in ((1, [[16, 0], [32, 0]]), (2, [[16, 0], [32, 0], [64, 0]]),
+                      (4, [[16, 0], [32, 0], [64, 0], [128, 0]])):
+        layout = linear_wide.operand_layout(wg)
+        assert layout.warp_bases == warps and layout.shape == [64 * wg, 32]
