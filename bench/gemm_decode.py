@@ -15,7 +15,7 @@ up to 64 rows; ``wN``: ``split_k_for_waves`` with N waves of programs, per shape
 the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles;
 ``bf16:BMxBNxBK:stages:warps:wN`` on those tiles instead), or
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
-rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or ``gl[:WG:BT:STAGES:wN]``
+rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or ``gl[:WG:BT[:BK]:STAGES:wN]``
 (``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one TMA-fed token tile of BT;
 ``wide_config``'s launch, or this).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
@@ -50,9 +50,12 @@ def parse_variant(text: str) -> dict | str:
     if text in ("default", "bf16", "wm", "gl"):
         return text
     try:
-        if text.startswith("gl:"):  # linear_wide: WG:BT:STAGES:wN
-            _, wg, bt, stages, waves = text.split(":")
-            return dict(gl=True, WG=int(wg), BT=int(bt), STAGES=int(stages),
+        if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN
+            fields = text.split(":")[1:]
+            if len(fields) == 4:
+                fields.insert(2, "32")
+            wg, bt, bk, stages, waves = fields
+            return dict(gl=True, WG=int(wg), BT=int(bt), BK=int(bk), STAGES=int(stages),
                         waves=float(waves[1:]))
         if text.startswith("wm:"):  # linear_decode: BOxBK[xBT]:stages:warps:wN
             _, tile, stages, warps, waves = text.split(":")
@@ -75,7 +78,7 @@ def parse_variant(text: str) -> dict | str:
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
-                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT:STAGES:wN]' or "
+                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN]' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 

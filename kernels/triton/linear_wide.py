@@ -68,15 +68,15 @@ if HAS_GLUON:
 
     @gluon.jit
     def _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, w_col0, x_col0, step, num_steps,
-               STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr):
-        """TMA of K step ``step``'s weight tile [BO, 32] and token tile [BT, 32] into ring
+               STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr, BK: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [BO, BK] and token tile [BT, BK] into ring
         stage step % STAGES (none past the last step)."""
         st = step % STAGES
         ok = step < num_steps
-        mbarrier.expect(bars.index(st), BO * 32 + BT * 64, pred=ok)
-        tma.async_copy_global_to_shared(w_desc, [row0, w_col0 + step * 32], bars.index(st),
+        mbarrier.expect(bars.index(st), BO * BK + BT * BK * 2, pred=ok)
+        tma.async_copy_global_to_shared(w_desc, [row0, w_col0 + step * BK], bars.index(st),
                                         w_s.index(st), pred=ok)
-        tma.async_copy_global_to_shared(x_desc, [tok0, x_col0 + step * 32], bars.index(st),
+        tma.async_copy_global_to_shared(x_desc, [tok0, x_col0 + step * BK], bars.index(st),
                                         x_s.index(st), pred=ok)
 
     @gluon.jit
@@ -86,20 +86,42 @@ if HAS_GLUON:
         return bits.to(gl.float32, bitcast=True)
 
     @gluon.jit
-    def _operand(w_s, stage, s, LW: gl.constexpr, LA: gl.constexpr):
-        """One step's weight tile [BO, 32] from shared memory, decoded (e4m3 x its row's scale,
-        exact in bf16) in the wgmma A layout."""
-        w8 = w_s.index(stage).load(LW)
+    def _operand(w_s, stage, kk: gl.constexpr, s, LW: gl.constexpr, LA: gl.constexpr):
+        """Columns [32 kk, 32 kk + 32) of a step's weight tile from shared memory, decoded
+        (e4m3 x its row's scale byte s, exact in bf16) in the wgmma A layout."""
+        w8 = w_s.index(stage).slice(kk * 32, 32, dim=1).load(LW)
         wf = w8.to(gl.float8e4nv, bitcast=True).to(gl.float32) * _ue8m0_f32(s)[:, None]
         return gl.convert_layout(wf.to(gl.bfloat16), LA)
+
+    @gluon.jit
+    def _scales(s_ptrs, s_ok, step, num_steps, KSUB: gl.constexpr):
+        """The scale bytes (int32) of a thread's rows for K step min(step, last): KSUB columns
+        (the second a copy of the first when KSUB == 1)."""
+        col = gl.minimum(step, num_steps - 1) * KSUB
+        s0 = gl.load(s_ptrs + col, mask=s_ok, other=127).to(gl.int32)
+        s1 = s0
+        if KSUB == 2:
+            s1 = gl.load(s_ptrs + col + 1, mask=s_ok, other=127).to(gl.int32)
+        return s0, s1
+
+    @gluon.jit
+    def _operands(w_s, stage, s0, s1, KSUB: gl.constexpr, LW: gl.constexpr, LA: gl.constexpr):
+        """A step's KSUB wgmma A operands (the second a copy of the first when KSUB == 1)."""
+        a0 = _operand(w_s, stage, 0, s0, LW, LA)
+        a1 = a0
+        if KSUB == 2:
+            a1 = _operand(w_s, stage, 1, s1, LW, LA)
+        return a0, a1
 
     @gluon.jit
     def _linear_wide_kernel(x_desc, w_desc, ws_ptr, out_ptr, M, O, K, W_ROWS, k_per_split,
                             split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
-                            STAGES: gl.constexpr, LW: gl.constexpr,
+                            BK: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr,
                             num_warps: gl.constexpr):
         BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup (LW: operand_layout)
+        KSUB: gl.constexpr = BK // 32  # scale columns (one k32 wgmma each) per K step
+        gl.static_assert(KSUB == 1 or KSUB == 2, "BK must be 32 or 64")
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BT, 16])
@@ -114,45 +136,48 @@ if HAS_GLUON:
         row0 = group * O + pid_o * BO
         tok0 = t_tile * BT
         k_begin = split * k_per_split
-        num_steps = (gl.minimum(k_begin + k_per_split, K) - k_begin) // 32
+        num_steps = (gl.minimum(k_begin + k_per_split, K) - k_begin) // BK
 
-        w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, 32], w_desc.layout)
-        x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BT, 32], x_desc.layout)
+        w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, BK], w_desc.layout)
+        x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BT, BK], x_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for b in gl.static_range(STAGES):
             mbarrier.init(bars.index(b), count=1)
         for b in gl.static_range(STAGES - 1):
             _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin, b,
-                   num_steps, STAGES, BO, BT)
+                   num_steps, STAGES, BO, BT, BK)
 
-        # the scale bytes of a thread's rows, one column per step (rows past the weight: 127)
+        # the scale bytes of a thread's rows, KSUB columns per step (rows past the weight: 127)
         r_w = row0 + gl.arange(0, BO, layout=ROW_W)
         s_ptrs = ws_ptr + (r_w // 32).to(gl.int64) * stride_wsr + k_begin // 32
         s_ok = r_w < W_ROWS
-        s = gl.load(s_ptrs, mask=s_ok, other=127).to(gl.int32)
-        s_next = gl.load(s_ptrs + gl.minimum(1, num_steps - 1), mask=s_ok, other=127).to(gl.int32)
+        s0, s1 = _scales(s_ptrs, s_ok, 0, num_steps, KSUB)
+        n0, n1 = _scales(s_ptrs, s_ok, 1, num_steps, KSUB)
         mbarrier.wait(bars.index(0), 0)
-        a = _operand(w_s, 0, s, LW, LA)
+        a0, a1 = _operands(w_s, 0, s0, s1, KSUB, LW, LA)
 
         acc = gl.zeros([BO, BT], gl.float32, MMA)
         for i in range(num_steps):
-            # every warp is past step i - 1 (its wgmma waited, step i's operand loaded): the
+            # every warp is past step i - 1 (its wgmmas waited, step i's operands loaded): the
             # stage the TMA below refills, (i - 1) % STAGES, is free
             _cta_barrier()
             _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin,
-                   i + STAGES - 1, num_steps, STAGES, BO, BT)
-            stage = i % STAGES
-            acc = warpgroup_mma(a, x_s.index(stage).permute((1, 0)), acc, is_async=True)
-            # the next step's operand (the last step reloads its own: a finished phase waits
-            # for nothing) while the wgmma runs
+                   i + STAGES - 1, num_steps, STAGES, BO, BT, BK)
+            x_t = x_s.index(i % STAGES)
+            acc = warpgroup_mma(a0, x_t.slice(0, 32, dim=1).permute((1, 0)), acc,
+                                is_async=True)
+            if KSUB == 2:
+                acc = warpgroup_mma(a1, x_t.slice(32, 32, dim=1).permute((1, 0)), acc,
+                                    is_async=True)
+            # the next step's operands (the last step reloads its own: a finished phase waits
+            # for nothing) while the wgmmas run
             nxt = gl.minimum(i + 1, num_steps - 1)
-            s = s_next
-            s_next = gl.load(s_ptrs + gl.minimum(i + 2, num_steps - 1), mask=s_ok,
-                             other=127).to(gl.int32)
+            s0, s1 = n0, n1
+            n0, n1 = _scales(s_ptrs, s_ok, i + 2, num_steps, KSUB)
             mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
-            a_next = _operand(w_s, nxt % STAGES, s, LW, LA)
+            b0, b1 = _operands(w_s, nxt % STAGES, s0, s1, KSUB, LW, LA)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            a = a_next
+            a0, a1 = b0, b1
         for b in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(b))
 
@@ -169,14 +194,15 @@ if HAS_GLUON:
                     + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
             gl.store(ptrs, acc.to(gl.bfloat16), mask=mask)
 
-    def weight_layout():
-        """The weight ring's shared layout: [BO, 32] bytes, 32-byte swizzle."""
-        return gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+    def weight_layout(block_k: int):
+        """The weight ring's shared layout: [BO, BK] bytes, BK-byte swizzle."""
+        return gl.NVMMASharedLayout(swizzle_byte_width=block_k, element_bitwidth=8, rank=2)
 
-    def token_layout():
-        """The token ring's shared layout: [BT, 32] bf16 (64 bytes per row), 64-byte swizzle
-        (the wgmma B operand's)."""
-        return gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16, rank=2)
+    def token_layout(block_k: int):
+        """The token ring's shared layout: [BT, BK] bf16 (2 BK bytes per row), 2 BK-byte
+        swizzle (the wgmma B operand's)."""
+        return gl.NVMMASharedLayout(swizzle_byte_width=2 * block_k, element_bitwidth=16,
+                                    rank=2)
 
 
 def operand_layout(warpgroups: int):
@@ -195,13 +221,17 @@ def operand_layout(warpgroups: int):
 
 def wide_config(num_rows: int) -> dict:
     """Launch per row class: WG warpgroups (BO = 64 WG weight rows), token tile BT (one tile
-    up to 256 rows), STAGES ring depth, split-K for ``waves`` waves of programs. Not yet
-    timed on the H200 (bench/gemm_decode.py variants ``gl:WG:BT:STAGES:wN``)."""
+    up to 256 rows), BK (32 or 64: K columns per ring stage, one k32 wgmma each), STAGES ring
+    depth, split-K for ``waves`` waves of programs. H200, the slice's seven projections one
+    call each (session 14 round 64a, bench/gemm_decode.py, BK 32): one warpgroup, one token
+    tile of all rows — 194.0 µs at 256 rows against linear_decode's 230.8, 141.8 vs 151.1 at
+    128, 115.9 vs 120.7 at 64 (BT 128 at 256 rows 221.0; 2 or 4 warpgroups, BT 256 at 128 rows:
+    slower)."""
     bt = min(MAX_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
-    return dict(WG=2, BT=bt, STAGES=4, waves=2)
+    return dict(WG=1, BT=bt, BK=32, STAGES=6 if bt <= 128 else 4, waves=2)
 
 
-def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 2) -> bool:
+def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 1) -> bool:
     """bf16 x (M, G, K) with 1 <= M <= MAX_ROWS and K % 32 == 0 against an Fp8BlockWeight
     whose output features fill whole programs (O % 64 WG == 0)."""
     return (HAS_GLUON and 0 < x3.shape[0] <= MAX_ROWS and x3.shape[2] > 0
@@ -212,28 +242,31 @@ def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 
 def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
                 split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
-    bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py)."""
+    bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py); a BK of 64
+    that does not divide K falls back to 32."""
     assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
     num_rows, groups, num_k = x3.shape
     cfg = {**wide_config(num_rows), **(config or {})}
-    wg, bt, stages = cfg["WG"], cfg["BT"], cfg["STAGES"]
+    wg, bt, bk, stages = cfg["WG"], cfg["BT"], cfg["BK"], cfg["STAGES"]
     assert accepts(x3, weight, out_features, wg), \
         f"linear_wide: x {tuple(x3.shape)} {x3.dtype}, O {out_features} (WG {wg}) not accepted"
+    assert bk in (32, 64), f"linear_wide: BK {bk}, expected 32 or 64"
+    if num_k % bk:
+        bk = STEP_K
     w, w_scale, _ = linear_decode.weight_operands(weight, "linear_wide")
     assert w.shape == (groups * out_features, num_k) and w.stride(1) == 1, \
         f"linear_wide: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
     bo = 64 * wg
     out = torch.empty((num_rows, groups, out_features), dtype=torch.bfloat16, device=x3.device)
     x2 = x3.contiguous().view(num_rows, groups * num_k)
-    x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bt, STEP_K],
-                              token_layout())
-    w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bo, STEP_K], weight_layout())
+    x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bt, bk], token_layout(bk))
+    w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bo, bk], weight_layout(bk))
     t_tiles = triton.cdiv(num_rows, bt)
     o_tiles = out_features // bo
     if split_k is None:
-        split_k = gemm_fp8.split_k_for_waves(o_tiles * groups * t_tiles, num_k, STEP_K,
+        split_k = gemm_fp8.split_k_for_waves(o_tiles * groups * t_tiles, num_k, bk,
                                              cfg["waves"], NUM_SMS)
-    k_per_split = triton.cdiv(num_k // STEP_K, split_k) * STEP_K
+    k_per_split = triton.cdiv(num_k // bk, split_k) * bk
     split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
     ws_row = t_tiles * bt
     target = out
@@ -243,7 +276,7 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     _linear_wide_kernel[(o_tiles * t_tiles, split_k, groups)](
         x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
         k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
-        out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, STAGES=stages,
+        out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
         LW=operand_layout(wg), num_warps=4 * wg)
     if split_k > 1:
         block_o, block_t = 64, 64
@@ -257,19 +290,23 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): 1, 2 and 4
-    warpgroups, token tiles of 64 / 128 / 256, split and not; wgmma, no spills."""
+    warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not; wgmma, no
+    spills."""
     cases = []
-    for wg, bt, stages, split_k in ((1, 128, 6, 1), (2, 128, 4, 1), (2, 128, 4, 4),
-                                    (2, 256, 4, 2), (4, 128, 4, 2), (2, 64, 6, 2)):
+    for wg, bt, bk, stages, split_k in ((1, 64, 32, 6, 2), (1, 128, 32, 6, 1),
+                                        (1, 256, 32, 4, 2), (1, 256, 64, 3, 1),
+                                        (1, 128, 64, 4, 4), (2, 128, 32, 4, 2),
+                                        (4, 128, 64, 2, 1)):
         cases.append({
-            "id": f"linear_wide_wg{wg}_bt{bt}_s{stages}_split{split_k}", "gluon": True,
+            "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}", "gluon": True,
             "module": __name__, "kernel": "_linear_wide_kernel",
-            "signature": {"x_desc": f"tma:bf16:64:{bt}x32", "w_desc": f"tma:u8:32:{64 * wg}x32",
+            "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bt}x{bk}",
+                          "w_desc": f"tma:u8:{bk}:{64 * wg}x{bk}",
                           "ws_ptr": "*u8", "out_ptr": "*fp32" if split_k > 1 else "*bf16",
                           "M": "i32", "O": "i32", "K": "i32", "W_ROWS": "i32",
                           "k_per_split": "i32", "split_stride": "i32", "stride_wsr": "i32",
                           "stride_om": "i32", "stride_og": "i32"},
-            "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "STAGES": stages,
+            "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "BK": bk, "STAGES": stages,
                            "LW": {"call": "operand_layout", "args": [wg]},
                            "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,

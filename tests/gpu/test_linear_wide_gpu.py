@@ -6,7 +6,7 @@ The slice's projection shapes (wo_a grouped) at 65-256 rows, outputs NaN-poisone
 launch, against the fp64 reference: 5e-3 (bf16 output, as ``linear_decode``'s check), and no
 worse than ``linear_decode`` on the same call by more than bf16 rounding (both sum the same
 exact products in fp32, in another order). Every launch class (1 / 2 / 4 warpgroups, token
-tiles of 64 / 128 / 256, several token tiles, split-K and not) on one shape.
+tiles of 64 / 128 / 256, BK 32 / 64, several token tiles, split-K and not) on one shape.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def test_linear_wide_gpu(num_tokens):
 
 
 @pytest.mark.parametrize("config", [
-    dict(WG=1, BT=128, STAGES=6), dict(WG=2, BT=64, STAGES=6), dict(WG=2, BT=128, STAGES=4),
-    dict(WG=2, BT=256, STAGES=4), dict(WG=4, BT=128, STAGES=4)])
+    dict(WG=1, BT=128, BK=32, STAGES=6), dict(WG=1, BT=256, BK=64, STAGES=3),
+    dict(WG=1, BT=64, BK=64, STAGES=4), dict(WG=2, BT=64, BK=32, STAGES=6),
+    dict(WG=2, BT=256, BK=32, STAGES=4), dict(WG=4, BT=128, BK=64, STAGES=2)])
 @pytest.mark.parametrize("split_k", [1, 3])
 def test_linear_wide_launches_gpu(config, split_k):
     """Each launch class on wo_b at 200 rows (several token tiles where BT < 200), split and
@@ -79,5 +80,6 @@ def test_linear_wide_launches_gpu(config, split_k):
     w = _random_fp8_weight(out_features, in_features)
     with nan_poisoned_allocations():
         out = linear_wide.linear_wide(x, w, out_features, split_k=split_k, config=config)
-    label = f"WG{config['WG']} BT{config['BT']} S{config['STAGES']} split {split_k}"
+    label = (f"WG{config['WG']} BT{config['BT']} BK{config['BK']} S{config['STAGES']} "
+             f"split {split_k}")
     _row(f"linear_wide {label}", f"M{num_tokens} wo_b", _rel(out, _reference(x, w, 1)), 5e-3)

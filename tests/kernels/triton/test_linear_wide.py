@@ -28,8 +28,10 @@ def test_accepts():
     w = gemm_fp8.pack_fp8_weight(torch.randn(256, 64) * 0.02)
     x = torch.zeros(200, 1, 64, dtype=torch.bfloat16)
     assert linear_wide.accepts(x, w, 256)
+    assert linear_wide.accepts(x, w, 192)
     assert linear_wide.accepts(x, w, 128, warpgroups=2)
     assert not linear_wide.accepts(x, w, 192, warpgroups=2)  # O not whole programs
+    assert not linear_wide.accepts(x, w, 96)
     assert not linear_wide.accepts(x.float(), w, 256)  # bf16 x only
     assert not linear_wide.accepts(torch.zeros(257, 1, 64, dtype=torch.bfloat16), w, 256)
     assert not linear_wide.accepts(torch.zeros(8, 1, 48, dtype=torch.bfloat16), w, 256)
