@@ -221,14 +221,23 @@ def operand_layout(warpgroups: int):
 
 def wide_config(num_rows: int) -> dict:
     """Launch per row class: WG warpgroups (BO = 64 WG weight rows), token tile BT (one tile
-    up to 256 rows), BK (32 or 64: K columns per ring stage, one k32 wgmma each), STAGES ring
-    depth, split-K for ``waves`` waves of programs. H200, the slice's seven projections one
-    call each (session 14 round 64a, bench/gemm_decode.py, BK 32): one warpgroup, one token
-    tile of all rows — 194.0 µs at 256 rows against linear_decode's 230.8, 141.8 vs 151.1 at
-    128, 115.9 vs 120.7 at 64 (BT 128 at 256 rows 221.0; 2 or 4 warpgroups, BT 256 at 128 rows:
-    slower)."""
+    of all rows, at least 64), BK (32 or 64: K columns per ring stage, one k32 wgmma each),
+    STAGES ring depth, split-K for ``waves`` waves of programs. H200, the slice's seven
+    projections one call each, CUDA graphs (bench/gemm_decode.py; linear_decode in the same
+    run): round 64a — one warpgroup beat 2 and 4 at every row count; round 65a — BK 64 (half
+    the barriers and waits per K) beat 32:
+
+        rows  this launch                 µs     linear_decode
+         64   BT 64,  BK 64, 4 stages, 2 waves   91.6   120.3
+        128   BT 128, BK 64, 4 stages, 2 waves  133.6   151.9
+        256   BT 256, BK 64, 3 stages, 1 wave   172.4   230.5
+
+    (256 rows: 2 stages 229.3, 2 / 3 waves 190.3 / 193.3, BT 128 211.1; 64 rows: 6 stages
+    103.0.)"""
     bt = min(MAX_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
-    return dict(WG=1, BT=bt, BK=32, STAGES=6 if bt <= 128 else 4, waves=2)
+    if bt == 256:
+        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
+    return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
 
 
 def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 1) -> bool:
