@@ -190,10 +190,11 @@ DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
 
 
 # bf16 x against FP8 block weights from this many rows to ``linear_wide.MAX_ROWS`` (on an SM90
-# GPU) runs ``linear_wide`` (Gluon: WG warpgroups share one TMA-fed token tile) instead of
-# ``linear_decode``; 0 turns it off (the default until a device round times it end to end:
-# bench/kernel_overrides.py --linear-wide-rows).
-WIDE_MIN_ROWS = 0
+# GPU) runs ``linear_wide`` (Gluon, TMA-fed, one token tile of all rows) instead of
+# ``linear_decode``; 0 turns it off (bench/kernel_overrides.py --linear-wide-rows). Session 14
+# round 65b (H200, decode, the projections' kernel time per step): 1.32 -> 0.87 ms at 64 x 4K,
+# 2.59 -> 1.79 ms at 256 x 32K; below 64 rows not yet timed.
+WIDE_MIN_ROWS = 64
 
 
 def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:

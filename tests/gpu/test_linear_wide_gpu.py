@@ -83,3 +83,22 @@ def test_linear_wide_launches_gpu(config, split_k):
     label = (f"WG{config['WG']} BT{config['BT']} BK{config['BK']} S{config['STAGES']} "
              f"split {split_k}")
     _row(f"linear_wide {label}", f"M{num_tokens} wo_b", _rel(out, _reference(x, w, 1)), 5e-3)
+
+
+@pytest.mark.parametrize("num_tokens", [63, 64, 256])
+def test_linear_quant_act_dispatch_gpu(num_tokens, monkeypatch):
+    """The registered Q8_32 projection takes linear_wide from ``linear.WIDE_MIN_ROWS`` rows
+    (linear_decode below), and its output matches linear_decode's on the same call."""
+    from deepinfer.kernels.triton import linear, linear_decode, linear_wide
+
+    calls = []
+    real = linear_wide.linear_wide
+    monkeypatch.setattr(linear_wide, "linear_wide",
+                        lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16)
+    w = _random_fp8_weight(1024, V41_HIDDEN)
+    out = linear.linear_quant_act(x, w)
+    assert calls == ([num_tokens] if num_tokens >= linear.WIDE_MIN_ROWS > 0 else [])
+    from deepinfer.kernels.triton import quant_act
+    base = linear_decode.linear_decode(quant_act.fake_quant_fp8_block32(x)[:, None], w, 1024)
+    _row("linear_quant_act vs decode", f"M{num_tokens}", _rel(out, base[:, 0]), 5e-3)
