@@ -17,8 +17,7 @@ the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
 rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or ``gl[:WG:BT[:BK]:STAGES:wN]``
 (``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one TMA-fed token tile of BT;
-``wide_config``'s launch, or this; ``gl-nofix``: the default launch with split-K summed by a
-second launch instead of the last program's fix-up).
+``wide_config``'s launch, or this).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -48,7 +47,7 @@ DEFAULT_VARIANTS = ("default,bf16,64x64x128:6:4:0,64x32x128:6:4:0,64x128x128:4:4
 
 def parse_variant(text: str) -> dict | str:
     """``BMxBNxBK:stages:warps:split`` -> gemm_q8 config (+ "split"), or the name itself."""
-    if text in ("default", "bf16", "wm", "gl", "gl-nofix"):
+    if text in ("default", "bf16", "wm", "gl"):
         return text
     try:
         if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN
@@ -91,21 +90,12 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
 
     m, k = x.shape
     n = w.codes.shape[0]
-    if variant in ("gl", "gl-nofix") or isinstance(variant, dict) and variant.get("gl"):
+    if variant == "gl" or isinstance(variant, dict) and variant.get("gl"):
         from deepinfer.kernels.triton import linear_wide
 
         xr = quant_act.fake_quant_fp8_block32(x)[:, None, :]
-        cfg = None if isinstance(variant, str) else {
-            key: v for key, v in variant.items() if key != "gl"}
-        fixup = variant != "gl-nofix"
-
-        def call():
-            linear_wide.FIXUP = fixup  # read at launch (and so at capture)
-            try:
-                return linear_wide.linear_wide(xr, w, n, config=cfg).view(m, n)
-            finally:
-                linear_wide.FIXUP = True
-        return call
+        cfg = None if variant == "gl" else {key: v for key, v in variant.items() if key != "gl"}
+        return lambda: linear_wide.linear_wide(xr, w, n, config=cfg).view(m, n)
     if variant == "wm" or isinstance(variant, dict) and variant.get("wm"):
         from deepinfer.kernels.triton import linear_decode
 

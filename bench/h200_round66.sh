@@ -3,6 +3,9 @@
 # the partials: no second launch; round 65b: 59 `_splitk_sum_t_kernel` launches, 0.20 ms per
 # 256 x 32K step, plus their gaps) and the decode table at the session's defaults (linear_wide
 # from 64 rows, the mHC prefill launch above 128 tokens).
+# Ran at commit 459756a: the fix-up is bit-identical but 2.4x slower (the seven shapes 411.6 vs
+# 173.2 µs at 256 rows: only the last program of each tile sums, and the split shapes are the
+# few-tile ones), decode 256 x 32K 27.0 ms; removed again (the kernel is 459756a's parent's).
 # Carry the triton-cache parts.
 #   PART=a (≈ 6 min): linear_wide's GPU checks (incl. the fix-up's bit identity with the second
 #     launch), bench/gemm_decode.py at 256 / 64 rows (gl vs gl-nofix vs wm), then decode 64 /

@@ -16,8 +16,6 @@ measures the variants alone, then the best end to end.
     --linear-wide-rows N                           FP8 projections of bf16 x from N to 256
                                                    rows on kernels/triton/linear_wide.py
                                                    (Gluon; 0: off, the default)
-    --linear-wide-fixup 0|1                        linear_wide's split-K sums in the last
-                                                   program (1, the default) or a second launch
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -58,9 +56,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-rows", type=int, default=None,
                     help="FP8 projections of bf16 x from this many rows to 256 on linear_wide "
                     "(0: off; default: linear.WIDE_MIN_ROWS)")
-    ap.add_argument("--linear-wide-fixup", type=int, default=None, choices=(0, 1),
-                    help="linear_wide's split-K sums in the last program (1) or a second "
-                    "launch (0; default: linear_wide.FIXUP)")
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
@@ -86,7 +81,7 @@ def apply_args(args: argparse.Namespace) -> None:
     apply(args.attention_config, args.moe_config, args.linear_decode_rows,
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
-          args.linear_wide_rows, args.linear_wide_fixup)
+          args.linear_wide_rows)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -97,8 +92,7 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a8_decode_variant: str | None = None,
           index_paged_kernel: str | None = None,
           mhc_finalize_block_m: int | None = None,
-          linear_wide_rows: int | None = None,
-          linear_wide_fixup: int | None = None) -> None:
+          linear_wide_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if index_paged_kernel is not None:
@@ -124,9 +118,6 @@ def apply(attention_config: str | None, moe_configs: list[str],
         if shared_expert_max_rows < 0:
             raise SystemExit(f"--shared-expert-max-rows {shared_expert_max_rows}: expected >= 0")
         shared_expert.MAX_ROWS = shared_expert_max_rows
-    if linear_wide_fixup is not None:
-        from deepinfer.kernels.triton import linear_wide
-        linear_wide.FIXUP = bool(linear_wide_fixup)
     if linear_wide_rows is not None:
         from deepinfer.kernels.triton import linear, linear_wide
         if not 0 <= linear_wide_rows <= linear_wide.MAX_ROWS:

@@ -22,10 +22,8 @@ warpgroups, stacked on the wgmma M side) against one token tile of BT rows:
     operand is decoded while it runs, the accumulator waited before the loop's back edge (an
     in-flight accumulator there made ptxas serialize the wgmmas in ``moe_gluon``: C7515);
   * x read from L2 per weight byte: 2 * BT / BO per token tile;
-  * split-K for the few-tile shapes: fp32 partials t-contiguous (``linear_decode``'s workspace
-    layout), summed in split order by the program that finishes a tile last (a per-tile
-    counter, ``FIXUP``; no second launch) or by ``linear_decode._splitk_sum_t_kernel`` — the
-    same bits either way.
+  * split-K for the few-tile shapes: fp32 partials t-contiguous, summed in split order by
+    ``linear_decode._splitk_sum_t_kernel`` (the workspace layout ``linear_decode`` uses).
 
 Products are exact (bf16 x bf16 in fp32) and sums fp32: ``linear_decode``'s numbers up to the
 summation order. Gluon has no interpreter: CPU tests compile it for sm_90
@@ -116,45 +114,11 @@ if HAS_GLUON:
         return a0, a1
 
     @gluon.jit
-    def _fixup(acc, part_ptrs, mask, part_ptr, out_ptr, cnt_ptr, tile_id, row_lo, tok0, group,
-               M, O, split_stride, stride_om, stride_og, SPLIT_K: gl.constexpr,
-               T_TILES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr,
-               num_warps: gl.constexpr):
-        """Split-K without a second launch: the program that finishes a tile last (its
-        ticket from the tile's counter) sums the SPLIT_K partials in split order from fp32 0
-        (``linear_decode._splitk_sum_t_kernel``'s order: the same bits), stores the bf16 tile
-        and resets the counter to 0 for the next call. The sums run over 16-row slices in a
-        t-contiguous layout (the accumulator's registers are free by then)."""
-        gl.store(part_ptrs, acc, mask=mask)
-        # every thread's partial is written before the release below (cumulative through the
-        # barrier); the last arriver's acquire orders its loads after all of them
-        _cta_barrier()
-        ticket = gl.atomic_add(cnt_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-        if ticket == SPLIT_K - 1:
-            RB: gl.constexpr = 16
-            LB: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [num_warps, 1], [1, 0])
-            t = tok0 + gl.arange(0, BT, layout=gl.SliceLayout(0, LB))
-            for r0 in gl.static_range(0, BO, RB):
-                r = row_lo + r0 + gl.arange(0, RB, layout=gl.SliceLayout(1, LB))
-                m = (r < O)[:, None] & (t < M)[None, :]
-                src = (part_ptr + (group * O + r).to(gl.int64)[:, None] * (T_TILES * BT)
-                       + t[None, :])
-                total = gl.zeros([RB, BT], gl.float32, LB)
-                for s in gl.static_range(SPLIT_K):
-                    # .cg: the other programs' partials through L2 (no stale L1 lines)
-                    total += gl.load(src + s * split_stride, mask=m, other=0.0,
-                                     cache_modifier=".cg")
-                dst = (out_ptr + group.to(gl.int64) * stride_og
-                       + t.to(gl.int64)[None, :] * stride_om + r[:, None])
-                gl.store(dst, total.to(gl.bfloat16), mask=m)
-            gl.atomic_xchg(cnt_ptr + tile_id, 0, sem="relaxed", scope="gpu")
-
-    @gluon.jit
-    def _linear_wide_kernel(x_desc, w_desc, ws_ptr, out_ptr, part_ptr, cnt_ptr, M, O, K, W_ROWS,
-                            k_per_split, split_stride, stride_wsr, stride_om, stride_og,
+    def _linear_wide_kernel(x_desc, w_desc, ws_ptr, out_ptr, M, O, K, W_ROWS, k_per_split,
+                            split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
                             BK: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr,
-                            FIXUP: gl.constexpr, num_warps: gl.constexpr):
+                            num_warps: gl.constexpr):
         BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup (LW: operand_layout)
         KSUB: gl.constexpr = BK // 32  # scale columns (one k32 wgmma each) per K step
         gl.static_assert(KSUB == 1 or KSUB == 2, "BK must be 32 or 64")
@@ -221,16 +185,10 @@ if HAS_GLUON:
         offs_t = tok0 + gl.arange(0, BT, layout=COL_L)
         mask = (rows_o < O)[:, None] & (offs_t < M)[None, :]
         if SPLIT_K > 1:  # workspace (SPLIT_K, G, O, T_TILES * BT): t contiguous
-            ptrs = (part_ptr + split.to(gl.int64) * split_stride
+            ptrs = (out_ptr + split.to(gl.int64) * split_stride
                     + (group * O + rows_o).to(gl.int64)[:, None] * (T_TILES * BT)
                     + offs_t[None, :])
-            if FIXUP:  # cnt_ptr: one int32 counter per (group, output tile), left at 0
-                tile_id = group * gl.num_programs(0) + gl.program_id(0)
-                _fixup(acc, ptrs, mask, part_ptr, out_ptr, cnt_ptr, tile_id, pid_o * BO, tok0,
-                       group, M, O, split_stride, stride_om, stride_og, SPLIT_K, T_TILES, BO,
-                       BT, num_warps)
-            else:
-                gl.store(ptrs, acc, mask=mask)
+            gl.store(ptrs, acc, mask=mask)
         else:
             ptrs = (out_ptr + group.to(gl.int64) * stride_og
                     + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
@@ -259,26 +217,6 @@ def operand_layout(warpgroups: int):
         reg_bases=[[0, 1], [8, 0], [0, 8], [0, 16]],
         lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
         warp_bases=warps, block_bases=[], shape=[64 * warpgroups, 32])
-
-
-# Split-K fix-up counters per device: one int32 per (group, output tile) of a call, zeros,
-# left at zero by every call (the last program of a tile resets its own). Allocated at the
-# first call outside CUDA-graph capture (the engine's decode graphs run each bucket eagerly
-# before capturing it); a call without them (first seen inside a capture, or more tiles than
-# counters) sums its partials with linear_decode's second launch instead: the same bits.
-FIXUP_COUNTERS = 1 << 16
-FIXUP = True  # False: always the second launch (bench/kernel_overrides.py --linear-wide-fixup)
-_counters: dict[torch.device, torch.Tensor] = {}
-
-
-def fixup_counters(device: torch.device, needed: int) -> torch.Tensor | None:
-    """The device's fix-up counters if there are at least ``needed`` (allocated here when not
-    capturing a CUDA graph), else None."""
-    counters = _counters.get(device)
-    if counters is None and FIXUP and not torch.cuda.is_current_stream_capturing():
-        counters = _counters[device] = torch.zeros(FIXUP_COUNTERS, dtype=torch.int32,
-                                                   device=device)
-    return counters if FIXUP and counters is not None and needed <= counters.numel() else None
 
 
 def wide_config(num_rows: int) -> dict:
@@ -340,23 +278,20 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     k_per_split = triton.cdiv(num_k // bk, split_k) * bk
     split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
     ws_row = t_tiles * bt
-    part = out
-    counters = None
+    target = out
     if split_k > 1:
-        part = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
-                           device=x3.device)
-        counters = fixup_counters(x3.device, o_tiles * t_tiles * groups)
+        target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
+                             device=x3.device)
     _linear_wide_kernel[(o_tiles * t_tiles, split_k, groups)](
-        x_desc, w_desc, w_scale, out, part, out if counters is None else counters, num_rows,
-        out_features, num_k, w.shape[0], k_per_split, groups * out_features * ws_row,
-        w_scale.stride(0), out.stride(0), out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles,
-        BT=bt, BK=bk, STAGES=stages, LW=operand_layout(wg), FIXUP=counters is not None,
-        num_warps=4 * wg)
-    if split_k > 1 and counters is None:
+        x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
+        k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
+        out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
+        LW=operand_layout(wg), num_warps=4 * wg)
+    if split_k > 1:
         block_o, block_t = 64, 64
         linear_decode._splitk_sum_t_kernel[(triton.cdiv(out_features, block_o),
                                             triton.cdiv(num_rows, block_t), groups)](
-            part, out, num_rows, out_features, groups * out_features * ws_row, out.stride(0),
+            target, out, num_rows, out_features, groups * out_features * ws_row, out.stride(0),
             out.stride(1), SPLIT_K=split_k, BT=ws_row, BLOCK_O=block_o, BLOCK_T=block_t,
             num_warps=4)
     return out
@@ -367,27 +302,21 @@ def aot_cases() -> list[dict[str, Any]]:
     warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not; wgmma, no
     spills."""
     cases = []
-    for wg, bt, bk, stages, split_k, fixup in ((1, 64, 32, 6, 2, False),
-                                               (1, 128, 32, 6, 1, False),
-                                               (1, 256, 32, 4, 2, True),
-                                               (1, 256, 64, 3, 1, False),
-                                               (1, 128, 64, 4, 4, True),
-                                               (1, 64, 64, 4, 8, True),
-                                               (2, 128, 32, 4, 2, False),
-                                               (4, 128, 64, 2, 1, False)):
+    for wg, bt, bk, stages, split_k in ((1, 64, 32, 6, 2), (1, 128, 32, 6, 1),
+                                        (1, 256, 32, 4, 2), (1, 256, 64, 3, 1),
+                                        (1, 128, 64, 4, 4), (2, 128, 32, 4, 2),
+                                        (4, 128, 64, 2, 1)):
         cases.append({
-            "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}"
-                  f"{'_fixup' if fixup else ''}", "gluon": True,
+            "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}", "gluon": True,
             "module": __name__, "kernel": "_linear_wide_kernel",
             "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bt}x{bk}",
                           "w_desc": f"tma:u8:{bk}:{64 * wg}x{bk}",
-                          "ws_ptr": "*u8", "out_ptr": "*bf16", "part_ptr": "*fp32",
-                          "cnt_ptr": "*i32",
+                          "ws_ptr": "*u8", "out_ptr": "*fp32" if split_k > 1 else "*bf16",
                           "M": "i32", "O": "i32", "K": "i32", "W_ROWS": "i32",
                           "k_per_split": "i32", "split_stride": "i32", "stride_wsr": "i32",
                           "stride_om": "i32", "stride_og": "i32"},
             "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "BK": bk, "STAGES": stages,
-                           "LW": {"call": "operand_layout", "args": [wg]}, "FIXUP": fixup,
+                           "LW": {"call": "operand_layout", "args": [wg]},
                            "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})

@@ -102,28 +102,3 @@ def test_linear_quant_act_dispatch_gpu(num_tokens, monkeypatch):
     from deepinfer.kernels.triton import quant_act
     base = linear_decode.linear_decode(quant_act.fake_quant_fp8_block32(x)[:, None], w, 1024)
     _row("linear_quant_act vs decode", f"M{num_tokens}", _rel(out, base[:, 0]), 5e-3)
-
-
-@pytest.mark.parametrize("num_tokens", [64, 200, 256])
-def test_linear_wide_fixup_gpu(num_tokens, monkeypatch):
-    """The split-K fix-up (the last program of a tile sums the partials) gives the second
-    launch's bits, call after call (its counters back at 0 each time), grouped too."""
-    from deepinfer.kernels.triton import linear_wide
-
-    torch.manual_seed(2)
-    for groups, out_features, in_features, split_k in ((1, 1024, V41_HIDDEN, None),
-                                                       (1, 512, V41_HIDDEN, 7),
-                                                       (V41_O_GROUPS, V41_O_LORA, 4096, 3)):
-        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
-        w = _random_fp8_weight(groups * out_features, in_features)
-        monkeypatch.setattr(linear_wide, "FIXUP", False)
-        want = linear_wide.linear_wide(x, w, out_features, split_k=split_k)
-        monkeypatch.setattr(linear_wide, "FIXUP", True)
-        for _ in range(3):
-            with nan_poisoned_allocations():
-                got = linear_wide.linear_wide(x, w, out_features, split_k=split_k)
-            assert torch.equal(got, want), (groups, out_features, split_k)
-        counters = linear_wide._counters[x.device]
-        assert int(counters.abs().sum()) == 0, "fix-up counters not reset"
-        _row(f"linear_wide fixup G{groups} O{out_features}", f"M{num_tokens}",
-             _rel(got, _reference(x, w, groups)), 5e-3)
