@@ -13,9 +13,11 @@ measures the variants alone, then the best end to end.
     --linear-decode-rows N                         FP8 projections of bf16 x up to N rows on
                                                    kernels/triton/linear_decode.py (0: the
                                                    row-major tiles, the A/B control)
-    --linear-wide-rows N                           FP8 projections of bf16 x from N to 256
-                                                   rows on kernels/triton/linear_wide.py
-                                                   (Gluon; 0: off, the default)
+    --linear-wide-rows N                           FP8 projections of bf16 x from N rows on
+                                                   kernels/triton/linear_wide.py (Gluon; 0:
+                                                   off; default linear.WIDE_MIN_ROWS)
+    --linear-wide-max-rows N                       ... up to N rows (default 256; more: the
+                                                   prefill projections too)
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -54,8 +56,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="FP8 projections of bf16 x up to this many rows on linear_decode "
                     "(0: off; default: linear.DECODE_KERNEL_MAX_ROWS)")
     ap.add_argument("--linear-wide-rows", type=int, default=None,
-                    help="FP8 projections of bf16 x from this many rows to 256 on linear_wide "
+                    help="FP8 projections of bf16 x from this many rows on linear_wide "
                     "(0: off; default: linear.WIDE_MIN_ROWS)")
+    ap.add_argument("--linear-wide-max-rows", type=int, default=None,
+                    help="FP8 projections up to this many rows on linear_wide (default: "
+                    "linear.WIDE_MAX_ROWS)")
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
@@ -81,7 +86,7 @@ def apply_args(args: argparse.Namespace) -> None:
     apply(args.attention_config, args.moe_config, args.linear_decode_rows,
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
-          args.linear_wide_rows)
+          args.linear_wide_rows, args.linear_wide_max_rows)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -92,7 +97,8 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a8_decode_variant: str | None = None,
           index_paged_kernel: str | None = None,
           mhc_finalize_block_m: int | None = None,
-          linear_wide_rows: int | None = None) -> None:
+          linear_wide_rows: int | None = None,
+          linear_wide_max_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if index_paged_kernel is not None:
@@ -119,11 +125,15 @@ def apply(attention_config: str | None, moe_configs: list[str],
             raise SystemExit(f"--shared-expert-max-rows {shared_expert_max_rows}: expected >= 0")
         shared_expert.MAX_ROWS = shared_expert_max_rows
     if linear_wide_rows is not None:
-        from deepinfer.kernels.triton import linear, linear_wide
-        if not 0 <= linear_wide_rows <= linear_wide.MAX_ROWS:
-            raise SystemExit(f"--linear-wide-rows {linear_wide_rows}: expected 0.."
-                             f"{linear_wide.MAX_ROWS}")
+        from deepinfer.kernels.triton import linear
+        if linear_wide_rows < 0:
+            raise SystemExit(f"--linear-wide-rows {linear_wide_rows}: expected >= 0")
         linear.WIDE_MIN_ROWS = linear_wide_rows
+    if linear_wide_max_rows is not None:
+        from deepinfer.kernels.triton import linear
+        if linear_wide_max_rows < 1:
+            raise SystemExit(f"--linear-wide-max-rows {linear_wide_max_rows}: expected >= 1")
+        linear.WIDE_MAX_ROWS = linear_wide_max_rows
     if linear_decode_rows is not None:
         from deepinfer.kernels.triton import linear, linear_decode
         if not 0 <= linear_decode_rows <= linear_decode.MAX_ROWS:

@@ -189,18 +189,22 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
 DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
 
 
-# bf16 x against FP8 block weights from this many rows to ``linear_wide.MAX_ROWS`` (on an SM90
+# bf16 x against FP8 block weights from this many rows to ``WIDE_MAX_ROWS`` (on an SM90
 # GPU) runs ``linear_wide`` (Gluon, TMA-fed, one token tile of all rows) instead of
 # ``linear_decode``; 0 turns it off (bench/kernel_overrides.py --linear-wide-rows). Session 14
 # round 65b (H200, decode, the projections' kernel time per step): 1.32 -> 0.87 ms at 64 x 4K,
 # 2.59 -> 1.79 ms at 256 x 32K; below 64 rows not yet timed.
 WIDE_MIN_ROWS = 64
+# ... up to this many rows; above, the prefill tiles of ``_linear_kernel`` (linear_wide runs
+# any row count: bench/kernel_overrides.py --linear-wide-max-rows for prefill A/B runs).
+WIDE_MAX_ROWS = 256
 
 
 def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
-    """Whether ``linear_wide`` takes this call (``WIDE_MIN_ROWS``, an SM90 GPU, its shapes)."""
+    """Whether ``linear_wide`` takes this call (``WIDE_MIN_ROWS``..``WIDE_MAX_ROWS``, an SM90
+    GPU, its shapes)."""
     rows = x3.shape[0]
-    if not (WIDE_MIN_ROWS and WIDE_MIN_ROWS <= rows <= linear_wide.MAX_ROWS and x3.is_cuda):
+    if not (WIDE_MIN_ROWS and WIDE_MIN_ROWS <= rows <= WIDE_MAX_ROWS and x3.is_cuda):
         return False
     cfg = linear_wide.wide_config(rows)
     return (torch.cuda.get_device_capability(x3.device)[0] == 9
@@ -220,12 +224,12 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     ``_linear_kernel`` (bench/gemm_decode.py's tilings)."""
     num_rows, groups, num_k = x3.shape
     out_dtype = out_dtype or x3.dtype
-    if (split_k is None and config is None and num_rows <= DECODE_KERNEL_MAX_ROWS
-            and out_dtype == x3.dtype
-            and linear_decode.supports(x3, weight) and not gemm_fp8.is_interpreting()):
+    if (split_k is None and config is None and out_dtype == x3.dtype
+            and not gemm_fp8.is_interpreting()):
         if _wide_applies(x3, weight, out_features):
             return linear_wide.linear_wide(x3, weight, out_features)
-        return linear_decode.linear_decode(x3, weight, out_features)
+        if num_rows <= DECODE_KERNEL_MAX_ROWS and linear_decode.supports(x3, weight):
+            return linear_decode.linear_decode(x3, weight, out_features)
     if x3.stride(2) != 1:
         x3 = x3.contiguous()
     w, w_scale, w_fp8 = linear_decode.weight_operands(weight, "linear")

@@ -29,6 +29,9 @@ Products are exact (bf16 x bf16 in fp32) and sums fp32: ``linear_decode``'s numb
 summation order. Gluon has no interpreter: CPU tests compile it for sm_90
 (tests/kernels/triton/test_linear_wide.py); tests/gpu/test_linear_wide_gpu.py runs it.
 
+Any row count runs (token tiles of at most 256 rows; adjacent programs share a weight tile, so
+its second read hits L2); the engine sends it ``linear.WIDE_MIN_ROWS``-``WIDE_MAX_ROWS`` rows.
+
 Shapes: x (M, G, K) bf16, K % 32 == 0; w (G * O, K) uint8 e4m3 codes, O % BO == 0; ws
 (ceil(G * O / 32), K / 32) uint8 ue8m0; out (M, G, O) bf16.
 """
@@ -58,7 +61,7 @@ except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on th
     HAS_GLUON = False
 
 MIN_ROWS = 1
-MAX_ROWS = 256  # the widest token tile (wgmma N)
+MAX_TILE_ROWS = 256  # the widest token tile (wgmma N); more rows: several token tiles
 NUM_SMS = 132  # H200
 STEP_K = 32  # one scale column of the FP8 weight per pipeline step
 
@@ -234,16 +237,16 @@ def wide_config(num_rows: int) -> dict:
 
     (256 rows: 2 stages 229.3, 2 / 3 waves 190.3 / 193.3, BT 128 211.1; 64 rows: 6 stages
     103.0.)"""
-    bt = min(MAX_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
+    bt = min(MAX_TILE_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
     if bt == 256:
         return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
     return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
 
 
 def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 1) -> bool:
-    """bf16 x (M, G, K) with 1 <= M <= MAX_ROWS and K % 32 == 0 against an Fp8BlockWeight
+    """bf16 x (M, G, K) with M >= 1 and K % 32 == 0 against an Fp8BlockWeight
     whose output features fill whole programs (O % 64 WG == 0)."""
-    return (HAS_GLUON and 0 < x3.shape[0] <= MAX_ROWS and x3.shape[2] > 0
+    return (HAS_GLUON and 0 < x3.shape[0] and x3.shape[2] > 0
             and x3.shape[2] % STEP_K == 0 and x3.dtype == torch.bfloat16
             and isinstance(weight, Fp8BlockWeight) and out_features % (64 * warpgroups) == 0)
 

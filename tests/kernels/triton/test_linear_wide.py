@@ -33,7 +33,8 @@ def test_accepts():
     assert not linear_wide.accepts(x, w, 192, warpgroups=2)  # O not whole programs
     assert not linear_wide.accepts(x, w, 96)
     assert not linear_wide.accepts(x.float(), w, 256)  # bf16 x only
-    assert not linear_wide.accepts(torch.zeros(257, 1, 64, dtype=torch.bfloat16), w, 256)
+    assert linear_wide.accepts(torch.zeros(4096, 1, 64, dtype=torch.bfloat16), w, 256)
+    assert not linear_wide.accepts(torch.zeros(0, 1, 64, dtype=torch.bfloat16), w, 256)
     assert not linear_wide.accepts(torch.zeros(8, 1, 48, dtype=torch.bfloat16), w, 256)
     assert not linear_wide.accepts(x, torch.zeros(256, 64, dtype=torch.bfloat16), 256)
 
