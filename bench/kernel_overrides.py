@@ -16,8 +16,8 @@ measures the variants alone, then the best end to end.
     --linear-wide-rows N                           FP8 projections of bf16 x from N rows on
                                                    kernels/triton/linear_wide.py (Gluon; 0:
                                                    off; default linear.WIDE_MIN_ROWS)
-    --linear-wide-max-rows N                       ... up to N rows (default 256; more: the
-                                                   prefill projections too)
+    --linear-wide-max-rows N                       ... up to N rows (default: any; above N
+                                                   the prefill tiles of _linear_kernel)
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)

@@ -195,16 +195,19 @@ DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
 # round 65b (H200, decode, the projections' kernel time per step): 1.32 -> 0.87 ms at 64 x 4K,
 # 2.59 -> 1.79 ms at 256 x 32K; below 64 rows not yet timed.
 WIDE_MIN_ROWS = 64
-# ... up to this many rows; above, the prefill tiles of ``_linear_kernel`` (linear_wide runs
-# any row count: bench/kernel_overrides.py --linear-wide-max-rows for prefill A/B runs).
-WIDE_MAX_ROWS = 256
+# ... up to this many rows (None: any; above, the prefill tiles of ``_linear_kernel``;
+# bench/kernel_overrides.py --linear-wide-max-rows). Session 14 round 67a (H200): the seven
+# slice projections at 4,096 rows 2,704 -> 1,925 µs (bench/gemm_decode.py), the 4K prefill's
+# FP8 projections 35.0 -> 23.7 ms per prefill (150.8 -> 142.5 ms in all, η 0.143 -> 0.152).
+WIDE_MAX_ROWS: int | None = None
 
 
 def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
     """Whether ``linear_wide`` takes this call (``WIDE_MIN_ROWS``..``WIDE_MAX_ROWS``, an SM90
     GPU, its shapes)."""
     rows = x3.shape[0]
-    if not (WIDE_MIN_ROWS and WIDE_MIN_ROWS <= rows <= WIDE_MAX_ROWS and x3.is_cuda):
+    if not (WIDE_MIN_ROWS and WIDE_MIN_ROWS <= rows and x3.is_cuda
+            and (WIDE_MAX_ROWS is None or rows <= WIDE_MAX_ROWS)):
         return False
     cfg = linear_wide.wide_config(rows)
     return (torch.cuda.get_device_capability(x3.device)[0] == 9

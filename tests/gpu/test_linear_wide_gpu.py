@@ -85,10 +85,11 @@ def test_linear_wide_launches_gpu(config, split_k):
     _row(f"linear_wide {label}", f"M{num_tokens} wo_b", _rel(out, _reference(x, w, 1)), 5e-3)
 
 
-@pytest.mark.parametrize("num_tokens", [63, 64, 256])
+@pytest.mark.parametrize("num_tokens", [63, 64, 256, 1000])
 def test_linear_quant_act_dispatch_gpu(num_tokens, monkeypatch):
     """The registered Q8_32 projection takes linear_wide from ``linear.WIDE_MIN_ROWS`` rows
-    (linear_decode below), and its output matches linear_decode's on the same call."""
+    (linear_decode below; the prefill sizes too), and its output matches linear_decode's on
+    the same call."""
     from deepinfer.kernels.triton import linear, linear_decode, linear_wide
 
     calls = []
@@ -98,6 +99,7 @@ def test_linear_quant_act_dispatch_gpu(num_tokens, monkeypatch):
     x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16)
     w = _random_fp8_weight(1024, V41_HIDDEN)
     out = linear.linear_quant_act(x, w)
+    assert linear.WIDE_MAX_ROWS is None
     assert calls == ([num_tokens] if num_tokens >= linear.WIDE_MIN_ROWS > 0 else [])
     from deepinfer.kernels.triton import quant_act
     base = linear_decode.linear_decode(quant_act.fake_quant_fp8_block32(x)[:, None], w, 1024)
