@@ -23,6 +23,11 @@ run adjacently so that the second read hits L2.
 Decode (M <= 64) with few O tiles uses split-K (fp32 partials in a workspace, summed in split
 order by ``gemm_fp8._splitk_sum_kernel``); so do 65-256 rows (``SPLIT_K_MAX_ROWS``), aiming at one
 or two waves of programs. No launch path reads device data on the host.
+
+On an SM90 GPU, bf16 x against an FP8 block weight (every Q8_32 projection, ``wo_a``) goes
+elsewhere: from ``WIDE_MIN_ROWS`` rows (decode and prefill alike) to ``linear_wide`` (Gluon,
+TMA-fed), below to ``linear_decode``; this kernel keeps bf16 weights (the head, the
+compressor) and what those decline.
 """
 
 from __future__ import annotations
@@ -159,7 +164,8 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
     N=16 264/307, N=64 319/628, N=256 877/2004 us (cuBLAS bf16 x bf16: 245, 257, 292, 440).
     Prefill: 128×128 tiles, BK=64 (BK=32, 4 stages for FP8 weights), GROUP_M=8. fp32 "ieee"
     dots (X_SPLIT=0: non-bf16 weights) are CUDA-core FMAs: small 64×64×32 tiles. Bf16 x against
-    FP8 weights at 1-256 rows runs ``linear_decode`` instead (``DECODE_KERNEL_MAX_ROWS``).
+    FP8 weights runs ``linear_wide`` / ``linear_decode`` instead on an SM90 GPU
+    (``WIDE_MIN_ROWS``, ``DECODE_KERNEL_MAX_ROWS``); these FP8 tiles serve the others.
     """
     if interpret:
         return dict(BM=16, BN=32, BK=32, GROUP_M=2, num_warps=4, num_stages=1)
@@ -190,7 +196,7 @@ DECODE_KERNEL_MAX_ROWS = linear_decode.MAX_ROWS
 
 
 # bf16 x against FP8 block weights from this many rows to ``WIDE_MAX_ROWS`` (on an SM90
-# GPU) runs ``linear_wide`` (Gluon, TMA-fed, one token tile of all rows) instead of
+# GPU) runs ``linear_wide`` (Gluon, TMA-fed, token tiles of up to 256 rows) instead of
 # ``linear_decode``; 0 turns it off (bench/kernel_overrides.py --linear-wide-rows). Session 14
 # round 65b (H200, decode, the projections' kernel time per step): 1.32 -> 0.87 ms at 64 x 4K,
 # 2.59 -> 1.79 ms at 256 x 32K; below 64 rows not yet timed.

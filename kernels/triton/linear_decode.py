@@ -1,7 +1,8 @@
 """Projections at decode sizes with the weight on the MMA's M side (reference ``linear.linear`` /
 ``linear.grouped_linear``; model-spec §4.3). ``kernels/triton/linear.py`` hands it bf16 x
-against an ``Fp8BlockWeight`` at 1-``MAX_ROWS`` rows (``linear_quant_act`` passes the
-Q8_32-rounded x, exact in bf16). (fp32 x against the bf16 logit head ran here behind a switch
+against an ``Fp8BlockWeight`` below ``linear.WIDE_MIN_ROWS`` rows (64; more rows run
+``linear_wide``, session 14; up to ``MAX_ROWS`` when that is off; ``linear_quant_act`` passes
+the Q8_32-rounded x, exact in bf16). (fp32 x against the bf16 logit head ran here behind a switch
 until session 13: 1.3-1.7x slower than ``linear._linear_kernel``, round 54c; the head now
 passes bf16 x, commit history has that path.)
 
