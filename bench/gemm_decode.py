@@ -15,9 +15,10 @@ up to 64 rows; ``wN``: ``split_k_for_waves`` with N waves of programs, per shape
 the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x128 tiles;
 ``bf16:BMxBNxBK:stages:warps:wN`` on those tiles instead), or
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
-rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or ``gl[:WG:BT[:BK]:STAGES:wN]``
-(``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one TMA-fed token tile of BT;
-``wide_config``'s launch, or this).
+rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or
+``gl[:WG:BT[:BK]:STAGES:wN]`` (``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one
+TMA-fed token tile of BT; ``wide_config``'s launch, or this), or ``glws:BT:BK:STAGES:wN`` (its
+warp-specialized variant, ``linear_wide_ws``).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -50,6 +51,10 @@ def parse_variant(text: str) -> dict | str:
     if text in ("default", "bf16", "wm", "gl"):
         return text
     try:
+        if text.startswith("glws:"):  # linear_wide_ws: BT:BK:STAGES:wN
+            _, bt, bk, stages, waves = text.split(":")
+            return dict(gl=True, WS=True, WG=1, BT=int(bt), BK=int(bk), STAGES=int(stages),
+                        waves=float(waves[1:]))
         if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN
             fields = text.split(":")[1:]
             if len(fields) == 4:
@@ -78,7 +83,8 @@ def parse_variant(text: str) -> dict | str:
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
-                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN]' or "
+                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN]', "
+                 "'glws:BT:BK:STAGES:wN' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 

@@ -130,8 +130,6 @@ if HAS_GLUON:
                                                        instr_shape=[16, BT, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         ROW_W: gl.constexpr = gl.SliceLayout(1, LW)
-        ROW_L: gl.constexpr = gl.SliceLayout(1, MMA)
-        COL_L: gl.constexpr = gl.SliceLayout(0, MMA)
         pid_o = gl.program_id(0) // T_TILES
         t_tile = gl.program_id(0) % T_TILES
         split = gl.program_id(1)
@@ -184,10 +182,19 @@ if HAS_GLUON:
         for b in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(b))
 
-        rows_o = pid_o * BO + gl.arange(0, BO, layout=ROW_L)
-        offs_t = tok0 + gl.arange(0, BT, layout=COL_L)
+        store_tile(acc, out_ptr, pid_o * BO, tok0, split, group, M, O, split_stride, stride_om,
+                   stride_og, SPLIT_K, T_TILES, BO, BT, MMA)
+
+    @gluon.jit
+    def store_tile(acc, out_ptr, row_lo, tok0, split, group, M, O, split_stride, stride_om,
+                   stride_og, SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BO: gl.constexpr,
+                   BT: gl.constexpr, MMA: gl.constexpr):
+        """A program's accumulator [BO, BT] (layout MMA): out[t, g, o] bf16, or its split's
+        fp32 partial in the workspace (SPLIT_K, G, O, T_TILES * BT), t contiguous."""
+        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, MMA))
+        offs_t = tok0 + gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
         mask = (rows_o < O)[:, None] & (offs_t < M)[None, :]
-        if SPLIT_K > 1:  # workspace (SPLIT_K, G, O, T_TILES * BT): t contiguous
+        if SPLIT_K > 1:
             ptrs = (out_ptr + split.to(gl.int64) * split_stride
                     + (group * O + rows_o).to(gl.int64)[:, None] * (T_TILES * BT)
                     + offs_t[None, :])
@@ -254,8 +261,9 @@ def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 
 def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
                 split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
-    bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py); a BK of 64
-    that does not divide K falls back to 32."""
+    bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py; ``WS``: the
+    warp-specialized kernel of ``linear_wide_ws``); a BK of 64 that does not divide K falls
+    back to 32."""
     assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
     num_rows, groups, num_k = x3.shape
     cfg = {**wide_config(num_rows), **(config or {})}
@@ -285,11 +293,18 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     if split_k > 1:
         target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
                              device=x3.device)
-    _linear_wide_kernel[(o_tiles * t_tiles, split_k, groups)](
+    kernel, extra = _linear_wide_kernel, {}
+    if cfg.get("WS"):  # the warp-specialized variant (prepared, off: linear_wide_ws.py)
+        from deepinfer.kernels.triton import linear_wide_ws
+
+        assert wg == 1, "linear_wide: the warp-specialized variant has one consumer warpgroup"
+        kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
+            "maxnreg": linear_wide_ws.maxnreg(bt)}
+    kernel[(o_tiles * t_tiles, split_k, groups)](
         x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
         k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
         out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
-        LW=operand_layout(wg), num_warps=4 * wg)
+        LW=operand_layout(wg), num_warps=4 * wg, **extra)
     if split_k > 1:
         block_o, block_t = 64, 64
         linear_decode._splitk_sum_t_kernel[(triton.cdiv(out_features, block_o),
