@@ -11,7 +11,8 @@
 #     its stage counts.
 #   PART=b (≈ 4 min): decode 64 / 256 x 4K / 32K at the defaults, SAVE_TRITON_CACHE=1 (then
 #     copy the parts to the repo root), and the start-up with all plan buckets
-#     (--all-buckets, if decode.py has it; else the report's estimate).
+#     (the report's all-bucket estimate, now from warm compiles).
+[ "${PART:-a}" = b ] && export SAVE_TRITON_CACHE=1  # read when device_setup.sh is sourced
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
@@ -31,7 +32,6 @@ a)
     grep -iE "failed|error" "$OUT/gemm_decode$R.log" | head -4
   done ;;
 b)
-  export SAVE_TRITON_CACHE=1
   timeout 300 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
     --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
     >"$OUT/decode.log" 2>&1
