@@ -8,7 +8,7 @@
 # Carry the triton-cache parts (4).
 #   PART=a (≈ 4 min): the GPU checks (the WS variant bit-identical to linear_wide), then
 #     bench/gemm_decode.py at 256 / 128 / 64 rows: gl (default) vs glws at the same launch and
-#     its stage counts.
+#     its stage counts; linear_wide at 1 / 16 / 32 rows against linear_decode.
 #   PART=b (≈ 4 min): decode 64 / 256 x 4K / 32K at the defaults, SAVE_TRITON_CACHE=1 (then
 #     copy the parts to the repo root), and the start-up with all plan buckets
 #     (the report's all-bucket estimate, now from warm compiles).
@@ -30,7 +30,10 @@ a)
       >"$OUT/gemm_decode$R.log" 2>&1
     echo "gemm_decode $R rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode$R.log" | grep -E "^\| [0-9]"
     grep -iE "failed|error" "$OUT/gemm_decode$R.log" | head -4
-  done ;;
+  done
+  # linear_wide below 64 rows (the engine keeps linear_decode there: untimed)
+  timeout 100 python3 bench/gemm_decode.py --rows 1 16 32 --variants     "wm,gl,gl:1:64:64:6:w3,gl:1:64:64:8:w4" >"$OUT/gemm_decode_small.log" 2>&1
+  echo "gemm_decode 1/16/32 rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode_small.log"     | grep -E "^\| [0-9]" ;;
 b)
   timeout 300 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
     --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
