@@ -32,8 +32,10 @@ a)
     grep -iE "failed|error" "$OUT/gemm_decode$R.log" | head -4
   done
   # linear_wide below 64 rows (the engine keeps linear_decode there: untimed)
-  timeout 100 python3 bench/gemm_decode.py --rows 1 16 32 --variants     "wm,gl,gl:1:64:64:6:w3,gl:1:64:64:8:w4" >"$OUT/gemm_decode_small.log" 2>&1
-  echo "gemm_decode 1/16/32 rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode_small.log"     | grep -E "^\| [0-9]" ;;
+  timeout 100 python3 bench/gemm_decode.py --rows 1 16 32 --variants \
+    "wm,gl,gl:1:64:64:6:w3,gl:1:64:64:8:w4" >"$OUT/gemm_decode_small.log" 2>&1
+  echo "gemm_decode 1/16/32 rc=$?"; sed -n '/^All shapes/,$p' "$OUT/gemm_decode_small.log" \
+    | grep -E "^\| [0-9]" ;;
 b)
   timeout 300 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096,32768 \
     --no-eager --profile-points 64x4096,256x32768 --gap-prompts 16 --gap-tokens 32 \
