@@ -117,6 +117,28 @@ if HAS_GLUON:
         return a0, a1
 
     @gluon.jit
+    def program_tile(O, K, k_per_split, T_TILES: gl.constexpr, BO: gl.constexpr,
+                     BT: gl.constexpr, BK: gl.constexpr):
+        """The program's tile: (output tile, split, group, first weight row, first token,
+        first K column, K steps of BK). Adjacent programs share a weight tile (their token
+        tiles differ), so its second read hits L2."""
+        pid_o = gl.program_id(0) // T_TILES
+        t_tile = gl.program_id(0) % T_TILES
+        split = gl.program_id(1)
+        group = gl.program_id(2)
+        k_begin = split * k_per_split
+        num_steps = (gl.minimum(k_begin + k_per_split, K) - k_begin) // BK
+        return pid_o, split, group, group * O + pid_o * BO, t_tile * BT, k_begin, num_steps
+
+    @gluon.jit
+    def scale_pointers(ws_ptr, row0, k_begin, W_ROWS, stride_wsr, BO: gl.constexpr,
+                       LW: gl.constexpr):
+        """A thread's rows' scale bytes at the split's first column, and which rows exist
+        (rows past the weight read 127: ``_scales``)."""
+        r_w = row0 + gl.arange(0, BO, layout=gl.SliceLayout(1, LW))
+        return ws_ptr + (r_w // 32).to(gl.int64) * stride_wsr + k_begin // 32, r_w < W_ROWS
+
+    @gluon.jit
     def _linear_wide_kernel(x_desc, w_desc, ws_ptr, out_ptr, M, O, K, W_ROWS, k_per_split,
                             split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
@@ -129,15 +151,8 @@ if HAS_GLUON:
                                                        warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BT, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-        ROW_W: gl.constexpr = gl.SliceLayout(1, LW)
-        pid_o = gl.program_id(0) // T_TILES
-        t_tile = gl.program_id(0) % T_TILES
-        split = gl.program_id(1)
-        group = gl.program_id(2)
-        row0 = group * O + pid_o * BO
-        tok0 = t_tile * BT
-        k_begin = split * k_per_split
-        num_steps = (gl.minimum(k_begin + k_per_split, K) - k_begin) // BK
+        pid_o, split, group, row0, tok0, k_begin, num_steps = program_tile(
+            O, K, k_per_split, T_TILES, BO, BT, BK)
 
         w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, BK], w_desc.layout)
         x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BT, BK], x_desc.layout)
@@ -148,10 +163,8 @@ if HAS_GLUON:
             _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin, b,
                    num_steps, STAGES, BO, BT, BK)
 
-        # the scale bytes of a thread's rows, KSUB columns per step (rows past the weight: 127)
-        r_w = row0 + gl.arange(0, BO, layout=ROW_W)
-        s_ptrs = ws_ptr + (r_w // 32).to(gl.int64) * stride_wsr + k_begin // 32
-        s_ok = r_w < W_ROWS
+        # the scale bytes of a thread's rows, KSUB columns per step
+        s_ptrs, s_ok = scale_pointers(ws_ptr, row0, k_begin, W_ROWS, stride_wsr, BO, LW)
         s0, s1 = _scales(s_ptrs, s_ok, 0, num_steps, KSUB)
         n0, n1 = _scales(s_ptrs, s_ok, 1, num_steps, KSUB)
         mbarrier.wait(bars.index(0), 0)

@@ -105,14 +105,8 @@ if lw.HAS_GLUON:
                                                        warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BT, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
-        pid_o = gl.program_id(0) // T_TILES
-        t_tile = gl.program_id(0) % T_TILES
-        split = gl.program_id(1)
-        group = gl.program_id(2)
-        row0 = group * O + pid_o * BO
-        tok0 = t_tile * BT
-        k_begin = split * k_per_split
-        num_steps = (gl.minimum(k_begin + k_per_split, K) - k_begin) // BK
+        pid_o, split, group, row0, tok0, k_begin, num_steps = lw.program_tile(
+            O, K, k_per_split, T_TILES, BO, BT, BK)
 
         w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, BK], w_desc.layout)
         x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BT, BK], x_desc.layout)
@@ -122,9 +116,7 @@ if lw.HAS_GLUON:
             mbarrier.init(ready.index(b), count=1)
             mbarrier.init(empty.index(b), count=1)
 
-        r_w = row0 + gl.arange(0, BO, layout=gl.SliceLayout(1, LW))
-        s_ptrs = ws_ptr + (r_w // 32).to(gl.int64) * stride_wsr + k_begin // 32
-        s_ok = r_w < W_ROWS
+        s_ptrs, s_ok = lw.scale_pointers(ws_ptr, row0, k_begin, W_ROWS, stride_wsr, BO, LW)
         acc, = gl.warp_specialize([
             (_consumer, (w_s, x_s, ready, empty, s_ptrs, s_ok, num_steps, STAGES, KSUB, LW, LA,
                          MMA, BO, BT)),
