@@ -549,6 +549,12 @@ def test_grouped_linear_gpu(num_tokens):
              _ms(lambda w=w: tri_linear.grouped_linear(x, w)), flops)
 
 
+# (name, groups, out_features, in_features) of the slice's FP8 projections (wo_a grouped)
+SLICE_PROJECTIONS = (("wq_a", 1, 1024, V41_HIDDEN), ("wkv", 1, 512, V41_HIDDEN),
+                     ("wq_b", 1, 32768, 1024), ("wo_b", 1, V41_HIDDEN, 8192),
+                     ("wo_a", V41_O_GROUPS, V41_O_LORA, 4096))
+
+
 @pytest.mark.parametrize("num_tokens", [1, 7, DECODE_TOKENS, 100, 256])
 def test_linear_decode_gpu(num_tokens):
     """``linear_decode`` (the decoded FP8 weight on the MMA's M side) at every row class, the
@@ -558,10 +564,7 @@ def test_linear_decode_gpu(num_tokens):
     from deepinfer.kernels.reference import linear
     from deepinfer.kernels.triton import linear_decode
 
-    for name, groups, out_features, in_features in (
-            ("wq_a", 1, 1024, V41_HIDDEN), ("wkv", 1, 512, V41_HIDDEN),
-            ("wq_b", 1, 32768, 1024), ("wo_b", 1, V41_HIDDEN, 8192),
-            ("wo_a", V41_O_GROUPS, V41_O_LORA, 4096)):
+    for name, groups, out_features, in_features in SLICE_PROJECTIONS:
         x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
         w = _random_fp8_weight(groups * out_features, in_features)
         ref = (linear.linear(x[:, 0], w)[:, None] if groups == 1

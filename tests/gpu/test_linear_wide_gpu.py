@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.gpu.test_gemm_side_gpu import (
+    SLICE_PROJECTIONS,
     V41_HIDDEN,
     V41_O_GROUPS,
     V41_O_LORA,
@@ -44,10 +45,7 @@ def _reference(x, w, groups):
 def test_linear_wide_gpu(num_tokens):
     from deepinfer.kernels.triton import linear_decode, linear_wide
 
-    for name, groups, out_features, in_features in (
-            ("wq_a", 1, 1024, V41_HIDDEN), ("wkv", 1, 512, V41_HIDDEN),
-            ("wq_b", 1, 32768, 1024), ("wo_b", 1, V41_HIDDEN, 8192),
-            ("wo_a", V41_O_GROUPS, V41_O_LORA, 4096)):
+    for name, groups, out_features, in_features in SLICE_PROJECTIONS:
         x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
         w = _random_fp8_weight(groups * out_features, in_features)
         ref = _reference(x, w, groups)
