@@ -1,36 +1,39 @@
-"""FP8 projections at 65-256 rows in Gluon (SM90): several warpgroups share one token tile.
+"""FP8 projections from 64 rows in Gluon (SM90), decode and prefill alike.
 Reference ``linear.linear`` / ``linear.grouped_linear`` (model-spec §4.3); ``linear.py``
 hands it bf16 x (the Q8_32-rounded values, exact in bf16) against an ``Fp8BlockWeight`` from
-``WIDE_MIN_ROWS`` rows when turned on (``linear.WIDE_MIN_ROWS``).
+``linear.WIDE_MIN_ROWS`` (64) rows up (``WIDE_MAX_ROWS``: None); ``linear_decode`` keeps fewer.
 
     out[t, g, o] = sum_k w[g * O + o, k] * x[t, g, k]
 
-Why: ``linear_decode`` gives each program 64 weight rows (one warpgroup) against a token tile of
-at most 128 rows, and every program reads its whole token tile from L2: 2 * rows / 64 bytes of
-x per weight byte, 8 at 256 rows. Nsight Compute at 256 rows (session 14 round 62a, wo_b):
-427 MB through L2 for 46 MB of DRAM reads, L2 at 71 % of its peak, the SM at 35 %; the seven
-slice shapes at ~0.3 of the bf16 tensor rate. Here a program owns BO = 64 * WG weight rows (WG
-warpgroups, stacked on the wgmma M side) against one token tile of BT rows:
+Why: ``linear_decode`` (Triton) ran the slice's projections at ~0.3 of the bf16 tensor rate at
+256 rows; Nsight Compute (session 14 round 62a, wo_b) showed no single limiter (L2 at 71 % of
+its peak, the SM at 35 %, stalls spread). Here the data movement is explicit. A program owns
+BO = 64 * WG weight rows (WG warpgroups stacked on the wgmma M side; WG 1 by default: 2 and 4
+were slower, rounds 64a / 65a) against one token tile of BT <= 256 rows:
 
-  * both operands go by TMA into one STAGES-deep shared ring per 32-K step (one scale column of
-    the FP8 weight): the weight tile [BO, 32] bytes (32-byte swizzle) and the token tile
-    [BT, 32] bf16 (64-byte swizzle: the wgmma B operand as loaded); rows past M or past the
-    weight are zero-filled by the TMA unit;
+  * both operands go by TMA into one STAGES-deep shared ring, BK columns of K per stage (64 by
+    default: two scale columns of the FP8 weight): the weight tile [BO, BK] bytes (BK-byte
+    swizzle) and the token tile [BT, BK] bf16 (the wgmma B operand as loaded); rows past M or
+    past the weight are zero-filled by the TMA unit;
   * each warpgroup loads its 64 rows of the weight tile from shared memory straight into the
-    wgmma register-A layout (2-byte loads: the fragment's K pairs), decodes e4m3 x 2^(e-127)
-    (exact in bf16, as ``linear_decode``) and issues one m64 nBT k32 wgmma; the next step's
-    operand is decoded while it runs, the accumulator waited before the loop's back edge (an
-    in-flight accumulator there made ptxas serialize the wgmmas in ``moe_gluon``: C7515);
-  * x read from L2 per weight byte: 2 * BT / BO per token tile;
+    wgmma register-A layout (``operand_layout``: 2-byte loads of the fragment's K pairs, no
+    shuffles), decodes e4m3 x 2^(e-127) there (exact in bf16, as ``linear_decode``) and issues
+    one m64 nBT k32 wgmma per scale column; the next step's operands are decoded while those
+    run, the accumulator waited before the loop's back edge (an in-flight accumulator there
+    made ptxas serialize the wgmmas in ``moe_gluon``: C7515);
   * split-K for the few-tile shapes: fp32 partials t-contiguous, summed in split order by
-    ``linear_decode._splitk_sum_t_kernel`` (the workspace layout ``linear_decode`` uses).
+    ``linear_decode._splitk_sum_t_kernel`` (the workspace layout ``linear_decode`` uses; a
+    fix-up in the last program of a tile was 2.4x slower, round 66a).
 
-Products are exact (bf16 x bf16 in fp32) and sums fp32: ``linear_decode``'s numbers up to the
-summation order. Gluon has no interpreter: CPU tests compile it for sm_90
+H200 (bench/gemm_decode.py, the seven slice projections): 172.4 vs 230.5 µs at 256 rows, 91.6
+vs 120.3 at 64, 1,925 vs 2,704 (``_linear_kernel``) at 4,096 (``wide_config``). Products are
+exact (bf16 x bf16 in fp32) and sums fp32: ``linear_decode``'s numbers up to the summation
+order. Gluon has no interpreter: CPU tests compile it for sm_90
 (tests/kernels/triton/test_linear_wide.py); tests/gpu/test_linear_wide_gpu.py runs it.
+``linear_wide_ws.py`` holds a warp-specialized variant (prepared, off: config ``WS``).
 
 Any row count runs (token tiles of at most 256 rows; adjacent programs share a weight tile, so
-its second read hits L2); the engine sends it ``linear.WIDE_MIN_ROWS``-``WIDE_MAX_ROWS`` rows.
+its second read hits L2).
 
 Shapes: x (M, G, K) bf16, K % 32 == 0; w (G * O, K) uint8 e4m3 codes, O % BO == 0; ws
 (ceil(G * O / 32), K / 32) uint8 ue8m0; out (M, G, O) bf16.
