@@ -4,6 +4,8 @@
 # pipeline — cp.async into shared memory, PAGED_V3_STAGES tiles in flight, 165 registers: 3
 # programs per SM against v2's 2 with one tile held in registers; CPU-checked only). Round 60:
 # `_index_scores_paged_v2_kernel` 1.35 ms per 256 x 32K step (η ~0.28 in round 29's bench).
+# Ran (PART=a) at commit 974b483 in session 14: v3 was slower than v2 at every shape and was
+# removed after it (this script needs that commit).
 # Carry the triton-cache parts.
 #   PART=a (≈ 3 min): the GPU checks of the paged scores (v2, v3, v1 against the reference at
 #     both decode shapes), then bench/index_decode.py at round 29's shapes over v2 and v3

@@ -1,4 +1,4 @@
-"""The indexer's paged scores at decode (``indexer.index_scores_paged``): v1, v2 and v3 tilings.
+"""The indexer's paged scores at decode (``indexer.index_scores_paged``): v1 and v2 tilings.
 
     TRITON_INTERPRET=0 python bench/index_decode.py [--shapes 64:4096,256:32768] [--ratio 1]
         [--width 65536] [--epb 64] [--heads 32] [--variants 128:1024:4,...] [--calls 20]
@@ -13,8 +13,8 @@ released) x 128. Session 9's round 29 ran ``--ratio 4 --heads 32 --width 65536 -
 64:16384,256:16384,64:131072,256:131072`` (4,096 / 32,768 visible).
 Kernels (``PAGED_KERNEL``): v1 (until session 9), v2 at each variant ``BT:PROGRAMS:WARPS``
 (``PAGED_BLOCK_KEYS``, ``PAGED_TARGET_PROGRAMS``, ``PAGED_NUM_WARPS``; the first is the
-module's default) and v3 at ``v3:BT:PROGRAMS:WARPS:STAGES`` (+ ``PAGED_V3_STAGES``: tiles of
-records in flight through Triton's software pipeline). Each is timed as a CUDA graph of
+module's default; session 14's v3 variants, the software-pipelined loads, lost at every shape:
+commit 974b483 has them). Each is timed as a CUDA graph of
 ``--calls`` back-to-back calls (roofline.graph_us: median of 20 replays), against its roofline:
 max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both measured in the same run
 (roofline.measure_ceilings); bytes = the visible records read once + the fp32 score rows written,
@@ -34,23 +34,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_SHAPES = "64:4096,256:4096,64:32768,256:32768"
-DEFAULT_VARIANTS = ("128:1024:4,128:512:4,128:2048:4,256:1024:8,64:2048:4,v3:128:1024:4:3,"
-                    "v3:128:1024:4:4,v3:128:2048:4:3,v3:64:2048:4:4")
+DEFAULT_VARIANTS = "128:1024:4,128:512:4,128:2048:4,256:1024:8,64:2048:4"
 HEAD_DIM = 128
 
 
 def set_kernel(indexer, name: str) -> None:
-    """``v1``, a v2 variant ``BT:PROGRAMS:WARPS`` or a v3 one ``v3:BT:PROGRAMS:WARPS:STAGES``
-    -> the indexer module's settings."""
+    """``v1`` or a v2 variant ``BT:PROGRAMS:WARPS`` -> the indexer module's settings."""
     if name == "v1":
         indexer.PAGED_KERNEL = "v1"
         return
-    parts = name.split(":")
-    indexer.PAGED_KERNEL = "v3" if parts[0] == "v3" else "v2"
-    if parts[0] == "v3":
-        parts = parts[1:]
-        indexer.PAGED_V3_STAGES = int(parts.pop())
-    bt, programs, warps = map(int, parts)
+    indexer.PAGED_KERNEL = "v2"
+    bt, programs, warps = map(int, name.split(":"))
     indexer.PAGED_BLOCK_KEYS, indexer.PAGED_TARGET_PROGRAMS = bt, programs
     indexer.PAGED_NUM_WARPS = warps
 
@@ -111,8 +105,7 @@ def bench(args: argparse.Namespace) -> None:
     print(f"{torch.cuda.get_device_name()}: {args.heads} index heads x {HEAD_DIM}, "
           f"ratio {args.ratio}, width {args.width}, {args.epb} entries per block; µs per call "
           f"in a CUDA graph of {args.calls} calls; copy {hbm / 1e12:.2f} TB/s, "
-          f"bf16 {bf16 / 1e12:.0f} TFLOP/s (measured); v2 variants BT:PROGRAMS:WARPS, "
-          "v3:BT:PROGRAMS:WARPS:STAGES")
+          f"bf16 {bf16 / 1e12:.0f} TFLOP/s (measured); v2 variants BT:PROGRAMS:WARPS")
     print("| rows | context | kernel | µs | roofline µs | η | max abs Δ vs v1 |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     for shape in args.shapes.split(","):

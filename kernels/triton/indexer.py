@@ -47,11 +47,10 @@ FLOAT_HALVES = True
 NUM_WARPS_FLOAT = 4
 # index_scores_paged (decode): "v2" = _index_scores_paged_v2_kernel (records unpacked by the
 # MXFP4 PTX of mxfp4_unpack, keys on the MMA's M side, tiles strided over a row's programs,
-# next tile's loads in flight), "v1" = _index_scores_paged_kernel (until session 9), "v3" =
-# the v2 kernel with PIPELINED (Triton's software pipeline keeps PAGED_V3_STAGES - 1 tiles of
-# records in flight; session 13, not yet timed on the GPU: bench/index_decode.py v3).
+# next tile's loads in flight), "v1" = _index_scores_paged_kernel (until session 9). (A "v3"
+# leaving the record loads to Triton's software pipeline, cp.async with 3-4 tiles in flight,
+# was 5-14 % slower than v2 at every decode shape: session 14 round 61a; commit 974b483 has it.)
 PAGED_KERNEL = "v2"
-PAGED_V3_STAGES = 3
 # v2 tiling: keys per tile, total programs aimed at (programs per row = cdiv(this, rows),
 # capped by the row's tiles), warps; bench/index_decode.py --variants compares others.
 PAGED_BLOCK_KEYS = 128
@@ -247,17 +246,14 @@ def _index_scores_paged_v2_kernel(
     q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, bt_ptr, stride_bn, vis_ptr, out_ptr,
     stride_on, width, entries_per_block,
     HI: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, ASM: tl.constexpr,
-    F32: tl.constexpr, PREC: tl.constexpr, PIPELINED: tl.constexpr,
+    F32: tl.constexpr, PREC: tl.constexpr,
 ):
     """Program (n, p) of P = grid[1]: query row n over its tiles i = p, p + P, p + 2P, ... of BT
     entries (strided, so a row's visible tiles spread over all P programs whatever its count).
     Visible tiles: records unpacked to bf16 halves in registers (the MMA's A operand, keys on M:
     s^T [BT, HP] = k_even @ q_even^T + k_odd @ q_odd^T, q^T as B loaded once), relu, times the
-    head weights, summed over heads. Tiles past num_visible: -inf only. Loads: v2 (PIPELINED
-    off, num_stages 1) loads the next tile's records and the one after's block-table entries
-    into registers before the current tile is computed; v3 (PIPELINED, ``PAGED_V3_STAGES``)
-    loads each tile in its own iteration and leaves them to Triton's software pipeline
-    (cp.async into shared memory, num_stages - 1 tiles in flight).
+    head weights, summed over heads; the next tile's records and the one after's block-table
+    entries are loaded before the current tile is computed. Tiles past num_visible: -inf only.
     F32: q upcast to fp32 (the interpreter, or fp32 q with "ieee" dots)."""
     n, p, num_p, vis, vis_tiles, out_row = _paged_row_start(vis_ptr, out_ptr, stride_on, width,
                                                             BT)
@@ -266,34 +262,25 @@ def _index_scores_paged_v2_kernel(
                                      D, F32)
         bt_row = bt_ptr + n * stride_bn
         tk = tl.arange(0, BT)
-        if PIPELINED:
-            for i in range(p, vis_tiles, num_p):
-                t = i * BT + tk
-                tmask = t < vis
-                pk, e = _paged_records(k_ptr, _paged_rows(bt_row, t, tmask, entries_per_block),
-                                       tmask, D)
-                score = _paged_tile_scores(pk, e, q_e, q_o, w, ASM, BT, D, PREC)
-                tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
-        else:
-            t = p * BT + tk
+        t = p * BT + tk
+        tmask = t < vis
+        pk, e = _paged_records(k_ptr, _paged_rows(bt_row, t, tmask, entries_per_block),
+                               tmask, D)
+        t_next = t + num_p * BT
+        rows_next = _paged_rows(bt_row, t_next, t_next < vis, entries_per_block)
+        for i in range(p, vis_tiles, num_p):
+            t = i * BT + tk
             tmask = t < vis
-            pk, e = _paged_records(k_ptr, _paged_rows(bt_row, t, tmask, entries_per_block),
-                                   tmask, D)
+            # in flight while this tile is computed: tile i + P's records, i + 2P's blocks
             t_next = t + num_p * BT
-            rows_next = _paged_rows(bt_row, t_next, t_next < vis, entries_per_block)
-            for i in range(p, vis_tiles, num_p):
-                t = i * BT + tk
-                tmask = t < vis
-                # in flight while this tile is computed: tile i + P's records, i + 2P's blocks
-                t_next = t + num_p * BT
-                nmask = t_next < vis
-                pk_next, e_next = _paged_records(k_ptr, rows_next, nmask, D)
-                t_after = t_next + num_p * BT
-                rows_next = _paged_rows(bt_row, t_after, t_after < vis, entries_per_block)
-                score = _paged_tile_scores(pk, e, q_e, q_o, w, ASM, BT, D, PREC)
-                tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
-                pk = pk_next
-                e = e_next
+            nmask = t_next < vis
+            pk_next, e_next = _paged_records(k_ptr, rows_next, nmask, D)
+            t_after = t_next + num_p * BT
+            rows_next = _paged_rows(bt_row, t_after, t_after < vis, entries_per_block)
+            score = _paged_tile_scores(pk, e, q_e, q_o, w, ASM, BT, D, PREC)
+            tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
+            pk = pk_next
+            e = e_next
 
 
 def launch_meta(hi: int, d: int, records: bool, has_vis: bool,
@@ -345,21 +332,18 @@ def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_record
 
 def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16,
                       kernel: str | None = None) -> dict[str, Any]:
-    """Constexprs and launch options of the paged kernel ``kernel`` ("v1", "v2" or "v3";
-    default ``PAGED_KERNEL``), shared with the SM90 compile test. v2 / v3 unpack records with
-    the PTX (ASM) when q is bf16 on the GPU; otherwise (interpreter, fp32 or fp16 q) the fp32
-    twin. v3 is v2's kernel with PIPELINED and ``PAGED_V3_STAGES`` stages."""
+    """Constexprs and launch options of the paged kernel ``kernel`` ("v1" or "v2"; default
+    ``PAGED_KERNEL``), shared with the SM90 compile test. v2 unpacks records with the PTX (ASM)
+    when q is bf16 on the GPU; otherwise (interpreter, fp32 or fp16 q) the fp32 twin."""
     hp = max(16, triton.next_power_of_2(hi))
     prec = "ieee" if q_dtype == torch.float32 else "tf32"
     if (kernel or PAGED_KERNEL) == "v1":
         return dict(HI=hi, HP=hp, D=d, BT=BLOCK_KEYS, KT=KEY_TILES, PREC=prec,
                     num_warps=NUM_WARPS, num_stages=2)
     f32 = is_interpreting() or q_dtype == torch.float32
-    pipelined = (kernel or PAGED_KERNEL) == "v3"
     return dict(HI=hi, HP=hp, D=d, BT=PAGED_BLOCK_KEYS,
                 ASM=q_dtype == torch.bfloat16 and not is_interpreting(), F32=f32,
-                PREC="ieee" if f32 else "tf32", PIPELINED=pipelined, num_warps=PAGED_NUM_WARPS,
-                num_stages=PAGED_V3_STAGES if pipelined else 1)
+                PREC="ieee" if f32 else "tf32", num_warps=PAGED_NUM_WARPS, num_stages=1)
 
 
 def paged_programs_per_row(n: int, width: int, block_keys: int) -> int:
@@ -393,7 +377,7 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
         kernel = _index_scores_paged_kernel
         grid = (n, triton.cdiv(width, meta["BT"] * meta["KT"]))
     else:
-        kernel = _index_scores_paged_v2_kernel  # v3: the same kernel, PIPELINED
+        kernel = _index_scores_paged_v2_kernel
         grid = (n, paged_programs_per_row(n, width, meta["BT"]))
     kernel[grid](
         q, q.stride(0), q.stride(1), head_weights, head_weights.stride(0), key_pool,
@@ -427,10 +411,6 @@ def aot_cases() -> list[dict[str, Any]]:
         dict(name="index_scores_paged v2 Hi64 D128", module=__name__,
              kernel="_index_scores_paged_v2_kernel", types=dict(types, bt_ptr="*i64"),
              meta=dict(paged_launch_meta(64, 128, kernel="v2"), ASM=True, F32=False,
-                       PREC="tf32")),
-        dict(name="index_scores_paged v3 Hi64 D128", module=__name__,
-             kernel="_index_scores_paged_v2_kernel", types=dict(types, bt_ptr="*i64"),
-             meta=dict(paged_launch_meta(64, 128, kernel="v3"), ASM=True, F32=False,
                        PREC="tf32")),
     ]
 

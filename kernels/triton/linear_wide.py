@@ -63,10 +63,9 @@ try:  # Gluon ships with triton >= 3.5; the layouts below need the NVIDIA Hopper
 except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on the install
     HAS_GLUON = False
 
-MIN_ROWS = 1
 MAX_TILE_ROWS = 256  # the widest token tile (wgmma N); more rows: several token tiles
 NUM_SMS = 132  # H200
-STEP_K = 32  # one scale column of the FP8 weight per pipeline step
+STEP_K = 32  # one scale column of the FP8 weight: K's granularity (BK is 32 or 64)
 
 if HAS_GLUON:
     # 3.6 calls the CTA barrier thread_barrier, 3.7 barrier
@@ -118,6 +117,28 @@ if HAS_GLUON:
         if KSUB == 2:
             a1 = _operand(w_s, stage, 1, s1, LW, LA)
         return a0, a1
+
+    @gluon.jit
+    def issue_mmas(a0, a1, x_t, acc, KSUB: gl.constexpr):
+        """A step's wgmmas, in flight on return: acc += a_kk @ x_t[:, 32 kk : 32 kk + 32]^T for
+        its KSUB scale columns."""
+        acc = warpgroup_mma(a0, x_t.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
+        if KSUB == 2:
+            acc = warpgroup_mma(a1, x_t.slice(32, 32, dim=1).permute((1, 0)), acc,
+                                is_async=True)
+        return acc
+
+    @gluon.jit
+    def next_operands(w_s, ready, s_ptrs, s_ok, n0, n1, i, num_steps, STAGES: gl.constexpr,
+                      KSUB: gl.constexpr, LW: gl.constexpr, LA: gl.constexpr):
+        """During step i: step i + 1's operands (the last step reloads its own: a finished
+        phase waits for nothing) from scales n0, n1 loaded a step ahead, and step i + 2's
+        scales. Returns (b0, b1, n0, n1)."""
+        nxt = gl.minimum(i + 1, num_steps - 1)
+        m0, m1 = _scales(s_ptrs, s_ok, i + 2, num_steps, KSUB)
+        mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
+        b0, b1 = _operands(w_s, nxt % STAGES, n0, n1, KSUB, LW, LA)
+        return b0, b1, m0, m1
 
     @gluon.jit
     def program_tile(O, K, k_per_split, T_TILES: gl.constexpr, BO: gl.constexpr,
@@ -180,19 +201,10 @@ if HAS_GLUON:
             _cta_barrier()
             _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin,
                    i + STAGES - 1, num_steps, STAGES, BO, BT, BK)
-            x_t = x_s.index(i % STAGES)
-            acc = warpgroup_mma(a0, x_t.slice(0, 32, dim=1).permute((1, 0)), acc,
-                                is_async=True)
-            if KSUB == 2:
-                acc = warpgroup_mma(a1, x_t.slice(32, 32, dim=1).permute((1, 0)), acc,
-                                    is_async=True)
-            # the next step's operands (the last step reloads its own: a finished phase waits
-            # for nothing) while the wgmmas run
-            nxt = gl.minimum(i + 1, num_steps - 1)
-            s0, s1 = n0, n1
-            n0, n1 = _scales(s_ptrs, s_ok, i + 2, num_steps, KSUB)
-            mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
-            b0, b1 = _operands(w_s, nxt % STAGES, s0, s1, KSUB, LW, LA)
+            acc = issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
+            # the next step's operands while the wgmmas run
+            b0, b1, n0, n1 = next_operands(w_s, bars, s_ptrs, s_ok, n0, n1, i, num_steps,
+                                           STAGES, KSUB, LW, LA)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             a0, a1 = b0, b1
         for b in gl.static_range(STAGES):

@@ -36,7 +36,6 @@ if lw.HAS_GLUON:
         fence_async_shared,
         mbarrier,
         tma,
-        warpgroup_mma,
         warpgroup_mma_wait,
     )
 
@@ -69,17 +68,9 @@ if lw.HAS_GLUON:
         a0, a1 = lw._operands(w_s, 0, s0, s1, KSUB, LW, LA)
         acc = gl.zeros([BO, BT], gl.float32, MMA)
         for i in range(num_steps):
-            x_t = x_s.index(i % STAGES)
-            acc = warpgroup_mma(a0, x_t.slice(0, 32, dim=1).permute((1, 0)), acc,
-                                is_async=True)
-            if KSUB == 2:
-                acc = warpgroup_mma(a1, x_t.slice(32, 32, dim=1).permute((1, 0)), acc,
-                                    is_async=True)
-            nxt = gl.minimum(i + 1, num_steps - 1)
-            s0, s1 = n0, n1
-            n0, n1 = lw._scales(s_ptrs, s_ok, i + 2, num_steps, KSUB)
-            mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
-            b0, b1 = lw._operands(w_s, nxt % STAGES, s0, s1, KSUB, LW, LA)
+            acc = lw.issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
+            b0, b1, n0, n1 = lw.next_operands(w_s, ready, s_ptrs, s_ok, n0, n1, i, num_steps,
+                                              STAGES, KSUB, LW, LA)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             # step i's stage is consumed (its weight operand loaded during step i - 1, its
             # tokens read by the wgmmas just waited): order those shared reads before the

@@ -11,7 +11,7 @@ of the step); at prefill sizes the grouped tiles ran at 224 TFLOP/s against the 
 path's 298 (4,096 rows). The dense kernels pick their tilings and split-K by row count
 (``linear.linear_quant_act``'s rule: the FP8 kernel with Q8_32 codes below
 ``linear.bf16_min_rows`` rows, the bf16 path on the Q8_32 values from there — on the GPU
-every row count, through ``linear_decode``).
+every row count, through ``linear_decode`` below 64 rows and ``linear_wide`` from there).
 
 Same semantics as ``reference.moe.expert_ffn`` (the reference's casts and roundings, step for
 step; only the fp32 summation order differs). Shapes: x (N, D); w1, w3 ``Fp8BlockWeight``

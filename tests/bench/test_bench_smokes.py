@@ -196,19 +196,18 @@ def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
 
 
 def test_kernel_overrides_index_paged_kernel(monkeypatch):
-    """--index-paged-kernel sets the paged index kernel and v3's pipeline depth; a malformed
-    value exits naming the flag."""
+    """--index-paged-kernel sets the paged index kernel; a malformed value exits naming the
+    flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import indexer
 
-    for name in ("PAGED_KERNEL", "PAGED_V3_STAGES"):
-        monkeypatch.setattr(indexer, name, getattr(indexer, name))
-    kernel_overrides.apply(None, [], index_paged_kernel="v3:4")
-    assert (indexer.PAGED_KERNEL, indexer.PAGED_V3_STAGES) == ("v3", 4)
+    monkeypatch.setattr(indexer, "PAGED_KERNEL", indexer.PAGED_KERNEL)
     kernel_overrides.apply(None, [], index_paged_kernel="v1")
-    assert (indexer.PAGED_KERNEL, indexer.PAGED_V3_STAGES) == ("v1", 4)
-    for bad in ("v4", "v2:3", "v3:0", "v3:x"):
+    assert indexer.PAGED_KERNEL == "v1"
+    kernel_overrides.apply(None, [], index_paged_kernel="v2")
+    assert indexer.PAGED_KERNEL == "v2"
+    for bad in ("v4", "v2:3", "v3", "v3:4"):
         with pytest.raises(SystemExit) as info:
             kernel_overrides.apply(None, [], index_paged_kernel=bad)
         assert "--index-paged-kernel" in str(info.value)

@@ -316,7 +316,7 @@ def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
     vis = torch.full((n,), visible, dtype=torch.int64, device=dev)
     vis[:3] = torch.tensor([0, 1, visible - 37], device=dev)
     want = ref_fused.index_scores_paged(q, w, pool, tables, vis, epb, width)
-    for kernel in ("v2", "v3", "v1"):
+    for kernel in ("v2", "v1"):
         monkeypatch.setattr(tri, "PAGED_KERNEL", kernel)
         got = tri.index_scores_paged(q, w, pool, tables, vis, epb, width)
         ms = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, vis, epb, width))
