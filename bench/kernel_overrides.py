@@ -21,6 +21,10 @@ measures the variants alone, then the best end to end.
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
+    --w4a8-prefill-kernel w4a8|w4a16               prefill-sized W4A8-layout expert calls:
+                                                   FP8 wgmmas with per-group promotion, or
+                                                   the weights decoded to bf16
+                                                   (moe_experts.W4A8_PREFILL_KERNEL)
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
@@ -63,6 +67,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
+    ap.add_argument("--w4a8-prefill-kernel", default=None, choices=("w4a8", "w4a16"),
+                    help="prefill-sized W4A8-layout expert calls: FP8 wgmmas (w4a8) or bf16 "
+                    "(w4a16; default: moe_experts.W4A8_PREFILL_KERNEL)")
     ap.add_argument("--w4a8-decode-variant", default=None,
                     help="PREFETCH:GATED_CAP:DOWN_CAP of the W4A8 decode GEMM (0|1, registers "
                     "or '-'; default: moe_gluon_w4a8.DECODE_PREFETCH and register_cap)")
@@ -85,7 +92,7 @@ def apply_args(args: argparse.Namespace) -> None:
     apply(args.attention_config, args.moe_config, args.linear_decode_rows,
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
-          args.linear_wide_rows, args.linear_wide_max_rows)
+          args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -97,7 +104,8 @@ def apply(attention_config: str | None, moe_configs: list[str],
           index_paged_kernel: str | None = None,
           mhc_finalize_block_m: int | None = None,
           linear_wide_rows: int | None = None,
-          linear_wide_max_rows: int | None = None) -> None:
+          linear_wide_max_rows: int | None = None,
+          w4a8_prefill_kernel: str | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if index_paged_kernel is not None:
@@ -107,6 +115,9 @@ def apply(attention_config: str | None, moe_configs: list[str],
     if w4a8_decode_bm is not None:
         from deepinfer.kernels.triton import moe_experts
         moe_experts.W4A8_DECODE_PREFILL_BM = w4a8_decode_bm
+    if w4a8_prefill_kernel is not None:
+        from deepinfer.kernels.triton import moe_experts
+        moe_experts.W4A8_PREFILL_KERNEL = w4a8_prefill_kernel
     if mhc_decode_max_tokens is not None:
         from deepinfer.kernels.triton import mhc
         if mhc_decode_max_tokens < 0:

@@ -12,6 +12,9 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
     counted) over it against the FP8 matmul ceiling measured in the same run, and the weight
     bytes over it against the HBM ceiling; the whole pipeline against Triton's run_experts
     (word order, the engine's prefill config) and its two ``_moe_gemm_kernel`` launches.
+``--w4a16-bm`` / ``--w4a16-stages``: the same rows for the bf16 kernel
+(``moe_gluon_w4a16_prefill``: weights decoded to bf16, no per-group promotion), its FLOPs against
+the bf16 ceiling as well.
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
 as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
 replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
@@ -43,6 +46,9 @@ def main() -> None:
     parser.add_argument("--expanded", type=int, nargs="+", default=[0],
                         help="0: token scale bytes; 1: expand_token_scales (the EXPANDED "
                              "kernel)")
+    parser.add_argument("--w4a16-bm", type=int, nargs="*", default=[64, 128],
+                        help="pairs per program of the bf16 prefill kernel (none: skip it)")
+    parser.add_argument("--w4a16-stages", type=int, nargs="+", default=[4])
     parser.add_argument("--graphs", action="store_true",
                         help="time the whole pipelines as CUDA graphs and print the decode "
                              "pipeline beside them (decode sizes)")
@@ -58,10 +64,12 @@ def main() -> None:
         quant_act,
     )
     from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
 
     rl = roofline()
     ceil = rl.measure_ceilings()
     hbm, fp8 = ceil["hbm_bytes_per_s"], ceil["fp8_flops_per_s"]
+    bf16 = ceil["bf16_flops_per_s"]
     torch.manual_seed(0)
     e, d, i, k = moe_decode.EXPERTS, moe_decode.HIDDEN, moe_decode.INTER, moe_decode.TOPK
     fp4 = moe_decode.random_experts(e, d, i, "cuda")
@@ -70,7 +78,7 @@ def main() -> None:
     kw = [moe_experts.ExpertWeights(w.view(torch.int8), f.scale, "mxfp4", scale_max=f.scale_max)
           for w, f in zip(order, fp4, strict=True)]
     print(f"{torch.cuda.get_device_name()}: HBM {hbm / 1e12:.2f} TB/s (copy), FP8 matmul "
-          f"{fp8 / 1e12:.0f} TFLOP/s (torch._scaled_mm 8192^3)")
+          f"{fp8 / 1e12:.0f} TFLOP/s (torch._scaled_mm 8192^3), bf16 {bf16 / 1e12:.0f}")
     print("| tokens | kernel | BM | stages | WG | ms | TFLOP/s | of FP8 | weight GB/s | rel. L2 |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for num_tokens in args.tokens:
@@ -117,6 +125,30 @@ def main() -> None:
             print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill{' exp' if exp else ''} "
                   f"(all launches) | {bm} | "
                   f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
+        for bm, stages in [(bm, st) for bm in args.w4a16_bm for st in args.w4a16_stages]:
+            pairs, blocks = moe_align.align_pairs(ids, e, bm)
+            for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
+                one_mul = f.scale_max is not None and f.scale_max <= 128
+                gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
+                out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
+                run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale, pairs,
+                                        blocks, num_pairs, out, bm, stages, one_mul)
+                run()
+                err = ((out - ref).norm() / ref.norm()).item()
+                ms = rl.median_ms(run)
+                flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
+                n_bytes = touched * (w[0].numel() + f.scale[0].numel())
+                print(f"| {num_tokens} | w4a16 {name} | {bm} | {stages} | 1 | {ms:.3f} | "
+                      f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / fp8:.2f} (of bf16 "
+                      f"{flops / ms * 1e3 / bf16:.2f}) | {n_bytes / ms / 1e6:.0f} | {err:.1e} |",
+                      flush=True)
+            whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
+                                         10.0, stages=stages, block_m=bm)
+            out = whole_fn()
+            err = ((out - ref_whole).norm() / ref_whole.norm()).item()
+            ms = rl.graph_us(whole_fn, 10) / 1e3 if args.graphs else rl.median_ms(whole_fn)
+            print(f"| {num_tokens} | w4a16 run_experts_w4a16_prefill (all launches) | {bm} | "
+                  f"{stages} | 1 | {ms:.3f} | | | | {err:.1e} |", flush=True)
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

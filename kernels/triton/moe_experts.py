@@ -559,6 +559,11 @@ def _one_mul_mode(wanted, *weights) -> int:
 # the prefill pipeline with that many pairs per program instead (both operands by TMA after a
 # gather; bench/kernel_overrides.py --w4a8-decode-bm, measured by bench/h200_round54.sh).
 W4A8_DECODE_PREFILL_BM = 0
+# W4A8 layout at prefill sizes: "w4a16" decodes the weights to bf16 for bf16 wgmmas
+# (``moe_gluon_w4a16_prefill``: no per-group promotion), "w4a8" keeps FP8 wgmmas with the
+# per-32-K promotion (``moe_gluon_w4a8_prefill``); bench/kernel_overrides.py
+# --w4a8-prefill-kernel
+W4A8_PREFILL_KERNEL = "w4a8"
 
 
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
@@ -606,6 +611,12 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                 from deepinfer.kernels.triton.moe_gluon_w4a8 import run_experts_w4a8
                 return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids,
                                         combine=combine)
+            if not decode and W4A8_PREFILL_KERNEL == "w4a16":
+                from deepinfer.kernels.triton.moe_gluon_w4a16_prefill import (
+                    run_experts_w4a16_prefill,
+                )
+                return run_experts_w4a16_prefill(x, expert_ids, weights, w1, w3, w2, limit,
+                                                 combine_ids, combine=combine)
             from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import (
                 BLOCK_M,
                 run_experts_w4a8_prefill,

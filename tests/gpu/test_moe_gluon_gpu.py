@@ -199,3 +199,73 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
     assert pairs.dtype == x.dtype and pairs.shape == ref_pairs.shape
     _row("w4a8 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",
          _rel(pairs, ref_pairs), 1e-2)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("block_m,one_mul,scale_lo", [(64, True, 119), (64, False, 119),
+                                                      (128, True, 119), (64, False, 126)])
+def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo):
+    """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
+    in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
+    products and fp32 sums, 1e-5 as the bf16 decode kernel. Scale bytes 126..136 (past the
+    one-multiply contract) take the two-multiply decode."""
+    from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
+    from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    torch.manual_seed(2)
+    k, o = (D, I) if gated else (I, D)
+    tokens = TOKENS * 16
+    ids = torch.rand(tokens, EXPERTS, device="cuda").topk(TOPK, dim=1).indices
+    div = TOPK if gated else 1
+    x = (torch.randn(tokens * TOPK // div, k, device="cuda") * 0.5).to(torch.bfloat16)
+    packed, _ = _mxfp4(o, k)
+    scale = torch.randint(scale_lo, scale_lo + 11, (EXPERTS, o, k // 32), dtype=torch.uint8,
+                          device="cuda")
+    codes, scales = quant_act.quant_q8_32(x)
+    xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
+    pairs, blocks = moe_align.align_pairs(ids, EXPERTS, block_m)
+    gathered = pf.gather_tokens(xv.to(torch.bfloat16), pairs, ids.numel(), div)
+    with nan_poisoned_allocations():
+        out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
+    pf.w4a16_prefill_gemm(gathered, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
+                          ids.numel(), out, block_m, one_mul=one_mul)
+    ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
+    _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m}"
+         f" {'one' if one_mul else 'two'}-mul s{scale_lo}", f"{tokens}x{k}", _rel(out, ref), 1e-5)
+
+
+def test_w4a16_prefill_pipeline_matches_run_experts():
+    """``run_experts_w4a16_prefill`` against the Triton ``run_experts`` (W4A16, checkpoint
+    order) on the same weights at 1,024 tokens, and the dispatch: ``run_experts`` on W4A8-order
+    stacks takes it at prefill sizes when ``W4A8_PREFILL_KERNEL`` says so (same output)."""
+    from deepinfer.kernels.triton import moe_experts, moe_gluon_w4a8
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    torch.manual_seed(0)
+    tokens = TOKENS * 16
+    ids = torch.rand(tokens, EXPERTS, device="cuda").topk(TOPK, dim=1).indices
+    route_w = torch.rand(tokens, TOPK, device="cuda")
+    x = (torch.randn(tokens, D, device="cuda") * 0.5).to(torch.bfloat16)
+    mats = [_mxfp4(I, D), _mxfp4(I, D), _mxfp4(D, I)]
+
+    def weights(p, s, order):
+        data = (order(p) if order else p).view(torch.int8)
+        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()),
+                                         w4a8_order=order is not None)
+
+    ref = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats), 10.0)
+    kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu) for p, s in mats]
+    for block_m in (64, 128):
+        with nan_poisoned_allocations():
+            out = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, block_m=block_m)
+        _row(f"w4a16 prefill pipeline bm{block_m}", f"{tokens} tokens top{TOPK}/{EXPERTS}",
+             _rel(out, ref), 1e-2)
+    saved = moe_experts.W4A8_PREFILL_KERNEL
+    try:
+        moe_experts.W4A8_PREFILL_KERNEL = "w4a16"
+        via = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
+    finally:
+        moe_experts.W4A8_PREFILL_KERNEL = saved
+    direct = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
+    assert torch.equal(via, direct)

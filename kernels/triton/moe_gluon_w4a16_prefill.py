@@ -1,0 +1,386 @@
+"""Prefill expert GEMM with bf16 tensor cores over MXFP4 weights in the W4A8 kernel order, in
+Gluon (SM90 only): the weights are decoded to exactly scaled bf16 in the wgmma register-A
+layout, so the K loop has no per-group promotion. The engine's prefill path on the W4A8 layout
+(``moe_experts.run_experts``, ``PREFILL_KERNEL``); ``moe_gluon_w4a8_prefill`` is the FP8 one.
+
+    out[p, o] = sum over K of W_e[o, k] * x[p, k]      (p: the block's pairs, sorted by expert)
+
+Why: the FP8 prefill kernel (``moe_gluon_w4a8_prefill``) must promote every 32-K group's
+accumulator (the weight and token scales change per 32 K): 2 instructions per accumulator
+element and group, twice the FP8 tensor time at any token tile — it ran at 13-16 % of the FP8
+peak (~190 TFLOP/s, 54.6 % of the 4K prefill in session 14). Here a weight costs a fixed ~2.5
+instructions (its decode, shared by the BM tokens of the tile) and the fp32 accumulator runs
+through the whole K loop:
+
+  * Per 32-bit word of the W4A8 order (row r, group G, quad lane q; ``mxfp4_w4a8_order``):
+    ``_DECODE_ASM`` builds four bf16x2 registers, the lo values (K = 32 G + 4 q + b) from
+    masks and one multiply / shift, the hi values (K = 32 G + 16 + 4 q + b) after the FP8
+    kernel's rotations; bf16 bits s | e1 e0 m << 6 are value * 2^-126 (e2m1's subnormal 0.5
+    lands on bf16's), then one bf16x2 FMA by 2^(S - 1) (``ONE_MUL``: every scale byte S <=
+    128, the owner vouching via ``scale_max``) or two (2^126, then 2^(S - 127)). Exact.
+  * The decoded registers ARE the wgmma A fragment of one k32 group once K is permuted inside
+    each group: the A operand's column v holds K_off(v) = v3 + 2 v0 + 4 v1 + 8 v2 + 16 v4
+    (``k_permutation``), and the token tile is gathered in that order (``gather_tokens``), so
+    sum_v A[r, v] B[v, t] is the product. No shuffles (the compile gate checks the PTX).
+  * Both operands by TMA into one STAGES-deep ring: the weight tile [64 rows, 64 bytes] (a
+    128-K step) and the token tile as two [BM, 64] bf16 boxes (128-byte swizzle); the next
+    step's operands are decoded while this step's 4 wgmmas (m64 nBM k32) run.
+  * Grid: (O / 64 tiles, blocks) with the tiles fastest, so one block's token tile (BM x K
+    bf16) comes from HBM once and from L2 for its other tiles; an expert's second block is
+    adjacent (its weight tiles hit L2).
+
+Shapes: tokens (num_blocks * BM, K) bf16, gathered and permuted (``gather_tokens``); w (E, O,
+K/2) uint8 in ``moe_gluon_w4a8.to_kernel_order``; ws (E, O, K/32) uint8; sorted_pairs
+(num_blocks * BM,) int32 (padding = num_pairs); block_expert (num_blocks,) int32 (-1 idle); out
+(num_pairs, O) any float dtype. Reference: ``moe_gluon.reference_grouped`` on the Q8_32 values
+(tests/gpu/test_moe_gluon_gpu.py); the bit logic has a torch twin (``decode_twin``, CPU tests).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+
+ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
+BLOCK_K = 128  # K per pipeline step: 4 groups of 32 (one 64-byte box of the W4A8 order)
+GATHER_BLOCK_K = 512  # columns per program of the token gather
+
+# one W4A8-order word ($4) and its scale byte S four times ($5) -> out_a = ($0, $1) = the lo
+# values of bytes (0, 2), (1, 3); out_b = ($2, $3) the hi values of bytes (0, 2), (1, 3).
+# lo byte b: s e1 e0 m at bits 7, 4, 3, 2 (e = bytes 0 / 2: x (<< 8 | << 4) — the sum's
+# carries stay below the kept bits —; o = bytes 1 / 3: x | x >> 4), masked to s | e1 e0 m << 6
+_EXTRACT = """
+.reg .b32 e, o, h, x, y, nz;
+mov.b32 nz, 0x80008000;
+and.b32 e, $4, 0x009C009C; mul.lo.u32 e, e, 272; and.b32 e, e, 0x81C081C0;
+and.b32 o, $4, 0x9C009C00; shr.u32 x, o, 4; or.b32 o, o, x; and.b32 o, o, 0x81C081C0;
+shf.l.wrap.b32 x, $4, $4, 2; shf.l.wrap.b32 y, $4, $4, 4;
+and.b32 x, x, 0x88888888; and.b32 y, y, 0x14141414; or.b32 h, x, y;
+and.b32 x, h, 0x009C009C; mul.lo.u32 x, x, 272; and.b32 x, x, 0x81C081C0;
+and.b32 y, h, 0x9C009C00; shr.u32 h, y, 4; or.b32 y, y, h; and.b32 y, y, 0x81C081C0;
+"""
+# 2^(S - 1) as bf16x2: (S + 126) << 7 per half (S <= 128)
+_DECODE_ONE_MUL = "{" + _EXTRACT + """
+.reg .b32 s;
+prmt.b32 s, $5, 0, 0x4140; add.u32 s, s, 0x007E007E; shl.b32 s, s, 7;
+fma.rn.bf16x2 $0, e, s, nz; fma.rn.bf16x2 $1, o, s, nz;
+fma.rn.bf16x2 $2, x, s, nz; fma.rn.bf16x2 $3, y, s, nz;
+}"""
+# any S: x 2^126 (0x7E80), then x 2^(S - 127) (S << 7; S = 0 reads as 0, not 2^-127)
+_DECODE_TWO_MUL = "{" + _EXTRACT + """
+.reg .b32 s, k;
+mov.b32 k, 0x7E807E80;
+prmt.b32 s, $5, 0, 0x4140; shl.b32 s, s, 7;
+fma.rn.bf16x2 e, e, k, nz; fma.rn.bf16x2 $0, e, s, nz;
+fma.rn.bf16x2 o, o, k, nz; fma.rn.bf16x2 $1, o, s, nz;
+fma.rn.bf16x2 x, x, k, nz; fma.rn.bf16x2 $2, x, s, nz;
+fma.rn.bf16x2 y, y, k, nz; fma.rn.bf16x2 $3, y, s, nz;
+}"""
+
+
+def k_permutation() -> torch.Tensor:
+    """(32,) int64: the K offset inside a 32-K group held by the wgmma A operand's column v,
+    K_off(v) = v3 + 2 v0 + 4 v1 + 8 v2 + 16 v4 (v0: the fragment's register pair element, v1 v2:
+    the quad lane, v3: its second k8 half, v4: the second k16). The token gather puts
+    x[32 G + K_off(v)] at column 32 G + v."""
+    v = torch.arange(32)
+    return ((v >> 3) & 1) + ((v & 1) << 1) + (((v >> 1) & 3) << 2) + (v & 16)
+
+
+def decode_twin(words: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Torch twin of ``_DECODE_*``: W4A8-order words (..., ) int64 (one per row / group / quad
+    lane) and their scale bytes (same shape) -> (..., 8) float32 in the asm's output order
+    (lo of bytes 0, 2, 1, 3; then hi of bytes 0, 2, 1, 3), the bit operations exactly as in
+    the PTX (bf16 bits -> value; the products are exact)."""
+    w = words & 0xFFFFFFFF
+    m32 = 0xFFFFFFFF
+
+    def rotl(x, s):
+        return ((x << s) | (x >> (32 - s))) & m32
+
+    e = ((w & 0x009C009C) * 272) & 0x81C081C0
+    o = w & 0x9C009C00
+    o = (o | (o >> 4)) & 0x81C081C0
+    h = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
+    x = ((h & 0x009C009C) * 272) & 0x81C081C0
+    y = h & 0x9C009C00
+    y = (y | (y >> 4)) & 0x81C081C0
+    halves = []
+    for reg in (e, o, x, y):
+        halves += [reg & 0xFFFF, reg >> 16]
+    bits = torch.stack(halves, -1)  # (..., 8): e.lo, e.hi, o.lo, o.hi, ... (bf16 bits)
+    vals = (bits << 16).to(torch.int32).view(torch.float32) * 2.0**126  # the e2m1 values
+    return vals * torch.exp2(scale.to(torch.float32)[..., None] - 127.0)
+
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+    _ONE_MUL_ASM = gl.constexpr(_DECODE_ONE_MUL)
+    _TWO_MUL_ASM = gl.constexpr(_DECODE_TWO_MUL)
+
+    @gluon.jit
+    def _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, step, num_steps,
+               STAGES: gl.constexpr, BM: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [64, 64 B] and token tile (two [BM, 64] bf16
+        boxes) into ring stage step % STAGES (none past the last step)."""
+        st = step % STAGES
+        ok = step < num_steps
+        mbarrier.expect(bars.index(st), 64 * 64 + BM * 128 * 2, pred=ok)
+        tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
+                                        w_s.index(st), pred=ok)
+        tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
+                                        xa_s.index(st), pred=ok)
+        tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128 + 64], bars.index(st),
+                                        xb_s.index(st), pred=ok)
+
+    @gluon.jit
+    def _group_operand(pg, scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr,
+                       PG: gl.constexpr, LA: gl.constexpr):
+        """Group g's bytes pg [64, 16] (column 4 q + byte; layout PG) and the rows' scale words
+        (4 groups' bytes; SliceLayout(1, PG)) -> the decoded A operand [64, 32] bf16 (LA) whose
+        column v holds K = 32 g + K_off(v)."""
+        pg = gl.convert_layout(pg, PG)  # the same registers
+        sb = ((scale_word >> (8 * g)) & 0xFF).to(gl.uint8)
+        pg, s4 = gl.broadcast(pg, sb[:, None])
+        if ONE_MUL:
+            a, b = gl.inline_asm_elementwise(_ONE_MUL_ASM, "=r,=r,=r,=r,r,r", [pg, s4],
+                                             dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
+                                             pack=4)
+        else:
+            a, b = gl.inline_asm_elementwise(_TWO_MUL_ASM, "=r,=r,=r,=r,r,r", [pg, s4],
+                                             dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
+                                             pack=4)
+        # [64, 16] x 2 (t: lo / hi) -> (row, q1, q0, i1, i0, t) -> column v = i0 + 2 q0 + 4 q1
+        # + 8 i1 + 16 t
+        t = gl.reshape(gl.join(a, b), [64, 2, 2, 2, 2, 2])
+        t = gl.reshape(gl.permute(t, [0, 5, 3, 1, 2, 4]), [64, 32])
+        return gl.convert_layout(t, LA)
+
+    @gluon.jit
+    def _step_operands(w_s, stage, scale_word, ONE_MUL: gl.constexpr, L64: gl.constexpr,
+                       PG: gl.constexpr, LA: gl.constexpr):
+        """A K step's 4 decoded A operands from ring stage ``stage`` (bytes 16 q + 4 G + i of a
+        row: quad lane q, group G, byte i)."""
+        p = w_s.index(stage).load(L64)
+        p = gl.reshape(gl.permute(gl.reshape(p, [64, 4, 4, 4]), [0, 1, 3, 2]), [64, 16, 2, 2])
+        p_even, p_odd = gl.split(p)  # G0 = 0 / 1
+        p0, p2 = gl.split(p_even)
+        p1, p3 = gl.split(p_odd)
+        return (_group_operand(p0, scale_word, 0, ONE_MUL, PG, LA),
+                _group_operand(p1, scale_word, 1, ONE_MUL, PG, LA),
+                _group_operand(p2, scale_word, 2, ONE_MUL, PG, LA),
+                _group_operand(p3, scale_word, 3, ONE_MUL, PG, LA))
+
+    @gluon.jit
+    def _w4a16_prefill_kernel(x_desc, w_desc, s_ptr, pairs_ptr, block_expert_ptr, out_ptr,
+                              num_pairs, O, K, stride_se, stride_sn4, stride_om,
+                              STAGES: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
+                              num_warps: gl.constexpr):
+        gl.static_assert(num_warps == 4, "one warpgroup per program")
+        # shared tile [64 rows, 64 bytes] -> registers: bytes i (2 bits), row + 8, group G (2
+        # bits) of quad lane q's 16-byte chunk; lanes q and g; warps: rows 16 w
+        L64: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
+            lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 64])
+        # one group's bytes [64, 16]: column 4 q + i
+        PG: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [8, 0]],
+            lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 16])
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BM, 16])
+        LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        tile = gl.program_id(0)
+        block = gl.program_id(1)
+        expert = gl.load(block_expert_ptr + block)
+        if expert >= 0:
+            row0 = expert * O + tile * 64
+            x_row0 = block * BM
+            num_steps = K // 128
+            w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 64], w_desc.layout)
+            xa_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
+            xb_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
+            bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+            for b in gl.static_range(STAGES):
+                mbarrier.init(bars.index(b), count=1)
+            for b in gl.static_range(STAGES - 1):
+                _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
+                       STAGES, BM)
+
+            # the scale bytes of a thread's rows as int32 words (a K step's 4 groups)
+            r_w = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, PG))
+            s_words = (s_ptr + expert.to(gl.int64) * stride_se
+                       + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
+                                                                 bitcast=True)
+            sw = gl.load(s_words)
+            sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
+            mbarrier.wait(bars.index(0), 0)
+            a0, a1, a2, a3 = _step_operands(w_s, 0, sw, ONE_MUL, L64, PG, LA)
+
+            acc = gl.zeros([64, BM], gl.float32, MMA)
+            for i in range(num_steps):
+                # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
+                # the stage the TMA below refills, (i - 1) % STAGES, is free
+                _cta_barrier()
+                _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, i + STAGES - 1,
+                       num_steps, STAGES, BM)
+                st = i % STAGES
+                xa = xa_s.index(st)
+                xb = xb_s.index(st)
+                acc = warpgroup_mma(a0, xa.slice(0, 32, dim=1).permute((1, 0)), acc,
+                                    is_async=True)
+                acc = warpgroup_mma(a1, xa.slice(32, 32, dim=1).permute((1, 0)), acc,
+                                    is_async=True)
+                acc = warpgroup_mma(a2, xb.slice(0, 32, dim=1).permute((1, 0)), acc,
+                                    is_async=True)
+                acc = warpgroup_mma(a3, xb.slice(32, 32, dim=1).permute((1, 0)), acc,
+                                    is_async=True)
+                # the next step's operands while the wgmmas run (the last step redoes its own:
+                # a finished phase waits for nothing), and the scale words a step further
+                nxt = gl.minimum(i + 1, num_steps - 1)
+                sw = sw_next
+                sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
+                mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
+                b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
+                # the accumulator crosses the back edge as plain registers (C7515, moe_gluon)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                a0, a1, a2, a3 = b0, b1, b2, b3
+            for b in gl.static_range(STAGES):
+                mbarrier.invalidate(bars.index(b))
+            rows_o = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, MMA))
+            pairs_o = gl.load(pairs_ptr + block * BM
+                              + gl.arange(0, BM, layout=gl.SliceLayout(0, MMA)))
+            valid = pairs_o < num_pairs
+            offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] \
+                + rows_o[:, None]
+            gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty),
+                     mask=valid[None, :] & (rows_o[:, None] >= 0))
+
+    def weight_descriptor(packed: torch.Tensor):
+        """TMA descriptor of (E, O, K/2) W4A8-order bytes as [E * O, K/2]: boxes [64 rows,
+        64 bytes] (one 128-K step), unswizzled."""
+        flat = packed.reshape(-1, packed.shape[-1])
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
+        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [64, 64], layout)
+
+    def token_descriptor(tokens: torch.Tensor, block_m: int):
+        """TMA descriptor of the gathered bf16 tokens (rows, K): boxes [BM, 64], 128-byte
+        swizzle (the wgmma B operand's shared layout)."""
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
+        return TensorDescriptor(tokens, list(tokens.shape), list(tokens.stride()),
+                                [block_m, 64], layout)
+
+
+@triton.jit
+def _gather_tokens_kernel(x_ptr, pairs_ptr, out_ptr, num_pairs, K, row_div, stride_x,
+                          stride_o, BLOCK_K: tl.constexpr):
+    """Row ``slot`` of out = x[pairs[slot] // row_div] with the columns of each 32-K group in
+    the A operand's order (out[32 G + v] = x[32 G + K_off(v)]); padding slots get zeros."""
+    slot = tl.program_id(0)
+    pair = tl.load(pairs_ptr + slot)
+    v = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    w = v % 32
+    src = (v - w) + ((w >> 3) & 1) + ((w & 1) << 1) + (((w >> 1) & 3) << 2) + (w & 16)
+    ok = v < K
+    row = tl.where(pair < num_pairs, pair // row_div, 0).to(tl.int64)
+    vals = tl.load(x_ptr + row * stride_x + src, mask=ok & (pair < num_pairs), other=0.0)
+    tl.store(out_ptr + slot.to(tl.int64) * stride_o + v, vals, mask=ok)
+
+
+def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,
+                  row_div: int) -> torch.Tensor:
+    """x (rows, K) bf16 (the Q8_32 values) -> (len(sorted_pairs), K) bf16: slot i = row
+    sorted_pairs[i] // row_div of x (zeros for padding), K permuted inside each 32-K group as
+    the decoded weights are (``k_permutation``)."""
+    assert x.dim() == 2 and x.shape[1] % 32 == 0 and x.stride(1) == 1, x.shape
+    slots, k = sorted_pairs.numel(), x.shape[1]
+    out = torch.empty((slots, k), dtype=x.dtype, device=x.device)
+    if slots:
+        _gather_tokens_kernel[(slots, triton.cdiv(k, GATHER_BLOCK_K))](
+            x, sorted_pairs, out, num_pairs, k, row_div, x.stride(0), out.stride(0),
+            BLOCK_K=GATHER_BLOCK_K, num_warps=4)
+    return out
+
+
+def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
+                       sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
+                       out: torch.Tensor, block_m: int, stages: int = 4,
+                       one_mul: bool = False) -> torch.Tensor:
+    """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
+    the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
+    rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
+    grouped by ``moe_align.align_pairs(ids, E, block_m)``. ``one_mul``: every scale byte is <=
+    128 (one bf16 multiply per weight pair instead of two)."""
+    assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
+    num_experts, out_features, half = w.shape
+    k = half * 2
+    assert k % BLOCK_K == 0 and out_features % ROWS == 0 and tokens.shape[1] == k
+    assert block_m in (64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
+    assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
+    grid = (out_features // ROWS, block_expert.numel())
+    _w4a16_prefill_kernel[grid](
+        token_descriptor(tokens, block_m), weight_descriptor(w), s, sorted_pairs, block_expert,
+        out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4, out.stride(0),
+        STAGES=stages, BM=block_m, ONE_MUL=one_mul, num_warps=4)
+    return out
+
+
+def prefill_block_m(num_pairs: int, num_experts: int) -> int:
+    """Pairs per program: 64 up to ~96 pairs per expert on average (4K tokens, top-6 of 384:
+    64), else 128."""
+    return 64 if num_pairs <= 96 * num_experts else 128
+
+
+def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
+                              w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
+                              stages: int = 4, block_m: int | None = None,
+                              combine: bool = True) -> torch.Tensor:
+    """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
+    fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
+    ``moe_experts.run_experts``). Launches: Q8_32 values of x, align, gather, gated GEMM (two
+    launches: g, u in x.dtype), ``moe_swiglu.swiglu_fake_q8``, gather, down GEMM, combine
+    (``combine=False``: the per-pair outputs)."""
+    from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
+    from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
+
+    num_tokens, topk = expert_ids.shape
+    num_pairs = num_tokens * topk
+    (d1, s1, _, _), (d3, s3, _, _), (d2, s2, _, _) = (_weight_args(w) for w in (w1, w3, w2))
+    inter, dim = d1.shape[1], d2.shape[1]
+    if block_m is None:
+        block_m = prefill_block_m(num_pairs, d1.shape[0])
+    one_mul = all(getattr(w, "scale_max", None) is not None and w.scale_max <= 128
+                  for w in (w1, w3, w2))
+    xq = quant_act.fake_quant_fp8_block32(x.contiguous()).to(torch.bfloat16)
+    pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], block_m)
+
+    def gemm(tokens, d, s, out):
+        w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
+                           one_mul)
+
+    xg = gather_tokens(xq, pairs, num_pairs, topk)
+    g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
+    u = torch.empty_like(g)
+    gemm(xg, d1, s1, g)
+    gemm(xg, d3, s3, u)
+    h = moe_swiglu.swiglu_fake_q8(g, u, weights.reshape(-1), limit, x.dtype)
+    hg = gather_tokens(h.to(torch.bfloat16), pairs, num_pairs, 1)
+    y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
+    gemm(hg, d2, s2, y)
+    if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives
+        return y
+    return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

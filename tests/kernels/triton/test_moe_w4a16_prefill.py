@@ -1,0 +1,121 @@
+"""The bf16 prefill expert GEMM over W4A8-order MXFP4 weights
+(kernels/triton/moe_gluon_w4a16_prefill.py) on CPU.
+
+Gluon has no interpreter: the kernel runs on the GPU only (tests/gpu/test_moe_gluon_gpu.py).
+Here: the decode's bit logic (its torch twin, the PTX's operations one for one) against the
+checkpoint's values, the K permutation that makes the decoded registers a wgmma A operand,
+the token gather (interpreter) against torch, and the sm_90 compile gate (no shuffles between
+the shared-memory load, the decode and the wgmma; no spills).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer.kernels.triton import moe_gluon_w4a8
+from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+
+def _weights(rows: int, k: int, scale_lo: int, scale_hi: int, seed: int = 0):
+    """Checkpoint-order MXFP4 bytes (rows, K/2) with every nibble in row 0, their scale bytes
+    (rows, K/32) and the dequantized values (rows, K) fp32."""
+    from deepinfer.kernels.formats import dequantize_fp4_weight
+
+    g = torch.Generator().manual_seed(seed)
+    packed = torch.randint(0, 256, (rows, k // 2), dtype=torch.uint8, generator=g)
+    packed[0, :16] = torch.arange(16, dtype=torch.uint8) * 17  # every nibble, both halves
+    scale = torch.randint(scale_lo, scale_hi + 1, (rows, k // 32), dtype=torch.uint8,
+                          generator=g)
+    values = dequantize_fp4_weight(packed.view(torch.int8), scale).float()
+    return packed, scale, values
+
+
+def _decoded_operand(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """What the kernel's A operands hold, from the twin: (rows, K) with column 32 G + v of
+    each 128-K step = the decoded value the wgmma multiplies with token column v."""
+    rows, half = packed.shape
+    k = half * 2
+    words = moe_gluon_w4a8.to_kernel_order(packed).view(torch.int32).to(torch.int64)
+    words = words.reshape(rows, k // 128, 4, 4)  # row, step, quad lane q, group G
+    s = scale.to(torch.int64).reshape(rows, k // 128, 4)[:, :, None, :].expand(-1, -1, 4, -1)
+    vals = pf.decode_twin(words, s)  # (rows, step, q, G, 8): a[0..3], b[0..3]
+    # output element (t, i) of quad lane q -> column v = i0 + 2 q0 + 4 q1 + 8 i1 + 16 t
+    vals = vals.reshape(rows, k // 128, 2, 2, 4, 2, 2, 2)  # q1 q0 G t i1 i0
+    vals = vals.permute(0, 1, 4, 5, 6, 2, 3, 7)  # row step G t i1 q1 q0 i0
+    return vals.reshape(rows, k)
+
+
+@pytest.mark.parametrize("scale_lo,scale_hi", [(100, 128), (60, 200)])
+def test_decode_twin_and_permutation_give_the_weights(scale_lo, scale_hi):
+    """Column 32 G + v of the decoded operand = the weight at K = 32 G + K_off(v), bit for
+    bit, for every e2m1 value; scale bytes past 128 need the two-multiply form (the twin
+    computes the exact product, as both PTX forms do in range)."""
+    packed, scale, values = _weights(6, 512, scale_lo, scale_hi)
+    got = _decoded_operand(packed, scale)
+    perm = pf.k_permutation()
+    assert sorted(perm.tolist()) == list(range(32))
+    want = values.reshape(6, -1, 32)[:, :, perm].reshape(6, -1)
+    assert torch.equal(got, want)
+
+
+def test_decode_twin_masks_are_disjoint():
+    """The lo / hi masks of ``_EXTRACT`` read every bit of a word exactly once (the W4A8
+    order is a bit permutation: a wrong mask would drop or double a bit)."""
+    lo = 0x9C9C9C9C
+    m32 = 0xFFFFFFFF
+
+    def rotr(mask, s):  # the bits of w that (rotl(w, s) & mask) reads
+        return ((mask >> s) | (mask << (32 - s))) & m32
+
+    hi = rotr(0x88888888, 2) | rotr(0x14141414, 4)
+    assert lo & hi == 0 and lo | hi == m32
+    assert rotr(0x88888888, 2) & rotr(0x14141414, 4) == 0
+
+
+def test_gather_tokens_matches_torch():
+    """``gather_tokens`` (interpreter): slot i = x[pairs[i] // div] permuted by K_off inside
+    each 32-K group, zeros for padding slots."""
+    torch.manual_seed(3)
+    rows, k, div = 7, 640, 3
+    x = torch.randn(rows, k).to(torch.bfloat16)
+    num_pairs = rows * div
+    pairs = torch.tensor([0, 5, 20, 13, num_pairs, 2, num_pairs, 9], dtype=torch.int32)
+    got = pf.gather_tokens(x, pairs, num_pairs, div)
+    perm = pf.k_permutation()
+    want = torch.zeros(pairs.numel(), k, dtype=torch.bfloat16)
+    for i, p in enumerate(pairs.tolist()):
+        if p < num_pairs:
+            want[i] = x[p // div].reshape(-1, 32)[:, perm].reshape(-1)
+    assert torch.equal(got, want)
+
+
+def test_prefill_block_m():
+    """64 pairs per program at the 4K prefill's ~64 pairs per expert, 128 from ~96 on."""
+    assert pf.prefill_block_m(4096 * 6, 384) == 64
+    assert pf.prefill_block_m(16384 * 6, 384) == 128
+
+
+@pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
+def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
+    """sm_90 compile gate: the decoded weights reach the wgmma A operand with no shuffles, 8
+    wgmma (k16) per 128-K step, no spills, for 64 / 128 pairs per program and both decodes."""
+    cases = []
+    for bm, stages, one_mul in ((64, 4, True), (64, 4, False), (128, 3, True)):
+        cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}",
+                      "gluon": True, "module": pf.__name__, "kernel": "_w4a16_prefill_kernel",
+                      "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
+                                    "w_desc": "tma:u8:0:64x64", "s_ptr": "*u8",
+                                    "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
+                                    "out_ptr": "*bf16", "num_pairs": "i32", "O": "i32",
+                                    "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
+                                    "stride_om": "i32"},
+                      "constexprs": {"STAGES": stages, "BM": bm, "ONE_MUL": one_mul,
+                                     "num_warps": 4},
+                      "num_warps": 4, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
+                      "divisible": ["K", "O"]})
+    results = sm90_compile(cases)
+    for case in cases:
+        r = results[case["id"]]
+        assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
+        assert r["wgmma_count"] == 8, (case["id"], r["wgmma_count"])
