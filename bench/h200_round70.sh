@@ -8,6 +8,9 @@
 #     against the reference at 1e-5, the pipeline against run_experts, the dispatch), then
 #     bench/moe_gluon_prefill.py at 4K / 16K tokens: FP8 (BM 32) against bf16 at BM 64 / 128,
 #     3 / 4 stages.
+#   Round 71 = PART=a with W4A16_BM="64 128" W4A16_STAGES="2 3" W4A16_WG="1 2 4" (warpgroups
+#     per program sharing the token tile: the L2 -> shared token traffic is BM x 256 B per
+#     64 x BM x 128 MACs at one warpgroup).
 #   PART=b (≈ 4 min): the 4K / 16K prefill with --w4a8-prefill-kernel w4a16 (profiled).
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
@@ -17,7 +20,8 @@ a)
   echo "w4a16 GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Error" \
     "$OUT/w4a16_tests.log" | tail -6; grep -E "^\| w4a16" "$OUT/w4a16_tests.log" | head -12
   timeout 240 python3 bench/moe_gluon_prefill.py --tokens 4096 16384 --bm 32 --warpgroups 1 \
-    --w4a16-bm 64 128 --w4a16-stages 3 4 >"$OUT/moe_prefill.log" 2>&1
+    --w4a16-bm ${W4A16_BM:-64 128} --w4a16-stages ${W4A16_STAGES:-3 4} \
+    --w4a16-wg ${W4A16_WG:-1} >"$OUT/moe_prefill.log" 2>&1
   echo "moe_gluon_prefill rc=$?"; grep -E "^\| [0-9]|HBM" "$OUT/moe_prefill.log" ;;
 b)
   timeout 300 python3 bench/prefill.py --out "$OUT" --no-eager --w4a8-prefill-kernel w4a16 \

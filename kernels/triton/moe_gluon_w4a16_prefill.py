@@ -43,10 +43,14 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32 (one 64-byte box of the W4A8 order)
 GATHER_BLOCK_K = 512  # columns per program of the token gather
+BLOCK_M = 128  # pairs per program (wgmma N)
+STAGES = 3  # ring depth
+WARPGROUPS = 1  # warpgroups per program (64 weight rows each, one token tile)
 
 # one W4A8-order word ($4) and its scale byte S four times ($5) -> out_a = ($0, $1) = the lo
 # values of bytes (0, 2), (1, 3); out_b = ($2, $3) the hi values of bytes (0, 2), (1, 3).
@@ -133,12 +137,12 @@ if HAS_GLUON:
 
     @gluon.jit
     def _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, step, num_steps,
-               STAGES: gl.constexpr, BM: gl.constexpr):
-        """TMA of K step ``step``'s weight tile [64, 64 B] and token tile (two [BM, 64] bf16
+               STAGES: gl.constexpr, BM: gl.constexpr, BO: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [BO, 64 B] and token tile (two [BM, 64] bf16
         boxes) into ring stage step % STAGES (none past the last step)."""
         st = step % STAGES
         ok = step < num_steps
-        mbarrier.expect(bars.index(st), 64 * 64 + BM * 128 * 2, pred=ok)
+        mbarrier.expect(bars.index(st), BO * 64 + BM * 128 * 2, pred=ok)
         tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
                                         w_s.index(st), pred=ok)
         tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
@@ -149,9 +153,10 @@ if HAS_GLUON:
     @gluon.jit
     def _group_operand(pg, scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr,
                        PG: gl.constexpr, LA: gl.constexpr):
-        """Group g's bytes pg [64, 16] (column 4 q + byte; layout PG) and the rows' scale words
-        (4 groups' bytes; SliceLayout(1, PG)) -> the decoded A operand [64, 32] bf16 (LA) whose
+        """Group g's bytes pg [BO, 16] (column 4 q + byte; layout PG) and the rows' scale words
+        (4 groups' bytes; SliceLayout(1, PG)) -> the decoded A operand [BO, 32] bf16 (LA) whose
         column v holds K = 32 g + K_off(v)."""
+        BO: gl.constexpr = pg.shape[0]
         pg = gl.convert_layout(pg, PG)  # the same registers
         sb = ((scale_word >> (8 * g)) & 0xFF).to(gl.uint8)
         pg, s4 = gl.broadcast(pg, sb[:, None])
@@ -163,10 +168,10 @@ if HAS_GLUON:
             a, b = gl.inline_asm_elementwise(_TWO_MUL_ASM, "=r,=r,=r,=r,r,r", [pg, s4],
                                              dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
                                              pack=4)
-        # [64, 16] x 2 (t: lo / hi) -> (row, q1, q0, i1, i0, t) -> column v = i0 + 2 q0 + 4 q1
+        # [BO, 16] x 2 (t: lo / hi) -> (row, q1, q0, i1, i0, t) -> column v = i0 + 2 q0 + 4 q1
         # + 8 i1 + 16 t
-        t = gl.reshape(gl.join(a, b), [64, 2, 2, 2, 2, 2])
-        t = gl.reshape(gl.permute(t, [0, 5, 3, 1, 2, 4]), [64, 32])
+        t = gl.reshape(gl.join(a, b), [BO, 2, 2, 2, 2, 2])
+        t = gl.reshape(gl.permute(t, [0, 5, 3, 1, 2, 4]), [BO, 32])
         return gl.convert_layout(t, LA)
 
     @gluon.jit
@@ -175,7 +180,8 @@ if HAS_GLUON:
         """A K step's 4 decoded A operands from ring stage ``stage`` (bytes 16 q + 4 G + i of a
         row: quad lane q, group G, byte i)."""
         p = w_s.index(stage).load(L64)
-        p = gl.reshape(gl.permute(gl.reshape(p, [64, 4, 4, 4]), [0, 1, 3, 2]), [64, 16, 2, 2])
+        BO: gl.constexpr = p.shape[0]
+        p = gl.reshape(gl.permute(gl.reshape(p, [BO, 4, 4, 4]), [0, 1, 3, 2]), [BO, 16, 2, 2])
         p_even, p_odd = gl.split(p)  # G0 = 0 / 1
         p0, p2 = gl.split(p_even)
         p1, p3 = gl.split(p_odd)
@@ -188,30 +194,31 @@ if HAS_GLUON:
     def _w4a16_prefill_kernel(x_desc, w_desc, s_ptr, pairs_ptr, block_expert_ptr, out_ptr,
                               num_pairs, O, K, stride_se, stride_sn4, stride_om,
                               STAGES: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
-                              num_warps: gl.constexpr):
-        gl.static_assert(num_warps == 4, "one warpgroup per program")
-        # shared tile [64 rows, 64 bytes] -> registers: bytes i (2 bits), row + 8, group G (2
-        # bits) of quad lane q's 16-byte chunk; lanes q and g; warps: rows 16 w
+                              WARP_ROWS: gl.constexpr, num_warps: gl.constexpr):
+        BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup, one token tile
+        # shared tile [BO rows, 64 bytes] -> registers: bytes i (2 bits), row + 8, group G (2
+        # bits) of quad lane q's 16-byte chunk; lanes q and g; warps: rows 16 w (WARP_ROWS)
         L64: gl.constexpr = gl.DistributedLinearLayout(
             reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
             lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
-            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 64])
-        # one group's bytes [64, 16]: column 4 q + i
+            warp_bases=WARP_ROWS, block_bases=[], shape=[BO, 64])
+        # one group's bytes [BO, 16]: column 4 q + i
         PG: gl.constexpr = gl.DistributedLinearLayout(
             reg_bases=[[0, 1], [0, 2], [8, 0]],
             lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 16])
-        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+            warp_bases=WARP_ROWS, block_bases=[], shape=[BO, 16])
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                       warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BM, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         tile = gl.program_id(0)
         block = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
-            row0 = expert * O + tile * 64
+            row0 = expert * O + tile * BO
             x_row0 = block * BM
             num_steps = K // 128
-            w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, 64, 64], w_desc.layout)
+            w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, 64], w_desc.layout)
             xa_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
             xb_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
             bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -219,10 +226,10 @@ if HAS_GLUON:
                 mbarrier.init(bars.index(b), count=1)
             for b in gl.static_range(STAGES - 1):
                 _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
-                       STAGES, BM)
+                       STAGES, BM, BO)
 
             # the scale bytes of a thread's rows as int32 words (a K step's 4 groups)
-            r_w = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, PG))
+            r_w = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
             s_words = (s_ptr + expert.to(gl.int64) * stride_se
                        + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
                                                                  bitcast=True)
@@ -231,13 +238,13 @@ if HAS_GLUON:
             mbarrier.wait(bars.index(0), 0)
             a0, a1, a2, a3 = _step_operands(w_s, 0, sw, ONE_MUL, L64, PG, LA)
 
-            acc = gl.zeros([64, BM], gl.float32, MMA)
+            acc = gl.zeros([BO, BM], gl.float32, MMA)
             for i in range(num_steps):
                 # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
                 # the stage the TMA below refills, (i - 1) % STAGES, is free
                 _cta_barrier()
                 _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, i + STAGES - 1,
-                       num_steps, STAGES, BM)
+                       num_steps, STAGES, BM, BO)
                 st = i % STAGES
                 xa = xa_s.index(st)
                 xb = xb_s.index(st)
@@ -261,7 +268,7 @@ if HAS_GLUON:
                 a0, a1, a2, a3 = b0, b1, b2, b3
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
-            rows_o = tile * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, MMA))
+            rows_o = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, MMA))
             pairs_o = gl.load(pairs_ptr + block * BM
                               + gl.arange(0, BM, layout=gl.SliceLayout(0, MMA)))
             valid = pairs_o < num_pairs
@@ -270,12 +277,12 @@ if HAS_GLUON:
             gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty),
                      mask=valid[None, :] & (rows_o[:, None] >= 0))
 
-    def weight_descriptor(packed: torch.Tensor):
-        """TMA descriptor of (E, O, K/2) W4A8-order bytes as [E * O, K/2]: boxes [64 rows,
+    def weight_descriptor(packed: torch.Tensor, rows: int):
+        """TMA descriptor of (E, O, K/2) W4A8-order bytes as [E * O, K/2]: boxes [rows,
         64 bytes] (one 128-K step), unswizzled."""
         flat = packed.reshape(-1, packed.shape[-1])
         layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [64, 64], layout)
+        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, 64], layout)
 
     def token_descriptor(tokens: torch.Tensor, block_m: int):
         """TMA descriptor of the gathered bf16 tokens (rows, K): boxes [BM, 64], 128-byte
@@ -318,36 +325,40 @@ def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,
 
 def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
-                       out: torch.Tensor, block_m: int, stages: int = 4,
-                       one_mul: bool = False) -> torch.Tensor:
+                       out: torch.Tensor, block_m: int, stages: int = STAGES,
+                       one_mul: bool = False, warpgroups: int = WARPGROUPS) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
     grouped by ``moe_align.align_pairs(ids, E, block_m)``. ``one_mul``: every scale byte is <=
-    128 (one bf16 multiply per weight pair instead of two)."""
+    128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` x 64 weight rows per
+    program share its token tile."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
-    assert k % BLOCK_K == 0 and out_features % ROWS == 0 and tokens.shape[1] == k
-    assert block_m in (64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
+    rows = ROWS * warpgroups
+    assert k % BLOCK_K == 0 and out_features % rows == 0 and tokens.shape[1] == k
+    assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
-    grid = (out_features // ROWS, block_expert.numel())
+    grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_kernel[grid](
-        token_descriptor(tokens, block_m), weight_descriptor(w), s, sorted_pairs, block_expert,
-        out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4, out.stride(0),
-        STAGES=stages, BM=block_m, ONE_MUL=one_mul, num_warps=4)
+        token_descriptor(tokens, block_m), weight_descriptor(w, rows), s, sorted_pairs,
+        block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
+        out.stride(0), STAGES=stages, BM=block_m, ONE_MUL=one_mul,
+        WARP_ROWS=warp_rows(warpgroups), num_warps=4 * warpgroups)
     return out
 
 
 def prefill_block_m(num_pairs: int, num_experts: int) -> int:
-    """Pairs per program: 64 up to ~96 pairs per expert on average (4K tokens, top-6 of 384:
-    64), else 128."""
-    return 64 if num_pairs <= 96 * num_experts else 128
+    """Pairs per program: ``BLOCK_M`` (H200, round 70a: 128 beat 64 at 4K and 16K tokens)."""
+    del num_pairs, num_experts
+    return BLOCK_M
 
 
 def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                               w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
-                              stages: int = 4, block_m: int | None = None,
+                              stages: int = STAGES, block_m: int | None = None,
+                              warpgroups: int = WARPGROUPS,
                               combine: bool = True) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
@@ -370,7 +381,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 
     def gemm(tokens, d, s, out):
         w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
-                           one_mul)
+                           one_mul, warpgroups)
 
     xg = gather_tokens(xq, pairs, num_pairs, topk)
     g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)

@@ -202,13 +202,14 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,one_mul,scale_lo", [(64, True, 119), (64, False, 119),
-                                                      (128, True, 119), (64, False, 126)])
-def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo):
+@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups", [
+    (64, True, 119, 1), (64, False, 119, 1), (128, True, 119, 1), (64, False, 126, 1),
+    (128, True, 119, 2), (64, True, 119, 4)])
+def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups):
     """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
     in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
-    products and fp32 sums, 1e-5 as the bf16 decode kernel. Scale bytes 126..136 (past the
-    one-multiply contract) take the two-multiply decode."""
+    products and fp32 sums, 1e-5 as the bf16 decode kernel. Scale bytes 119..128 (the
+    one-multiply contract) or 126..135 (past it: the two-multiply decode)."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
@@ -220,7 +221,7 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo):
     div = TOPK if gated else 1
     x = (torch.randn(tokens * TOPK // div, k, device="cuda") * 0.5).to(torch.bfloat16)
     packed, _ = _mxfp4(o, k)
-    scale = torch.randint(scale_lo, scale_lo + 11, (EXPERTS, o, k // 32), dtype=torch.uint8,
+    scale = torch.randint(scale_lo, scale_lo + 10, (EXPERTS, o, k // 32), dtype=torch.uint8,
                           device="cuda")
     codes, scales = quant_act.quant_q8_32(x)
     xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
@@ -229,9 +230,9 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo):
     with nan_poisoned_allocations():
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
     pf.w4a16_prefill_gemm(gathered, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
-                          ids.numel(), out, block_m, one_mul=one_mul)
+                          ids.numel(), out, block_m, one_mul=one_mul, warpgroups=warpgroups)
     ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
-    _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m}"
+    _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
          f" {'one' if one_mul else 'two'}-mul s{scale_lo}", f"{tokens}x{k}", _rel(out, ref), 1e-5)
 
 

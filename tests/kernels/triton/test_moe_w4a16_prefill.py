@@ -90,29 +90,26 @@ def test_gather_tokens_matches_torch():
     assert torch.equal(got, want)
 
 
-def test_prefill_block_m():
-    """64 pairs per program at the 4K prefill's ~64 pairs per expert, 128 from ~96 on."""
-    assert pf.prefill_block_m(4096 * 6, 384) == 64
-    assert pf.prefill_block_m(16384 * 6, 384) == 128
-
-
 @pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
 def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     """sm_90 compile gate: the decoded weights reach the wgmma A operand with no shuffles, 8
-    wgmma (k16) per 128-K step, no spills, for 64 / 128 pairs per program and both decodes."""
+    wgmma (k16) per 128-K step, no spills, for 64 / 128 pairs per program, both decodes and
+    1, 2, 4 warpgroups per program."""
     cases = []
-    for bm, stages, one_mul in ((64, 4, True), (64, 4, False), (128, 3, True)):
-        cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}",
+    for bm, stages, one_mul, wg in ((64, 4, True, 1), (64, 4, False, 1), (128, 3, True, 1),
+                                    (128, 3, True, 2), (64, 4, True, 4)):
+        cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
+                            f"_wg{wg}",
                       "gluon": True, "module": pf.__name__, "kernel": "_w4a16_prefill_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
-                                    "w_desc": "tma:u8:0:64x64", "s_ptr": "*u8",
+                                    "w_desc": f"tma:u8:0:{64 * wg}x64", "s_ptr": "*u8",
                                     "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
                                     "out_ptr": "*bf16", "num_pairs": "i32", "O": "i32",
                                     "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
                                     "stride_om": "i32"},
                       "constexprs": {"STAGES": stages, "BM": bm, "ONE_MUL": one_mul,
-                                     "num_warps": 4},
-                      "num_warps": 4, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
+                                     "WARP_ROWS": pf.warp_rows(wg), "num_warps": 4 * wg},
+                      "num_warps": 4 * wg, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
                       "divisible": ["K", "O"]})
     results = sm90_compile(cases)
     for case in cases:
