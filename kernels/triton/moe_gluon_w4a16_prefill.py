@@ -194,19 +194,10 @@ if HAS_GLUON:
     def _w4a16_prefill_kernel(x_desc, w_desc, s_ptr, pairs_ptr, block_expert_ptr, out_ptr,
                               num_pairs, O, K, stride_se, stride_sn4, stride_om,
                               STAGES: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
-                              WARP_ROWS: gl.constexpr, num_warps: gl.constexpr):
+                              L64: gl.constexpr, PG: gl.constexpr, num_warps: gl.constexpr):
         BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup, one token tile
-        # shared tile [BO rows, 64 bytes] -> registers: bytes i (2 bits), row + 8, group G (2
-        # bits) of quad lane q's 16-byte chunk; lanes q and g; warps: rows 16 w (WARP_ROWS)
-        L64: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
-            lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
-            warp_bases=WARP_ROWS, block_bases=[], shape=[BO, 64])
-        # one group's bytes [BO, 16]: column 4 q + i
-        PG: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [8, 0]],
-            lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
-            warp_bases=WARP_ROWS, block_bases=[], shape=[BO, 16])
+        # L64 (``byte_layout``): the shared tile [BO, 64 bytes] in registers; PG
+        # (``group_layout``): one group's bytes [BO, 16]
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BM, 16])
@@ -345,8 +336,30 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         token_descriptor(tokens, block_m), weight_descriptor(w, rows), s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), STAGES=stages, BM=block_m, ONE_MUL=one_mul,
-        WARP_ROWS=warp_rows(warpgroups), num_warps=4 * warpgroups)
+        L64=byte_layout(warpgroups), PG=group_layout(warpgroups), num_warps=4 * warpgroups)
     return out
+
+
+def byte_layout(warpgroups: int):
+    """The weight tile [64 WG, 64] bytes in registers: bytes i (2 bits), row + 8, group G (2
+    bits) of quad lane q's 16-byte chunk (one ld.shared of 16 B per row); lanes q and g; warps
+    16 rows each. Built here as lists of lists (inside a jit function a literal's inner lists
+    become tuples, and layouts derived from it stop comparing equal: linear_wide's
+    ``operand_layout``)."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
+        lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[list(w) for w in warp_rows(warpgroups)], block_bases=[],
+        shape=[64 * warpgroups, 64])
+
+
+def group_layout(warpgroups: int):
+    """One group's bytes [64 WG, 16] (column 4 q + i) as ``byte_layout`` holds them."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [8, 0]],
+        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[list(w) for w in warp_rows(warpgroups)], block_bases=[],
+        shape=[64 * warpgroups, 16])
 
 
 def prefill_block_m(num_pairs: int, num_experts: int) -> int:

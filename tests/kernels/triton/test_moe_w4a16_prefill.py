@@ -108,7 +108,9 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
                                     "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
                                     "stride_om": "i32"},
                       "constexprs": {"STAGES": stages, "BM": bm, "ONE_MUL": one_mul,
-                                     "WARP_ROWS": pf.warp_rows(wg), "num_warps": 4 * wg},
+                                     "L64": {"call": "byte_layout", "args": [wg]},
+                                     "PG": {"call": "group_layout", "args": [wg]},
+                                     "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
                       "divisible": ["K", "O"]})
     results = sm90_compile(cases)
