@@ -48,9 +48,12 @@ from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32 (one 64-byte box of the W4A8 order)
 GATHER_BLOCK_K = 512  # columns per program of the token gather
+# H200, bench/moe_gluon_prefill.py (rounds 70a / 71a; 384 experts, top-6, whole pipeline):
+# BM 128, 2 stages, 2 warpgroups 8.18 ms at 4K tokens (the FP8 kernel: 11.21), 19.72 at 16K
+# (36.50); BM 64: 8.35-9.14 / 24.8-26.0; 4 warpgroups 9.3-11.0 / 21.4-30.4
 BLOCK_M = 128  # pairs per program (wgmma N)
-STAGES = 3  # ring depth
-WARPGROUPS = 1  # warpgroups per program (64 weight rows each, one token tile)
+STAGES = 2  # ring depth
+WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 
 # one W4A8-order word ($4) and its scale byte S four times ($5) -> out_a = ($0, $1) = the lo
 # values of bytes (0, 2), (1, 3); out_b = ($2, $3) the hi values of bytes (0, 2), (1, 3).
@@ -363,7 +366,8 @@ def group_layout(warpgroups: int):
 
 
 def prefill_block_m(num_pairs: int, num_experts: int) -> int:
-    """Pairs per program: ``BLOCK_M`` (H200, round 70a: 128 beat 64 at 4K and 16K tokens)."""
+    """Pairs per program: ``BLOCK_M`` (H200, rounds 70a / 71a: 128 beat 64 at 4K and 16K
+    tokens)."""
     del num_pairs, num_experts
     return BLOCK_M
 
