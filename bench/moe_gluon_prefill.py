@@ -49,8 +49,10 @@ def main() -> None:
     parser.add_argument("--w4a16-bm", type=int, nargs="*", default=[64, 128],
                         help="pairs per program of the bf16 prefill kernel (none: skip it)")
     parser.add_argument("--w4a16-stages", type=int, nargs="+", default=[3])
-    parser.add_argument("--w4a16-wg", type=int, nargs="+", default=[1, 2],
+    parser.add_argument("--w4a16-wg", type=int, nargs="+", default=[2],
                         help="warpgroups per program of the bf16 prefill kernel")
+    parser.add_argument("--w4a16-halves", type=int, nargs="+", default=[1],
+                        help="1: blocks at most half full run N = BM / 2")
     parser.add_argument("--graphs", action="store_true",
                         help="time the whole pipelines as CUDA graphs and print the decode "
                              "pipeline beside them (decode sizes)")
@@ -127,30 +129,34 @@ def main() -> None:
             print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill{' exp' if exp else ''} "
                   f"(all launches) | {bm} | "
                   f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
-        for bm, stages, wg in [(bm, st, wg) for bm in args.w4a16_bm
-                               for st in args.w4a16_stages for wg in args.w4a16_wg]:
+        for bm, stages, wg, hv in [(bm, st, wg, bool(hv)) for bm in args.w4a16_bm
+                                   for st in args.w4a16_stages for wg in args.w4a16_wg
+                                   for hv in args.w4a16_halves]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
                 gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
                 run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale, pairs,
-                                        blocks, num_pairs, out, bm, stages, one_mul, wg)
+                                        blocks, num_pairs, out, bm, stages, one_mul, wg, hv)
                 run()
                 err = ((out - ref).norm() / ref.norm()).item()
                 ms = rl.median_ms(run)
                 flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
                 n_bytes = touched * (w[0].numel() + f.scale[0].numel())
-                print(f"| {num_tokens} | w4a16 {name} | {bm} | {stages} | {wg} | {ms:.3f} | "
+                print(f"| {num_tokens} | w4a16 {name}{' halves' if hv else ''} | {bm} | "
+                      f"{stages} | {wg} | {ms:.3f} | "
                       f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / fp8:.2f} (of bf16 "
                       f"{flops / ms * 1e3 / bf16:.2f}) | {n_bytes / ms / 1e6:.0f} | {err:.1e} |",
                       flush=True)
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
-                                         10.0, stages=stages, block_m=bm, warpgroups=wg)
+                                         10.0, stages=stages, block_m=bm, warpgroups=wg,
+                                         halves=hv)
             out = whole_fn()
             err = ((out - ref_whole).norm() / ref_whole.norm()).item()
             ms = rl.graph_us(whole_fn, 10) / 1e3 if args.graphs else rl.median_ms(whole_fn)
-            print(f"| {num_tokens} | w4a16 run_experts_w4a16_prefill (all launches) | {bm} | "
+            print(f"| {num_tokens} | w4a16 run_experts_w4a16_prefill{' halves' if hv else ''} "
+                  f"(all launches) | {bm} | "
                   f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,

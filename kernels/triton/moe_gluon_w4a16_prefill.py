@@ -47,13 +47,14 @@ from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32 (one 64-byte box of the W4A8 order)
-GATHER_BLOCK_K = 512  # columns per program of the token gather
+GATHER_BLOCK_K = 1024  # columns per program of the token gather
 # H200, bench/moe_gluon_prefill.py (rounds 70a / 71a; 384 experts, top-6, whole pipeline):
 # BM 128, 2 stages, 2 warpgroups 8.18 ms at 4K tokens (the FP8 kernel: 11.21), 19.72 at 16K
 # (36.50); BM 64: 8.35-9.14 / 24.8-26.0; 4 warpgroups 9.3-11.0 / 21.4-30.4
 BLOCK_M = 128  # pairs per program (wgmma N)
 STAGES = 2  # ring depth
 WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
+HALVES = True  # blocks at most half full run N = BM / 2 (4K tokens: ~half the experts' blocks)
 
 # one W4A8-order word ($4) and its scale byte S four times ($5) -> out_a = ($0, $1) = the lo
 # values of bytes (0, 2), (1, 3); out_b = ($2, $3) the hi values of bytes (0, 2), (1, 3).
@@ -140,18 +141,19 @@ if HAS_GLUON:
 
     @gluon.jit
     def _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, step, num_steps,
-               STAGES: gl.constexpr, BM: gl.constexpr, BO: gl.constexpr):
-        """TMA of K step ``step``'s weight tile [BO, 64 B] and token tile (two [BM, 64] bf16
-        boxes) into ring stage step % STAGES (none past the last step)."""
+               STAGES: gl.constexpr, BN: gl.constexpr, BO: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [BO, 64 B] and its BN tokens (two [BN, 64] bf16
+        boxes, into the first BN rows of the token tiles) into ring stage step % STAGES (none
+        past the last step)."""
         st = step % STAGES
         ok = step < num_steps
-        mbarrier.expect(bars.index(st), BO * 64 + BM * 128 * 2, pred=ok)
+        mbarrier.expect(bars.index(st), BO * 64 + BN * 128 * 2, pred=ok)
         tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
                                         w_s.index(st), pred=ok)
         tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
-                                        xa_s.index(st), pred=ok)
+                                        xa_s.index(st).slice(0, BN, dim=0), pred=ok)
         tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128 + 64], bars.index(st),
-                                        xb_s.index(st), pred=ok)
+                                        xb_s.index(st).slice(0, BN, dim=0), pred=ok)
 
     @gluon.jit
     def _group_operand(pg, scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr,
@@ -194,23 +196,74 @@ if HAS_GLUON:
                 _group_operand(p3, scale_word, 3, ONE_MUL, PG, LA))
 
     @gluon.jit
-    def _w4a16_prefill_kernel(x_desc, w_desc, s_ptr, pairs_ptr, block_expert_ptr, out_ptr,
-                              num_pairs, O, K, stride_se, stride_sn4, stride_om,
-                              STAGES: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
-                              L64: gl.constexpr, PG: gl.constexpr, num_warps: gl.constexpr):
-        BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup, one token tile
-        # L64 (``byte_layout``): the shared tile [BO, 64 bytes] in registers; PG
-        # (``group_layout``): one group's bytes [BO, 16]
+    def _run_block(x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr,
+                   num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES: gl.constexpr,
+                   BM: gl.constexpr, BN: gl.constexpr, ONE_MUL: gl.constexpr,
+                   L64: gl.constexpr, PG: gl.constexpr, num_warps: gl.constexpr):
+        """The K loop of one program against the first BN tokens of its block (BN = BM, or
+        BM / 2 when the rest is padding), and the store of the valid pairs."""
+        BO: gl.constexpr = 16 * num_warps
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
-                                                       instr_shape=[16, BM, 16])
+                                                       instr_shape=[16, BN, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        x_row0 = block * BM
+        for b in gl.static_range(STAGES - 1):
+            _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps, STAGES,
+                   BN, BO)
+        sw = gl.load(s_words)
+        sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
+        mbarrier.wait(bars.index(0), 0)
+        a0, a1, a2, a3 = _step_operands(w_s, 0, sw, ONE_MUL, L64, PG, LA)
+
+        acc = gl.zeros([BO, BN], gl.float32, MMA)
+        for i in range(num_steps):
+            # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
+            # the stage the TMA below refills, (i - 1) % STAGES, is free
+            _cta_barrier()
+            _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, i + STAGES - 1,
+                   num_steps, STAGES, BN, BO)
+            st = i % STAGES
+            xa = xa_s.index(st).slice(0, BN, dim=0)
+            xb = xb_s.index(st).slice(0, BN, dim=0)
+            acc = warpgroup_mma(a0, xa.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(a1, xa.slice(32, 32, dim=1).permute((1, 0)), acc,
+                                is_async=True)
+            acc = warpgroup_mma(a2, xb.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(a3, xb.slice(32, 32, dim=1).permute((1, 0)), acc,
+                                is_async=True)
+            # the next step's operands while the wgmmas run (the last step redoes its own: a
+            # finished phase waits for nothing), and the scale words a step further
+            nxt = gl.minimum(i + 1, num_steps - 1)
+            sw = sw_next
+            sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
+            mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
+            b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
+            # the accumulator crosses the back edge as plain registers (C7515, moe_gluon)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            a0, a1, a2, a3 = b0, b1, b2, b3
+        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, MMA))
+        pairs_o = gl.load(pairs_ptr + block * BM + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA)))
+        valid = pairs_o < num_pairs
+        offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
+        gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty),
+                 mask=valid[None, :] & (rows_o[:, None] >= 0))
+
+    @gluon.jit
+    def _w4a16_prefill_kernel(x_desc, xh_desc, w_desc, s_ptr, pairs_ptr, block_expert_ptr,
+                              out_ptr, num_pairs, O, K, stride_se, stride_sn4, stride_om,
+                              STAGES: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
+                              HALVES: gl.constexpr, L64: gl.constexpr, PG: gl.constexpr,
+                              num_warps: gl.constexpr):
+        # L64 (``byte_layout``): the shared tile [BO, 64 bytes] in registers; PG
+        # (``group_layout``): one group's bytes [BO, 16]. x_desc: boxes [BM, 64]; xh_desc:
+        # [BM / 2, 64] (HALVES: a block whose second half is padding runs N = BM / 2)
+        BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup, one token tile
         tile = gl.program_id(0)
         block = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
             row0 = expert * O + tile * BO
-            x_row0 = block * BM
             num_steps = K // 128
             w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, 64], w_desc.layout)
             xa_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
@@ -218,58 +271,25 @@ if HAS_GLUON:
             bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             for b in gl.static_range(STAGES):
                 mbarrier.init(bars.index(b), count=1)
-            for b in gl.static_range(STAGES - 1):
-                _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
-                       STAGES, BM, BO)
-
             # the scale bytes of a thread's rows as int32 words (a K step's 4 groups)
             r_w = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
             s_words = (s_ptr + expert.to(gl.int64) * stride_se
                        + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
                                                                  bitcast=True)
-            sw = gl.load(s_words)
-            sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
-            mbarrier.wait(bars.index(0), 0)
-            a0, a1, a2, a3 = _step_operands(w_s, 0, sw, ONE_MUL, L64, PG, LA)
-
-            acc = gl.zeros([BO, BM], gl.float32, MMA)
-            for i in range(num_steps):
-                # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
-                # the stage the TMA below refills, (i - 1) % STAGES, is free
-                _cta_barrier()
-                _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, i + STAGES - 1,
-                       num_steps, STAGES, BM, BO)
-                st = i % STAGES
-                xa = xa_s.index(st)
-                xb = xb_s.index(st)
-                acc = warpgroup_mma(a0, xa.slice(0, 32, dim=1).permute((1, 0)), acc,
-                                    is_async=True)
-                acc = warpgroup_mma(a1, xa.slice(32, 32, dim=1).permute((1, 0)), acc,
-                                    is_async=True)
-                acc = warpgroup_mma(a2, xb.slice(0, 32, dim=1).permute((1, 0)), acc,
-                                    is_async=True)
-                acc = warpgroup_mma(a3, xb.slice(32, 32, dim=1).permute((1, 0)), acc,
-                                    is_async=True)
-                # the next step's operands while the wgmmas run (the last step redoes its own:
-                # a finished phase waits for nothing), and the scale words a step further
-                nxt = gl.minimum(i + 1, num_steps - 1)
-                sw = sw_next
-                sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
-                mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
-                b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
-                # the accumulator crosses the back edge as plain registers (C7515, moe_gluon)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                a0, a1, a2, a3 = b0, b1, b2, b3
+            if HALVES:  # sorted pairs pad each expert's last block at its end
+                half = gl.load(pairs_ptr + block * BM + BM // 2) >= num_pairs
+            else:
+                half = block < 0
+            if half:
+                _run_block(xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr,
+                           num_pairs, row0, tile * BO, block, num_steps, stride_om, STAGES, BM,
+                           BM // 2, ONE_MUL, L64, PG, num_warps)
+            else:
+                _run_block(x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr,
+                           num_pairs, row0, tile * BO, block, num_steps, stride_om, STAGES, BM,
+                           BM, ONE_MUL, L64, PG, num_warps)
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
-            rows_o = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, MMA))
-            pairs_o = gl.load(pairs_ptr + block * BM
-                              + gl.arange(0, BM, layout=gl.SliceLayout(0, MMA)))
-            valid = pairs_o < num_pairs
-            offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] \
-                + rows_o[:, None]
-            gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty),
-                     mask=valid[None, :] & (rows_o[:, None] >= 0))
 
     def weight_descriptor(packed: torch.Tensor, rows: int):
         """TMA descriptor of (E, O, K/2) W4A8-order bytes as [E * O, K/2]: boxes [rows,
@@ -290,23 +310,25 @@ if HAS_GLUON:
 def _gather_tokens_kernel(x_ptr, pairs_ptr, out_ptr, num_pairs, K, row_div, stride_x,
                           stride_o, BLOCK_K: tl.constexpr):
     """Row ``slot`` of out = x[pairs[slot] // row_div] with the columns of each 32-K group in
-    the A operand's order (out[32 G + v] = x[32 G + K_off(v)]); padding slots get zeros."""
+    the A operand's order (out[32 G + v] = x[32 G + K_off(v)]); padding slots are not written
+    (their tokens only reach their own accumulator columns, which are never stored)."""
     slot = tl.program_id(0)
     pair = tl.load(pairs_ptr + slot)
-    v = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    w = v % 32
-    src = (v - w) + ((w >> 3) & 1) + ((w & 1) << 1) + (((w >> 1) & 3) << 2) + (w & 16)
-    ok = v < K
-    row = tl.where(pair < num_pairs, pair // row_div, 0).to(tl.int64)
-    vals = tl.load(x_ptr + row * stride_x + src, mask=ok & (pair < num_pairs), other=0.0)
-    tl.store(out_ptr + slot.to(tl.int64) * stride_o + v, vals, mask=ok)
+    if pair < num_pairs:
+        v = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+        w = v % 32
+        src = (v - w) + ((w >> 3) & 1) + ((w & 1) << 1) + (((w >> 1) & 3) << 2) + (w & 16)
+        ok = v < K
+        row = (pair // row_div).to(tl.int64)
+        vals = tl.load(x_ptr + row * stride_x + src, mask=ok)
+        tl.store(out_ptr + slot.to(tl.int64) * stride_o + v, vals, mask=ok)
 
 
 def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,
                   row_div: int) -> torch.Tensor:
     """x (rows, K) bf16 (the Q8_32 values) -> (len(sorted_pairs), K) bf16: slot i = row
-    sorted_pairs[i] // row_div of x (zeros for padding), K permuted inside each 32-K group as
-    the decoded weights are (``k_permutation``)."""
+    sorted_pairs[i] // row_div of x, K permuted inside each 32-K group as the decoded weights
+    are (``k_permutation``); padding slots (sorted_pairs[i] >= num_pairs) are left unwritten."""
     assert x.dim() == 2 and x.shape[1] % 32 == 0 and x.stride(1) == 1, x.shape
     slots, k = sorted_pairs.numel(), x.shape[1]
     out = torch.empty((slots, k), dtype=x.dtype, device=x.device)
@@ -320,13 +342,15 @@ def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,
 def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                        out: torch.Tensor, block_m: int, stages: int = STAGES,
-                       one_mul: bool = False, warpgroups: int = WARPGROUPS) -> torch.Tensor:
+                       one_mul: bool = False, warpgroups: int = WARPGROUPS,
+                       halves: bool = HALVES) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
     grouped by ``moe_align.align_pairs(ids, E, block_m)``. ``one_mul``: every scale byte is <=
     128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` x 64 weight rows per
-    program share its token tile."""
+    program share its token tile. ``halves``: a block whose second half is padding multiplies
+    its first block_m / 2 tokens only (wgmma N = block_m / 2)."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -336,9 +360,10 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_kernel[grid](
-        token_descriptor(tokens, block_m), weight_descriptor(w, rows), s, sorted_pairs,
+        token_descriptor(tokens, block_m), token_descriptor(tokens, block_m // 2),
+        weight_descriptor(w, rows), s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
-        out.stride(0), STAGES=stages, BM=block_m, ONE_MUL=one_mul,
+        out.stride(0), STAGES=stages, BM=block_m, ONE_MUL=one_mul, HALVES=halves,
         L64=byte_layout(warpgroups), PG=group_layout(warpgroups), num_warps=4 * warpgroups)
     return out
 
@@ -375,7 +400,7 @@ def prefill_block_m(num_pairs: int, num_experts: int) -> int:
 def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                               w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
                               stages: int = STAGES, block_m: int | None = None,
-                              warpgroups: int = WARPGROUPS,
+                              warpgroups: int = WARPGROUPS, halves: bool = HALVES,
                               combine: bool = True) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
@@ -398,7 +423,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 
     def gemm(tokens, d, s, out):
         w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
-                           one_mul, warpgroups)
+                           one_mul, warpgroups, halves)
 
     xg = gather_tokens(xq, pairs, num_pairs, topk)
     g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)

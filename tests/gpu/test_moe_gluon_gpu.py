@@ -202,14 +202,17 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups", [
-    (64, True, 119, 1), (64, False, 119, 1), (128, True, 119, 1), (64, False, 126, 1),
-    (128, True, 119, 2), (64, True, 119, 4)])
-def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups):
+@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,halves", [
+    (64, True, 119, 1, False), (64, False, 119, 1, True), (128, True, 119, 1, True),
+    (64, False, 126, 1, False), (128, True, 119, 2, True), (128, True, 119, 2, False),
+    (64, True, 119, 4, True)])
+def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, halves):
     """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
     in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
     products and fp32 sums, 1e-5 as the bf16 decode kernel. Scale bytes 119..128 (the
-    one-multiply contract) or 126..135 (past it: the two-multiply decode)."""
+    one-multiply contract) or 126..135 (past it: the two-multiply decode). ``halves``: blocks
+    whose second half is padding (each expert's last, here ~192 pairs per expert) run N = BM /
+    2; padding token rows are left unwritten by the gather (NaN-poisoned here)."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
@@ -226,14 +229,16 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups):
     codes, scales = quant_act.quant_q8_32(x)
     xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
     pairs, blocks = moe_align.align_pairs(ids, EXPERTS, block_m)
-    gathered = pf.gather_tokens(xv.to(torch.bfloat16), pairs, ids.numel(), div)
     with nan_poisoned_allocations():
+        gathered = pf.gather_tokens(xv.to(torch.bfloat16), pairs, ids.numel(), div)
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
     pf.w4a16_prefill_gemm(gathered, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
-                          ids.numel(), out, block_m, one_mul=one_mul, warpgroups=warpgroups)
+                          ids.numel(), out, block_m, one_mul=one_mul, warpgroups=warpgroups,
+                          halves=halves)
     ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
     _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
-         f" {'one' if one_mul else 'two'}-mul s{scale_lo}", f"{tokens}x{k}", _rel(out, ref), 1e-5)
+         f"{' halves' if halves else ''} {'one' if one_mul else 'two'}-mul s{scale_lo}",
+         f"{tokens}x{k}", _rel(out, ref), 1e-5)
 
 
 def test_w4a16_prefill_pipeline_matches_run_experts():
