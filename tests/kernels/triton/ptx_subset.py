@@ -2,9 +2,10 @@
 checks the asm's bits on CPU — the interpreter runs the tl twin instead of the asm.
 
 Supported: ``.reg`` declarations, ``mov.b32``, ``prmt.b32`` (default mode), ``shl.b32``,
-``shr.b32``, ``shf.r.wrap.b32`` (funnel shift right of b:a, mod 32), ``and.b32``, ``or.b32``,
-``fma.rn.bf16x2`` (exact product and sum, one
-round-to-nearest-even to bf16, subnormals kept). Registers are Python ints (32-bit).
+``shr.b32`` / ``shr.u32``, ``shf.r.wrap.b32`` / ``shf.l.wrap.b32`` (funnel shifts of b:a, mod
+32), ``and.b32``, ``or.b32``, ``add.u32`` and ``mul.lo.u32`` (mod 2^32), ``fma.rn.bf16x2``
+(exact product and sum, one round-to-nearest-even to bf16, subnormals kept). Registers are
+Python ints (32-bit).
 """
 
 from __future__ import annotations
@@ -95,8 +96,15 @@ def run(asm: str, inputs: dict[int, int], num_outputs: int) -> list[int]:
             regs[d] = _prmt(*srcs)
         elif op == "shl.b32":
             regs[d] = (srcs[0] << srcs[1]) & 0xFFFFFFFF
-        elif op == "shr.b32":
+        elif op in ("shr.b32", "shr.u32"):
             regs[d] = srcs[0] >> srcs[1]
+        elif op == "shf.l.wrap.b32":
+            lo, hi, n = srcs[0], srcs[1], srcs[2] % 32
+            regs[d] = ((((hi << 32) | lo) << n) >> 32) & 0xFFFFFFFF
+        elif op == "add.u32":
+            regs[d] = (srcs[0] + srcs[1]) & 0xFFFFFFFF
+        elif op == "mul.lo.u32":
+            regs[d] = (srcs[0] * srcs[1]) & 0xFFFFFFFF
         elif op == "shf.r.wrap.b32":
             lo, hi, n = srcs[0], srcs[1], srcs[2] % 32
             regs[d] = (((hi << 32) | lo) >> n) & 0xFFFFFFFF

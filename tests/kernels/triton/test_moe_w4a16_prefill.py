@@ -10,6 +10,9 @@ the shared-memory load, the decode and the wgmma; no spills).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -57,6 +60,27 @@ def test_decode_twin_and_permutation_give_the_weights(scale_lo, scale_hi):
     assert sorted(perm.tolist()) == list(range(32))
     want = values.reshape(6, -1, 32)[:, :, perm].reshape(6, -1)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("one_mul", [True, False])
+def test_decode_ptx_matches_the_twin(one_mul):
+    """The kernel's inline PTX itself (``_DECODE_ONE_MUL`` / ``_DECODE_TWO_MUL``, emulated on
+    CPU by ``ptx_subset``) gives the twin's values bit for bit: every nibble in every position
+    of a word, random words, scale bytes across the forms' ranges ($5: the byte four times)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ptx_subset import bf16_to_float, run
+
+    g = torch.Generator().manual_seed(7)
+    words = [sum(n << (4 * j) for j in range(8)) for n in range(16)]  # every nibble everywhere
+    words += torch.randint(0, 2**32, (48,), dtype=torch.int64, generator=g).tolist()
+    scales = [1, 100, 119, 127, 128] + ([] if one_mul else [129, 200, 254])
+    asm = pf._DECODE_ONE_MUL if one_mul else pf._DECODE_TWO_MUL
+    for w in words:
+        for e in scales:
+            regs = run(asm, {4: w, 5: e * 0x01010101}, 4)
+            got = [bf16_to_float((r >> h) & 0xFFFF) for r in regs for h in (0, 16)]
+            want = pf.decode_twin(torch.tensor([w]), torch.tensor([e]))[0].tolist()
+            assert got == want, (hex(w), e)
 
 
 def test_decode_twin_masks_are_disjoint():
