@@ -37,7 +37,7 @@ def rope_inv_freq(rope_dim: int, theta: float, yarn: Yarn | None = None) -> torc
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
-               inverse: bool = False) -> torch.Tensor:
+               inverse: bool = False, in_place: bool = False) -> torch.Tensor:
     """Rotate the last ``2 * len(inv_freq)`` channels of ``x`` by angle ``position * freq``.
 
     Args:
@@ -45,6 +45,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
         positions: (N,) int64 absolute positions.
         inv_freq: (R/2,) fp32 from :func:`rope_inv_freq`.
         inverse: rotate by the negative angle (removes a rotation).
+        in_place: write the rotated channels into x and return x.
     Returns:
         (N, ..., Dx) in x's dtype; channels before the last R are copied unchanged.
     """
@@ -57,4 +58,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
     tail = x[..., -rope_dim:].float().unflatten(-1, (rope_dim // 2, 2))
     a, b = tail[..., 0], tail[..., 1]
     rotated = torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+    if in_place:
+        x[..., -rope_dim:] = rotated.to(x.dtype)
+        return x
     return torch.cat((x[..., :-rope_dim], rotated.to(x.dtype)), dim=-1)

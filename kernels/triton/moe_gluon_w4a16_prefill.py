@@ -311,17 +311,20 @@ def _gather_tokens_kernel(x_ptr, pairs_ptr, out_ptr, num_pairs, K, row_div, stri
                           stride_o, BLOCK_K: tl.constexpr):
     """Row ``slot`` of out = x[pairs[slot] // row_div] with the columns of each 32-K group in
     the A operand's order (out[32 G + v] = x[32 G + K_off(v)]); padding slots are not written
-    (their tokens only reach their own accumulator columns, which are never stored)."""
+    (their tokens only reach their own accumulator columns, which are never stored). Contiguous
+    loads and stores; the permutation is a register reshape: K_off's bits (k4 k3 k2 k1 k0) are
+    v's (v4 v0 v2 v1 v3)."""
     slot = tl.program_id(0)
     pair = tl.load(pairs_ptr + slot)
     if pair < num_pairs:
-        v = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-        w = v % 32
-        src = (v - w) + ((w >> 3) & 1) + ((w & 1) << 1) + (((w >> 1) & 3) << 2) + (w & 16)
-        ok = v < K
+        cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+        ok = cols < K
         row = (pair // row_div).to(tl.int64)
-        vals = tl.load(x_ptr + row * stride_x + src, mask=ok)
-        tl.store(out_ptr + slot.to(tl.int64) * stride_o + v, vals, mask=ok)
+        vals = tl.load(x_ptr + row * stride_x + cols, mask=ok)
+        # [G, k4, k3, k2, k1, k0] -> [G, v4 = k4, v3 = k0, v2 = k3, v1 = k2, v0 = k1]
+        vals = tl.reshape(vals, (BLOCK_K // 32, 2, 2, 2, 2, 2))
+        vals = tl.reshape(tl.permute(vals, (0, 1, 5, 2, 3, 4)), (BLOCK_K, ))
+        tl.store(out_ptr + slot.to(tl.int64) * stride_o + cols, vals, mask=ok)
 
 
 def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,

@@ -33,6 +33,7 @@ def _rope_kernel(
     HALF_P: tl.constexpr,  # next power of two >= HALF
     BH: tl.constexpr, BLOCK_C: tl.constexpr,
     INVERSE: tl.constexpr,
+    COPY: tl.constexpr,  # False: y is x (in place), the pass-through channels stay
 ):
     row = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BH + tl.arange(0, BH)
@@ -41,10 +42,11 @@ def _rope_kernel(
     y_row = y_ptr + row * stride_yn + heads.to(tl.int64)[:, None] * stride_yh
 
     cols = tl.arange(0, BLOCK_C)
-    for c0 in range(0, D_PASS, BLOCK_C):  # pass-through channels: a bit-exact copy
-        mask = mask_h[:, None] & (c0 + cols < D_PASS)[None, :]
-        tl.store(y_row + c0 + cols[None, :], tl.load(x_row + c0 + cols[None, :], mask=mask),
-                 mask=mask)
+    if COPY:
+        for c0 in range(0, D_PASS, BLOCK_C):  # pass-through channels: a bit-exact copy
+            mask = mask_h[:, None] & (c0 + cols < D_PASS)[None, :]
+            tl.store(y_row + c0 + cols[None, :],
+                     tl.load(x_row + c0 + cols[None, :], mask=mask), mask=mask)
 
     pairs = tl.arange(0, HALF_P)
     freq = tl.load(freq_ptr + pairs, mask=pairs < HALF, other=0.0)
@@ -63,7 +65,8 @@ def _rope_kernel(
     tl.store(y_row + D_PASS + tail[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def launch_meta(num_vectors: int, pass_dim: int, half: int, inverse: bool) -> dict[str, Any]:
+def launch_meta(num_vectors: int, pass_dim: int, half: int, inverse: bool,
+                copy: bool = True) -> dict[str, Any]:
     """Constexprs + launch options for H vectors per row of pass_dim copied channels and
     ``half`` rotated pairs: BH covers up to 8 vectors (8 programs per row of a 64-head q), one
     warp each: on the H200, (4096, 64, 512) bf16 took 162 us (3.3 TB/s) against 220 us with
@@ -71,31 +74,38 @@ def launch_meta(num_vectors: int, pass_dim: int, half: int, inverse: bool) -> di
     return dict(HALF=half, HALF_P=triton.next_power_of_2(half),
                 BH=min(8, triton.next_power_of_2(max(num_vectors, 1))),
                 BLOCK_C=min(512, triton.next_power_of_2(max(pass_dim, 1))),
-                INVERSE=inverse, num_warps=1)
+                INVERSE=inverse, COPY=copy, num_warps=1)
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
-               inverse: bool = False) -> torch.Tensor:
+               inverse: bool = False, in_place: bool = False) -> torch.Tensor:
     """Registered op: rotate the last ``2 * len(inv_freq)`` channels of every vector of row n by
     ``positions[n] * inv_freq`` (``inverse``: the negative angle); x (N, ..., Dx) any float dtype,
-    positions (N,) int, inv_freq (R/2,) fp32. Returns a new (N, ..., Dx) tensor in x's dtype."""
+    positions (N,) int, inv_freq (R/2,) fp32. Returns a new (N, ..., Dx) tensor in x's dtype, or
+    (``in_place``) x itself with its last channels rotated: only those are read and written (1/8
+    of q's bytes at the slice's 512 / 64)."""
     half = inv_freq.numel()
     dim = x.shape[-1]
     assert x.dim() >= 2 and 0 < 2 * half <= dim, \
         f"apply_rope: x {tuple(x.shape)} cannot hold {2 * half} rope channels"
     x3 = x.reshape(x.shape[0], -1, dim)
+    if in_place and (x3.stride(-1) != 1 or x3.data_ptr() != x.data_ptr()
+                     or (x3.numel() and x3.untyped_storage().data_ptr()
+                         != x.untyped_storage().data_ptr())):
+        # x does not view its rows as (N, H, D): rotate a copy, write it back
+        return x.copy_(apply_rope(x, positions, inv_freq, inverse))
     if x3.stride(-1) != 1:
         x3 = x3.contiguous()
-    y = torch.empty(x3.shape, dtype=x.dtype, device=x.device)
+    y = x3 if in_place else torch.empty(x3.shape, dtype=x.dtype, device=x.device)
     num_rows, num_vectors = x3.shape[0], x3.shape[1]
     if num_rows == 0 or num_vectors == 0:
         return y.view(x.shape)
-    meta = launch_meta(num_vectors, dim - 2 * half, half, inverse)
+    meta = launch_meta(num_vectors, dim - 2 * half, half, inverse, copy=not in_place)
     grid = (num_rows, triton.cdiv(num_vectors, meta["BH"]))
     _rope_kernel[grid](x3, positions.contiguous(), inv_freq.to(torch.float32).contiguous(), y,
                        num_vectors, dim - 2 * half, x3.stride(0), x3.stride(1), y.stride(0),
                        y.stride(1), enable_fp_fusion=False, **meta)
-    return y.view(x.shape)
+    return x if in_place else y.view(x.shape)
 
 
 def supports_rope(spec: dict) -> bool:
@@ -105,12 +115,13 @@ def supports_rope(spec: dict) -> bool:
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases: q/output rope on (N, 64, 512) with rope dim 64 (forward and
-    inverse), bf16, and the single-vector (N, 512) KV form."""
+    inverse, copying and in place), bf16, and the single-vector (N, 512) KV form."""
     cases = []
-    for name, heads, inverse in (("rope_q_h64_d512_r64", 64, False),
-                                 ("rope_out_inverse_h64_d512_r64", 64, True),
-                                 ("rope_kv_d512_r64", 1, False)):
-        meta = launch_meta(heads, 448, 32, inverse)
+    for name, heads, inverse, copy in (("rope_q_h64_d512_r64", 64, False, True),
+                                       ("rope_out_inverse_h64_d512_r64", 64, True, True),
+                                       ("rope_q_in_place_h64_d512_r64", 64, False, False),
+                                       ("rope_kv_d512_r64", 1, False, True)):
+        meta = launch_meta(heads, 448, 32, inverse, copy)
         cases.append({
             "id": name, "module": __name__, "kernel": "_rope_kernel",
             "signature": {"x_ptr": "*bf16", "pos_ptr": "*i64", "freq_ptr": "*fp32",

@@ -67,7 +67,7 @@ class Attention(nn.Module):
         eps, pos, inv_freq = spec.rms_norm_eps, batch.positions, self.inv_freq
         qr = k.rms_norm(self.wq_a(k, x), self.q_norm.weight, eps)
         q = self.wq_b(k, qr).view(-1, self.n_heads, self.head_dim)
-        q = k.apply_rope(q, pos, inv_freq)
+        q = k.apply_rope(q, pos, inv_freq, in_place=True)  # q: this layer's own tensor
         kv = self.wkv(k, x)
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
         idx_q = self.indexer.queries(k, x, qr, pos, inv_freq) if layer.owns_indexer else None
@@ -81,7 +81,7 @@ class Attention(nn.Module):
             kv = k.rms_norm(kv, self.kv_norm.weight, eps)
             kv = k.fake_quant_fp8_block32(k.apply_rope(kv, pos, inv_freq))
             out = self._per_sequence(k, q, kv, comp, idx_q, batch, published)
-        out = k.apply_rope(out, pos, inv_freq, inverse=True)
+        out = k.apply_rope(out, pos, inv_freq, inverse=True, in_place=True)
         z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
         return self.wo_b(k, z.flatten(1))
 

@@ -597,6 +597,14 @@ def test_apply_rope_gpu(inverse):
         differ = (out != ref).float().mean().item()
         _row(f"apply_rope {str(dtype)[6:]}", f"N{n} H64 D512 R64 ne{differ:.1e}", _rel(out, ref),
              tol, _ms(lambda x=x: tri_rope.apply_rope(x, positions, inv_freq, inverse)))
+        # in place: the same bits, x itself returned; timed on a scratch copy (rotating it
+        # again and again: the bytes moved are what counts)
+        y = x.clone()
+        got = tri_rope.apply_rope(y, positions, inv_freq, inverse, in_place=True)
+        assert got is y and torch.equal(got, out)
+        _row(f"apply_rope {str(dtype)[6:]} in place", f"N{n} H64 D512 R64", _rel(got, ref), tol,
+             _ms(lambda y=y: tri_rope.apply_rope(y, positions, inv_freq, inverse,
+                                                 in_place=True)))
 
 
 def test_fake_quant_fp4_gpu():

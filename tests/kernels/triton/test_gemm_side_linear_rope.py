@@ -143,6 +143,26 @@ def test_apply_rope(shape, rope_dim, dtype, inverse):
     assert err <= tol, err
 
 
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_apply_rope_in_place(contiguous):
+    """``in_place``: x itself comes back with its last channels rotated exactly as the
+    out-of-place op rotates them (the kernel then skips the pass-through copy); an x that does
+    not view its rows as (N, H, D) is rotated through a copy. The reference does the same."""
+    g = torch.Generator().manual_seed(11)
+    base = torch.randn(6, 4, 96, generator=g)
+    x = base if contiguous else base.transpose(0, 1).contiguous().transpose(0, 1)
+    positions = torch.randint(0, 70_000, (6,), generator=g)
+    inv_freq = rope.rope_inv_freq(32, 10000.0)
+    want = tri_rope.apply_rope(x, positions, inv_freq, inverse=True)
+    for impl in (tri_rope.apply_rope, rope.apply_rope):
+        y = x.clone() if contiguous else x.clone().transpose(0, 1).contiguous().transpose(0, 1)
+        assert y.is_contiguous() == contiguous
+        got = impl(y, positions, inv_freq, inverse=True, in_place=True)
+        assert got is y
+        assert torch.equal(got, want) if impl is tri_rope.apply_rope \
+            else (got - want).abs().max().item() < 1e-6
+
+
 def test_apply_rope_takes_strided_positions():
     """Positions as a column of a wider buffer (the CUDA graphs' static inputs): the stride
     is honoured (the kernel once read positions[0..N) of the flat buffer: wrong angles)."""

@@ -140,7 +140,14 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
                       "divisible": ["K", "O"]})
-    results = sm90_compile(cases)
+    gather = {"id": "w4a16_gather_tokens", "module": pf.__name__,
+              "kernel": "_gather_tokens_kernel",
+              "signature": {"x_ptr": "*bf16", "pairs_ptr": "*i32", "out_ptr": "*bf16",
+                            "num_pairs": "i32", "K": "i32", "row_div": "i32", "stride_x": "i32",
+                            "stride_o": "i32"},
+              "constexprs": {"BLOCK_K": pf.GATHER_BLOCK_K}, "num_warps": 4, "num_stages": 1,
+              "no_spill": True, "divisible": ["K", "stride_x", "stride_o"]}
+    results = sm90_compile(cases + [gather])
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
