@@ -36,6 +36,23 @@ import moe_decode  # noqa: E402  (random weights, routing: the same as the Trito
 from moe_gluon_decode import triton_kernel_ms  # noqa: E402
 
 
+def gemm_row(rl, run, out, ref, w, f, touched: int, fp8: float, bf16: float | None,
+             label: str) -> str:
+    """Run one expert GEMM launch, check ``out`` against ``ref`` (rel. L2) and time it: a table
+    row ``| label | ms | TFLOP/s | of FP8 [(of bf16)] | weight GB/s | rel. L2 |``. FLOPs count
+    the real pairs only (out's rows); bytes: the touched experts' weights and scales."""
+    run()
+    err = ((out - ref).norm() / ref.norm()).item()
+    ms = rl.median_ms(run)
+    flops = 2 * out.shape[0] * w.shape[1] * w.shape[2] * 2
+    n_bytes = touched * (w[0].numel() + f.scale[0].numel())
+    share = f"{flops / ms * 1e3 / fp8:.2f}"
+    if bf16:
+        share += f" (of bf16 {flops / ms * 1e3 / bf16:.2f})"
+    return (f"| {label} | {ms:.3f} | {flops / ms / 1e9:.0f} | {share} | "
+            f"{n_bytes / ms / 1e6:.0f} | {err:.1e} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
@@ -111,15 +128,9 @@ def main() -> None:
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
                 run = functools.partial(pf.w4a8_prefill_gemm, gc, gs, w, f.scale, pairs, blocks,
                                         num_pairs, out, stages, bm, wg, exp)
-                run()
-                err = ((out - ref).norm() / ref.norm()).item()
-                ms = rl.median_ms(run)
-                flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
-                n_bytes = touched * (w[0].numel() + f.scale[0].numel())
-                print(f"| {num_tokens} | w4a8 {name}{' exp' if exp else ''} | {bm} | {stages} | "
-                      f"{wg} | {ms:.3f} | "
-                      f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / fp8:.2f} | "
-                      f"{n_bytes / ms / 1e6:.0f} | {err:.1e} |", flush=True)
+                print(gemm_row(rl, run, out, ref, w, f, touched, fp8, None,
+                               f"{num_tokens} | w4a8 {name}{' exp' if exp else ''} | {bm} | "
+                               f"{stages} | {wg}"), flush=True)
             whole_fn = functools.partial(pf.run_experts_w4a8_prefill, x, ids, route_w, *kw, 10.0,
                                          stages=stages, block_m=bm, warpgroups=wg,
                                          expanded=exp)
@@ -139,16 +150,9 @@ def main() -> None:
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
                 run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale, pairs,
                                         blocks, num_pairs, out, bm, stages, one_mul, wg, hv)
-                run()
-                err = ((out - ref).norm() / ref.norm()).item()
-                ms = rl.median_ms(run)
-                flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
-                n_bytes = touched * (w[0].numel() + f.scale[0].numel())
-                print(f"| {num_tokens} | w4a16 {name}{' halves' if hv else ''} | {bm} | "
-                      f"{stages} | {wg} | {ms:.3f} | "
-                      f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / fp8:.2f} (of bf16 "
-                      f"{flops / ms * 1e3 / bf16:.2f}) | {n_bytes / ms / 1e6:.0f} | {err:.1e} |",
-                      flush=True)
+                print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
+                               f"{num_tokens} | w4a16 {name}{' halves' if hv else ''} | {bm} | "
+                               f"{stages} | {wg}"), flush=True)
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          halves=hv)

@@ -14,6 +14,8 @@ against ``moe_gluon.reference_grouped`` (dequantize, fp32 matmul per expert):
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -166,11 +168,25 @@ def test_w4a8_prefill_gluon(gated, block_m, warpgroups, expanded):
          _rel(out, ref), 1e-3)
 
 
-def test_w4a8_prefill_pipeline_matches_run_experts():
-    """``run_experts_w4a8_prefill`` against the Triton ``run_experts`` (W4A16) on the same
-    weights at 1,024 tokens: 1e-2, as the decode pipeline."""
+@contextlib.contextmanager
+def _prefill_kernel(name: str):
+    """``moe_experts.W4A8_PREFILL_KERNEL`` set to ``name`` inside the block."""
+    from deepinfer.kernels.triton import moe_experts
+
+    saved = moe_experts.W4A8_PREFILL_KERNEL
+    moe_experts.W4A8_PREFILL_KERNEL = name
+    try:
+        yield
+    finally:
+        moe_experts.W4A8_PREFILL_KERNEL = saved
+
+
+def _prefill_pipeline_case():
+    """1,024 tokens x top-6 of 32 experts (~192 pairs per expert: prefill sizes), bf16 x,
+    routing weights, and the three projections' MXFP4 stacks twice: checkpoint order (Triton's
+    ``run_experts``, the reference) and the W4A8 kernel order (the flag routes ``run_experts``
+    to the W4A8 pipelines). Returns (tokens, ids, route_w, x, plain, kernel)."""
     from deepinfer.kernels.triton import moe_experts, moe_gluon_w4a8
-    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
 
     torch.manual_seed(0)
     tokens = TOKENS * 16
@@ -181,20 +197,29 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 
     def weights(p, s, order):
         data = (order(p) if order else p).view(torch.int8)
-        # the flag routes run_experts to the W4A8 pipelines (the per-pair checks go through it)
         return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()),
                                          w4a8_order=order is not None)
 
-    ref = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats), 10.0)
+    plain = [weights(p, s, None) for p, s in mats]
     kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu) for p, s in mats]
+    return tokens, ids, route_w, x, plain, kernel
+
+
+def test_w4a8_prefill_pipeline_matches_run_experts():
+    """``run_experts_w4a8_prefill`` against the Triton ``run_experts`` (W4A16) on the same
+    weights at 1,024 tokens: 1e-2, as the decode pipeline."""
+    from deepinfer.kernels.triton import moe_experts
+    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
+
+    tokens, ids, route_w, x, plain, kernel = _prefill_pipeline_case()
+    ref = moe_experts.run_experts(x, ids, route_w, *plain, 10.0)
     for expanded in (False, True):
         with nan_poisoned_allocations():
             out = pf.run_experts_w4a8_prefill(x, ids, route_w, *kernel, 10.0, expanded=expanded)
         _row(f"w4a8 prefill pipeline{' exp' if expanded else ''}",
              f"{tokens} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)
-    ref_pairs = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats),
-                                        10.0, combine=False)
-    with nan_poisoned_allocations():
+    ref_pairs = moe_experts.run_experts(x, ids, route_w, *plain, 10.0, combine=False)
+    with nan_poisoned_allocations(), _prefill_kernel("w4a8"):
         pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
     assert pairs.dtype == x.dtype and pairs.shape == ref_pairs.shape
     _row("w4a8 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",
@@ -245,33 +270,22 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
     """``run_experts_w4a16_prefill`` against the Triton ``run_experts`` (W4A16, checkpoint
     order) on the same weights at 1,024 tokens, and the dispatch: ``run_experts`` on W4A8-order
     stacks takes it at prefill sizes when ``W4A8_PREFILL_KERNEL`` says so (same output)."""
-    from deepinfer.kernels.triton import moe_experts, moe_gluon_w4a8
+    from deepinfer.kernels.triton import moe_experts
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
-    torch.manual_seed(0)
-    tokens = TOKENS * 16
-    ids = torch.rand(tokens, EXPERTS, device="cuda").topk(TOPK, dim=1).indices
-    route_w = torch.rand(tokens, TOPK, device="cuda")
-    x = (torch.randn(tokens, D, device="cuda") * 0.5).to(torch.bfloat16)
-    mats = [_mxfp4(I, D), _mxfp4(I, D), _mxfp4(D, I)]
-
-    def weights(p, s, order):
-        data = (order(p) if order else p).view(torch.int8)
-        return moe_experts.ExpertWeights(data, s, "mxfp4", scale_max=int(s.max()),
-                                         w4a8_order=order is not None)
-
-    ref = moe_experts.run_experts(x, ids, route_w, *(weights(p, s, None) for p, s in mats), 10.0)
-    kernel = [weights(p, s, moe_gluon_w4a8.to_kernel_order_gpu) for p, s in mats]
+    tokens, ids, route_w, x, plain, kernel = _prefill_pipeline_case()
+    ref = moe_experts.run_experts(x, ids, route_w, *plain, 10.0)
     for block_m in (64, 128):
         with nan_poisoned_allocations():
             out = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, block_m=block_m)
         _row(f"w4a16 prefill pipeline bm{block_m}", f"{tokens} tokens top{TOPK}/{EXPERTS}",
              _rel(out, ref), 1e-2)
-    saved = moe_experts.W4A8_PREFILL_KERNEL
-    try:
-        moe_experts.W4A8_PREFILL_KERNEL = "w4a16"
+    with _prefill_kernel("w4a16"):
         via = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
-    finally:
-        moe_experts.W4A8_PREFILL_KERNEL = saved
+        via_pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
     direct = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
     assert torch.equal(via, direct)
+    ref_pairs = moe_experts.run_experts(x, ids, route_w, *plain, 10.0, combine=False)
+    assert via_pairs.dtype == x.dtype and via_pairs.shape == ref_pairs.shape
+    _row("w4a16 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",
+         _rel(via_pairs, ref_pairs), 1e-2)
