@@ -613,11 +613,11 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                 return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids,
                                         combine=combine)
             if not decode and W4A8_PREFILL_KERNEL == "w4a16":
-                from deepinfer.kernels.triton.moe_gluon_w4a16_prefill import (
-                    run_experts_w4a16_prefill,
-                )
-                return run_experts_w4a16_prefill(x, expert_ids, weights, w1, w3, w2, limit,
-                                                 combine_ids, combine=combine)
+                from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as w4a16
+
+                if w4a16.accepts(w1, w3, w2):  # else the FP8 kernel below
+                    return w4a16.run_experts_w4a16_prefill(x, expert_ids, weights, w1, w3, w2,
+                                                           limit, combine_ids, combine=combine)
             from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import (
                 BLOCK_M,
                 run_experts_w4a8_prefill,

@@ -393,6 +393,25 @@ def group_layout(warpgroups: int):
         shape=[64 * warpgroups, 16])
 
 
+def fitting_warpgroups(out_features: list[int], warpgroups: int = WARPGROUPS) -> int | None:
+    """The most warpgroups per program, at most ``warpgroups``, whose 64 x WG weight rows tile
+    every projection's output features; None when not even 64 does."""
+    wg = warpgroups
+    while wg >= 1 and any(o % (ROWS * wg) for o in out_features):
+        wg //= 2
+    return wg if wg >= 1 else None
+
+
+def accepts(w1, w3, w2) -> bool:
+    """Whether the three projections' stacks fit the kernel: K (in features) a multiple of 128
+    (the W4A8 order's step) and output features a multiple of 64."""
+    from deepinfer.kernels.triton.moe_experts import _weight_args
+
+    shapes = [_weight_args(w)[0].shape for w in (w1, w3, w2)]
+    return (all(2 * half % BLOCK_K == 0 for _, _, half in shapes)
+            and fitting_warpgroups([o for _, o, _ in shapes]) is not None)
+
+
 def prefill_block_m(num_pairs: int, num_experts: int) -> int:
     """Pairs per program: ``BLOCK_M`` (H200, rounds 70a / 71a: 128 beat 64 at 4K and 16K
     tokens)."""
@@ -419,6 +438,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     inter, dim = d1.shape[1], d2.shape[1]
     if block_m is None:
         block_m = prefill_block_m(num_pairs, d1.shape[0])
+    warpgroups = fitting_warpgroups([inter, dim], warpgroups)
+    assert warpgroups, f"run_experts_w4a16_prefill: O {inter} / {dim} not multiples of {ROWS}"
     one_mul = all(getattr(w, "scale_max", None) is not None and w.scale_max <= 128
                   for w in (w1, w3, w2))
     xq = quant_act.fake_quant_fp8_block32(x.contiguous()).to(torch.bfloat16)

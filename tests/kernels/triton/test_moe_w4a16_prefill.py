@@ -97,6 +97,27 @@ def test_decode_twin_masks_are_disjoint():
     assert rotr(0x88888888, 2) & rotr(0x14141414, 4) == 0
 
 
+def test_shapes_it_accepts():
+    """Warpgroups per program shrink until 64 x WG rows tile every projection (the slice:
+    2304 and 5120 take 2); K must be a multiple of 128 and O of 64, else ``run_experts``
+    keeps the FP8 prefill kernel."""
+    from deepinfer.kernels.triton.moe_experts import ExpertWeights
+
+    assert pf.fitting_warpgroups([2304, 5120], 2) == 2
+    assert pf.fitting_warpgroups([2304, 5120], 4) == 4  # 2304 = 9 x 256
+    assert pf.fitting_warpgroups([2432, 5120], 4) == 2  # 2432 = 19 x 128
+    assert pf.fitting_warpgroups([192, 5120], 2) == 1
+    assert pf.fitting_warpgroups([96, 5120], 2) is None
+
+    def stack(o, k):
+        return ExpertWeights(torch.zeros(2, o, k // 2, dtype=torch.int8),
+                             torch.zeros(2, o, k // 32, dtype=torch.uint8), "mxfp4")
+
+    assert pf.accepts(stack(2304, 5120), stack(2304, 5120), stack(5120, 2304))
+    assert pf.accepts(stack(192, 256), stack(192, 256), stack(256, 192)) is False  # K 192
+    assert pf.accepts(stack(96, 256), stack(96, 256), stack(256, 128)) is False  # O 96
+
+
 def test_gather_tokens_matches_torch():
     """``gather_tokens`` (interpreter): slot i = x[pairs[i] // div] permuted by K_off inside
     each 32-K group; padding slots are left as they were (never read into a stored column)."""
