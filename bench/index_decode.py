@@ -11,7 +11,8 @@ entries per block) and writes a score row of the static ``--width`` (-inf past i
 count; default 65,536 = the slice's max_model_len / 1), ``--heads`` index heads (default 32, as
 released) x 128. Session 9's round 29 ran ``--ratio 4 --heads 32 --width 65536 --shapes
 64:16384,256:16384,64:131072,256:131072`` (4,096 / 32,768 visible).
-Kernels (``PAGED_KERNEL``): v1 (until session 9), v2 at each variant ``BT:PROGRAMS:WARPS``
+Kernels (``PAGED_KERNEL``): v1 (until session 9), ``gl`` (``index_paged_gluon``, session 15),
+v2 at each variant ``BT:PROGRAMS:WARPS``
 (``PAGED_BLOCK_KEYS``, ``PAGED_TARGET_PROGRAMS``, ``PAGED_NUM_WARPS``; the first is the
 module's default; session 14's v3 variants, the software-pipelined loads, lost at every shape:
 commit 974b483 has them). Each is timed as a CUDA graph of
@@ -39,9 +40,10 @@ HEAD_DIM = 128
 
 
 def set_kernel(indexer, name: str) -> None:
-    """``v1`` or a v2 variant ``BT:PROGRAMS:WARPS`` -> the indexer module's settings."""
-    if name == "v1":
-        indexer.PAGED_KERNEL = "v1"
+    """``v1``, ``gl`` (the Gluon kernel) or a v2 variant ``BT:PROGRAMS:WARPS`` -> the indexer
+    module's settings."""
+    if name in ("v1", "gl"):
+        indexer.PAGED_KERNEL = name
         return
     indexer.PAGED_KERNEL = "v2"
     bt, programs, warps = map(int, name.split(":"))
@@ -117,7 +119,7 @@ def bench(args: argparse.Namespace) -> None:
         flops = rows * visible * args.heads * HEAD_DIM * 2
         roof_us = max(n_bytes / hbm, flops / bf16) * 1e6
         base = None
-        for name in ["v1"] + [v if v.startswith("v3") else f"v2 {v}" for v in variants]:
+        for name in ["v1"] + [v if v in ("v3", "gl") else f"v2 {v}" for v in variants]:
             set_kernel(indexer, name.split()[-1])
 
             def run(q=q, w=w, pool=pool, tables=tables, vis=vis):
@@ -149,8 +151,7 @@ def main() -> int:
     parser.add_argument("--epb", type=int, default=64, help="index entries per pool block")
     parser.add_argument("--heads", type=int, default=32, help="index heads")
     parser.add_argument("--variants", default=DEFAULT_VARIANTS,
-                        help="comma-separated v2 BT:PROGRAMS:WARPS or v3:BT:PROGRAMS:WARPS:"
-                        "STAGES")
+                        help="comma-separated v2 BT:PROGRAMS:WARPS or gl (the Gluon kernel)")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
     args = parser.parse_args()

@@ -28,8 +28,8 @@ measures the variants alone, then the best end to end.
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
-    --index-paged-kernel v1|v2                     the paged index scores' decode kernel
-                                                   (indexer.PAGED_KERNEL)
+    --index-paged-kernel v1|v2|gl                  the paged index scores' decode kernel
+                                                   (indexer.PAGED_KERNEL; gl: Gluon)
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
                                                    the decode launch (BM 16, tf32x3), more on
                                                    the prefill one (BM 64, bf16x3)
@@ -74,7 +74,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="PREFETCH:GATED_CAP:DOWN_CAP of the W4A8 decode GEMM (0|1, registers "
                     "or '-'; default: moe_gluon_w4a8.DECODE_PREFETCH and register_cap)")
     ap.add_argument("--index-paged-kernel", default=None,
-                    help="v1 or v2: the paged index scores' decode kernel "
+                    help="v1, v2 or gl: the paged index scores' decode kernel "
                     "(default: indexer.PAGED_KERNEL)")
     ap.add_argument("--mhc-decode-max-tokens", type=int, default=None,
                     help="mHC coefficient calls up to this many tokens on the decode launch "
@@ -211,8 +211,8 @@ def set_w4a8_decode_variant(text: str, flag: str = "--w4a8-decode-variant") -> N
 
 
 def set_index_paged_kernel(text: str) -> None:
-    """v1 | v2 -> indexer.PAGED_KERNEL; a malformed value exits naming the flag."""
+    """v1 | v2 | gl -> indexer.PAGED_KERNEL; a malformed value exits naming the flag."""
     from deepinfer.kernels.triton import indexer
-    if text not in ("v1", "v2"):
-        raise SystemExit(f"--index-paged-kernel {text!r}: expected v1 or v2")
+    if text not in ("v1", "v2", "gl"):
+        raise SystemExit(f"--index-paged-kernel {text!r}: expected v1, v2 or gl")
     indexer.PAGED_KERNEL = text

@@ -50,6 +50,9 @@ NUM_WARPS_FLOAT = 4
 # next tile's loads in flight), "v1" = _index_scores_paged_kernel (until session 9). (A "v3"
 # leaving the record loads to Triton's software pipeline, cp.async with 3-4 tiles in flight,
 # was 5-14 % slower than v2 at every decode shape: session 14 round 61a; commit 974b483 has it.)
+# "gl" = index_paged_gluon (Gluon: records by cp.async into a 4-deep ring, decoded into the
+# wgmma A layout; prepared in session 15, compiled for sm_90 on the CPU only, never timed) where
+# it accepts the call (bf16 q, 128 channels, <= 64 heads, SM90), v2 otherwise.
 PAGED_KERNEL = "v2"
 # v2 tiling: keys per tile, total programs aimed at (programs per row = cdiv(this, rows),
 # capped by the row's tiles), warps; bench/index_decode.py --variants compares others.
@@ -372,6 +375,13 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
         return out
     if block_tables.shape[1] == 0 or key_pool.shape[0] == 0:
         return out.fill_(float("-inf"))  # nothing can be visible
+    if PAGED_KERNEL == "gl":
+        from deepinfer.kernels.triton import index_paged_gluon
+
+        if index_paged_gluon.accepts(q):
+            index_paged_gluon.index_scores_paged_gl(q, head_weights, key_pool, block_tables,
+                                                    num_visible, entries_per_block, width, out)
+            return out
     meta = paged_launch_meta(hi, d, q.dtype)
     if PAGED_KERNEL == "v1":
         kernel = _index_scores_paged_kernel

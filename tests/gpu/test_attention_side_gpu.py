@@ -265,13 +265,14 @@ def _paged_index_inputs(n: int, hi: int, width: int, epb: int, dev: str):
     return q, w, pool, tables, garbage, vis
 
 
-@pytest.mark.parametrize("epb", [16, 32])
-def test_index_scores_paged(epb):
+@pytest.mark.parametrize("epb,kernel", [(16, "v2"), (32, "v2"), (16, "gl"), (32, "gl")])
+def test_index_scores_paged(epb, kernel, monkeypatch):
     """Released decode shape: 64 rows, 64 index heads x 128, static width 16384. Same arithmetic
     as index_scores_records (exact bf16 products, fp32 sums vs fp64), so SCORE_TOL; the -inf
     pattern (t >= num_visible) must match exactly (``_rel`` returns inf otherwise)."""
     from deepinfer.kernels.triton import indexer as tri
 
+    monkeypatch.setattr(tri, "PAGED_KERNEL", kernel)
     n, hi, width, dev = 64, 64, 16384, "cuda"
     q, w, pool, clean, tables, vis = _paged_index_inputs(n, hi, width, epb, dev)
     got = tri.index_scores_paged(q, w, pool, tables, vis, epb, width)
@@ -283,7 +284,8 @@ def test_index_scores_paged(epb):
     ms_none = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, none, epb, width))
     full = torch.full_like(vis, width)
     ms_full = _time_ms(lambda: tri.index_scores_paged(q, w, pool, clean, full, epb, width))
-    _record(f"index_scores_paged N=64 Hi=64 W=16384 epb={epb}", _rel(got, want), SCORE_TOL, ms,
+    _record(f"index_scores_paged {kernel} N=64 Hi=64 W=16384 epb={epb}", _rel(got, want),
+            SCORE_TOL, ms,
             f"mean visible {float(vis.float().mean()):.0f}; none visible {ms_none:.3f} ms, "
             f"all {ms_full:.3f} ms")
 
@@ -293,7 +295,7 @@ def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
     """Paged scores at the two decode shapes of bench/index_decode.py: 64 rows x 4K context and
     256 x 32K at ratio 4 (1,024 / 8,192 visible of a 32,768-wide row, one row 0 and one 1
     visible), 64 index heads x 128, 64-entry blocks, v2 (the PTX unpack, exact for every scale
-    byte), v3 (v2 through Triton's software pipeline) and v1 against the reference. Products of
+    byte), gl (the Gluon kernel, same PTX) and v1 against the reference. Products of
     FP4-grid values are exact in bf16 x bf16 -> fp32 and only the fp32 accumulation order
     differs from the fp64 reference: SCORE_TOL, as index_scores_paged above; the -inf pattern
     must match exactly. Keys are randn * 2^k with k in -20..30 per record, so their ue8m0 scale
@@ -316,7 +318,7 @@ def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
     vis = torch.full((n,), visible, dtype=torch.int64, device=dev)
     vis[:3] = torch.tensor([0, 1, visible - 37], device=dev)
     want = ref_fused.index_scores_paged(q, w, pool, tables, vis, epb, width)
-    for kernel in ("v2", "v1"):
+    for kernel in ("v2", "gl", "v1"):
         monkeypatch.setattr(tri, "PAGED_KERNEL", kernel)
         got = tri.index_scores_paged(q, w, pool, tables, vis, epb, width)
         ms = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, vis, epb, width))
