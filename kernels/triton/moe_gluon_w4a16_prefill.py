@@ -1,7 +1,8 @@
 """Prefill expert GEMM with bf16 tensor cores over MXFP4 weights in the W4A8 kernel order, in
 Gluon (SM90 only): the weights are decoded to exactly scaled bf16 in the wgmma register-A
 layout, so the K loop has no per-group promotion. The engine's prefill path on the W4A8 layout
-(``moe_experts.run_experts``, ``PREFILL_KERNEL``); ``moe_gluon_w4a8_prefill`` is the FP8 one.
+since session 15 (``moe_experts.run_experts``, ``W4A8_PREFILL_KERNEL = "w4a16"``);
+``moe_gluon_w4a8_prefill`` is the FP8 one.
 
     out[p, o] = sum over K of W_e[o, k] * x[p, k]      (p: the block's pairs, sorted by expert)
 
@@ -9,31 +10,39 @@ Why: the FP8 prefill kernel (``moe_gluon_w4a8_prefill``) must promote every 32-K
 accumulator (the weight and token scales change per 32 K): 2 instructions per accumulator
 element and group, twice the FP8 tensor time at any token tile — it ran at 13-16 % of the FP8
 peak (~190 TFLOP/s, 54.6 % of the 4K prefill in session 14). Here a weight costs a fixed ~2.5
-instructions (its decode, shared by the BM tokens of the tile) and the fp32 accumulator runs
-through the whole K loop:
+instructions (its decode, shared by the tile's tokens) and the fp32 accumulator runs through
+the whole K loop:
 
   * Per 32-bit word of the W4A8 order (row r, group G, quad lane q; ``mxfp4_w4a8_order``):
-    ``_DECODE_ASM`` builds four bf16x2 registers, the lo values (K = 32 G + 4 q + b) from
-    masks and one multiply / shift, the hi values (K = 32 G + 16 + 4 q + b) after the FP8
-    kernel's rotations; bf16 bits s | e1 e0 m << 6 are value * 2^-126 (e2m1's subnormal 0.5
-    lands on bf16's), then one bf16x2 FMA by 2^(S - 1) (``ONE_MUL``: every scale byte S <=
-    128, the owner vouching via ``scale_max``) or two (2^126, then 2^(S - 127)). Exact.
+    ``_DECODE_ONE_MUL`` / ``_DECODE_TWO_MUL`` build four bf16x2 registers, the lo values (K =
+    32 G + 4 q + b) from masks and one multiply / shift, the hi values (K = 32 G + 16 + 4 q +
+    b) after the FP8 kernel's rotations; bf16 bits s | e1 e0 m << 6 are value * 2^-126 (e2m1's
+    subnormal 0.5 lands on bf16's), then one bf16x2 FMA by 2^(S - 1) (``ONE_MUL``: every scale
+    byte S <= 128, the owner vouching via ``scale_max``) or two (2^126, then 2^(S - 127)).
+    Exact. ``decode_twin`` is the torch twin (CPU tests emulate the PTX against it).
   * The decoded registers ARE the wgmma A fragment of one k32 group once K is permuted inside
     each group: the A operand's column v holds K_off(v) = v3 + 2 v0 + 4 v1 + 8 v2 + 16 v4
-    (``k_permutation``), and the token tile is gathered in that order (``gather_tokens``), so
+    (``k_permutation``), and the token tile is gathered in that order (``gather_tokens``;
+    padding slots are not written: a token only reaches its own accumulator column), so
     sum_v A[r, v] B[v, t] is the product. No shuffles (the compile gate checks the PTX).
-  * Both operands by TMA into one STAGES-deep ring: the weight tile [64 rows, 64 bytes] (a
+  * Both operands by TMA into one STAGES-deep ring: the weight tile [64 WG rows, 64 bytes] (a
     128-K step) and the token tile as two [BM, 64] bf16 boxes (128-byte swizzle); the next
-    step's operands are decoded while this step's 4 wgmmas (m64 nBM k32) run.
-  * Grid: (O / 64 tiles, blocks) with the tiles fastest, so one block's token tile (BM x K
-    bf16) comes from HBM once and from L2 for its other tiles; an expert's second block is
+    step's operands are decoded while this step's 4 wgmmas (m64 nBM k32 per warpgroup) run.
+    WG warpgroups share one token tile. ``HALVES``: a block whose second half is padding
+    runs the loop at N = BM / 2 (its own copy of the loop, ``_run_block``).
+  * Grid: (O / (64 WG) tiles, blocks) with the tiles fastest, so one block's token tile (BM x
+    K bf16) comes from HBM once and from L2 for its other tiles; an expert's second block is
     adjacent (its weight tiles hit L2).
+  * H200 (rounds 70a-72a, 384 experts, top-6, whole pipeline): 7.64 vs 11.03 ms (FP8) at 4K
+    tokens, 19.7 vs 36.1 at 16K; 276 / 428 TFLOP/s on the gated GEMM counting real pairs. The
+    decode (~2.5 instructions per weight per tile) and the shared-memory traffic (each wgmma
+    re-reads its B tile per 64 weight rows) bound it; 4 warpgroups per token tile were slower.
 
 Shapes: tokens (num_blocks * BM, K) bf16, gathered and permuted (``gather_tokens``); w (E, O,
 K/2) uint8 in ``moe_gluon_w4a8.to_kernel_order``; ws (E, O, K/32) uint8; sorted_pairs
 (num_blocks * BM,) int32 (padding = num_pairs); block_expert (num_blocks,) int32 (-1 idle); out
 (num_pairs, O) any float dtype. Reference: ``moe_gluon.reference_grouped`` on the Q8_32 values
-(tests/gpu/test_moe_gluon_gpu.py); the bit logic has a torch twin (``decode_twin``, CPU tests).
+(tests/gpu/test_moe_gluon_gpu.py).
 """
 
 from __future__ import annotations
