@@ -6,7 +6,8 @@
 # step (η ~0.28 in round 61a); 256 x 32K needs 0.39 ms for η 0.6 (round 73a: 24.42 ms, 0.590).
 #   PART=a (≈ 3 min): its GPU checks (tests/gpu/test_attention_side_gpu.py -k index_scores_paged:
 #     gl against the fp64 reference beside v2 and v1, the -inf pattern exact), then
-#     bench/index_decode.py at the slice's ratios 1 and 2: gl against v2.
+#     bench/index_decode.py at the slice's ratios 1 and 2: gl (programs over all rows 1,024 /
+#     660 = 5 per SM at 98 registers / 2,048; ring of 4 or 3 tiles) against v2.
 #   PART=b (≈ 4 min): decode 64 / 256 x 4K / 32K with --index-paged-kernel gl, saving the
 #     Triton cache (copy the parts to the repo root and carry them next time).
 [ "${PART:-a}" = b ] && export SAVE_TRITON_CACHE=1  # read when device_setup.sh is sourced
@@ -19,7 +20,7 @@ a)
     "$OUT/index_tests.log" | tail -6; grep -E "index_scores_paged" "$OUT/index_tests.log" | head -10
   for R in 1 2; do
     timeout 120 python3 bench/index_decode.py --ratio $R --width $((65536 / R)) \
-      --shapes 64:4096,256:4096,64:32768,256:32768 --variants 128:1024:4,gl \
+      --shapes 64:4096,256:4096,64:32768,256:32768 --variants 128:1024:4,gl,gl:660,gl:660:3,gl:2048 \
       >"$OUT/index_decode_r$R.log" 2>&1
     echo "index_decode ratio $R rc=$?"; grep -E "^\| [0-9]" "$OUT/index_decode_r$R.log"
   done ;;

@@ -36,14 +36,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_SHAPES = "64:4096,256:4096,64:32768,256:32768"
 DEFAULT_VARIANTS = "128:1024:4,128:512:4,128:2048:4,256:1024:8,64:2048:4"
+GL_DEFAULTS = (1024, 4)  # index_paged_gluon.TARGET_PROGRAMS, STAGES as shipped
 HEAD_DIM = 128
 
 
 def set_kernel(indexer, name: str) -> None:
-    """``v1``, ``gl`` (the Gluon kernel) or a v2 variant ``BT:PROGRAMS:WARPS`` -> the indexer
-    module's settings."""
-    if name in ("v1", "gl"):
-        indexer.PAGED_KERNEL = name
+    """``v1``, ``gl[:PROGRAMS[:STAGES]]`` (the Gluon kernel: programs over all rows, ring
+    depth) or a v2 variant ``BT:PROGRAMS:WARPS`` -> the indexer module's settings."""
+    from deepinfer.kernels.triton import index_paged_gluon
+
+    if name == "v1":
+        indexer.PAGED_KERNEL = "v1"
+        return
+    if name.startswith("gl"):
+        indexer.PAGED_KERNEL = "gl"
+        fields = name.split(":")[1:]
+        index_paged_gluon.TARGET_PROGRAMS = int(fields[0]) if fields else GL_DEFAULTS[0]
+        index_paged_gluon.STAGES = int(fields[1]) if len(fields) > 1 else GL_DEFAULTS[1]
         return
     indexer.PAGED_KERNEL = "v2"
     bt, programs, warps = map(int, name.split(":"))
@@ -119,7 +128,7 @@ def bench(args: argparse.Namespace) -> None:
         flops = rows * visible * args.heads * HEAD_DIM * 2
         roof_us = max(n_bytes / hbm, flops / bf16) * 1e6
         base = None
-        for name in ["v1"] + [v if v in ("v3", "gl") else f"v2 {v}" for v in variants]:
+        for name in ["v1"] + [v if v.startswith("gl") else f"v2 {v}" for v in variants]:
             set_kernel(indexer, name.split()[-1])
 
             def run(q=q, w=w, pool=pool, tables=tables, vis=vis):
@@ -151,7 +160,8 @@ def main() -> int:
     parser.add_argument("--epb", type=int, default=64, help="index entries per pool block")
     parser.add_argument("--heads", type=int, default=32, help="index heads")
     parser.add_argument("--variants", default=DEFAULT_VARIANTS,
-                        help="comma-separated v2 BT:PROGRAMS:WARPS or gl (the Gluon kernel)")
+                        help="comma-separated v2 BT:PROGRAMS:WARPS or gl[:PROGRAMS[:STAGES]] (the "
+                        "Gluon kernel)")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
     parser.add_argument("--smoke", action="store_true", help="CPU interpreter correctness check")
     args = parser.parse_args()
