@@ -1,5 +1,5 @@
 """The bf16 prefill expert GEMM over W4A8-order MXFP4 weights
-(kernels/triton/moe_gluon_w4a16_prefill.py) on CPU.
+(kernels/triton/moe_gluon_w4a16_prefill.py, its bit logic in mxfp4_w4a8_bf16.py) on CPU.
 
 Gluon has no interpreter: the kernel runs on the GPU only (tests/gpu/test_moe_gluon_gpu.py).
 Here: the decode's bit logic (its torch twin, the PTX's operations one for one) against the
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deepinfer.kernels.triton import moe_gluon_w4a8
+from deepinfer.kernels.triton import moe_gluon_w4a8, mxfp4_w4a8_bf16
 from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
 
@@ -42,7 +42,7 @@ def _decoded_operand(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     words = moe_gluon_w4a8.to_kernel_order(packed).view(torch.int32).to(torch.int64)
     words = words.reshape(rows, k // 128, 4, 4)  # row, step, quad lane q, group G
     s = scale.to(torch.int64).reshape(rows, k // 128, 4)[:, :, None, :].expand(-1, -1, 4, -1)
-    vals = pf.decode_twin(words, s)  # (rows, step, q, G, 8): a[0..3], b[0..3]
+    vals = mxfp4_w4a8_bf16.decode_twin(words, s)  # (rows, step, q, G, 8): a[0..3], b[0..3]
     # output element (t, i) of quad lane q -> column v = i0 + 2 q0 + 4 q1 + 8 i1 + 16 t
     vals = vals.reshape(rows, k // 128, 2, 2, 4, 2, 2, 2)  # q1 q0 G t i1 i0
     vals = vals.permute(0, 1, 4, 5, 6, 2, 3, 7)  # row step G t i1 q1 q0 i0
@@ -56,7 +56,7 @@ def test_decode_twin_and_permutation_give_the_weights(scale_lo, scale_hi):
     computes the exact product, as both PTX forms do in range)."""
     packed, scale, values = _weights(6, 512, scale_lo, scale_hi)
     got = _decoded_operand(packed, scale)
-    perm = pf.k_permutation()
+    perm = mxfp4_w4a8_bf16.k_permutation()
     assert sorted(perm.tolist()) == list(range(32))
     want = values.reshape(6, -1, 32)[:, :, perm].reshape(6, -1)
     assert torch.equal(got, want)
@@ -74,12 +74,12 @@ def test_decode_ptx_matches_the_twin(one_mul):
     words = [sum(n << (4 * j) for j in range(8)) for n in range(16)]  # every nibble everywhere
     words += torch.randint(0, 2**32, (48,), dtype=torch.int64, generator=g).tolist()
     scales = [1, 100, 119, 127, 128] + ([] if one_mul else [129, 200, 254])
-    asm = pf._DECODE_ONE_MUL if one_mul else pf._DECODE_TWO_MUL
+    asm = mxfp4_w4a8_bf16.DECODE_ONE_MUL if one_mul else mxfp4_w4a8_bf16.DECODE_TWO_MUL
     for w in words:
         for e in scales:
             regs = run(asm, {4: w, 5: e * 0x01010101}, 4)
             got = [bf16_to_float((r >> h) & 0xFFFF) for r in regs for h in (0, 16)]
-            want = pf.decode_twin(torch.tensor([w]), torch.tensor([e]))[0].tolist()
+            want = mxfp4_w4a8_bf16.decode_twin(torch.tensor([w]), torch.tensor([e]))[0].tolist()
             assert got == want, (hex(w), e)
 
 
@@ -127,7 +127,7 @@ def test_gather_tokens_matches_torch():
     num_pairs = rows * div
     pairs = torch.tensor([0, 5, 20, 13, num_pairs, 2, num_pairs, 9], dtype=torch.int32)
     got = pf.gather_tokens(x, pairs, num_pairs, div)
-    perm = pf.k_permutation()
+    perm = mxfp4_w4a8_bf16.k_permutation()
     valid = [i for i, p in enumerate(pairs.tolist()) if p < num_pairs]
     assert len(valid) == 6
     for i in valid:

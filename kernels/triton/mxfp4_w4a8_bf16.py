@@ -1,0 +1,85 @@
+"""The W4A8 kernel order's MXFP4 words decoded to exactly scaled bf16 (the bit logic of
+``moe_gluon_w4a16_prefill``): the PTX, its torch twin, and the K permutation that makes the
+decoded registers a bf16 wgmma A fragment.
+
+A W4A8-order word (``kernels/mxfp4_w4a8_order.py``; row r, 32-K group G, quad lane q) holds 8
+e2m1 nibbles: the "lo" values K = 32 G + 4 q + b (byte b: s e1 e0 m at bits 7, 4, 3, 2) and the
+"hi" values K = 32 G + 16 + 4 q + b (placed for the FP8 kernel's rotations). The PTX turns one
+word into four bf16x2 registers — the lo values of bytes (0, 2), (1, 3), the hi values of bytes
+(0, 2), (1, 3) — as bf16 bits s | e1 e0 m << 6 (value * 2^-126; e2m1's subnormal 0.5 lands on
+bf16's), then multiplies by the scale: one bf16x2 FMA by 2^(S - 1) (``DECODE_ONE_MUL``, every
+scale byte S <= 128) or two (2^126, then 2^(S - 127): ``DECODE_TWO_MUL``). 20 (24) instructions
+per 8 weights. tests/kernels/triton/test_moe_w4a16_prefill.py emulates both PTX strings
+(``ptx_subset``) against ``decode_twin`` and the twin against the checkpoint's values.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# one W4A8-order word ($4) and its scale byte S four times ($5) -> out_a = ($0, $1) = the lo
+# values of bytes (0, 2), (1, 3); out_b = ($2, $3) the hi values of bytes (0, 2), (1, 3).
+# lo byte b: s e1 e0 m at bits 7, 4, 3, 2 (e = bytes 0 / 2: x (<< 8 | << 4) — the sum's
+# carries stay below the kept bits —; o = bytes 1 / 3: x | x >> 4), masked to s | e1 e0 m << 6
+_EXTRACT = """
+.reg .b32 e, o, h, x, y, nz;
+mov.b32 nz, 0x80008000;
+and.b32 e, $4, 0x009C009C; mul.lo.u32 e, e, 272; and.b32 e, e, 0x81C081C0;
+and.b32 o, $4, 0x9C009C00; shr.u32 x, o, 4; or.b32 o, o, x; and.b32 o, o, 0x81C081C0;
+shf.l.wrap.b32 x, $4, $4, 2; shf.l.wrap.b32 y, $4, $4, 4;
+and.b32 x, x, 0x88888888; and.b32 y, y, 0x14141414; or.b32 h, x, y;
+and.b32 x, h, 0x009C009C; mul.lo.u32 x, x, 272; and.b32 x, x, 0x81C081C0;
+and.b32 y, h, 0x9C009C00; shr.u32 h, y, 4; or.b32 y, y, h; and.b32 y, y, 0x81C081C0;
+"""
+# 2^(S - 1) as bf16x2: (S + 126) << 7 per half (S <= 128)
+DECODE_ONE_MUL = "{" + _EXTRACT + """
+.reg .b32 s;
+prmt.b32 s, $5, 0, 0x4140; add.u32 s, s, 0x007E007E; shl.b32 s, s, 7;
+fma.rn.bf16x2 $0, e, s, nz; fma.rn.bf16x2 $1, o, s, nz;
+fma.rn.bf16x2 $2, x, s, nz; fma.rn.bf16x2 $3, y, s, nz;
+}"""
+# any S: x 2^126 (0x7E80), then x 2^(S - 127) (S << 7; S = 0 reads as 0, not 2^-127)
+DECODE_TWO_MUL = "{" + _EXTRACT + """
+.reg .b32 s, k;
+mov.b32 k, 0x7E807E80;
+prmt.b32 s, $5, 0, 0x4140; shl.b32 s, s, 7;
+fma.rn.bf16x2 e, e, k, nz; fma.rn.bf16x2 $0, e, s, nz;
+fma.rn.bf16x2 o, o, k, nz; fma.rn.bf16x2 $1, o, s, nz;
+fma.rn.bf16x2 x, x, k, nz; fma.rn.bf16x2 $2, x, s, nz;
+fma.rn.bf16x2 y, y, k, nz; fma.rn.bf16x2 $3, y, s, nz;
+}"""
+
+
+def k_permutation() -> torch.Tensor:
+    """(32,) int64: the K offset inside a 32-K group held by the wgmma A operand's column v,
+    K_off(v) = v3 + 2 v0 + 4 v1 + 8 v2 + 16 v4 (v0: the fragment's register pair element, v1 v2:
+    the quad lane, v3: its second k8 half, v4: the second k16). The token gather puts
+    x[32 G + K_off(v)] at column 32 G + v."""
+    v = torch.arange(32)
+    return ((v >> 3) & 1) + ((v & 1) << 1) + (((v >> 1) & 3) << 2) + (v & 16)
+
+
+def decode_twin(words: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Torch twin of ``_DECODE_*``: W4A8-order words (..., ) int64 (one per row / group / quad
+    lane) and their scale bytes (same shape) -> (..., 8) float32 in the asm's output order
+    (lo of bytes 0, 2, 1, 3; then hi of bytes 0, 2, 1, 3), the bit operations exactly as in
+    the PTX (bf16 bits -> value; the products are exact)."""
+    w = words & 0xFFFFFFFF
+    m32 = 0xFFFFFFFF
+
+    def rotl(x, s):
+        return ((x << s) | (x >> (32 - s))) & m32
+
+    e = ((w & 0x009C009C) * 272) & 0x81C081C0
+    o = w & 0x9C009C00
+    o = (o | (o >> 4)) & 0x81C081C0
+    h = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
+    x = ((h & 0x009C009C) * 272) & 0x81C081C0
+    y = h & 0x9C009C00
+    y = (y | (y >> 4)) & 0x81C081C0
+    halves = []
+    for reg in (e, o, x, y):
+        halves += [reg & 0xFFFF, reg >> 16]
+    bits = torch.stack(halves, -1)  # (..., 8): e.lo, e.hi, o.lo, o.hi, ... (bf16 bits)
+    vals = (bits << 16).to(torch.int32).view(torch.float32) * 2.0**126  # the e2m1 values
+    return vals * torch.exp2(scale.to(torch.float32)[..., None] - 127.0)
