@@ -36,8 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 DEFAULT_SHAPES = "64:4096,256:4096,64:32768,256:32768"
 DEFAULT_VARIANTS = "128:1024:4,128:512:4,128:2048:4,256:1024:8,64:2048:4"
-GL_DEFAULTS = (1024, 4)  # index_paged_gluon.TARGET_PROGRAMS, STAGES as shipped
 HEAD_DIM = 128
+
+
+_GL_SHIPPED: dict[str, tuple[int, int]] = {}  # the Gluon kernel's launch before any variant
 
 
 def set_kernel(indexer, name: str) -> None:
@@ -50,9 +52,11 @@ def set_kernel(indexer, name: str) -> None:
         return
     if name.startswith("gl"):
         indexer.PAGED_KERNEL = "gl"
-        fields = name.split(":")[1:]
-        index_paged_gluon.TARGET_PROGRAMS = int(fields[0]) if fields else GL_DEFAULTS[0]
-        index_paged_gluon.STAGES = int(fields[1]) if len(fields) > 1 else GL_DEFAULTS[1]
+        shipped = _GL_SHIPPED.setdefault("launch", (index_paged_gluon.TARGET_PROGRAMS,
+                                                    index_paged_gluon.STAGES))
+        fields = [int(f) for f in name.split(":")[1:]]
+        index_paged_gluon.TARGET_PROGRAMS, index_paged_gluon.STAGES = \
+            (*fields, *shipped[len(fields):])[:2]
         return
     indexer.PAGED_KERNEL = "v2"
     bt, programs, warps = map(int, name.split(":"))

@@ -53,6 +53,15 @@ def gemm_row(rl, run, out, ref, w, f, touched: int, fp8: float, bf16: float | No
             f"{n_bytes / ms / 1e6:.0f} | {err:.1e} |")
 
 
+def pipeline_row(rl, fn, ref, graphs: bool, label: str) -> str:
+    """Run a whole expert pipeline, check it against ``ref`` (rel. L2) and time it (CUDA
+    graphs of 10 calls with ``graphs``, else the median launch): a table row."""
+    out = fn()
+    err = ((out - ref).norm() / ref.norm()).item()
+    ms = rl.graph_us(fn, 10) / 1e3 if graphs else rl.median_ms(fn)
+    return f"| {label} | {ms:.3f} | | | | {err:.1e} |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
@@ -134,12 +143,10 @@ def main() -> None:
             whole_fn = functools.partial(pf.run_experts_w4a8_prefill, x, ids, route_w, *kw, 10.0,
                                          stages=stages, block_m=bm, warpgroups=wg,
                                          expanded=exp)
-            out = whole_fn()
-            err = ((out - ref_whole).norm() / ref_whole.norm()).item()
-            ms = rl.graph_us(whole_fn, 10) / 1e3 if args.graphs else rl.median_ms(whole_fn)
-            print(f"| {num_tokens} | w4a8 run_experts_w4a8_prefill{' exp' if exp else ''} "
-                  f"(all launches) | {bm} | "
-                  f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
+            print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
+                               f"{num_tokens} | w4a8 run_experts_w4a8_prefill"
+                               f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
+                               f"{wg}"), flush=True)
         for bm, stages, wg, hv in [(bm, st, wg, bool(hv)) for bm in args.w4a16_bm
                                    for st in args.w4a16_stages for wg in args.w4a16_wg
                                    for hv in args.w4a16_halves]:
@@ -156,12 +163,10 @@ def main() -> None:
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          halves=hv)
-            out = whole_fn()
-            err = ((out - ref_whole).norm() / ref_whole.norm()).item()
-            ms = rl.graph_us(whole_fn, 10) / 1e3 if args.graphs else rl.median_ms(whole_fn)
-            print(f"| {num_tokens} | w4a16 run_experts_w4a16_prefill{' halves' if hv else ''} "
-                  f"(all launches) | {bm} | "
-                  f"{stages} | {wg} | {ms:.3f} | | | | {err:.1e} |", flush=True)
+            print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
+                               f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
+                               f"{' halves' if hv else ''} (all launches) | {bm} | {stages} | "
+                               f"{wg}"), flush=True)
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

@@ -62,7 +62,7 @@ GATHER_BLOCK_K = 1024  # columns per program of the token gather
 # H200, bench/moe_gluon_prefill.py (rounds 70a / 71a; 384 experts, top-6, whole pipeline):
 # BM 128, 2 stages, 2 warpgroups 8.18 ms at 4K tokens (the FP8 kernel: 11.21), 19.72 at 16K
 # (36.50); BM 64: 8.35-9.14 / 24.8-26.0; 4 warpgroups 9.3-11.0 / 21.4-30.4
-BLOCK_M = 128  # pairs per program (wgmma N)
+BLOCK_M = 128  # pairs per program (wgmma N; 128 beat 64 at 4K and 16K tokens)
 STAGES = 2  # ring depth
 WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 HALVES = True  # blocks at most half full run N = BM / 2 (4K tokens: ~half the experts' blocks)
@@ -356,13 +356,6 @@ def accepts(w1, w3, w2) -> bool:
             and fitting_warpgroups([o for _, o, _ in shapes]) is not None)
 
 
-def prefill_block_m(num_pairs: int, num_experts: int) -> int:
-    """Pairs per program: ``BLOCK_M`` (H200, rounds 70a / 71a: 128 beat 64 at 4K and 16K
-    tokens)."""
-    del num_pairs, num_experts
-    return BLOCK_M
-
-
 def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                               w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
                               stages: int = STAGES, block_m: int | None = None,
@@ -380,8 +373,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     num_pairs = num_tokens * topk
     (d1, s1, _, _), (d3, s3, _, _), (d2, s2, _, _) = (_weight_args(w) for w in (w1, w3, w2))
     inter, dim = d1.shape[1], d2.shape[1]
-    if block_m is None:
-        block_m = prefill_block_m(num_pairs, d1.shape[0])
+    block_m = block_m or BLOCK_M
     warpgroups = fitting_warpgroups([inter, dim], warpgroups)
     assert warpgroups, f"run_experts_w4a16_prefill: O {inter} / {dim} not multiples of {ROWS}"
     one_mul = all(getattr(w, "scale_max", None) is not None and w.scale_max <= 128

@@ -89,10 +89,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
     assert x.dim() >= 2 and 0 < 2 * half <= dim, \
         f"apply_rope: x {tuple(x.shape)} cannot hold {2 * half} rope channels"
     x3 = x.reshape(x.shape[0], -1, dim)
-    if in_place and (x3.stride(-1) != 1 or x3.data_ptr() != x.data_ptr()
-                     or (x3.numel() and x3.untyped_storage().data_ptr()
-                         != x.untyped_storage().data_ptr())):
-        # x does not view its rows as (N, H, D): rotate a copy, write it back
+    if in_place and (x3.stride(-1) != 1 or x3.data_ptr() != x.data_ptr()):
+        # reshape copied (x does not view its rows as (N, H, D)): rotate a copy, write it back
         return x.copy_(apply_rope(x, positions, inv_freq, inverse))
     if x3.stride(-1) != 1:
         x3 = x3.contiguous()

@@ -83,20 +83,6 @@ def test_decode_ptx_matches_the_twin(one_mul):
             assert got == want, (hex(w), e)
 
 
-def test_decode_twin_masks_are_disjoint():
-    """The lo / hi masks of ``_EXTRACT`` read every bit of a word exactly once (the W4A8
-    order is a bit permutation: a wrong mask would drop or double a bit)."""
-    lo = 0x9C9C9C9C
-    m32 = 0xFFFFFFFF
-
-    def rotr(mask, s):  # the bits of w that (rotl(w, s) & mask) reads
-        return ((mask >> s) | (mask << (32 - s))) & m32
-
-    hi = rotr(0x88888888, 2) | rotr(0x14141414, 4)
-    assert lo & hi == 0 and lo | hi == m32
-    assert rotr(0x88888888, 2) & rotr(0x14141414, 4) == 0
-
-
 def test_shapes_it_accepts():
     """Warpgroups per program shrink until 64 x WG rows tile every projection (the slice:
     2304 and 5120 take 2); K must be a multiple of 128 and O of 64, else ``run_experts``
