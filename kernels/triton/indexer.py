@@ -51,9 +51,10 @@ NUM_WARPS_FLOAT = 4
 # leaving the record loads to Triton's software pipeline, cp.async with 3-4 tiles in flight,
 # was 5-14 % slower than v2 at every decode shape: session 14 round 61a; commit 974b483 has it.)
 # "gl" = index_paged_gluon (Gluon: records by cp.async into a 4-deep ring, decoded into the
-# wgmma A layout; prepared in session 15, compiled for sm_90 on the CPU only, never timed) where
-# it accepts the call (bf16 q, 128 channels, <= 64 heads, SM90), v2 otherwise.
-PAGED_KERNEL = "v2"
+# wgmma A layout) where it accepts the call (bf16 q, 128 channels, <= 64 heads, SM90), v2
+# otherwise (the CPU, the interpreter). H200 (session 16 round 75a), 256 rows x 32K at ratios
+# 1 / 2: gl 471 / 240 µs against v2's 534 / 279; decode 256 x 32K 24.42 -> 24.00 ms (75b).
+PAGED_KERNEL = "gl"
 # v2 tiling: keys per tile, total programs aimed at (programs per row = cdiv(this, rows),
 # capped by the row's tiles), warps; bench/index_decode.py --variants compares others.
 PAGED_BLOCK_KEYS = 128
