@@ -25,6 +25,8 @@ measures the variants alone, then the best end to end.
                                                    FP8 wgmmas with per-group promotion, or
                                                    the weights decoded to bf16
                                                    (moe_experts.W4A8_PREFILL_KERNEL)
+    --w4a16-prefill-parts 1|2|4                    the bf16 prefill expert GEMM's block N in
+                                                   parts of BM (moe_gluon_w4a16_prefill.PARTS)
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
@@ -70,6 +72,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w4a8-prefill-kernel", default=None, choices=("w4a8", "w4a16"),
                     help="prefill-sized W4A8-layout expert calls: FP8 wgmmas (w4a8) or bf16 "
                     "(w4a16; default: moe_experts.W4A8_PREFILL_KERNEL)")
+    ap.add_argument("--w4a16-prefill-parts", type=int, default=None, choices=(1, 2, 4),
+                    help="the bf16 prefill expert GEMM runs a block at N = its parts of BM "
+                    "that hold pairs (default: moe_gluon_w4a16_prefill.PARTS)")
     ap.add_argument("--w4a8-decode-variant", default=None,
                     help="PREFETCH:GATED_CAP:DOWN_CAP of the W4A8 decode GEMM (0|1, registers "
                     "or '-'; default: moe_gluon_w4a8.DECODE_PREFETCH and register_cap)")
@@ -92,7 +97,8 @@ def apply_args(args: argparse.Namespace) -> None:
     apply(args.attention_config, args.moe_config, args.linear_decode_rows,
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
-          args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel)
+          args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
+          args.w4a16_prefill_parts)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -105,7 +111,8 @@ def apply(attention_config: str | None, moe_configs: list[str],
           mhc_finalize_block_m: int | None = None,
           linear_wide_rows: int | None = None,
           linear_wide_max_rows: int | None = None,
-          w4a8_prefill_kernel: str | None = None) -> None:
+          w4a8_prefill_kernel: str | None = None,
+          w4a16_prefill_parts: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if index_paged_kernel is not None:
@@ -118,6 +125,11 @@ def apply(attention_config: str | None, moe_configs: list[str],
     if w4a8_prefill_kernel is not None:
         from deepinfer.kernels.triton import moe_experts
         moe_experts.W4A8_PREFILL_KERNEL = w4a8_prefill_kernel
+    if w4a16_prefill_parts is not None:
+        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
+        if w4a16_prefill_parts not in (1, 2, 4):
+            raise SystemExit(f"--w4a16-prefill-parts {w4a16_prefill_parts}: expected 1, 2 or 4")
+        moe_gluon_w4a16_prefill.PARTS = w4a16_prefill_parts
     if mhc_decode_max_tokens is not None:
         from deepinfer.kernels.triton import mhc
         if mhc_decode_max_tokens < 0:

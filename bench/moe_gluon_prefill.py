@@ -77,8 +77,8 @@ def main() -> None:
     parser.add_argument("--w4a16-stages", type=int, nargs="+", default=[3])
     parser.add_argument("--w4a16-wg", type=int, nargs="+", default=[2],
                         help="warpgroups per program of the bf16 prefill kernel")
-    parser.add_argument("--w4a16-halves", type=int, nargs="+", default=[1],
-                        help="1: blocks at most half full run N = BM / 2")
+    parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
+                        help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
     parser.add_argument("--graphs", action="store_true",
                         help="time the whole pipelines as CUDA graphs and print the decode "
                              "pipeline beside them (decode sizes)")
@@ -147,25 +147,26 @@ def main() -> None:
                                f"{num_tokens} | w4a8 run_experts_w4a8_prefill"
                                f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
-        for bm, stages, wg, hv in [(bm, st, wg, bool(hv)) for bm in args.w4a16_bm
-                                   for st in args.w4a16_stages for wg in args.w4a16_wg
-                                   for hv in args.w4a16_halves]:
+        for bm, stages, wg, parts in [(bm, st, wg, pt) for bm in args.w4a16_bm
+                                      for st in args.w4a16_stages for wg in args.w4a16_wg
+                                      for pt in args.w4a16_parts]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
                 gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
                 run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale, pairs,
-                                        blocks, num_pairs, out, bm, stages, one_mul, wg, hv)
+                                        blocks, num_pairs, out, bm, stages, one_mul, wg,
+                                        parts)
                 print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                               f"{num_tokens} | w4a16 {name}{' halves' if hv else ''} | {bm} | "
+                               f"{num_tokens} | w4a16 {name} parts{parts} | {bm} | "
                                f"{stages} | {wg}"), flush=True)
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
-                                         halves=hv)
+                                         parts=parts)
             print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
-                               f"{' halves' if hv else ''} (all launches) | {bm} | {stages} | "
+                               f" parts{parts} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,

@@ -29,8 +29,9 @@ the whole K loop:
   * Both operands by TMA into one STAGES-deep ring: the weight tile [64 WG rows, 64 bytes] (a
     128-K step) and the token tile as two [BM, 64] bf16 boxes (128-byte swizzle); the next
     step's operands are decoded while this step's 4 wgmmas (m64 nBM k32 per warpgroup) run.
-    WG warpgroups share one token tile. ``HALVES``: a block whose second half is padding
-    runs the loop at N = BM / 2 (its own copy of the loop, ``_run_block``).
+    WG warpgroups share one token tile. ``PARTS``: a block runs the loop at N = the parts of
+    BM (halves or quarters) that hold pairs (each N its own copy of the loop, ``_run_block``;
+    3 of 4 quarters as two accumulators, N = BM / 2 + BM / 4, fed by the same registers).
   * Grid: (O / (64 WG) tiles, blocks) with the tiles fastest, so one block's token tile (BM x
     K bf16) comes from HBM once and from L2 for its other tiles; an expert's second block is
     adjacent (its weight tiles hit L2).
@@ -58,14 +59,21 @@ from deepinfer.kernels.triton.mxfp4_w4a8_bf16 import DECODE_ONE_MUL, DECODE_TWO_
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32 (one 64-byte box of the W4A8 order)
-GATHER_BLOCK_K = 1024  # columns per program of the token gather
+# the token gather: slots per program and columns per loop step (session 15's one slot x 1,024
+# columns per program took 2.9 ms of the 4K prefill: ~74K slots x 5 programs, most of them
+# padding)
+GATHER_SLOTS = 8
+GATHER_BLOCK_K = 512
 # H200, bench/moe_gluon_prefill.py (rounds 70a / 71a; 384 experts, top-6, whole pipeline):
 # BM 128, 2 stages, 2 warpgroups 8.18 ms at 4K tokens (the FP8 kernel: 11.21), 19.72 at 16K
 # (36.50); BM 64: 8.35-9.14 / 24.8-26.0; 4 warpgroups 9.3-11.0 / 21.4-30.4
 BLOCK_M = 128  # pairs per program (wgmma N; 128 beat 64 at 4K and 16K tokens)
 STAGES = 2  # ring depth
 WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
-HALVES = True  # blocks at most half full run N = BM / 2 (4K tokens: ~half the experts' blocks)
+# a block's N in parts of BM: 1 (always BM), 2 (BM / 2 when its second half is padding: at 4K
+# tokens ~half the experts' blocks, session 15), 4 (quarters; at 4K tokens ~64 pairs per expert,
+# about half the blocks hold 65-96 pairs)
+PARTS = 2
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -83,20 +91,26 @@ if HAS_GLUON:
     _TWO_MUL_ASM = gl.constexpr(DECODE_TWO_MUL)
 
     @gluon.jit
-    def _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, step, num_steps,
-               STAGES: gl.constexpr, BN: gl.constexpr, BO: gl.constexpr):
-        """TMA of K step ``step``'s weight tile [BO, 64 B] and its BN tokens (two [BN, 64] bf16
-        boxes, into the first BN rows of the token tiles) into ring stage step % STAGES (none
-        past the last step)."""
+    def _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, step, num_steps,
+               STAGES: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BO: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [BO, 64 B] and its BN (+ BN2) tokens (two [BN,
+        64] bf16 boxes into the first BN rows of the token tiles; BN2 > 0: two [BN2, 64] boxes
+        of x2_desc below them) into ring stage step % STAGES (none past the last step)."""
         st = step % STAGES
         ok = step < num_steps
-        mbarrier.expect(bars.index(st), BO * 64 + BN * 128 * 2, pred=ok)
+        mbarrier.expect(bars.index(st), BO * 64 + (BN + BN2) * 128 * 2, pred=ok)
         tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
                                         w_s.index(st), pred=ok)
         tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
                                         xa_s.index(st).slice(0, BN, dim=0), pred=ok)
         tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128 + 64], bars.index(st),
                                         xb_s.index(st).slice(0, BN, dim=0), pred=ok)
+        if BN2 > 0:
+            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, step * 128], bars.index(st),
+                                            xa_s.index(st).slice(BN, BN2, dim=0), pred=ok)
+            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, step * 128 + 64],
+                                            bars.index(st),
+                                            xb_s.index(st).slice(BN, BN2, dim=0), pred=ok)
 
     @gluon.jit
     def _group_operand(pg, scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr,
@@ -139,12 +153,39 @@ if HAS_GLUON:
                 _group_operand(p3, scale_word, 3, ONE_MUL, PG, LA))
 
     @gluon.jit
-    def _run_block(x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr,
-                   num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES: gl.constexpr,
-                   BM: gl.constexpr, BN: gl.constexpr, ONE_MUL: gl.constexpr,
-                   L64: gl.constexpr, PG: gl.constexpr, num_warps: gl.constexpr):
-        """The K loop of one program against the first BN tokens of its block (BN = BM, or
-        BM / 2 when the rest is padding), and the store of the valid pairs."""
+    def _mma_step(a0, a1, a2, a3, xa, xb, acc, R0: gl.constexpr, BN: gl.constexpr):
+        """The 4 async wgmmas of a K step into ``acc`` against tokens R0 .. R0 + BN of the
+        stage's token tiles xa / xb (two 64-column halves of the 128-K step)."""
+        xa = xa.slice(R0, BN, dim=0)
+        xb = xb.slice(R0, BN, dim=0)
+        acc = warpgroup_mma(a0, xa.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a1, xa.slice(32, 32, dim=1).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a2, xb.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
+        return warpgroup_mma(a3, xb.slice(32, 32, dim=1).permute((1, 0)), acc, is_async=True)
+
+    @gluon.jit
+    def _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, slot0, stride_om,
+               MMA: gl.constexpr):
+        """acc [BO, BN] (layout MMA) -> out rows pairs[slot0 + j] (the valid ones)."""
+        BO: gl.constexpr = acc.shape[0]
+        BN: gl.constexpr = acc.shape[1]
+        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, MMA))
+        pairs_o = gl.load(pairs_ptr + slot0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA)))
+        valid = pairs_o < num_pairs
+        offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
+        gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty),
+                 mask=valid[None, :] & (rows_o[:, None] >= 0))
+
+    @gluon.jit
+    def _run_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                   out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
+                   STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                   BN2: gl.constexpr, ONE_MUL: gl.constexpr, L64: gl.constexpr,
+                   PG: gl.constexpr, num_warps: gl.constexpr):
+        """The K loop of one program against the first BN (+ BN2) tokens of its block (the
+        rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
+        BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
+        64 + 32: power-of-two tiles)."""
         BO: gl.constexpr = 16 * num_warps
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
@@ -152,29 +193,32 @@ if HAS_GLUON:
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         x_row0 = block * BM
         for b in gl.static_range(STAGES - 1):
-            _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps, STAGES,
-                   BN, BO)
+            _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
+                   STAGES, BN, BN2, BO)
         sw = gl.load(s_words)
         sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
         mbarrier.wait(bars.index(0), 0)
         a0, a1, a2, a3 = _step_operands(w_s, 0, sw, ONE_MUL, L64, PG, LA)
 
         acc = gl.zeros([BO, BN], gl.float32, MMA)
+        if BN2 > 0:
+            MMA2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                            warps_per_cta=[num_warps, 1],
+                                                            instr_shape=[16, BN2, 16])
+            LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA2, k_width=2)
+            acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
             # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
             # the stage the TMA below refills, (i - 1) % STAGES, is free
             _cta_barrier()
-            _issue(w_desc, x_desc, w_s, xa_s, xb_s, bars, row0, x_row0, i + STAGES - 1,
-                   num_steps, STAGES, BN, BO)
+            _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0,
+                   i + STAGES - 1, num_steps, STAGES, BN, BN2, BO)
             st = i % STAGES
-            xa = xa_s.index(st).slice(0, BN, dim=0)
-            xb = xb_s.index(st).slice(0, BN, dim=0)
-            acc = warpgroup_mma(a0, xa.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(a1, xa.slice(32, 32, dim=1).permute((1, 0)), acc,
-                                is_async=True)
-            acc = warpgroup_mma(a2, xb.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma(a3, xb.slice(32, 32, dim=1).permute((1, 0)), acc,
-                                is_async=True)
+            acc = _mma_step(a0, a1, a2, a3, xa_s.index(st), xb_s.index(st), acc, 0, BN)
+            if BN2 > 0:  # the same registers in the second accumulator's operand layout
+                acc2 = _mma_step(gl.convert_layout(a0, LA2), gl.convert_layout(a1, LA2),
+                                 gl.convert_layout(a2, LA2), gl.convert_layout(a3, LA2),
+                                 xa_s.index(st), xb_s.index(st), acc2, BN, BN2)
             # the next step's operands while the wgmmas run (the last step redoes its own: a
             # finished phase waits for nothing), and the scale words a step further
             nxt = gl.minimum(i + 1, num_steps - 1)
@@ -182,25 +226,28 @@ if HAS_GLUON:
             sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
             mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
             b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
-            # the accumulator crosses the back edge as plain registers (C7515, moe_gluon)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            # the accumulators cross the back edge as plain registers (C7515, moe_gluon)
+            if BN2 > 0:
+                acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
+            else:
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             a0, a1, a2, a3 = b0, b1, b2, b3
-        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, MMA))
-        pairs_o = gl.load(pairs_ptr + block * BM + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA)))
-        valid = pairs_o < num_pairs
-        offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
-        gl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty),
-                 mask=valid[None, :] & (rows_o[:, None] >= 0))
+        _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
+        if BN2 > 0:
+            _store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN, stride_om,
+                   MMA2)
 
     @gluon.jit
-    def _w4a16_prefill_kernel(x_desc, xh_desc, w_desc, s_ptr, pairs_ptr, block_expert_ptr,
-                              out_ptr, num_pairs, O, K, stride_se, stride_sn4, stride_om,
-                              STAGES: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
-                              HALVES: gl.constexpr, L64: gl.constexpr, PG: gl.constexpr,
-                              num_warps: gl.constexpr):
+    def _w4a16_prefill_kernel(x_desc, xh_desc, xq_desc, w_desc, s_ptr, pairs_ptr,
+                              block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
+                              stride_sn4, stride_om, STAGES: gl.constexpr, BM: gl.constexpr,
+                              ONE_MUL: gl.constexpr, PARTS: gl.constexpr, L64: gl.constexpr,
+                              PG: gl.constexpr, num_warps: gl.constexpr):
         # L64 (``byte_layout``): the shared tile [BO, 64 bytes] in registers; PG
-        # (``group_layout``): one group's bytes [BO, 16]. x_desc: boxes [BM, 64]; xh_desc:
-        # [BM / 2, 64] (HALVES: a block whose second half is padding runs N = BM / 2)
+        # (``group_layout``): one group's bytes [BO, 16]. x_desc / xh_desc / xq_desc: token
+        # boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64]. PARTS (1, 2, 4): a block runs N = the
+        # parts of BM that hold pairs (sorted pairs pad each expert's last block at its end):
+        # 2: BM / 2 or BM; 4: BM / 4, BM / 2, 3 BM / 4 (two accumulators) or BM
         BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup, one token tile
         tile = gl.program_id(0)
         block = gl.program_id(1)
@@ -219,18 +266,42 @@ if HAS_GLUON:
             s_words = (s_ptr + expert.to(gl.int64) * stride_se
                        + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
                                                                  bitcast=True)
-            if HALVES:  # sorted pairs pad each expert's last block at its end
-                half = gl.load(pairs_ptr + block * BM + BM // 2) >= num_pairs
+            # parts of the block that hold pairs: 1 .. PARTS (a part's first slot is a pair)
+            used = 1
+            for q in gl.static_range(1, PARTS):
+                used += (gl.load(pairs_ptr + block * BM + q * (BM // PARTS)) < num_pairs).to(
+                    gl.int32)
+            if PARTS == 4:
+                if used == 1:
+                    _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
+                               pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
+                               stride_om, STAGES, BM, BM // 4, 0, ONE_MUL, L64, PG, num_warps)
+                elif used == 2:
+                    _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
+                               pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
+                               stride_om, STAGES, BM, BM // 2, 0, ONE_MUL, L64, PG, num_warps)
+                elif used == 3:  # BM / 2 + BM / 4 (two accumulators)
+                    _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
+                               pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
+                               stride_om, STAGES, BM, BM // 2, BM // 4, ONE_MUL, L64, PG,
+                               num_warps)
+                else:
+                    _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
+                               pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
+                               stride_om, STAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
+            elif PARTS == 2:
+                if used == 1:
+                    _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
+                               pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
+                               stride_om, STAGES, BM, BM // 2, 0, ONE_MUL, L64, PG, num_warps)
+                else:
+                    _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
+                               pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
+                               stride_om, STAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
             else:
-                half = block < 0
-            if half:
-                _run_block(xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr,
-                           num_pairs, row0, tile * BO, block, num_steps, stride_om, STAGES, BM,
-                           BM // 2, ONE_MUL, L64, PG, num_warps)
-            else:
-                _run_block(x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr,
-                           num_pairs, row0, tile * BO, block, num_steps, stride_om, STAGES, BM,
-                           BM, ONE_MUL, L64, PG, num_warps)
+                _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                           out_ptr, num_pairs, row0, tile * BO, block, num_steps, stride_om,
+                           STAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -250,39 +321,47 @@ if HAS_GLUON:
 
 
 @triton.jit
-def _gather_tokens_kernel(x_ptr, pairs_ptr, out_ptr, num_pairs, K, row_div, stride_x,
-                          stride_o, BLOCK_K: tl.constexpr):
-    """Row ``slot`` of out = x[pairs[slot] // row_div] with the columns of each 32-K group in
-    the A operand's order (out[32 G + v] = x[32 G + K_off(v)]); padding slots are not written
-    (their tokens only reach their own accumulator columns, which are never stored). Contiguous
-    loads and stores; the permutation is a register reshape: K_off's bits (k4 k3 k2 k1 k0) are
-    v's (v4 v0 v2 v1 v3)."""
-    slot = tl.program_id(0)
-    pair = tl.load(pairs_ptr + slot)
-    if pair < num_pairs:
-        cols = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-        ok = cols < K
-        row = (pair // row_div).to(tl.int64)
-        vals = tl.load(x_ptr + row * stride_x + cols, mask=ok)
-        # [G, k4, k3, k2, k1, k0] -> [G, v4 = k4, v3 = k0, v2 = k3, v1 = k2, v0 = k1]
-        vals = tl.reshape(vals, (BLOCK_K // 32, 2, 2, 2, 2, 2))
-        vals = tl.reshape(tl.permute(vals, (0, 1, 5, 2, 3, 4)), (BLOCK_K, ))
-        tl.store(out_ptr + slot.to(tl.int64) * stride_o + cols, vals, mask=ok)
+def _gather_tokens_kernel(x_ptr, pairs_ptr, out_ptr, num_pairs, num_slots, K, row_div,
+                          stride_x, stride_o, SLOTS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Rows ``slot`` of out = x[pairs[slot] // row_div] for SLOTS slots per program, looping
+    over K in BLOCK_K columns, with the columns of each 32-K group in the A operand's order
+    (out[32 G + v] = x[32 G + K_off(v)]); padding slots are not written (their tokens only
+    reach their own accumulator columns, which are never stored). Contiguous loads and stores;
+    the permutation is a register reshape: K_off's bits (k4 k3 k2 k1 k0) are v's (v4 v0 v2 v1
+    v3)."""
+    slots = tl.program_id(0) * SLOTS + tl.arange(0, SLOTS)
+    pairs = tl.load(pairs_ptr + slots, mask=slots < num_slots, other=num_pairs)
+    live = pairs < num_pairs
+    if tl.max(live.to(tl.int32), axis=0) > 0:
+        rows = (tl.where(live, pairs, 0) // row_div).to(tl.int64)
+        src = x_ptr + rows[:, None] * stride_x
+        dst = out_ptr + slots.to(tl.int64)[:, None] * stride_o
+        for k0 in range(0, K, BLOCK_K):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            ok = live[:, None] & (cols < K)[None, :]
+            vals = tl.load(src + cols[None, :], mask=ok)
+            # [S, G, k4, k3, k2, k1, k0] -> [S, G, v4 = k4, v3 = k0, v2 = k3, v1 = k2, v0 = k1]
+            vals = tl.reshape(vals, (SLOTS, BLOCK_K // 32, 2, 2, 2, 2, 2))
+            vals = tl.reshape(tl.permute(vals, (0, 1, 2, 6, 3, 4, 5)), (SLOTS, BLOCK_K))
+            tl.store(dst + cols[None, :], vals, mask=ok)
 
 
 def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,
-                  row_div: int) -> torch.Tensor:
+                  row_div: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """x (rows, K) bf16 (the Q8_32 values) -> (len(sorted_pairs), K) bf16: slot i = row
     sorted_pairs[i] // row_div of x, K permuted inside each 32-K group as the decoded weights
     are (``mxfp4_w4a8_bf16.k_permutation``); padding slots (sorted_pairs[i] >= num_pairs) are
-    left unwritten."""
+    left unwritten (in ``out`` when given: contiguous, that shape and dtype). ``GATHER_SLOTS``
+    slots per program (a program of padding only exits)."""
     assert x.dim() == 2 and x.shape[1] % 32 == 0 and x.stride(1) == 1, x.shape
     slots, k = sorted_pairs.numel(), x.shape[1]
-    out = torch.empty((slots, k), dtype=x.dtype, device=x.device)
+    if out is None:
+        out = torch.empty((slots, k), dtype=x.dtype, device=x.device)
+    assert out.shape == (slots, k) and out.dtype == x.dtype and out.is_contiguous(), out.shape
     if slots:
-        _gather_tokens_kernel[(slots, triton.cdiv(k, GATHER_BLOCK_K))](
-            x, sorted_pairs, out, num_pairs, k, row_div, x.stride(0), out.stride(0),
-            BLOCK_K=GATHER_BLOCK_K, num_warps=4)
+        _gather_tokens_kernel[(triton.cdiv(slots, GATHER_SLOTS),)](
+            x, sorted_pairs, out, num_pairs, slots, k, row_div, x.stride(0), out.stride(0),
+            SLOTS=GATHER_SLOTS, BLOCK_K=GATHER_BLOCK_K, num_warps=4)
     return out
 
 
@@ -290,27 +369,29 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                        out: torch.Tensor, block_m: int, stages: int = STAGES,
                        one_mul: bool = False, warpgroups: int = WARPGROUPS,
-                       halves: bool = HALVES) -> torch.Tensor:
+                       parts: int | None = None) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
     grouped by ``moe_align.align_pairs(ids, E, block_m)``. ``one_mul``: every scale byte is <=
     128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` x 64 weight rows per
-    program share its token tile. ``halves``: a block whose second half is padding multiplies
-    its first block_m / 2 tokens only (wgmma N = block_m / 2)."""
+    program share its token tile. ``parts`` (1, 2, 4): a block multiplies only its parts of
+    block_m / parts tokens that hold pairs (default ``PARTS``, read at the call)."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
     rows = ROWS * warpgroups
     assert k % BLOCK_K == 0 and out_features % rows == 0 and tokens.shape[1] == k
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
+    parts = PARTS if parts is None else parts
+    assert parts in (1, 2, 4), f"w4a16_prefill_gemm: parts {parts} (1, 2 or 4)"
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_kernel[grid](
         token_descriptor(tokens, block_m), token_descriptor(tokens, block_m // 2),
-        weight_descriptor(w, rows), s, sorted_pairs,
+        token_descriptor(tokens, block_m // 4), weight_descriptor(w, rows), s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
-        out.stride(0), STAGES=stages, BM=block_m, ONE_MUL=one_mul, HALVES=halves,
+        out.stride(0), STAGES=stages, BM=block_m, ONE_MUL=one_mul, PARTS=parts,
         L64=byte_layout(warpgroups), PG=group_layout(warpgroups), num_warps=4 * warpgroups)
     return out
 
@@ -359,7 +440,7 @@ def accepts(w1, w3, w2) -> bool:
 def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                               w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
                               stages: int = STAGES, block_m: int | None = None,
-                              warpgroups: int = WARPGROUPS, halves: bool = HALVES,
+                              warpgroups: int = WARPGROUPS, parts: int | None = None,
                               combine: bool = True) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
@@ -383,7 +464,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 
     def gemm(tokens, d, s, out):
         w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
-                           one_mul, warpgroups, halves)
+                           one_mul, warpgroups, parts)
 
     xg = gather_tokens(xq, pairs, num_pairs, topk)
     g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)

@@ -195,6 +195,23 @@ def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
         assert "--w4a8-decode-variant" in str(info.value)
 
 
+def test_kernel_overrides_w4a16_prefill_parts(monkeypatch):
+    """--w4a16-prefill-parts sets the bf16 prefill expert GEMM's block split, which its
+    launchers read at the call; another value exits naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    monkeypatch.setattr(pf, "PARTS", pf.PARTS)
+    kernel_overrides.apply(None, [], w4a16_prefill_parts=4)
+    assert pf.PARTS == 4
+    kernel_overrides.apply(None, [], w4a16_prefill_parts=1)
+    assert pf.PARTS == 1
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], w4a16_prefill_parts=3)
+    assert "--w4a16-prefill-parts" in str(info.value)
+
+
 def test_kernel_overrides_index_paged_kernel(monkeypatch):
     """--index-paged-kernel sets the paged index kernel; a malformed value exits naming the
     flag."""

@@ -108,14 +108,19 @@ def test_gather_tokens_matches_torch():
     """``gather_tokens`` (interpreter): slot i = x[pairs[i] // div] permuted by K_off inside
     each 32-K group; padding slots are left as they were (never read into a stored column)."""
     torch.manual_seed(3)
-    rows, k, div = 7, 640, 3
+    rows, k, div = 7, 640, 3  # K not a multiple of the loop step: the last step is masked
     x = torch.randn(rows, k).to(torch.bfloat16)
     num_pairs = rows * div
-    pairs = torch.tensor([0, 5, 20, 13, num_pairs, 2, num_pairs, 9], dtype=torch.int32)
-    got = pf.gather_tokens(x, pairs, num_pairs, div)
+    # 11 slots: a program of only padding (slots 8-10 after 8 per program) beside a mixed one
+    pairs = torch.tensor([0, 5, 20, 13, num_pairs, 2, num_pairs, 9] + [num_pairs] * 3,
+                         dtype=torch.int32)
+    sentinel = torch.full((pairs.numel(), k), 7.0, dtype=torch.bfloat16)
+    got = pf.gather_tokens(x, pairs, num_pairs, div, out=sentinel.clone())
     perm = mxfp4_w4a8_bf16.k_permutation()
     valid = [i for i, p in enumerate(pairs.tolist()) if p < num_pairs]
     assert len(valid) == 6
+    for i in set(range(pairs.numel())) - set(valid):  # padding slots untouched
+        assert torch.equal(got[i], sentinel[i]), i
     for i in valid:
         want = x[pairs[i] // div].reshape(-1, 32)[:, perm].reshape(-1)
         assert torch.equal(got[i], want), i
@@ -123,25 +128,29 @@ def test_gather_tokens_matches_torch():
 
 @pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
 def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
-    """sm_90 compile gate: the decoded weights reach the wgmma A operand with no shuffles, 8
-    wgmma (k16) per 128-K step (in each loop: HALVES adds one at N = BM / 2), no spills, for 64 /
-    128 pairs per program, both decodes and 1, 2, 4 warpgroups per program."""
+    """sm_90 compile gate: the decoded weights reach the wgmma A operand with no shuffles (the
+    second accumulator of 3 / 4 quarters reads the same registers), 8 wgmma (k16) per 128-K
+    step and accumulator in each N's loop (PARTS 2: N = BM / 2, BM; 4: BM / 4, BM / 2, BM / 2 +
+    BM / 4, BM), no spills, for 64 / 128 pairs per program, both decodes and 1, 2, 4 warpgroups
+    per program."""
     cases = []
-    for bm, stages, one_mul, wg, halves in ((64, 4, True, 1, False), (64, 4, False, 1, True),
-                                            (128, 3, True, 1, True), (128, 2, True, 2, True),
-                                            (64, 4, True, 4, False)):
+    for bm, stages, one_mul, wg, parts in ((64, 4, True, 1, 1), (64, 4, False, 1, 2),
+                                           (128, 3, True, 1, 2), (128, 2, True, 2, 2),
+                                           (64, 4, True, 4, 1), (128, 2, True, 2, 4),
+                                           (64, 4, False, 1, 4)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
-                            f"_wg{wg}{'_halves' if halves else ''}",
+                            f"_wg{wg}_parts{parts}",
                       "gluon": True, "module": pf.__name__, "kernel": "_w4a16_prefill_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
+                                    "xq_desc": f"tma:bf16:128:{bm // 4}x64",
                                     "w_desc": f"tma:u8:0:{64 * wg}x64", "s_ptr": "*u8",
                                     "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
                                     "out_ptr": "*bf16", "num_pairs": "i32", "O": "i32",
                                     "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
                                     "stride_om": "i32"},
                       "constexprs": {"STAGES": stages, "BM": bm, "ONE_MUL": one_mul,
-                                     "HALVES": halves,
+                                     "PARTS": parts,
                                      "L64": {"call": "byte_layout", "args": [wg]},
                                      "PG": {"call": "group_layout", "args": [wg]},
                                      "num_warps": 4 * wg},
@@ -150,14 +159,15 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     gather = {"id": "w4a16_gather_tokens", "module": pf.__name__,
               "kernel": "_gather_tokens_kernel",
               "signature": {"x_ptr": "*bf16", "pairs_ptr": "*i32", "out_ptr": "*bf16",
-                            "num_pairs": "i32", "K": "i32", "row_div": "i32", "stride_x": "i32",
-                            "stride_o": "i32"},
-              "constexprs": {"BLOCK_K": pf.GATHER_BLOCK_K}, "num_warps": 4, "num_stages": 1,
+                            "num_pairs": "i32", "num_slots": "i32", "K": "i32", "row_div": "i32",
+                            "stride_x": "i32", "stride_o": "i32"},
+              "constexprs": {"SLOTS": pf.GATHER_SLOTS, "BLOCK_K": pf.GATHER_BLOCK_K},
+              "num_warps": 4, "num_stages": 1,
               "no_spill": True, "divisible": ["K", "stride_x", "stride_o"]}
     results = sm90_compile(cases + [gather])
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
-        # 8 per 128-K step, in each of the full and half loops
-        assert r["wgmma_count"] == (16 if case["constexprs"]["HALVES"] else 8), \
+        # 8 per 128-K step and accumulator: loops of 1, 2 and 5 (4 + the second accumulator)
+        assert r["wgmma_count"] == {1: 8, 2: 16, 4: 40}[case["constexprs"]["PARTS"]], \
             (case["id"], r["wgmma_count"])
