@@ -11,7 +11,7 @@
 #   Round 71 = PART=a with W4A16_BM="64 128" W4A16_STAGES="2 3" W4A16_WG="1 2 4" (warpgroups
 #     per program sharing the token tile: the L2 -> shared token traffic is BM x 256 B per
 #     64 x BM x 128 MACs at one warpgroup).
-#   Round 72 = PART=a with W4A16_BM=128 W4A16_STAGES=2 W4A16_WG=2 W4A16_HALVES="0 1" (blocks
+#   Round 72 = PART=a with W4A16_BM=128 W4A16_STAGES=2 W4A16_WG=2 W4A16_PARTS="1 2" (then --w4a16-halves "0 1"; blocks
 #     at most half full on N = BM / 2), then PART=b.
 #   PART=b (≈ 4 min): the 4K / 16K prefill with --w4a8-prefill-kernel w4a16 (profiled).
 source "$(dirname "$0")/device_setup.sh"
@@ -23,7 +23,7 @@ a)
     "$OUT/w4a16_tests.log" | tail -6; grep -E "^\| w4a16" "$OUT/w4a16_tests.log" | head -12
   timeout 240 python3 bench/moe_gluon_prefill.py --tokens 4096 16384 --bm 32 --warpgroups 1 \
     --w4a16-bm ${W4A16_BM:-64 128} --w4a16-stages ${W4A16_STAGES:-3 4} \
-    --w4a16-wg ${W4A16_WG:-1} --w4a16-halves ${W4A16_HALVES:-0} >"$OUT/moe_prefill.log" 2>&1
+    --w4a16-wg ${W4A16_WG:-1} --w4a16-parts ${W4A16_PARTS:-1} >"$OUT/moe_prefill.log" 2>&1
   echo "moe_gluon_prefill rc=$?"; grep -E "^\| [0-9]|HBM" "$OUT/moe_prefill.log" ;;
 b)
   timeout 300 python3 bench/prefill.py --out "$OUT" --no-eager --w4a8-prefill-kernel w4a16 \

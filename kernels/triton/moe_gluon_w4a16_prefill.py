@@ -72,8 +72,10 @@ STAGES = 2  # ring depth
 WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # a block's N in parts of BM: 1 (always BM), 2 (BM / 2 when its second half is padding: at 4K
 # tokens ~half the experts' blocks, session 15), 4 (quarters; at 4K tokens ~64 pairs per expert,
-# about half the blocks hold 65-96 pairs)
-PARTS = 2
+# about half the blocks hold 65-96 pairs). H200 round 76a, whole pipeline at BM 128: parts 1 /
+# 2 / 4 7.24 / 6.83 / 6.67 ms at 4K tokens, 19.67 / 18.46 / 17.51 at 16K (the 4K prefill end to
+# end: 111.3 vs 110.3 ms, inside the run-to-run spread)
+PARTS = 4
 
 if HAS_GLUON:
     from triton.experimental import gluon
