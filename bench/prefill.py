@@ -17,6 +17,10 @@ Eager baseline: the same engine with the torch reference backend swapped into th
 (``model.kernels = KernelSet()``) at the shortest length, only if a short run (512 tokens)
 predicts under ``--eager-budget-s``.
 
+``--sync-sites``: one more prefill of the first length under torch's CUDA sync debug mode
+(``host_syncs.py``): each op that makes the host wait for the GPU, by its call site in the
+package (where the eager prefill's host gaps come from).
+
 JSON: ``<out>/<date>-<gpu or cpu>-prefill.json``; the table is printed last.
 """
 
@@ -32,6 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
+import host_syncs  # noqa: E402
 import kernel_overrides  # noqa: E402
 
 DEFAULTS = {"prompt_lens": ("4096,16384", "512,1024"), "eager_probe_len": (512, 128)}
@@ -145,6 +150,13 @@ def run(args, root: Path, progress) -> dict:
         progress(res)
     if not args.no_profile and res["prefill"]:
         res["kernels"] = prefill_profile(llm, res["prefill"][0]["prompt_len"], vocab)
+    if args.sync_sites and res["prefill"]:
+        import deepinfer
+
+        length = res["prefill"][0]["prompt_len"]
+        _, sites = host_syncs.collect(lambda: prefill_s(llm, make_prompt(length, vocab, 41)),
+                                      Path(deepinfer.__file__).parent)
+        res["sync_sites"] = {"prompt_len": length, "sites": sites}
     res["eager"] = None
     if not args.no_eager and res["prefill"]:
         shortest = res["prefill"][0]["prompt_len"]
@@ -178,6 +190,12 @@ def report(res: dict) -> None:
     if res.get("kernels"):
         bc.print_kernel_profile(f"kernels of one {res['kernels']['prompt_len']}-token prefill",
                                 res["kernels"])
+    syncs = res.get("sync_sites")
+    if syncs:
+        print(f"\nhost syncs in one {syncs['prompt_len']}-token prefill: "
+              f"{sum(s['count'] for s in syncs['sites'])}")
+        for s in syncs["sites"][:12]:
+            print(f"  {s['count']:5d}  {s['site']}")
     e = res.get("eager")
     if e is None:
         print("eager reference: not run")
@@ -209,6 +227,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--sync-sites", action="store_true",
+                    help="one more prefill under the CUDA sync debug mode: host syncs by site")
     ap.add_argument("--eager-probe-len", type=int, default=None, help="default 512 (CPU: 128)")
     ap.add_argument("--eager-budget-s", type=float, default=60.0)
     ap.add_argument("--report", type=Path, default=None,

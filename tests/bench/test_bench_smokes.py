@@ -228,3 +228,31 @@ def test_kernel_overrides_index_paged_kernel(monkeypatch):
         with pytest.raises(SystemExit) as info:
             kernel_overrides.apply(None, [], index_paged_kernel=bad)
         assert "--index-paged-kernel" in str(info.value)
+
+
+def test_host_syncs_counts_sync_warnings_by_site():
+    """host_syncs.collect: each "synchronizing" warning counted at its call site under the
+    root (innermost first), other warnings passed on, the call's result returned."""
+    import warnings
+
+    import host_syncs
+
+    def sync_op():
+        warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+
+    def run():
+        for _ in range(3):
+            sync_op()
+        warnings.warn("something else", UserWarning, stacklevel=1)
+        return 7
+
+    with warnings.catch_warnings(record=True) as others:
+        result, sites = host_syncs.collect(run, Path(__file__).parent)
+    assert result == 7
+    assert len(sites) == 1 and sites[0]["count"] == 3, sites
+    assert sites[0]["site"].startswith("test_bench_smokes.py:")
+    assert " sync_op <- test_bench_smokes.py:" in sites[0]["site"]
+    assert sites[0]["site"].endswith(" run")
+    assert [str(w.message) for w in others] == ["something else"]
+    outside = host_syncs.site_of([], Path(__file__).parent)
+    assert outside == "(outside bench)"
