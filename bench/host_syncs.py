@@ -24,11 +24,13 @@ MARK = "synchroniz"  # torch: "called a synchronizing CUDA operation"
 
 def site_of(stack: list[traceback.FrameSummary], root: Path, depth: int = 2) -> str:
     """The innermost ``depth`` frames under ``root``, innermost first, as ``path:line name``
-    joined by `` <- `` (paths relative to root); "(outside ROOT)" when none is."""
+    joined by `` <- `` (paths relative to root); when none is under it, "(outside ROOT) " and
+    the innermost ``depth`` frames of the stack with their full paths."""
     prefix = str(root.resolve())
     ours = [f for f in stack if str(Path(f.filename).resolve()).startswith(prefix)]
     if not ours:
-        return f"(outside {root.name})"
+        return f"(outside {root.name}) " + " <- ".join(
+            f"{f.filename}:{f.lineno} {f.name}" for f in reversed(stack[-depth:]))
     return " <- ".join(f"{Path(f.filename).resolve().relative_to(prefix)}:{f.lineno} {f.name}"
                        for f in reversed(ours[-depth:]))
 

@@ -233,6 +233,7 @@ def test_kernel_overrides_index_paged_kernel(monkeypatch):
 def test_host_syncs_counts_sync_warnings_by_site():
     """host_syncs.collect: each "synchronizing" warning counted at its call site under the
     root (innermost first), other warnings passed on, the call's result returned."""
+    import traceback
     import warnings
 
     import host_syncs
@@ -254,5 +255,7 @@ def test_host_syncs_counts_sync_warnings_by_site():
     assert " sync_op <- test_bench_smokes.py:" in sites[0]["site"]
     assert sites[0]["site"].endswith(" run")
     assert [str(w.message) for w in others] == ["something else"]
-    outside = host_syncs.site_of([], Path(__file__).parent)
-    assert outside == "(outside bench)"
+    assert host_syncs.site_of([], Path(__file__).parent) == "(outside bench) "
+    frame = traceback.FrameSummary("/elsewhere/lib.py", 12, "f")
+    assert host_syncs.site_of([frame], Path(__file__).parent) == \
+        "(outside bench) /elsewhere/lib.py:12 f"
