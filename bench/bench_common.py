@@ -247,6 +247,13 @@ def print_kernel_profile(title: str, k: dict) -> None:
         name = r["name"][:70].replace("|", "\\|")
         print(f"| `{name}` | {r['calls'] / k['replays']:.0f} | {r['us_per_replay']:.1f} | "
               f"{r['share']:.1%} |")
+    if k.get("idle_before"):
+        print("GPU idle (waiting for the host) before, by the activity that ended it:")
+        print("| activity | gaps | idle µs | largest µs |")
+        print("|---|---:|---:|---:|")
+        for r in k["idle_before"]:
+            name = r["name"][:70].replace("|", "\\|")
+            print(f"| `{name}` | {r['gaps']} | {r['total_us']:.1f} | {r['max_us']:.1f} |")
 
 
 def busy_us(intervals: list[tuple[float, float, str]]) -> float:
@@ -282,6 +289,21 @@ def idle_before_us(intervals: list[tuple[float, float, str]],
             continue
         gaps.append(max(0.0, ivs[first][0] - prefix_end[first - 1]))
     return gaps
+
+
+def idle_by_next(intervals: list[tuple[float, float, str]], top: int = 10) -> list[dict]:
+    """The GPU's idle time between activities, charged to the activity that ended each idle
+    stretch (the GPU waited for the host to enqueue it): name, gaps, total_us, max_us, largest
+    total first. Idle before the first activity is not counted (no previous work)."""
+    per: dict[str, list[float]] = {}
+    end = float("-inf")
+    for s, e, name in sorted(intervals):
+        if end > float("-inf") and s > end:
+            per.setdefault(name, []).append(s - end)
+        end = max(end, e)
+    rows = [{"name": n, "gaps": len(v), "total_us": round(sum(v), 1),
+             "max_us": round(max(v), 1)} for n, v in per.items()]
+    return sorted(rows, key=lambda r: -r["total_us"])[:top]
 
 
 def kernel_table(intervals: list[tuple[float, float, str]], top: int = 15) -> list[dict]:

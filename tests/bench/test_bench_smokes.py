@@ -259,3 +259,16 @@ def test_host_syncs_counts_sync_warnings_by_site():
     frame = traceback.FrameSummary("/elsewhere/lib.py", 12, "f")
     assert host_syncs.site_of([frame], Path(__file__).parent) == \
         "(outside bench) /elsewhere/lib.py:12 f"
+
+
+def test_idle_by_next_charges_gaps_to_the_activity_after_them():
+    """bench_common.idle_by_next: idle stretches between GPU activities (overlaps merged),
+    summed by the activity that ended them; nothing before the first one."""
+    import bench_common as bc
+
+    ivs = [(5.0, 10.0, "a"), (8.0, 12.0, "b"), (15.0, 20.0, "c"), (20.0, 21.0, "a"),
+           (30.0, 31.0, "c"), (31.5, 32.0, "a")]
+    rows = bc.idle_by_next(ivs)
+    assert rows == [{"name": "c", "gaps": 2, "total_us": 12.0, "max_us": 9.0},
+                    {"name": "a", "gaps": 1, "total_us": 0.5, "max_us": 0.5}]
+    assert bc.idle_by_next([]) == [] and bc.idle_by_next(ivs, top=1)[0]["name"] == "c"
