@@ -129,16 +129,16 @@ if HAS_GLUON:
         return acc
 
     @gluon.jit
-    def next_operands(w_s, ready, n0, n1, i, num_steps, STAGES: gl.constexpr,
+    def next_operands(w_s, ready, s_ptrs, s_ok, n0, n1, i, num_steps, STAGES: gl.constexpr,
                       KSUB: gl.constexpr, LW: gl.constexpr, LA: gl.constexpr):
         """During step i: step i + 1's operands (the last step reloads its own: a finished
-        phase waits for nothing) from its scales n0, n1 (``_scales(..., i + 1, ...)``, loaded
-        at the top of step i: a scale loaded a step further ahead and carried over the loop's
-        back edge made ptxas copy it at the end of the step, waiting for the load there).
-        Returns (b0, b1)."""
+        phase waits for nothing) from scales n0, n1 loaded a step ahead, and step i + 2's
+        scales. Returns (b0, b1, n0, n1)."""
         nxt = gl.minimum(i + 1, num_steps - 1)
+        m0, m1 = _scales(s_ptrs, s_ok, i + 2, num_steps, KSUB)
         mbarrier.wait(ready.index(nxt % STAGES), (nxt // STAGES) & 1)
-        return _operands(w_s, nxt % STAGES, n0, n1, KSUB, LW, LA)
+        b0, b1 = _operands(w_s, nxt % STAGES, n0, n1, KSUB, LW, LA)
+        return b0, b1, m0, m1
 
     @gluon.jit
     def program_tile(O, K, k_per_split, T_TILES: gl.constexpr, BO: gl.constexpr,
@@ -190,12 +190,12 @@ if HAS_GLUON:
         # the scale bytes of a thread's rows, KSUB columns per step
         s_ptrs, s_ok = scale_pointers(ws_ptr, row0, k_begin, W_ROWS, stride_wsr, BO, LW)
         s0, s1 = _scales(s_ptrs, s_ok, 0, num_steps, KSUB)
+        n0, n1 = _scales(s_ptrs, s_ok, 1, num_steps, KSUB)
         mbarrier.wait(bars.index(0), 0)
         a0, a1 = _operands(w_s, 0, s0, s1, KSUB, LW, LA)
 
         acc = gl.zeros([BO, BT], gl.float32, MMA)
         for i in range(num_steps):
-            n0, n1 = _scales(s_ptrs, s_ok, i + 1, num_steps, KSUB)  # step i + 1's, used below
             # every warp is past step i - 1 (its wgmmas waited, step i's operands loaded): the
             # stage the TMA below refills, (i - 1) % STAGES, is free
             _cta_barrier()
@@ -203,7 +203,8 @@ if HAS_GLUON:
                    i + STAGES - 1, num_steps, STAGES, BO, BT, BK)
             acc = issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
             # the next step's operands while the wgmmas run
-            b0, b1 = next_operands(w_s, bars, n0, n1, i, num_steps, STAGES, KSUB, LW, LA)
+            b0, b1, n0, n1 = next_operands(w_s, bars, s_ptrs, s_ok, n0, n1, i, num_steps,
+                                           STAGES, KSUB, LW, LA)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             a0, a1 = b0, b1
         for b in gl.static_range(STAGES):

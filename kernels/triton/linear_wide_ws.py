@@ -63,13 +63,14 @@ if lw.HAS_GLUON:
         """The consumer warpgroup: ``linear_wide``'s K loop without the refills; returns the
         accumulator [BO, BT] (layout MMA) as a 1-tuple."""
         s0, s1 = lw._scales(s_ptrs, s_ok, 0, num_steps, KSUB)
+        n0, n1 = lw._scales(s_ptrs, s_ok, 1, num_steps, KSUB)
         mbarrier.wait(ready.index(0), 0)
         a0, a1 = lw._operands(w_s, 0, s0, s1, KSUB, LW, LA)
         acc = gl.zeros([BO, BT], gl.float32, MMA)
         for i in range(num_steps):
-            n0, n1 = lw._scales(s_ptrs, s_ok, i + 1, num_steps, KSUB)  # step i + 1's
             acc = lw.issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
-            b0, b1 = lw.next_operands(w_s, ready, n0, n1, i, num_steps, STAGES, KSUB, LW, LA)
+            b0, b1, n0, n1 = lw.next_operands(w_s, ready, s_ptrs, s_ok, n0, n1, i, num_steps,
+                                              STAGES, KSUB, LW, LA)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             # step i's stage is consumed (its weight operand loaded during step i - 1, its
             # tokens read by the wgmmas just waited): order those shared reads before the

@@ -197,8 +197,10 @@ if HAS_GLUON:
         for b in gl.static_range(STAGES - 1):
             _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
                    STAGES, BN, BN2, BO)
+        sw = gl.load(s_words)
+        sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
         mbarrier.wait(bars.index(0), 0)
-        a0, a1, a2, a3 = _step_operands(w_s, 0, gl.load(s_words), ONE_MUL, L64, PG, LA)
+        a0, a1, a2, a3 = _step_operands(w_s, 0, sw, ONE_MUL, L64, PG, LA)
 
         acc = gl.zeros([BO, BN], gl.float32, MMA)
         if BN2 > 0:
@@ -208,11 +210,6 @@ if HAS_GLUON:
             LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA2, k_width=2)
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
-            # the next step's scale words, loaded here and used by its decode after this step's
-            # wgmmas (no loop-carried load: a value loaded one step ahead and carried over the
-            # back edge made ptxas copy it at the end of the step, waiting for the load there)
-            nxt = gl.minimum(i + 1, num_steps - 1)
-            sw = gl.load(s_words + nxt)
             # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
             # the stage the TMA below refills, (i - 1) % STAGES, is free
             _cta_barrier()
@@ -225,7 +222,10 @@ if HAS_GLUON:
                                  gl.convert_layout(a2, LA2), gl.convert_layout(a3, LA2),
                                  xa_s.index(st), xb_s.index(st), acc2, BN, BN2)
             # the next step's operands while the wgmmas run (the last step redoes its own: a
-            # finished phase waits for nothing)
+            # finished phase waits for nothing), and the scale words a step further
+            nxt = gl.minimum(i + 1, num_steps - 1)
+            sw = sw_next
+            sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
             mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
             b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
             # the accumulators cross the back edge as plain registers (C7515, moe_gluon)
