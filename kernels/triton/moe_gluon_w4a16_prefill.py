@@ -49,6 +49,8 @@ K/2) uint8 in ``moe_gluon_w4a8.to_kernel_order``; ws (E, O, K/32) uint8; sorted_
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -480,3 +482,41 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives
         return y
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py; also
+    bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 / 4 warpgroups,
+    parts 1 / 2 / 4; and the token gather."""
+    cases = []
+    for bm, stages, one_mul, wg, parts in ((64, 4, True, 1, 1), (64, 4, False, 1, 2),
+                                           (128, 3, True, 1, 2), (128, 2, True, 2, 2),
+                                           (64, 4, True, 4, 1), (128, 2, True, 2, 4),
+                                           (64, 4, False, 1, 4)):
+        cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
+                            f"_wg{wg}_parts{parts}",
+                      "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_kernel",
+                      "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
+                                    "xh_desc": f"tma:bf16:128:{bm // 2}x64",
+                                    "xq_desc": f"tma:bf16:128:{bm // 4}x64",
+                                    "w_desc": f"tma:u8:0:{64 * wg}x64", "s_ptr": "*u8",
+                                    "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
+                                    "out_ptr": "*bf16", "num_pairs": "i32", "O": "i32",
+                                    "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
+                                    "stride_om": "i32"},
+                      "constexprs": {"STAGES": stages, "BM": bm, "ONE_MUL": one_mul,
+                                     "PARTS": parts,
+                                     "L64": {"call": "byte_layout", "args": [wg]},
+                                     "PG": {"call": "group_layout", "args": [wg]},
+                                     "num_warps": 4 * wg},
+                      "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
+                      "expect_wgmma": True, "divisible": ["K", "O"]})
+    cases.append({"id": "w4a16_gather_tokens", "module": __name__,
+                  "kernel": "_gather_tokens_kernel",
+                  "signature": {"x_ptr": "*bf16", "pairs_ptr": "*i32", "out_ptr": "*bf16",
+                                "num_pairs": "i32", "num_slots": "i32", "K": "i32",
+                                "row_div": "i32", "stride_x": "i32", "stride_o": "i32"},
+                  "constexprs": {"SLOTS": GATHER_SLOTS, "BLOCK_K": GATHER_BLOCK_K},
+                  "num_warps": 4, "num_stages": 1, "no_spill": True,
+                  "divisible": ["K", "stride_x", "stride_o"]})
+    return cases

@@ -172,6 +172,49 @@ def test_attention_sass_finds_the_row_chunk_loop():
     assert int(mix["HGMMA.64"]) > 0
 
 
+def test_gluon_sass_finds_the_k_loops_wgmmas_and_their_wait():
+    """bench/gluon_sass.py compiles the bf16 prefill expert GEMM (parts 4: four K loops, N =
+    BM / 4, BM / 2, BM, and BM / 2 + BM / 4 on two accumulators) for sm_90 on the CPU and finds
+    each K loop: 8 HGMMA (k16) per 128-K step and accumulator, one wait for them, and every
+    instruction of the loop counted once."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(BENCH / "gluon_sass.py"),
+                           "deepinfer.kernels.triton.moe_gluon_w4a16_prefill",
+                           "w4a16_prefill_bm128_s2_one_wg2_parts4"], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [[int(c) for c in line.split("|")[2:8]] for line in done.stdout.splitlines()
+            if line.startswith("| w4a16_prefill")]
+    assert sorted(r[2] for r in rows) == [8, 8, 8, 16], rows
+    for _, instructions, hgmma, waits, overlapped, rest in rows:
+        assert waits == 1 and hgmma + waits + overlapped + rest == instructions
+
+
+def test_gluon_sass_loops_on_a_synthetic_listing():
+    """gluon_sass.wgmma_loops on a hand-written listing: the loop's counts (one instruction
+    between the HGMMAs and their wait), and a retry stub after EXIT that branches back into
+    the loop is not taken for a loop."""
+    import gluon_sass
+
+    listing = "\n".join([
+        ".L_x_1:",
+        "        /*0000*/                   LDS.128 R8, [R2] ;",
+        "        /*0010*/                   HGMMA.64x64x16.F32.BF16 R24, R56, gdesc[UR4], R24 ;",
+        "        /*0020*/                   HGMMA.64x64x16.F32.BF16 R24, R60, gdesc[UR4], R24 ;",
+        ".L_x_2:",
+        "        /*0030*/                   LOP3.LUT R9, R8, 0xff, RZ, 0xc0, !PT ;",
+        "        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;",
+        "        /*0050*/                   HMUL2.BF16_V2 R9, R9, R10 ;",
+        "        /*0060*/                   IADD3 R2, R2, 0x10, RZ ;",
+        "        /*0070*/               @P0 BRA `(.L_x_1) ;",
+        "        /*0080*/                   EXIT ;",
+        "        /*0090*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R3], RZ ;",
+        "        /*00a0*/              @!P0 BRA `(.L_x_2) ;",
+    ])
+    assert gluon_sass.wgmma_loops(listing) == [
+        {"instructions": 8, "hgmma": 2, "waits": 1, "overlapped": 1, "not_overlapped": 4}]
+
+
 def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
     """--w4a8-decode-variant sets the W4A8 decode GEMM's prefetch switch and register caps;
     a malformed value exits naming the flag."""

@@ -18,82 +18,20 @@ import textwrap
 import pytest
 
 SM90_SHARED_LIMIT_BYTES = 227 * 1024
+BENCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "bench")
 
 _CHILD = textwrap.dedent(r"""
-    import importlib, json, os, re, subprocess, sys, tempfile, traceback
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    def sig_type(value):
-        # a signature entry; "desc:RxC" is a Gluon TMA descriptor of uint8 [R, C] boxes,
-        # unswizzled, "desc8sw:RxC" one of e4m3 [R, C] boxes with the 128-byte swizzle (the
-        # mangled type string depends on the triton version)
-        # ("tma:DTYPE:SWIZZLE:RxC": DTYPE u8 / e4m3 / bf16 boxes with that swizzle in bytes)
-        if not value.startswith(("desc:", "desc8sw:", "tma:")):
-            return value
-        import torch
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-        from triton.runtime.jit import mangle_type
-        if value.startswith("tma:"):
-            _, name, swizzle, box = value.split(":")
-            dtype = {"u8": torch.uint8, "e4m3": torch.float8_e4m3fn,
-                     "bf16": torch.bfloat16}[name]
-            swizzle = int(swizzle)
-        else:
-            kind, box = value.split(":")
-            swizzle, dtype = ((128, torch.float8_e4m3fn) if kind == "desc8sw"
-                              else (0, torch.uint8))
-        rows, cols = map(int, box.split("x"))
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=swizzle,
-                                      element_bitwidth=dtype.itemsize * 8, rank=2)
-        t = torch.empty((1024, 4096), dtype=dtype, device="meta")
-        return mangle_type(TensorDescriptor(t, list(t.shape), list(t.stride()), [rows, cols],
-                                            layout))
+    import json, os, sys, traceback
+    sys.path.insert(0, os.environ["DEEPINFER_BENCH_DIR"])
+    from sm90_compile import compile_case, registers_and_stack
 
     cases = json.loads(sys.stdin.read())
     results = {}
     for case in cases:
         try:
-            module = importlib.import_module(case["module"])
-            fn = getattr(module, case["kernel"])
-            signature = {name: sig_type(ty) for name, ty in case["signature"].items()}
-            # what a real launch specializes on: 16-byte aligned pointers, strides and the named
-            # sizes divisible by 16 (this is what lets the pipeliner use cp.async/multi-buffering)
-            aligned = [i for i, (name, ty) in enumerate(signature.items())
-                       if ty.startswith("*") or name.startswith("stride")
-                       or name in case.get("divisible", ())]
-            attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
-            # a constexpr given as {"call": name, "args": [...]} is module.name(*args) (a layout
-            # object, which JSON cannot carry)
-            constexprs = {name: getattr(module, v["call"])(*v["args"]) if isinstance(v, dict)
-                          else v for name, v in case["constexprs"].items()}
-            for name in constexprs:
-                signature[name] = "constexpr"
-            if case.get("gluon"):  # a Gluon kernel (triton.experimental.gluon)
-                from triton.experimental.gluon._runtime import GluonASTSource
-                src = GluonASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
-            else:
-                src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
-            compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                                      options={"num_warps": case["num_warps"],
-                                               "num_stages": case["num_stages"],
-                                               **({"maxnreg": case["maxnreg"]}
-                                                  if case.get("maxnreg") else {})})
+            compiled = compile_case(case)
             ptx = compiled.asm["ptx"]
-            regs, stack = None, None
-            cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
-                                     "bin", "cuobjdump")
-            if os.path.exists(cuobjdump):  # register use and spill stack from the cubin
-                with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-                    f.write(compiled.asm["cubin"])
-                usage = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True,
-                                       text=True).stdout
-                os.unlink(f.name)
-                found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-                if found:
-                    regs, stack = int(found.group(1)), int(found.group(2))
+            regs, stack = registers_and_stack(compiled)
             results[case["id"]] = {"shared": compiled.metadata.shared, "wgmma": "wgmma" in ptx,
                                    "regs": regs, "stack": stack, "error": None,
                                    "shfl": ptx.count("shfl.sync"),
@@ -119,6 +57,7 @@ def compile_sm90_cases(cases: list[dict]) -> dict[str, dict]:
     Returns {id: {"shared": bytes, "wgmma": bool, "error": str | None}}.
     """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["DEEPINFER_BENCH_DIR"] = BENCH_DIR
     proc = subprocess.run([sys.executable, "-c", _CHILD], input=json.dumps(cases), env=env,
                           capture_output=True, text=True, timeout=600)
     marker = proc.stdout.rfind("@@RESULTS@@")

@@ -133,38 +133,10 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     step and accumulator in each N's loop (PARTS 2: N = BM / 2, BM; 4: BM / 4, BM / 2, BM / 2 +
     BM / 4, BM), no spills, for 64 / 128 pairs per program, both decodes and 1, 2, 4 warpgroups
     per program."""
-    cases = []
-    for bm, stages, one_mul, wg, parts in ((64, 4, True, 1, 1), (64, 4, False, 1, 2),
-                                           (128, 3, True, 1, 2), (128, 2, True, 2, 2),
-                                           (64, 4, True, 4, 1), (128, 2, True, 2, 4),
-                                           (64, 4, False, 1, 4)):
-        cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
-                            f"_wg{wg}_parts{parts}",
-                      "gluon": True, "module": pf.__name__, "kernel": "_w4a16_prefill_kernel",
-                      "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
-                                    "xh_desc": f"tma:bf16:128:{bm // 2}x64",
-                                    "xq_desc": f"tma:bf16:128:{bm // 4}x64",
-                                    "w_desc": f"tma:u8:0:{64 * wg}x64", "s_ptr": "*u8",
-                                    "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
-                                    "out_ptr": "*bf16", "num_pairs": "i32", "O": "i32",
-                                    "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
-                                    "stride_om": "i32"},
-                      "constexprs": {"STAGES": stages, "BM": bm, "ONE_MUL": one_mul,
-                                     "PARTS": parts,
-                                     "L64": {"call": "byte_layout", "args": [wg]},
-                                     "PG": {"call": "group_layout", "args": [wg]},
-                                     "num_warps": 4 * wg},
-                      "num_warps": 4 * wg, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
-                      "divisible": ["K", "O"]})
-    gather = {"id": "w4a16_gather_tokens", "module": pf.__name__,
-              "kernel": "_gather_tokens_kernel",
-              "signature": {"x_ptr": "*bf16", "pairs_ptr": "*i32", "out_ptr": "*bf16",
-                            "num_pairs": "i32", "num_slots": "i32", "K": "i32", "row_div": "i32",
-                            "stride_x": "i32", "stride_o": "i32"},
-              "constexprs": {"SLOTS": pf.GATHER_SLOTS, "BLOCK_K": pf.GATHER_BLOCK_K},
-              "num_warps": 4, "num_stages": 1,
-              "no_spill": True, "divisible": ["K", "stride_x", "stride_o"]}
-    results = sm90_compile(cases + [gather])
+    cases = [c for c in pf.aot_cases() if c["kernel"] == "_w4a16_prefill_kernel"]
+    gather = [c for c in pf.aot_cases() if c["kernel"] == "_gather_tokens_kernel"]
+    assert len(cases) == 7 and len(gather) == 1
+    results = sm90_compile(cases + gather)
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
