@@ -19,9 +19,10 @@ import ast
 import collections
 import os
 import re
-import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sm90_compile  # noqa: E402
 
 NAMES = ("a_ptr", "a_scale_ptr", "w1_ptr", "s1_ptr", "w3_ptr", "s3_ptr", "sorted_pairs_ptr",
          "block_expert_ptr", "route_w_ptr", "out_ptr", "out_scale_ptr", "num_pairs", "O", "K",
@@ -55,12 +56,6 @@ def compile_kernel(gated: bool, overrides: dict):
     signature.update(dict.fromkeys(constexprs, "constexpr"))
     src = ASTSource(moe_experts._moe_gemm_kernel, signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
-
-
-def nvidia_tool(name: str) -> str:
-    import triton
-
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
 def longest_loop_mix(sass: str) -> tuple[int, collections.Counter]:
@@ -99,16 +94,9 @@ def parse_overrides(ap: argparse.ArgumentParser, items: list[str]) -> dict:
 def report(compiled, label: str, loop: str) -> int:
     """Print registers, spill stack, shared memory and the longest loop's opcode counts of a
     compiled kernel; exit status 1 when no loop is found."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = os.path.join(tmp, "k.cubin")
-        with open(cubin, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        usage = subprocess.run([nvidia_tool("cuobjdump"), "-res-usage", cubin],
-                               capture_output=True, text=True).stdout
-        sass = subprocess.run([nvidia_tool("nvdisasm"), "-c", cubin], capture_output=True,
-                              text=True).stdout
-    found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
-    regs, stack = (found.group(1), found.group(2)) if found else ("?", "?")
+    regs, stack = sm90_compile.registers_and_stack(compiled)
+    regs, stack = ("?", "?") if regs is None else (regs, stack)
+    sass = sm90_compile.cubin_tool(compiled, "nvdisasm", "-c")
     total, mix = longest_loop_mix(sass)
     print(f"{label}: registers {regs}, spill stack {stack} B, shared {compiled.metadata.shared} B")
     print(f"{loop}: {total} instructions; "
