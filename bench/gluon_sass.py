@@ -15,6 +15,7 @@ before it; the shipped ``linear_wide`` (BK 64) overlaps about half of its loop
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import re
 import sys
@@ -66,8 +67,6 @@ def main() -> int:
                     "deepinfer.kernels.triton.moe_gluon_w4a16_prefill")
     ap.add_argument("cases", nargs="*", help="case ids (default: all)")
     args = ap.parse_args()
-    import importlib
-
     cases = importlib.import_module(args.module).aot_cases()
     chosen = [c for c in cases if not args.cases or c.get("id", c.get("name")) in args.cases]
     if not chosen:

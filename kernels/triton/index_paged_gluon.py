@@ -70,9 +70,8 @@ if HAS_GLUON:
         warpgroup_mma_wait,
     )
 
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier
     from deepinfer.kernels.triton.mxfp4_unpack import E2M1X4_TO_BF16
-
-    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
     _UNPACK = gl.constexpr(E2M1X4_TO_BF16.value)
     BT_ = gl.constexpr(BT)
 
@@ -201,12 +200,12 @@ if HAS_GLUON:
             fence_async_shared()
             for k in range(num_mine):
                 # every warp is past tile k - 1 (its slot, (k - 1) % STAGES, is free)
-                _cta_barrier()
+                cta_barrier()
                 _issue(k_ptr, pk_s, sc_s, rows_n, ok_n, (k + STAGES - 1) % STAGES, CP, SP)
                 rows_n, ok_n = _tile_rows(bt_row, p + (k + STAGES) * num_p, vis, epb,
                                           p + num_mine * num_p, RL)
                 async_copy.wait_group(STAGES - 1)  # tile k's group (this thread's copies)
-                _cta_barrier()  # ... and every thread's
+                cta_barrier()  # ... and every thread's
                 score = _tile_scores(pk_s, sc_s, k % STAGES, qa_s, qb_s, w, L64, PG, MMA, LA,
                                      HP)
                 t = (p + k * num_p) * BT_ + gl.arange(0, BT_, layout=RL)

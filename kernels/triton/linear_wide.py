@@ -69,7 +69,7 @@ STEP_K = 32  # one scale column of the FP8 weight: K's granularity (BK is 32 or 
 
 if HAS_GLUON:
     # 3.6 calls the CTA barrier thread_barrier, 3.7 barrier
-    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier
 
     @gluon.jit
     def _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, w_col0, x_col0, step, num_steps,
@@ -198,7 +198,7 @@ if HAS_GLUON:
         for i in range(num_steps):
             # every warp is past step i - 1 (its wgmmas waited, step i's operands loaded): the
             # stage the TMA below refills, (i - 1) % STAGES, is free
-            _cta_barrier()
+            cta_barrier()
             _issue(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin,
                    i + STAGES - 1, num_steps, STAGES, BO, BT, BK)
             acc = issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)

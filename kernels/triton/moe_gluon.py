@@ -70,8 +70,8 @@ if HAS_GLUON:
         .replace("mov.b32 nz, 0x80008000;", "mov.b32 nz, 0x80008000;\n"
                  "prmt.b32 s, $5, 0, 0x4140; add.u32 s, s, 0x007E007E; shl.b32 s, s, 7;")
         .replace("$5, nz", "s, nz").replace("$6, nz", "s, nz"))
-    # 3.6 calls the CTA barrier thread_barrier, 3.7 barrier
-    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+    # 3.6 calls the CTA barrier thread_barrier, 3.7 barrier (the Gluon kernels share it)
+    cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 
     @gluon.jit
     def _fragment_operand(t, NS: gl.constexpr, BK: gl.constexpr, LA: gl.constexpr):
@@ -221,7 +221,7 @@ if HAS_GLUON:
                 if GATED:
                     p3 = w3_s.index(stage).load(L64)
                 fence_async_shared()
-                _cta_barrier()
+                cta_barrier()
                 acc1 = warpgroup_mma(a1_even, xe_s.permute((1, 0)), acc1, is_async=True)
                 acc1 = warpgroup_mma(a1_odd, xo_s.permute((1, 0)), acc1, is_async=True)
                 if GATED:

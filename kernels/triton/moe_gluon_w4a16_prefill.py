@@ -90,7 +90,7 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier
     _ONE_MUL_ASM = gl.constexpr(DECODE_ONE_MUL)
     _TWO_MUL_ASM = gl.constexpr(DECODE_TWO_MUL)
 
@@ -214,7 +214,7 @@ if HAS_GLUON:
         for i in range(num_steps):
             # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
             # the stage the TMA below refills, (i - 1) % STAGES, is free
-            _cta_barrier()
+            cta_barrier()
             _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0,
                    i + STAGES - 1, num_steps, STAGES, BN, BN2, BO)
             st = i % STAGES

@@ -71,9 +71,7 @@ if HAS_GLUON:
         warpgroup_mma_wait,
     )
 
-    from deepinfer.kernels.triton.moe_gluon import issue_step, start_ring, store_tiles
-
-    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier, issue_step, start_ring, store_tiles
 
     # 16 bytes = words (row g, group 2j), (row g + 8, 2j), (g, 2j + 1), (g + 8, 2j + 1) ->
     # P = the A fragment of group 2j (lo g, lo g+8, hi g, hi g+8), Q = that of group 2j + 1
@@ -220,7 +218,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 x8 = x_smem.index(i % 2)
                 x8.store(xc.to(gl.float8e4nv, bitcast=True))
                 fence_async_shared()
-                _cta_barrier()
+                cta_barrier()
                 # after the barrier: every warp is past step i - 1's reads of the stage this
                 # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
                 # does not imply the others have read their weights)

@@ -51,9 +51,8 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier
     from deepinfer.kernels.triton.moe_gluon_w4a8 import _group_operands, promote_words
-
-    _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
 
     @gluon.jit
     def _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, step, num_steps,
@@ -164,7 +163,7 @@ if HAS_GLUON:
             ew_next = gl.load(sw_ptrs)
             for i in range(num_steps):
                 # every warp is past step i - 1's reads of the stage the TMA below refills
-                _cta_barrier()
+                cta_barrier()
                 _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, i + STAGES - 1,
                        num_steps, STAGES, BM, ROWS_)
                 # the scales one step ahead (their load latency hides behind this step)
