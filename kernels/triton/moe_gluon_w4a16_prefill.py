@@ -117,6 +117,16 @@ if HAS_GLUON:
                                             xb_s.index(st).slice(BN, BN2, dim=0), pred=ok)
 
     @gluon.jit
+    def _multiplier(scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr):
+        """Group g's scale byte S of each row (byte g of its scale word) -> the decode's bf16x2
+        multiplier (``mxfp4_w4a8_bf16.scale_multiplier``): (S + 126) or S, << 7, both
+        halves."""
+        sb = (scale_word >> (8 * g)) & 0xFF
+        if ONE_MUL:
+            sb = sb + 126
+        return sb * 0x00800080
+
+    @gluon.jit
     def _group_operand(pg, scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr,
                        PG: gl.constexpr, LA: gl.constexpr):
         """Group g's bytes pg [BO, 16] (column 4 q + byte; layout PG) and the rows' scale words
@@ -124,14 +134,14 @@ if HAS_GLUON:
         column v holds K = 32 g + K_off(v)."""
         BO: gl.constexpr = pg.shape[0]
         pg = gl.convert_layout(pg, PG)  # the same registers
-        sb = ((scale_word >> (8 * g)) & 0xFF).to(gl.uint8)
-        pg, s4 = gl.broadcast(pg, sb[:, None])
+        # one int32 per row: the asm gets it once per packed word of 4 bytes ($5 .. $8)
+        pg, m4 = gl.broadcast(pg, _multiplier(scale_word, g, ONE_MUL)[:, None])
         if ONE_MUL:
-            a, b = gl.inline_asm_elementwise(_ONE_MUL_ASM, "=r,=r,=r,=r,r,r", [pg, s4],
+            a, b = gl.inline_asm_elementwise(_ONE_MUL_ASM, "=r,=r,=r,=r,r,r,r,r,r", [pg, m4],
                                              dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
                                              pack=4)
         else:
-            a, b = gl.inline_asm_elementwise(_TWO_MUL_ASM, "=r,=r,=r,=r,r,r", [pg, s4],
+            a, b = gl.inline_asm_elementwise(_TWO_MUL_ASM, "=r,=r,=r,=r,r,r,r,r,r", [pg, m4],
                                              dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
                                              pack=4)
         # [BO, 16] x 2 (t: lo / hi) -> (row, q1, q0, i1, i0, t) -> column v = i0 + 2 q0 + 4 q1
@@ -181,6 +191,42 @@ if HAS_GLUON:
                  mask=valid[None, :] & (rows_o[:, None] >= 0))
 
     @gluon.jit
+    def _k_step(i, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc, w_s, xa_s,
+                xb_s, bars, s_words, row0, x_row0, num_steps, STAGES: gl.constexpr,
+                BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, L64: gl.constexpr,
+                PG: gl.constexpr, LA: gl.constexpr):
+        """K step i: the TMA of step i + STAGES - 1, the wgmmas of step i on its decoded
+        operands a0..a3 (and BN2 > 0: the same registers into acc2), the next step's operands
+        decoded while they run (the last step redoes its own: a finished phase waits for
+        nothing) from its scale words ``sw_next``, and the scale words a step further.
+        Returns (next operands, acc, acc2, scale words of step i + 2)."""
+        BO: gl.constexpr = a0.shape[0]
+        # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded): the
+        # stage the TMA below refills, (i - 1) % STAGES, is free
+        cta_barrier()
+        _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, i + STAGES - 1,
+               num_steps, STAGES, BN, BN2, BO)
+        st = i % STAGES
+        acc = _mma_step(a0, a1, a2, a3, xa_s.index(st), xb_s.index(st), acc, 0, BN)
+        if BN2 > 0:  # the same registers in the second accumulator's operand layout
+            LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc2.type.layout,
+                                                    k_width=2)
+            acc2 = _mma_step(gl.convert_layout(a0, LA2), gl.convert_layout(a1, LA2),
+                             gl.convert_layout(a2, LA2), gl.convert_layout(a3, LA2),
+                             xa_s.index(st), xb_s.index(st), acc2, BN, BN2)
+        nxt = gl.minimum(i + 1, num_steps - 1)
+        sw = sw_next
+        sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
+        mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
+        b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
+        # the accumulators cross the back edge as plain registers (C7515, moe_gluon)
+        if BN2 > 0:
+            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        return b0, b1, b2, b3, acc, acc2, sw_next
+
+    @gluon.jit
     def _run_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                    STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
@@ -199,43 +245,40 @@ if HAS_GLUON:
         for b in gl.static_range(STAGES - 1):
             _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
                    STAGES, BN, BN2, BO)
-        sw = gl.load(s_words)
-        sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
+        sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))  # step 1's
         mbarrier.wait(bars.index(0), 0)
-        a0, a1, a2, a3 = _step_operands(w_s, 0, sw, ONE_MUL, L64, PG, LA)
+        a0, a1, a2, a3 = _step_operands(w_s, 0, gl.load(s_words), ONE_MUL, L64, PG, LA)
 
         acc = gl.zeros([BO, BN], gl.float32, MMA)
+        acc2 = acc  # unused unless BN2 > 0
         if BN2 > 0:
             MMA2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                             warps_per_cta=[num_warps, 1],
                                                             instr_shape=[16, BN2, 16])
-            LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA2, k_width=2)
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
-        for i in range(num_steps):
-            # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded):
-            # the stage the TMA below refills, (i - 1) % STAGES, is free
-            cta_barrier()
-            _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0,
-                   i + STAGES - 1, num_steps, STAGES, BN, BN2, BO)
-            st = i % STAGES
-            acc = _mma_step(a0, a1, a2, a3, xa_s.index(st), xb_s.index(st), acc, 0, BN)
-            if BN2 > 0:  # the same registers in the second accumulator's operand layout
-                acc2 = _mma_step(gl.convert_layout(a0, LA2), gl.convert_layout(a1, LA2),
-                                 gl.convert_layout(a2, LA2), gl.convert_layout(a3, LA2),
-                                 xa_s.index(st), xb_s.index(st), acc2, BN, BN2)
-            # the next step's operands while the wgmmas run (the last step redoes its own: a
-            # finished phase waits for nothing), and the scale words a step further
-            nxt = gl.minimum(i + 1, num_steps - 1)
-            sw = sw_next
-            sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
-            mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
-            b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
-            # the accumulators cross the back edge as plain registers (C7515, moe_gluon)
-            if BN2 > 0:
-                acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
-            else:
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            a0, a1, a2, a3 = b0, b1, b2, b3
+        if BN2 > 0:  # two accumulators: a second operand set would not fit 128 registers
+            for i in range(num_steps):
+                a0, a1, a2, a3, acc, acc2, sw_next = _k_step(
+                    i, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc, w_s, xa_s,
+                    xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2, ONE_MUL,
+                    L64, PG, LA)
+        else:
+            # two K steps per iteration, the operand sets a and b taking turns: the decoded
+            # registers never cross the back edge (a copy per register and step otherwise)
+            for j in range(num_steps // 2):
+                b0, b1, b2, b3, acc, acc2, sw_next = _k_step(
+                    2 * j, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc, w_s,
+                    xa_s, xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2,
+                    ONE_MUL, L64, PG, LA)
+                a0, a1, a2, a3, acc, acc2, sw_next = _k_step(
+                    2 * j + 1, b0, b1, b2, b3, acc, acc2, sw_next, w_desc, x_desc, x2_desc,
+                    w_s, xa_s, xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2,
+                    ONE_MUL, L64, PG, LA)
+            if num_steps % 2:
+                a0, a1, a2, a3, acc, acc2, sw_next = _k_step(
+                    num_steps - 1, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc,
+                    w_s, xa_s, xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2,
+                    ONE_MUL, L64, PG, LA)
         _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
         if BN2 > 0:
             _store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN, stride_om,

@@ -8,16 +8,18 @@ e2m1 nibbles: the "lo" values K = 32 G + 4 q + b (byte b: s e1 e0 m at bits 7, 4
 word into four bf16x2 registers — the lo values of bytes (0, 2), (1, 3), the hi values of bytes
 (0, 2), (1, 3) — as bf16 bits s | e1 e0 m << 6 (value * 2^-126; e2m1's subnormal 0.5 lands on
 bf16's), then multiplies by the scale: one bf16x2 FMA by 2^(S - 1) (``DECODE_ONE_MUL``, every
-scale byte S <= 128) or two (2^126, then 2^(S - 127): ``DECODE_TWO_MUL``). 20 (24) instructions
-per 8 weights. tests/kernels/triton/test_moe_w4a16_prefill.py emulates both PTX strings
-(``ptx_subset``) against ``decode_twin`` and the twin against the checkpoint's values.
+scale byte S <= 128) or two (2^126, then 2^(S - 127): ``DECODE_TWO_MUL``); the multiplier comes
+in as an operand (``scale_multiplier``: the kernel builds it once per row and 32-K group, not
+per word). 20 (24) instructions per 8 weights. tests/kernels/triton/test_moe_w4a16_prefill.py
+emulates both PTX strings (``ptx_subset``) against ``decode_twin`` and the twin against the
+checkpoint's values.
 """
 
 from __future__ import annotations
 
 import torch
 
-# one W4A8-order word ($4) and its scale byte S four times ($5) -> out_a = ($0, $1) = the lo
+# one W4A8-order word ($4) and its scale's bf16x2 multiplier ($5) -> out_a = ($0, $1) = the lo
 # values of bytes (0, 2), (1, 3); out_b = ($2, $3) the hi values of bytes (0, 2), (1, 3).
 # lo byte b: s e1 e0 m at bits 7, 4, 3, 2 (e = bytes 0 / 2: x (<< 8 | << 4) — the sum's
 # carries stay below the kept bits —; o = bytes 1 / 3: x | x >> 4), masked to s | e1 e0 m << 6
@@ -31,23 +33,30 @@ and.b32 x, x, 0x88888888; and.b32 y, y, 0x14141414; or.b32 h, x, y;
 and.b32 x, h, 0x009C009C; mul.lo.u32 x, x, 272; and.b32 x, x, 0x81C081C0;
 and.b32 y, h, 0x9C009C00; shr.u32 h, y, 4; or.b32 y, y, h; and.b32 y, y, 0x81C081C0;
 """
-# 2^(S - 1) as bf16x2: (S + 126) << 7 per half (S <= 128)
+# $5 (and its copies $6..$8: the asm takes one int32 per packed weight word of 4): the scale
+# as a bf16x2 multiplier, ``scale_multiplier`` (computed once per row and group by the kernel)
 DECODE_ONE_MUL = "{" + _EXTRACT + """
-.reg .b32 s;
-prmt.b32 s, $5, 0, 0x4140; add.u32 s, s, 0x007E007E; shl.b32 s, s, 7;
-fma.rn.bf16x2 $0, e, s, nz; fma.rn.bf16x2 $1, o, s, nz;
-fma.rn.bf16x2 $2, x, s, nz; fma.rn.bf16x2 $3, y, s, nz;
+fma.rn.bf16x2 $0, e, $5, nz; fma.rn.bf16x2 $1, o, $5, nz;
+fma.rn.bf16x2 $2, x, $5, nz; fma.rn.bf16x2 $3, y, $5, nz;
 }"""
-# any S: x 2^126 (0x7E80), then x 2^(S - 127) (S << 7; S = 0 reads as 0, not 2^-127)
+# any S: x 2^126 (0x7E80), then x 2^(S - 127) ($5 = S << 7; S = 0 reads as 0, not 2^-127)
 DECODE_TWO_MUL = "{" + _EXTRACT + """
-.reg .b32 s, k;
+.reg .b32 k;
 mov.b32 k, 0x7E807E80;
-prmt.b32 s, $5, 0, 0x4140; shl.b32 s, s, 7;
-fma.rn.bf16x2 e, e, k, nz; fma.rn.bf16x2 $0, e, s, nz;
-fma.rn.bf16x2 o, o, k, nz; fma.rn.bf16x2 $1, o, s, nz;
-fma.rn.bf16x2 x, x, k, nz; fma.rn.bf16x2 $2, x, s, nz;
-fma.rn.bf16x2 y, y, k, nz; fma.rn.bf16x2 $3, y, s, nz;
+fma.rn.bf16x2 e, e, k, nz; fma.rn.bf16x2 $0, e, $5, nz;
+fma.rn.bf16x2 o, o, k, nz; fma.rn.bf16x2 $1, o, $5, nz;
+fma.rn.bf16x2 x, x, k, nz; fma.rn.bf16x2 $2, x, $5, nz;
+fma.rn.bf16x2 y, y, k, nz; fma.rn.bf16x2 $3, y, $5, nz;
 }"""
+# the multiplier's bits per half: 2^(S - 1) = (S + 126) << 7 (``DECODE_ONE_MUL``: S <= 128) or
+# 2^(S - 127) = S << 7 (``DECODE_TWO_MUL``); times 0x00010001: both halves
+ONE_MUL_BIAS = 126
+
+
+def scale_multiplier(scale: int, one_mul: bool) -> int:
+    """The decode PTX's $5 for scale byte ``scale``: the bf16x2 multiplier (both halves), as
+    the kernel computes it: (S + 126) * 0x00800080 (one multiply) or S * 0x00800080 (two)."""
+    return ((scale + (ONE_MUL_BIAS if one_mul else 0)) * 0x00800080) & 0xFFFFFFFF
 
 
 def k_permutation() -> torch.Tensor:
