@@ -70,7 +70,23 @@ def install_hook(probes: set[str]) -> None:
     knobs.runtime.add_stages_inspection_hook = hook
 
 
-def run_probe(probes: set[str], num_tokens: int) -> list[str]:
+def kernel_module(path: str | None):
+    """The prefill GEMM module: the package's, or one loaded from ``path`` (an earlier version
+    of the file, to compare within one run: its directory goes on sys.path for its imports)."""
+    if path is None:
+        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
+        return moe_gluon_w4a16_prefill
+    import importlib.util
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    spec = importlib.util.spec_from_file_location("w4a16_probe_module", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_probe(probes: set[str], num_tokens: int, module: str | None) -> list[str]:
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -79,9 +95,9 @@ def run_probe(probes: set[str], num_tokens: int) -> list[str]:
 
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
 
     install_hook(probes)
+    pf16 = kernel_module(module)
     rl = roofline()
     bf16 = rl.measure_ceilings()["bf16_flops_per_s"]
     torch.manual_seed(0)
@@ -110,7 +126,8 @@ def run_probe(probes: set[str], num_tokens: int) -> list[str]:
         ms = rl.median_ms(run)
         flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
         regs = registers(pf16._w4a16_prefill_kernel)
-        rows.append(f"| {'+'.join(sorted(probes))} | {name} | {ms:.3f} | "
+        label = "+".join(sorted(probes)) + (f" {module}" if module else "")
+        rows.append(f"| {label} | {name} | {ms:.3f} | "
                     f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / bf16:.2f} | {regs} | "
                     f"{err:.1e} |")
     return rows
@@ -130,23 +147,27 @@ def main() -> int:
     parser.add_argument("--probe", nargs="+", default=["base"],
                         help=f"comma-separated sets of {PROBES}")
     parser.add_argument("--tokens", type=int, default=4096)
+    parser.add_argument("--module", nargs="+", default=["package"],
+                        help="kernel module files to time ('package': the package's)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         probes = {p for p in args.child.split(",") if p != "base"}
-        print("\n".join(run_probe(probes, args.tokens)), flush=True)
+        module = None if args.module[0] == "package" else args.module[0]
+        print("\n".join(run_probe(probes, args.tokens, module)), flush=True)
         return 0
     print("| probe | GEMM | ms | TFLOP/s | of bf16 | registers | rel. L2 |")
     print("|---|---|---:|---:|---:|---:|---:|")
     rc = 0
-    for spec in args.probe:
+    for spec, module in [(p, m) for m in args.module for p in args.probe]:
         bad = set(spec.split(",")) - set(PROBES)
         if bad:
             parser.error(f"--probe {spec}: unknown {sorted(bad)}; expected {PROBES}")
         with tempfile.TemporaryDirectory() as cache:  # a fresh compile per probe set
             env = {**os.environ, "TRITON_CACHE_DIR": cache}
             res = subprocess.run([sys.executable, __file__, "--child", spec, "--tokens",
-                                  str(args.tokens)], env=env, capture_output=True, text=True)
+                                  str(args.tokens)] + ["--module", module],
+                                 env=env, capture_output=True, text=True)
         print(res.stdout.strip() or f"| {spec} | failed rc={res.returncode} | | | | | |",
               flush=True)
         if res.returncode:

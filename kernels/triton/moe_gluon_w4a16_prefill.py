@@ -57,7 +57,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
-from deepinfer.kernels.triton.mxfp4_w4a8_bf16 import DECODE_ONE_MUL, DECODE_TWO_MUL
+from deepinfer.kernels.triton.mxfp4_w4a8_bf16 import EXTRACT, SCALE_ONE_MUL, SCALE_TWO_MUL
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32 (one 64-byte box of the W4A8 order)
@@ -91,8 +91,11 @@ if HAS_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     from deepinfer.kernels.triton.moe_gluon import cta_barrier
-    _ONE_MUL_ASM = gl.constexpr(DECODE_ONE_MUL)
-    _TWO_MUL_ASM = gl.constexpr(DECODE_TWO_MUL)
+    _EXTRACT_ASM = gl.constexpr(EXTRACT)
+    # the weight ring's stage as int32 words (the same bytes: unswizzled rows)
+    _WORDS_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    _ONE_MUL_ASM = gl.constexpr(SCALE_ONE_MUL)
+    _TWO_MUL_ASM = gl.constexpr(SCALE_TWO_MUL)
 
     @gluon.jit
     def _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, step, num_steps,
@@ -127,55 +130,76 @@ if HAS_GLUON:
         return sb * 0x00800080
 
     @gluon.jit
-    def _group_operand(pg, scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr,
-                       PG: gl.constexpr, LA: gl.constexpr):
-        """Group g's bytes pg [BO, 16] (column 4 q + byte; layout PG) and the rows' scale words
-        (4 groups' bytes; SliceLayout(1, PG)) -> the decoded A operand [BO, 32] bf16 (LA) whose
-        column v holds K = 32 g + K_off(v)."""
-        BO: gl.constexpr = pg.shape[0]
-        pg = gl.convert_layout(pg, PG)  # the same registers
-        # one int32 per row: the asm gets it once per packed word of 4 bytes ($5 .. $8)
-        pg, m4 = gl.broadcast(pg, _multiplier(scale_word, g, ONE_MUL)[:, None])
-        if ONE_MUL:
-            a, b = gl.inline_asm_elementwise(_ONE_MUL_ASM, "=r,=r,=r,=r,r,r,r,r,r", [pg, m4],
-                                             dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
-                                             pack=4)
-        else:
-            a, b = gl.inline_asm_elementwise(_TWO_MUL_ASM, "=r,=r,=r,=r,r,r,r,r,r", [pg, m4],
-                                             dtype=(gl.bfloat16, gl.bfloat16), is_pure=True,
-                                             pack=4)
-        # [BO, 16] x 2 (t: lo / hi) -> (row, q1, q0, i1, i0, t) -> column v = i0 + 2 q0 + 4 q1
-        # + 8 i1 + 16 t
-        t = gl.reshape(gl.join(a, b), [BO, 2, 2, 2, 2, 2])
-        t = gl.reshape(gl.permute(t, [0, 5, 3, 1, 2, 4]), [BO, 32])
-        return gl.convert_layout(t, LA)
-
-    @gluon.jit
-    def _step_operands(w_s, stage, scale_word, ONE_MUL: gl.constexpr, L64: gl.constexpr,
-                       PG: gl.constexpr, LA: gl.constexpr):
-        """A K step's 4 decoded A operands from ring stage ``stage`` (bytes 16 q + 4 G + i of a
-        row: quad lane q, group G, byte i)."""
-        p = w_s.index(stage).load(L64)
-        BO: gl.constexpr = p.shape[0]
-        p = gl.reshape(gl.permute(gl.reshape(p, [BO, 4, 4, 4]), [0, 1, 3, 2]), [BO, 16, 2, 2])
+    def _step_words(w_s, stage, LW: gl.constexpr):
+        """A K step's weight words from ring stage ``stage`` (word 4 q + G of a row: quad lane
+        q, group G; one 16-byte load per row) as its 4 groups' words [BO, 4] int32 (column
+        q), carried as whole registers (bytes carried across the loop's back edge cost a
+        byte extract and repack each)."""
+        BO: gl.constexpr = w_s.shape[1]
+        words = w_s.index(stage)._reinterpret(gl.int32, [BO, 16], _WORDS_SHARED).load(LW)
+        p = gl.reshape(words, [BO, 4, 2, 2])  # q, G1, G0
         p_even, p_odd = gl.split(p)  # G0 = 0 / 1
         p0, p2 = gl.split(p_even)
         p1, p3 = gl.split(p_odd)
-        return (_group_operand(p0, scale_word, 0, ONE_MUL, PG, LA),
-                _group_operand(p1, scale_word, 1, ONE_MUL, PG, LA),
-                _group_operand(p2, scale_word, 2, ONE_MUL, PG, LA),
-                _group_operand(p3, scale_word, 3, ONE_MUL, PG, LA))
+        return p0, p1, p2, p3
 
     @gluon.jit
-    def _mma_step(a0, a1, a2, a3, xa, xb, acc, R0: gl.constexpr, BN: gl.constexpr):
-        """The 4 async wgmmas of a K step into ``acc`` against tokens R0 .. R0 + BN of the
-        stage's token tiles xa / xb (two 64-column halves of the 128-K step)."""
-        xa = xa.slice(R0, BN, dim=0)
-        xb = xb.slice(R0, BN, dim=0)
-        acc = warpgroup_mma(a0, xa.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma(a1, xa.slice(32, 32, dim=1).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma(a2, xb.slice(0, 32, dim=1).permute((1, 0)), acc, is_async=True)
-        return warpgroup_mma(a3, xb.slice(32, 32, dim=1).permute((1, 0)), acc, is_async=True)
+    def _extract(words):
+        """A group's words [BO, 4] -> its unscaled bf16x2 bits (e, o, x, y: [BO, 4] int32 each):
+        integer work only, so it may run while the wgmmas do."""
+        return gl.inline_asm_elementwise(_EXTRACT_ASM, "=r,=r,=r,=r,r", [words],
+                                         dtype=(gl.int32, gl.int32, gl.int32, gl.int32),
+                                         is_pure=True, pack=1)
+
+    @gluon.jit
+    def _scaled(bits, scale_word, g: gl.constexpr, ONE_MUL: gl.constexpr, LA: gl.constexpr):
+        """``_extract``'s bits of group g times its scale -> the A operand [BO, 32] bf16 (LA)
+        whose column v holds K = 32 g + K_off(v)."""
+        e, o, x, y = bits
+        BO: gl.constexpr = e.shape[0]
+        # the rows' multipliers in the words' row layout (the same registers)
+        m = gl.convert_layout(_multiplier(scale_word, g, ONE_MUL),
+                              gl.SliceLayout(1, e.type.layout))
+        e, m = gl.broadcast(e, m[:, None])
+        asm: gl.constexpr = _ONE_MUL_ASM if ONE_MUL else _TWO_MUL_ASM
+        v = gl.inline_asm_elementwise(asm, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r,r,r",
+                                      [e, o, x, y, m], dtype=(gl.bfloat16, ) * 8,
+                                      is_pure=True, pack=1)
+        # element j of a word's lo (t = 0) / hi (t = 1) values: j = 2 (register) + half;
+        # [BO, 4] x (q, t, j1, j0) -> (row, q1, q0, j1, j0, t) -> column v = j0 + 2 q0 + 4 q1
+        # + 8 j1 + 16 t (the order the pack-4 form of this asm had)
+        lo = gl.join(gl.join(v[0], v[1]), gl.join(v[2], v[3]))  # [BO, 4, j0, j1]
+        hi = gl.join(gl.join(v[4], v[5]), gl.join(v[6], v[7]))
+        t = gl.join(lo, hi)  # [BO, 4, j0, j1, t]
+        t = gl.reshape(t, [BO, 2, 2, 2, 2, 2])  # row, q1, q0, j0, j1, t
+        t = gl.reshape(gl.permute(t, [0, 5, 4, 1, 2, 3]), [BO, 32])
+        return gl.convert_layout(t, LA)
+
+    @gluon.jit
+    def _mma_group(a, x_t, acc, acc2, R0: gl.constexpr, BN: gl.constexpr,
+                   BN2: gl.constexpr, C0: gl.constexpr):
+        """The async wgmma of one 32-K group: acc += a @ x_t[R0 : R0 + BN, C0 : C0 + 32]^T
+        (BN2 > 0: the same registers into acc2 against the next BN2 tokens)."""
+        x_g = x_t.slice(C0, 32, dim=1)
+        acc = warpgroup_mma(a, x_g.slice(R0, BN, dim=0).permute((1, 0)), acc, is_async=True)
+        if BN2 > 0:
+            LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc2.type.layout,
+                                                    k_width=2)
+            acc2 = warpgroup_mma(gl.convert_layout(a, LA2),
+                                 x_g.slice(R0 + BN, BN2, dim=0).permute((1, 0)), acc2,
+                                 is_async=True)
+        return acc, acc2
+
+    @gluon.jit
+    def _wait(acc, acc2, BN2: gl.constexpr):
+        """Both accumulators waited (they cross the loop's back edge as plain registers:
+        C7515, moe_gluon)."""
+        if BN2 > 0:
+            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            acc2 = acc
+        return acc, acc2
 
     @gluon.jit
     def _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, slot0, stride_om,
@@ -191,42 +215,6 @@ if HAS_GLUON:
                  mask=valid[None, :] & (rows_o[:, None] >= 0))
 
     @gluon.jit
-    def _k_step(i, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc, w_s, xa_s,
-                xb_s, bars, s_words, row0, x_row0, num_steps, STAGES: gl.constexpr,
-                BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, L64: gl.constexpr,
-                PG: gl.constexpr, LA: gl.constexpr):
-        """K step i: the TMA of step i + STAGES - 1, the wgmmas of step i on its decoded
-        operands a0..a3 (and BN2 > 0: the same registers into acc2), the next step's operands
-        decoded while they run (the last step redoes its own: a finished phase waits for
-        nothing) from its scale words ``sw_next``, and the scale words a step further.
-        Returns (next operands, acc, acc2, scale words of step i + 2)."""
-        BO: gl.constexpr = a0.shape[0]
-        # every warp is past step i - 1 (its wgmmas waited, step i's operands decoded): the
-        # stage the TMA below refills, (i - 1) % STAGES, is free
-        cta_barrier()
-        _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, i + STAGES - 1,
-               num_steps, STAGES, BN, BN2, BO)
-        st = i % STAGES
-        acc = _mma_step(a0, a1, a2, a3, xa_s.index(st), xb_s.index(st), acc, 0, BN)
-        if BN2 > 0:  # the same registers in the second accumulator's operand layout
-            LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc2.type.layout,
-                                                    k_width=2)
-            acc2 = _mma_step(gl.convert_layout(a0, LA2), gl.convert_layout(a1, LA2),
-                             gl.convert_layout(a2, LA2), gl.convert_layout(a3, LA2),
-                             xa_s.index(st), xb_s.index(st), acc2, BN, BN2)
-        nxt = gl.minimum(i + 1, num_steps - 1)
-        sw = sw_next
-        sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
-        mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
-        b0, b1, b2, b3 = _step_operands(w_s, nxt % STAGES, sw, ONE_MUL, L64, PG, LA)
-        # the accumulators cross the back edge as plain registers (C7515, moe_gluon)
-        if BN2 > 0:
-            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        return b0, b1, b2, b3, acc, acc2, sw_next
-
-    @gluon.jit
     def _run_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                    STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
@@ -235,7 +223,12 @@ if HAS_GLUON:
         """The K loop of one program against the first BN (+ BN2) tokens of its block (the
         rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
         BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
-        64 + 32: power-of-two tiles)."""
+        64 + 32: power-of-two tiles).
+
+        Pipelined per 32-K group: while group g's wgmmas run, the next group's bits are
+        extracted (integer instructions); after the wait they are scaled (bf16x2 FMAs) and
+        issued. A 128-K step's first group comes from the next ring stage, loaded during the
+        step's last group."""
         BO: gl.constexpr = 16 * num_warps
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
@@ -245,9 +238,12 @@ if HAS_GLUON:
         for b in gl.static_range(STAGES - 1):
             _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
                    STAGES, BN, BN2, BO)
-        sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))  # step 1's
+        sw = gl.load(s_words)  # step 0's scale words
+        sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
         mbarrier.wait(bars.index(0), 0)
-        a0, a1, a2, a3 = _step_operands(w_s, 0, gl.load(s_words), ONE_MUL, L64, PG, LA)
+        p0, p1, p2, p3 = _step_words(w_s, 0, PG)
+        bits = _extract(p0)
+        a = _scaled(bits, sw, 0, ONE_MUL, LA)
 
         acc = gl.zeros([BO, BN], gl.float32, MMA)
         acc2 = acc  # unused unless BN2 > 0
@@ -256,29 +252,37 @@ if HAS_GLUON:
                                                             warps_per_cta=[num_warps, 1],
                                                             instr_shape=[16, BN2, 16])
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
-        if BN2 > 0:  # two accumulators: a second operand set would not fit 128 registers
-            for i in range(num_steps):
-                a0, a1, a2, a3, acc, acc2, sw_next = _k_step(
-                    i, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc, w_s, xa_s,
-                    xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2, ONE_MUL,
-                    L64, PG, LA)
-        else:
-            # two K steps per iteration, the operand sets a and b taking turns: the decoded
-            # registers never cross the back edge (a copy per register and step otherwise)
-            for j in range(num_steps // 2):
-                b0, b1, b2, b3, acc, acc2, sw_next = _k_step(
-                    2 * j, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc, w_s,
-                    xa_s, xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2,
-                    ONE_MUL, L64, PG, LA)
-                a0, a1, a2, a3, acc, acc2, sw_next = _k_step(
-                    2 * j + 1, b0, b1, b2, b3, acc, acc2, sw_next, w_desc, x_desc, x2_desc,
-                    w_s, xa_s, xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2,
-                    ONE_MUL, L64, PG, LA)
-            if num_steps % 2:
-                a0, a1, a2, a3, acc, acc2, sw_next = _k_step(
-                    num_steps - 1, a0, a1, a2, a3, acc, acc2, sw_next, w_desc, x_desc, x2_desc,
-                    w_s, xa_s, xb_s, bars, s_words, row0, x_row0, num_steps, STAGES, BN, BN2,
-                    ONE_MUL, L64, PG, LA)
+        for i in range(num_steps):
+            # every warp is past step i - 1 (its wgmmas waited, this step's bytes loaded): the
+            # stage the TMA below refills, (i - 1) % STAGES, is free
+            cta_barrier()
+            _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0,
+                   i + STAGES - 1, num_steps, STAGES, BN, BN2, BO)
+            xa = xa_s.index(i % STAGES)
+            xb = xb_s.index(i % STAGES)
+            acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
+            bits = _extract(p1)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 1, ONE_MUL, LA)
+            acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 32)
+            bits = _extract(p2)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 2, ONE_MUL, LA)
+            acc, acc2 = _mma_group(a, xb, acc, acc2, 0, BN, BN2, 0)
+            bits = _extract(p3)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 3, ONE_MUL, LA)
+            acc, acc2 = _mma_group(a, xb, acc, acc2, 0, BN, BN2, 32)
+            # the next step's bytes (the last step reloads its own: a finished phase waits for
+            # nothing), its first group extracted while this step's last group runs
+            nxt = gl.minimum(i + 1, num_steps - 1)
+            sw = sw_next
+            sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
+            mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
+            p0, p1, p2, p3 = _step_words(w_s, nxt % STAGES, PG)
+            bits = _extract(p0)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 0, ONE_MUL, LA)
         _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
         if BN2 > 0:
             _store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN, stride_om,

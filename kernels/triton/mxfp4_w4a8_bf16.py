@@ -24,8 +24,7 @@ import torch
 # lo byte b: s e1 e0 m at bits 7, 4, 3, 2 (e = bytes 0 / 2: x (<< 8 | << 4) — the sum's
 # carries stay below the kept bits —; o = bytes 1 / 3: x | x >> 4), masked to s | e1 e0 m << 6
 _EXTRACT = """
-.reg .b32 e, o, h, x, y, nz;
-mov.b32 nz, 0x80008000;
+.reg .b32 e, o, h, x, y;
 and.b32 e, $4, 0x009C009C; mul.lo.u32 e, e, 272; and.b32 e, e, 0x81C081C0;
 and.b32 o, $4, 0x9C009C00; shr.u32 x, o, 4; or.b32 o, o, x; and.b32 o, o, 0x81C081C0;
 shf.l.wrap.b32 x, $4, $4, 2; shf.l.wrap.b32 y, $4, $4, 4;
@@ -33,21 +32,28 @@ and.b32 x, x, 0x88888888; and.b32 y, y, 0x14141414; or.b32 h, x, y;
 and.b32 x, h, 0x009C009C; mul.lo.u32 x, x, 272; and.b32 x, x, 0x81C081C0;
 and.b32 y, h, 0x9C009C00; shr.u32 h, y, 4; or.b32 y, y, h; and.b32 y, y, 0x81C081C0;
 """
-# $5 (and its copies $6..$8: the asm takes one int32 per packed weight word of 4): the scale
-# as a bf16x2 multiplier, ``scale_multiplier`` (computed once per row and group by the kernel)
-DECODE_ONE_MUL = "{" + _EXTRACT + """
-fma.rn.bf16x2 $0, e, $5, nz; fma.rn.bf16x2 $1, o, $5, nz;
-fma.rn.bf16x2 $2, x, $5, nz; fma.rn.bf16x2 $3, y, $5, nz;
+# the decode in two parts (the kernel runs the first while wgmmas are in flight): EXTRACT, one
+# word ($4) -> the unscaled bits ($0..$3: e, o, x, y); SCALE_*, those bits ($8..$11) times the
+# scale's bf16x2 multiplier ($12, ``scale_multiplier``) -> eight bf16 ($0..$7: e.lo, e.hi,
+# o.lo, o.hi, x.lo, x.hi, y.lo, y.hi; e.lo = the lo value of byte 0, e.hi of byte 2, o: bytes
+# 1 / 3, x and y the hi values alike)
+EXTRACT = "{" + _EXTRACT + """
+mov.b32 $0, e; mov.b32 $1, o; mov.b32 $2, x; mov.b32 $3, y;
 }"""
-# any S: x 2^126 (0x7E80), then x 2^(S - 127) ($5 = S << 7; S = 0 reads as 0, not 2^-127)
-DECODE_TWO_MUL = "{" + _EXTRACT + """
-.reg .b32 k;
+_NZ = ".reg .b32 nz, r0, r1, r2, r3;\nmov.b32 nz, 0x80008000;\n"
+_SPLIT = """
+mov.b32 {$0, $1}, r0; mov.b32 {$2, $3}, r1; mov.b32 {$4, $5}, r2; mov.b32 {$6, $7}, r3;
+}"""
+SCALE_ONE_MUL = "{" + _NZ + """
+fma.rn.bf16x2 r0, $8, $12, nz; fma.rn.bf16x2 r1, $9, $12, nz;
+fma.rn.bf16x2 r2, $10, $12, nz; fma.rn.bf16x2 r3, $11, $12, nz;""" + _SPLIT
+# any S: x 2^126 (0x7E80), then x 2^(S - 127) ($12 = S << 7; S = 0 reads as 0, not 2^-127)
+SCALE_TWO_MUL = "{" + _NZ + """.reg .b32 k;
 mov.b32 k, 0x7E807E80;
-fma.rn.bf16x2 e, e, k, nz; fma.rn.bf16x2 $0, e, $5, nz;
-fma.rn.bf16x2 o, o, k, nz; fma.rn.bf16x2 $1, o, $5, nz;
-fma.rn.bf16x2 x, x, k, nz; fma.rn.bf16x2 $2, x, $5, nz;
-fma.rn.bf16x2 y, y, k, nz; fma.rn.bf16x2 $3, y, $5, nz;
-}"""
+fma.rn.bf16x2 r0, $8, k, nz; fma.rn.bf16x2 r0, r0, $12, nz;
+fma.rn.bf16x2 r1, $9, k, nz; fma.rn.bf16x2 r1, r1, $12, nz;
+fma.rn.bf16x2 r2, $10, k, nz; fma.rn.bf16x2 r2, r2, $12, nz;
+fma.rn.bf16x2 r3, $11, k, nz; fma.rn.bf16x2 r3, r3, $12, nz;""" + _SPLIT
 # the multiplier's bits per half: 2^(S - 1) = (S + 126) << 7 (``DECODE_ONE_MUL``: S <= 128) or
 # 2^(S - 127) = S << 7 (``DECODE_TWO_MUL``); times 0x00010001: both halves
 ONE_MUL_BIAS = 126

@@ -1,7 +1,8 @@
 """A tiny emulator of the PTX our inline asm uses (``mxfp4_unpack.E2M1X4_TO_BF16*``), so that CI
 checks the asm's bits on CPU — the interpreter runs the tl twin instead of the asm.
 
-Supported: ``.reg`` declarations, ``mov.b32``, ``prmt.b32`` (default mode), ``shl.b32``,
+Supported: ``.reg`` declarations, ``mov.b32`` (also ``mov.b32 {lo, hi}, r``: a 32-bit
+register split into two 16-bit ones), ``prmt.b32`` (default mode), ``shl.b32``,
 ``shr.b32`` / ``shr.u32``, ``shf.r.wrap.b32`` / ``shf.l.wrap.b32`` (funnel shifts of b:a, mod
 32), ``and.b32``, ``or.b32``, ``add.u32`` and ``mul.lo.u32`` (mod 2^32), ``fma.rn.bf16x2``
 (exact product and sum, one round-to-nearest-even to bf16, subnormals kept). Registers are
@@ -88,6 +89,11 @@ def run(asm: str, inputs: dict[int, int], num_outputs: int) -> list[int]:
         if not stmt or stmt.startswith(".reg"):
             continue
         op, rest = stmt.split(None, 1)
+        split = re.fullmatch(r"\{\s*(\S+)\s*,\s*(\S+)\s*\}\s*,\s*(\S+)", rest)
+        if op == "mov.b32" and split:
+            v = val(split.group(3))
+            regs[split.group(1)], regs[split.group(2)] = v & 0xFFFF, v >> 16
+            continue
         args = [t.strip() for t in rest.split(",")]
         d, srcs = args[0], [val(t) for t in args[1:]]
         if op == "mov.b32":

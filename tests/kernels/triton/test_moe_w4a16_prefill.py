@@ -64,10 +64,10 @@ def test_decode_twin_and_permutation_give_the_weights(scale_lo, scale_hi):
 
 @pytest.mark.parametrize("one_mul", [True, False])
 def test_decode_ptx_matches_the_twin(one_mul):
-    """The kernel's inline PTX itself (``_DECODE_ONE_MUL`` / ``_DECODE_TWO_MUL``, emulated on
-    CPU by ``ptx_subset``) gives the twin's values bit for bit: every nibble in every position
-    of a word, random words, scale bytes across the forms' ranges ($5: the multiplier
-    ``scale_multiplier`` builds, as the kernel does)."""
+    """The kernel's inline PTX itself (``EXTRACT``, then ``SCALE_ONE_MUL`` / ``SCALE_TWO_MUL``
+    on its four registers, emulated on CPU by ``ptx_subset``) gives the twin's values bit for
+    bit: every nibble in every position of a word, random words, scale bytes across the forms'
+    ranges (the multiplier as ``scale_multiplier`` builds it, as the kernel does)."""
     sys.path.insert(0, str(Path(__file__).parent))
     from ptx_subset import bf16_to_float, run
 
@@ -75,11 +75,13 @@ def test_decode_ptx_matches_the_twin(one_mul):
     words = [sum(n << (4 * j) for j in range(8)) for n in range(16)]  # every nibble everywhere
     words += torch.randint(0, 2**32, (48,), dtype=torch.int64, generator=g).tolist()
     scales = [1, 100, 119, 127, 128] + ([] if one_mul else [129, 200, 254])
-    asm = mxfp4_w4a8_bf16.DECODE_ONE_MUL if one_mul else mxfp4_w4a8_bf16.DECODE_TWO_MUL
+    scale_asm = mxfp4_w4a8_bf16.SCALE_ONE_MUL if one_mul else mxfp4_w4a8_bf16.SCALE_TWO_MUL
     for w in words:
+        bits = run(mxfp4_w4a8_bf16.EXTRACT, {4: w}, 4)
         for e in scales:
-            regs = run(asm, {4: w, 5: mxfp4_w4a8_bf16.scale_multiplier(e, one_mul)}, 4)
-            got = [bf16_to_float((r >> h) & 0xFFFF) for r in regs for h in (0, 16)]
+            m = mxfp4_w4a8_bf16.scale_multiplier(e, one_mul)
+            halves = run(scale_asm, {8 + i: b for i, b in enumerate(bits)} | {12: m}, 8)
+            got = [bf16_to_float(h) for h in halves]
             want = mxfp4_w4a8_bf16.decode_twin(torch.tensor([w]), torch.tensor([e]))[0].tolist()
             assert got == want, (hex(w), e)
 
@@ -141,7 +143,6 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
-        # 8 per 128-K step and accumulator; a one-accumulator loop holds 3 steps (2 unrolled
-        # and the odd tail), the two-accumulator loop (PARTS 4) 1 step of 16
-        assert r["wgmma_count"] == {1: 24, 2: 48, 4: 88}[case["constexprs"]["PARTS"]], \
+        # 8 per 128-K step and accumulator: loops of 1, 2 and 5 (4 + the second accumulator)
+        assert r["wgmma_count"] == {1: 8, 2: 16, 4: 40}[case["constexprs"]["PARTS"]], \
             (case["id"], r["wgmma_count"])
