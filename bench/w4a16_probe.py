@@ -86,7 +86,7 @@ def kernel_module(path: str | None):
     return module
 
 
-def run_probe(probes: set[str], num_tokens: int, module: str | None) -> list[str]:
+def run_probe(probes: set[str], num_tokens: int, module: str | None, sets: str) -> list[str]:
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -98,6 +98,10 @@ def run_probe(probes: set[str], num_tokens: int, module: str | None) -> list[str
 
     install_hook(probes)
     pf16 = kernel_module(module)
+    for item in (x for x in sets.split(",") if x != "-"):  # module settings, read at the call
+        name, value = item.split("=")
+        assert hasattr(pf16, name), f"--sets {item}: {pf16.__name__} has no {name}"
+        setattr(pf16, name, int(value))
     rl = roofline()
     bf16 = rl.measure_ceilings()["bf16_flops_per_s"]
     torch.manual_seed(0)
@@ -126,7 +130,8 @@ def run_probe(probes: set[str], num_tokens: int, module: str | None) -> list[str
         ms = rl.median_ms(run)
         flops = 2 * num_pairs * w.shape[1] * w.shape[2] * 2
         regs = registers(pf16._w4a16_prefill_kernel)
-        label = "+".join(sorted(probes)) + (f" {module}" if module else "")
+        label = " ".join(["+".join(sorted(probes)) or "base"] + ([module] if module else [])
+                         + ([sets] if sets != "-" else []))
         rows.append(f"| {label} | {name} | {ms:.3f} | "
                     f"{flops / ms / 1e9:.0f} | {flops / ms * 1e3 / bf16:.2f} | {regs} | "
                     f"{err:.1e} |")
@@ -149,24 +154,27 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--module", nargs="+", default=["package"],
                         help="kernel module files to time ('package': the package's)")
+    parser.add_argument("--sets", nargs="+", default=["-"],
+                        help="module settings per run, e.g. WEIGHT_STAGES=2,STAGES=2 ('-': none)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
         probes = {p for p in args.child.split(",") if p != "base"}
         module = None if args.module[0] == "package" else args.module[0]
-        print("\n".join(run_probe(probes, args.tokens, module)), flush=True)
+        print("\n".join(run_probe(probes, args.tokens, module, args.sets[0])), flush=True)
         return 0
     print("| probe | GEMM | ms | TFLOP/s | of bf16 | registers | rel. L2 |")
     print("|---|---|---:|---:|---:|---:|---:|")
     rc = 0
-    for spec, module in [(p, m) for m in args.module for p in args.probe]:
+    for spec, module, sets in [(p, m, st) for m in args.module for st in args.sets
+                               for p in args.probe]:
         bad = set(spec.split(",")) - set(PROBES)
         if bad:
             parser.error(f"--probe {spec}: unknown {sorted(bad)}; expected {PROBES}")
         with tempfile.TemporaryDirectory() as cache:  # a fresh compile per probe set
             env = {**os.environ, "TRITON_CACHE_DIR": cache}
             res = subprocess.run([sys.executable, __file__, "--child", spec, "--tokens",
-                                  str(args.tokens)] + ["--module", module],
+                                  str(args.tokens)] + ["--module", module, "--sets", sets],
                                  env=env, capture_output=True, text=True)
         print(res.stdout.strip() or f"| {spec} | failed rc={res.returncode} | | | | | |",
               flush=True)

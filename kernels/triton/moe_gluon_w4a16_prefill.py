@@ -70,7 +70,11 @@ GATHER_BLOCK_K = 512
 # BM 128, 2 stages, 2 warpgroups 8.18 ms at 4K tokens (the FP8 kernel: 11.21), 19.72 at 16K
 # (36.50); BM 64: 8.35-9.14 / 24.8-26.0; 4 warpgroups 9.3-11.0 / 21.4-30.4
 BLOCK_M = 128  # pairs per program (wgmma N; 128 beat 64 at 4K and 16K tokens)
-STAGES = 2  # ring depth
+STAGES = 2  # token ring depth
+# weight ring depth: the weight tiles (8 KB a step at 2 warpgroups) have their own ring, so
+# they arrive further ahead than the token tiles (32 KB) that fill shared memory (2 programs
+# per SM: 2 x (4 x 8 + 2 x 32) KB)
+WEIGHT_STAGES = 4
 WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # a block's N in parts of BM: 1 (always BM), 2 (BM / 2 when its second half is padding: at 4K
 # tokens ~half the experts' blocks, session 15), 4 (quarters; at 4K tokens ~64 pairs per expert,
@@ -98,25 +102,34 @@ if HAS_GLUON:
     _TWO_MUL_ASM = gl.constexpr(SCALE_TWO_MUL)
 
     @gluon.jit
-    def _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, step, num_steps,
-               STAGES: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr, BO: gl.constexpr):
-        """TMA of K step ``step``'s weight tile [BO, 64 B] and its BN (+ BN2) tokens (two [BN,
-        64] bf16 boxes into the first BN rows of the token tiles; BN2 > 0: two [BN2, 64] boxes
-        of x2_desc below them) into ring stage step % STAGES (none past the last step)."""
+    def _issue_w(w_desc, w_s, bars, row0, step, num_steps, STAGES: gl.constexpr,
+                 WSTAGES: gl.constexpr, BO: gl.constexpr):
+        """TMA of K step ``step``'s weight tile [BO, 64 B] into weight stage step % WSTAGES
+        (barrier STAGES + that stage; none past the last step)."""
+        st = step % WSTAGES
+        ok = step < num_steps
+        bar = bars.index(STAGES + st)
+        mbarrier.expect(bar, BO * 64, pred=ok)
+        tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bar, w_s.index(st), pred=ok)
+
+    @gluon.jit
+    def _issue_x(x_desc, x2_desc, xa_s, xb_s, bars, x_row0, step, num_steps,
+                 STAGES: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr):
+        """TMA of K step ``step``'s BN (+ BN2) tokens (two [BN, 64] bf16 boxes into the first
+        BN rows of the token tiles; BN2 > 0: two [BN2, 64] boxes of x2_desc below them) into
+        token stage step % STAGES (barrier that stage; none past the last step)."""
         st = step % STAGES
         ok = step < num_steps
-        mbarrier.expect(bars.index(st), BO * 64 + (BN + BN2) * 128 * 2, pred=ok)
-        tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
-                                        w_s.index(st), pred=ok)
-        tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
+        bar = bars.index(st)
+        mbarrier.expect(bar, (BN + BN2) * 128 * 2, pred=ok)
+        tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bar,
                                         xa_s.index(st).slice(0, BN, dim=0), pred=ok)
-        tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128 + 64], bars.index(st),
+        tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128 + 64], bar,
                                         xb_s.index(st).slice(0, BN, dim=0), pred=ok)
         if BN2 > 0:
-            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, step * 128], bars.index(st),
+            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, step * 128], bar,
                                             xa_s.index(st).slice(BN, BN2, dim=0), pred=ok)
-            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, step * 128 + 64],
-                                            bars.index(st),
+            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, step * 128 + 64], bar,
                                             xb_s.index(st).slice(BN, BN2, dim=0), pred=ok)
 
     @gluon.jit
@@ -217,9 +230,9 @@ if HAS_GLUON:
     @gluon.jit
     def _run_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
-                   STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                   BN2: gl.constexpr, ONE_MUL: gl.constexpr, L64: gl.constexpr,
-                   PG: gl.constexpr, num_warps: gl.constexpr):
+                   STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
+                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr,
+                   L64: gl.constexpr, PG: gl.constexpr, num_warps: gl.constexpr):
         """The K loop of one program against the first BN (+ BN2) tokens of its block (the
         rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
         BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
@@ -235,12 +248,13 @@ if HAS_GLUON:
                                                        instr_shape=[16, BN, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         x_row0 = block * BM
+        for b in gl.static_range(WSTAGES - 1):
+            _issue_w(w_desc, w_s, bars, row0, b, num_steps, STAGES, WSTAGES, BO)
         for b in gl.static_range(STAGES - 1):
-            _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0, b, num_steps,
-                   STAGES, BN, BN2, BO)
+            _issue_x(x_desc, x2_desc, xa_s, xb_s, bars, x_row0, b, num_steps, STAGES, BN, BN2)
         sw = gl.load(s_words)  # step 0's scale words
         sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
-        mbarrier.wait(bars.index(0), 0)
+        mbarrier.wait(bars.index(STAGES), 0)
         p0, p1, p2, p3 = _step_words(w_s, 0, PG)
         bits = _extract(p0)
         a = _scaled(bits, sw, 0, ONE_MUL, LA)
@@ -254,10 +268,13 @@ if HAS_GLUON:
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
             # every warp is past step i - 1 (its wgmmas waited, this step's bytes loaded): the
-            # stage the TMA below refills, (i - 1) % STAGES, is free
+            # stages the TMAs below refill — tokens (i - 1) % STAGES, weights (i - 1) %
+            # WSTAGES (read at the end of step i - 2) — are free
             cta_barrier()
-            _issue(w_desc, x_desc, x2_desc, w_s, xa_s, xb_s, bars, row0, x_row0,
-                   i + STAGES - 1, num_steps, STAGES, BN, BN2, BO)
+            _issue_w(w_desc, w_s, bars, row0, i + WSTAGES - 1, num_steps, STAGES, WSTAGES, BO)
+            _issue_x(x_desc, x2_desc, xa_s, xb_s, bars, x_row0, i + STAGES - 1, num_steps,
+                     STAGES, BN, BN2)
+            mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
             xa = xa_s.index(i % STAGES)
             xb = xb_s.index(i % STAGES)
             acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
@@ -278,8 +295,8 @@ if HAS_GLUON:
             nxt = gl.minimum(i + 1, num_steps - 1)
             sw = sw_next
             sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
-            mbarrier.wait(bars.index(nxt % STAGES), (nxt // STAGES) & 1)
-            p0, p1, p2, p3 = _step_words(w_s, nxt % STAGES, PG)
+            mbarrier.wait(bars.index(STAGES + nxt % WSTAGES), (nxt // WSTAGES) & 1)
+            p0, p1, p2, p3 = _step_words(w_s, nxt % WSTAGES, PG)
             bits = _extract(p0)
             acc, acc2 = _wait(acc, acc2, BN2)
             a = _scaled(bits, sw, 0, ONE_MUL, LA)
@@ -291,7 +308,8 @@ if HAS_GLUON:
     @gluon.jit
     def _w4a16_prefill_kernel(x_desc, xh_desc, xq_desc, w_desc, s_ptr, pairs_ptr,
                               block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
-                              stride_sn4, stride_om, STAGES: gl.constexpr, BM: gl.constexpr,
+                              stride_sn4, stride_om, STAGES: gl.constexpr,
+                              WSTAGES: gl.constexpr, BM: gl.constexpr,
                               ONE_MUL: gl.constexpr, PARTS: gl.constexpr, L64: gl.constexpr,
                               PG: gl.constexpr, num_warps: gl.constexpr):
         # L64 (``byte_layout``): the shared tile [BO, 64 bytes] in registers; PG
@@ -306,11 +324,13 @@ if HAS_GLUON:
         if expert >= 0:
             row0 = expert * O + tile * BO
             num_steps = K // 128
-            w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, BO, 64], w_desc.layout)
+            w_s = gl.allocate_shared_memory(gl.uint8, [WSTAGES, BO, 64], w_desc.layout)
             xa_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
             xb_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
-            bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-            for b in gl.static_range(STAGES):
+            # barriers: the token stages, then the weight stages
+            bars = gl.allocate_shared_memory(gl.int64, [STAGES + WSTAGES, 1],
+                                             mbarrier.MBarrierLayout())
+            for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.init(bars.index(b), count=1)
             # the scale bytes of a thread's rows as int32 words (a K step's 4 groups)
             r_w = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
@@ -326,34 +346,37 @@ if HAS_GLUON:
                 if used == 1:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, BM, BM // 4, 0, ONE_MUL, L64, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM // 4, 0,
+                               ONE_MUL, L64, PG, num_warps)
                 elif used == 2:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, BM, BM // 2, 0, ONE_MUL, L64, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
+                               ONE_MUL, L64, PG, num_warps)
                 elif used == 3:  # BM / 2 + BM / 4 (two accumulators)
                     _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, BM, BM // 2, BM // 4, ONE_MUL, L64, PG,
+                               stride_om, STAGES, WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, L64, PG,
                                num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
             elif PARTS == 2:
                 if used == 1:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, BM, BM // 2, 0, ONE_MUL, L64, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
+                               ONE_MUL, L64, PG, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
             else:
                 _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                            out_ptr, num_pairs, row0, tile * BO, block, num_steps, stride_om,
-                           STAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
-            for b in gl.static_range(STAGES):
+                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
+            for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.invalidate(bars.index(b))
 
     def weight_descriptor(packed: torch.Tensor, rows: int):
@@ -420,14 +443,16 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                        out: torch.Tensor, block_m: int, stages: int = STAGES,
                        one_mul: bool = False, warpgroups: int = WARPGROUPS,
-                       parts: int | None = None) -> torch.Tensor:
+                       parts: int | None = None, weight_stages: int | None = None
+                       ) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
     grouped by ``moe_align.align_pairs(ids, E, block_m)``. ``one_mul``: every scale byte is <=
     128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` x 64 weight rows per
     program share its token tile. ``parts`` (1, 2, 4): a block multiplies only its parts of
-    block_m / parts tokens that hold pairs (default ``PARTS``, read at the call)."""
+    block_m / parts tokens that hold pairs (default ``PARTS``, read at the call).
+    ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call)."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -436,13 +461,15 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
     parts = PARTS if parts is None else parts
     assert parts in (1, 2, 4), f"w4a16_prefill_gemm: parts {parts} (1, 2 or 4)"
+    weight_stages = WEIGHT_STAGES if weight_stages is None else weight_stages
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_kernel[grid](
         token_descriptor(tokens, block_m), token_descriptor(tokens, block_m // 2),
         token_descriptor(tokens, block_m // 4), weight_descriptor(w, rows), s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
-        out.stride(0), STAGES=stages, BM=block_m, ONE_MUL=one_mul, PARTS=parts,
+        out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
+        PARTS=parts,
         L64=byte_layout(warpgroups), PG=group_layout(warpgroups), num_warps=4 * warpgroups)
     return out
 
@@ -551,7 +578,8 @@ def aot_cases() -> list[dict[str, Any]]:
                                     "out_ptr": "*bf16", "num_pairs": "i32", "O": "i32",
                                     "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
                                     "stride_om": "i32"},
-                      "constexprs": {"STAGES": stages, "BM": bm, "ONE_MUL": one_mul,
+                      "constexprs": {"STAGES": stages, "WSTAGES": WEIGHT_STAGES, "BM": bm,
+                                     "ONE_MUL": one_mul,
                                      "PARTS": parts,
                                      "L64": {"call": "byte_layout", "args": [wg]},
                                      "PG": {"call": "group_layout", "args": [wg]},
