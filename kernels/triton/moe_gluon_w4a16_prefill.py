@@ -71,10 +71,11 @@ GATHER_BLOCK_K = 512
 # (36.50); BM 64: 8.35-9.14 / 24.8-26.0; 4 warpgroups 9.3-11.0 / 21.4-30.4
 BLOCK_M = 128  # pairs per program (wgmma N; 128 beat 64 at 4K and 16K tokens)
 STAGES = 2  # token ring depth
-# weight ring depth: the weight tiles (8 KB a step at 2 warpgroups) have their own ring, so
-# they arrive further ahead than the token tiles (32 KB) that fill shared memory (2 programs
-# per SM: 2 x (4 x 8 + 2 x 32) KB)
-WEIGHT_STAGES = 4
+# weight ring depth: the weight tiles (8 KB a step at 2 warpgroups) have a ring of their own,
+# so they can arrive further ahead than the token tiles (32 KB) that fill shared memory. H200
+# round 84 (4K tokens, one run): 2 / 3 / 4 stages 1.82-1.90 / 1.85-2.12 / 1.84-2.01 ms per
+# GEMM, the same within the run's noise (4 stages twice: 1.99 and 1.84 ms): 2, the least memory
+WEIGHT_STAGES = 2
 WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # a block's N in parts of BM: 1 (always BM), 2 (BM / 2 when its second half is padding: at 4K
 # tokens ~half the experts' blocks, session 15), 4 (quarters; at 4K tokens ~64 pairs per expert,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
+from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model.cache import CacheView
 
 
@@ -58,21 +61,25 @@ class ForwardBatch:
             raise ValueError("every sequence in a batch needs at least one new token")
         starts = [int(cache.num_tokens) for cache in caches]
         lens = [len(c) for c in chunks]
-        flat = [t for c in chunks for t in c]
-        n = len(flat)
-        # ids, positions and last rows in one host buffer: one copy to the device
-        host = torch.empty(2 * n + len(chunks), dtype=torch.int64)
-        host[:n] = torch.tensor(flat, dtype=torch.int64)
-        host[n:2 * n] = torch.cat([torch.arange(k) + s for k, s in zip(lens, starts, strict=True)])
-        host[2 * n:] = torch.tensor([s + k - 1 for s, k in zip(_starts(lens), lens, strict=True)])
-        packed = host.to(device)
+        n = sum(lens)
+        # ids, positions and last rows in one host buffer (numpy: a 4K-token chunk's lists
+        # convert in ~0.1 ms, torch.tensor took ~0.6), one pinned, asynchronous copy to the
+        # device: it queues behind the step in flight instead of waiting for it
+        host = np.empty(2 * n + len(chunks), dtype=np.int64)
+        flat = host[:n]
+        flat[:] = np.fromiter(itertools.chain.from_iterable(chunks), dtype=np.int64, count=n)
+        host[n:2 * n] = np.concatenate([np.arange(s, s + k, dtype=np.int64)
+                                        for k, s in zip(lens, starts, strict=True)])
+        host[2 * n:] = [s + k - 1 for s, k in zip(_starts(lens), lens, strict=True)]
+        packed = to_device(host, device)
         mask = None
         if image_masks is not None:
-            mask = torch.tensor([m for ms in image_masks for m in ms], dtype=torch.bool).to(device)
+            mask = to_device(np.fromiter(itertools.chain.from_iterable(image_masks), dtype=bool,
+                                         count=n), device)
         if image_embeds is not None:
             image_embeds = image_embeds.to(device)
         return cls(packed[:n], packed[n:2 * n], lens, caches, mask, image_embeds, starts,
-                   (min(flat), max(flat)), packed[2 * n:])
+                   (int(flat.min()), int(flat.max())), packed[2 * n:])
 
     def rows(self, b: int) -> slice:
         """Flat rows of sequence b."""

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from deepinfer.kernels import formats
 from deepinfer.kernels.registry import REFERENCE, KernelSet
 from deepinfer.runtime.cache_pool import CachePool, PagedSequenceCache
+from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model.batch import ForwardBatch
 
 RECORDS_OP = "sparse_attention_sink_records"
@@ -110,7 +111,8 @@ class DecodeRows:
         width = max(c.block_table.shape[0] for c in caches)
         tables = torch.stack([F.pad(c.block_table, (0, width - c.block_table.shape[0]))
                               for c in caches])
-        slots = torch.tensor([c.slot for c in caches], dtype=torch.int64).to(pool.device)
+        slots = to_device(torch.tensor([c.slot for c in caches], dtype=torch.int64),
+                          pool.device)  # pinned, asynchronous: no host sync
         return cls(pool, batch.input_ids, batch.positions, slots, tables,
                    max(batch.start_positions))
 

@@ -14,6 +14,7 @@ from torch import nn
 
 from deepinfer.artifacts.model_spec import ModelSpec
 from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model.attention import Published
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.block import Block
@@ -129,7 +130,7 @@ class DeepseekV41(nn.Module):
         base = torch.repeat_interleave(torch.arange(len(batch.seq_lens)) * m1,
                                        torch.tensor(batch.seq_lens))
         index = (base + torch.arange(base.shape[0]))[:, None] + torch.arange(m1 + 1)[None, :]
-        windows = flat[index.to(flat.device)]  # (N, M)
+        windows = flat[to_device(index, flat.device)]  # (N, M); pinned, no host sync
         for b, cache in enumerate(batch.caches):
             end = batch.starts[b] + batch.seq_lens[b] + (b + 1) * m1  # end of its part of flat
             cache.engram_history = flat[end - m1:end].clone()
@@ -211,8 +212,12 @@ class DeepseekV41(nn.Module):
         return k.linear(y, self.head.weight, out_dtype=torch.float32)
 
     def _check(self, batch: ForwardBatch) -> None:
-        """Shapes, device and token ids from the batch's host bookkeeping; the positions with
-        one read-back of each sequence's first position (a host sync on CUDA)."""
+        """Shapes, device, token ids and positions from the batch's host bookkeeping: each
+        sequence's chunk must start where its cache ends (``start_positions``, from which
+        ``ForwardBatch.build`` made the positions). On the CPU the positions tensor itself is
+        read back as well (free there); on a GPU that read-back would be a host sync per
+        forward (session 16: one of the syncs in front of every prefill chunk), so the
+        device copy is trusted."""
         n = batch.input_ids.shape[0]
         if sum(batch.seq_lens) != n or batch.positions.shape != (n,):
             raise ValueError(f"batch has {n} tokens but seq_lens sum to {sum(batch.seq_lens)}")
@@ -220,7 +225,9 @@ class DeepseekV41(nn.Module):
             raise ValueError(f"the batch is on {batch.device} but the model on {self.device}")
         if n and (batch.id_range[0] < 0 or batch.id_range[1] >= self.spec.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.spec.vocab_size})")
-        firsts = batch.positions[batch.starts].tolist() if n else []
+        firsts = list(batch.start_positions)
+        if n and batch.device.type == "cpu":
+            firsts = batch.positions[batch.starts].tolist()
         for b, cache in enumerate(batch.caches):
             first = firsts[b]
             if first != cache.num_tokens or first != batch.start_positions[b]:

@@ -183,7 +183,9 @@ class MoE(nn.Module):
         """(N_g, K) logical ids -> physical slots: replica ``(row + pick) % logcnt[e]``."""
         assert self.log2phy is not None and self.logcnt is not None
         n, top_k = ids.shape
-        log2phy, logcnt = self.log2phy.to(ids.device), self.logcnt.to(ids.device)
+        if self.log2phy.device != ids.device:  # once: a per-call copy would sync the host
+            self.log2phy, self.logcnt = self.log2phy.to(ids.device), self.logcnt.to(ids.device)
+        log2phy, logcnt = self.log2phy, self.logcnt
         spread = (torch.arange(n, device=ids.device)[:, None]
                   + torch.arange(top_k, device=ids.device)[None, :])
         return log2phy[ids, spread % logcnt[ids]]
