@@ -13,7 +13,7 @@ a)
     >"$OUT/tests.log" 2>&1
   echo "GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|Error" "$OUT/tests.log" | tail -4
   timeout 170 python3 bench/prefill.py --prompt-lens 4096 --no-eager --sync-sites \
-    --out "$OUT/prefill.json" >"$OUT/prefill.log" 2>&1
+    --out "$OUT" >"$OUT/prefill.log" 2>&1
   echo "prefill rc=$?"; grep -E "^\| 4096|^host syncs" "$OUT/prefill.log"
   sed -n '/GPU idle/,/^$/p' "$OUT/prefill.log" | head -8
   timeout 120 python3 bench/decode.py --batches 256 --contexts 32768 --no-eager --no-profile \
