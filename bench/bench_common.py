@@ -249,11 +249,13 @@ def print_kernel_profile(title: str, k: dict) -> None:
               f"{r['share']:.1%} |")
     if k.get("idle_before"):
         print("GPU idle (waiting for the host) before, by the activity that ended it:")
-        print("| activity | gaps | idle µs | largest µs |")
-        print("|---|---:|---:|---:|")
+        print("| activity | gaps | idle µs | largest µs | largest at ms | after |")
+        print("|---|---:|---:|---:|---:|---|")
         for r in k["idle_before"]:
             name = r["name"][:70].replace("|", "\\|")
-            print(f"| `{name}` | {r['gaps']} | {r['total_us']:.1f} | {r['max_us']:.1f} |")
+            after = r.get("max_after", "")[:40].replace("|", "\\|")
+            print(f"| `{name}` | {r['gaps']} | {r['total_us']:.1f} | {r['max_us']:.1f} | "
+                  f"{r.get('max_at_ms', float('nan')):.2f} | `{after}` |")
 
 
 def busy_us(intervals: list[tuple[float, float, str]]) -> float:
@@ -293,16 +295,24 @@ def idle_before_us(intervals: list[tuple[float, float, str]],
 
 def idle_by_next(intervals: list[tuple[float, float, str]], top: int = 10) -> list[dict]:
     """The GPU's idle time between activities, charged to the activity that ended each idle
-    stretch (the GPU waited for the host to enqueue it): name, gaps, total_us, max_us, largest
-    total first. Idle before the first activity is not counted (no previous work)."""
-    per: dict[str, list[float]] = {}
-    end = float("-inf")
+    stretch (the GPU waited for the host to enqueue it): name, gaps, total_us, max_us, and
+    where the largest gap ended (``max_at_ms`` after the first activity began) and what ran
+    before it (``max_after``); largest total first. Idle before the first activity is not
+    counted (no previous work)."""
+    per: dict[str, list[tuple[float, float, str]]] = {}
+    end, prev, t0 = float("-inf"), "", None
     for s, e, name in sorted(intervals):
+        t0 = s if t0 is None else t0
         if end > float("-inf") and s > end:
-            per.setdefault(name, []).append(s - end)
-        end = max(end, e)
-    rows = [{"name": n, "gaps": len(v), "total_us": round(sum(v), 1),
-             "max_us": round(max(v), 1)} for n, v in per.items()]
+            per.setdefault(name, []).append((s - end, s - t0, prev))
+        if e >= end:
+            end, prev = e, name
+    rows = []
+    for n, v in per.items():
+        gap, at, after = max(v)
+        rows.append({"name": n, "gaps": len(v), "total_us": round(sum(g for g, _, _ in v), 1),
+                     "max_us": round(gap, 1), "max_at_ms": round(at / 1e3, 2),
+                     "max_after": after})
     return sorted(rows, key=lambda r: -r["total_us"])[:top]
 
 

@@ -306,12 +306,15 @@ def test_host_syncs_counts_sync_warnings_by_site():
 
 def test_idle_by_next_charges_gaps_to_the_activity_after_them():
     """bench_common.idle_by_next: idle stretches between GPU activities (overlaps merged),
-    summed by the activity that ended them; nothing before the first one."""
+    summed by the activity that ended them, the largest one placed (its end after the first
+    activity's start, and what ran before it); nothing before the first one."""
     import bench_common as bc
 
     ivs = [(5.0, 10.0, "a"), (8.0, 12.0, "b"), (15.0, 20.0, "c"), (20.0, 21.0, "a"),
            (30.0, 31.0, "c"), (31.5, 32.0, "a")]
     rows = bc.idle_by_next(ivs)
-    assert rows == [{"name": "c", "gaps": 2, "total_us": 12.0, "max_us": 9.0},
-                    {"name": "a", "gaps": 1, "total_us": 0.5, "max_us": 0.5}]
+    assert rows == [{"name": "c", "gaps": 2, "total_us": 12.0, "max_us": 9.0,
+                     "max_at_ms": round(25.0 / 1e3, 2), "max_after": "a"},
+                    {"name": "a", "gaps": 1, "total_us": 0.5, "max_us": 0.5,
+                     "max_at_ms": round(26.5 / 1e3, 2), "max_after": "c"}]
     assert bc.idle_by_next([]) == [] and bc.idle_by_next(ivs, top=1)[0]["name"] == "c"
