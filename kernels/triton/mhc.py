@@ -3,11 +3,12 @@ collapse (pre) and expand (post). References: ``kernels/reference/mhc.py``.
 
 ``_hc_coeffs_kernel``: one program per (BM tokens, K split) streams the flattened streams v once:
 the RMS statistic and the three projections m = v @ fn^T (pre rows [0,S), post rows [S,2S), comb
-rows [2S, 2S+S²), each its own accumulator so no register tile ever needs slicing) accumulate in
-fp32 over K = S*D; the epilogue applies rsqrt, the sigmoids, the row softmax of comb (S×S per
-token, a [BM, S, S] register tile), and all ``sinkhorn_iters`` column/row normalizations, then
-stores pre (N, S), post (N, S), comb (N, S, S). S must be a power of two with S*S >= 16 (V4.1:
-S = 4).
+rows [2S, 2S+S²)) accumulate in fp32 over K = S*D in one [BM, C = 2 S²] tile (columns: comb,
+pre, post, zero padding; one dot per K step), which the epilogue splits by one-hot selection
+(exact; a register tile cannot be sliced); the epilogue applies rsqrt, the sigmoids, the row
+softmax of comb (S×S per token, a [BM, S, S] register tile), and all ``sinkhorn_iters``
+column/row normalizations, then stores pre (N, S), post (N, S), comb (N, S, S). S must be a
+power of two with S*S >= 16 (V4.1: S = 4).
 
 The dot's precision (constexpr PRECISION) keeps m at fp32 accuracy while fn is fp32:
   * "bf16x3" (the GPU default for a bf16 x at prefill sizes; 2.7x faster there, round 35; decode
@@ -62,19 +63,30 @@ def _dot_fn_parts(x, fn, acc, FN_PARTS: tl.constexpr):
 
 
 @triton.jit
-def _hc_epilogue(m_pre, m_post, m_comb, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr,
-                 post_ptr, comb_ptr, K, norm_eps, hc_eps, S: tl.constexpr, SP: tl.constexpr,
+def _hc_select(m, first: tl.constexpr, WIDTH: tl.constexpr, C: tl.constexpr):
+    """Columns [first, first + WIDTH) of m [BM, C] as [BM, WIDTH] (a one-hot selection: exact,
+    and a register tile needs no slicing)."""
+    pick = (tl.arange(0, C)[:, None] == first + tl.arange(0, WIDTH)[None, :])  # [C, WIDTH]
+    return tl.sum(tl.where(pick[None, :, :], m[:, :, None], 0.0), axis=1)
+
+
+@triton.jit
+def _hc_epilogue(m, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, K,
+                 norm_eps, hc_eps, S: tl.constexpr, C: tl.constexpr,
                  SINKHORN_ITERS: tl.constexpr, BM: tl.constexpr):
-    """RMS factor, sigmoids, softmax + Sinkhorn of comb, stores (see the module docstring)."""
-    cols_p = tl.arange(0, SP)
+    """RMS factor, sigmoids, softmax + Sinkhorn of comb, stores (see the module docstring).
+    m [BM, C]: the projections in the kernel's column order (comb, pre, post, padding)."""
+    cols_p = tl.arange(0, S)
     cols_c = tl.arange(0, S * S)
-    mask_p = cols_p < S
+    m_comb = _hc_select(m, 0, S * S, C)
+    m_pre = _hc_select(m, S * S, S, C)
+    m_post = _hc_select(m, S * S + S, S, C)
     r = 1.0 / tl.sqrt_rn(sumsq / K + norm_eps)  # [BM]
     scale_pre = tl.load(scale_ptr)
     scale_post = tl.load(scale_ptr + 1)
     scale_comb = tl.load(scale_ptr + 2)
-    base_pre = tl.load(base_ptr + cols_p, mask=mask_p, other=0.0)
-    base_post = tl.load(base_ptr + S + cols_p, mask=mask_p, other=0.0)
+    base_pre = tl.load(base_ptr + cols_p)
+    base_post = tl.load(base_ptr + S + cols_p)
     base_comb = tl.load(base_ptr + 2 * S + cols_c)
     pre = _sigmoid(m_pre * r[:, None] * scale_pre + base_pre[None, :]) + hc_eps
     post = 2.0 * _sigmoid(m_post * r[:, None] * scale_post + base_post[None, :])
@@ -89,9 +101,8 @@ def _hc_epilogue(m_pre, m_post, m_comb, sumsq, rows, mask_m, scale_ptr, base_ptr
         comb = comb / (tl.sum(comb, axis=1, keep_dims=True) + hc_eps)
 
     out_p = rows[:, None] * S + cols_p[None, :]
-    mask_out_p = mask_m[:, None] & mask_p[None, :]
-    tl.store(pre_ptr + out_p, pre, mask=mask_out_p)
-    tl.store(post_ptr + out_p, post, mask=mask_out_p)
+    tl.store(pre_ptr + out_p, pre, mask=mask_m[:, None])
+    tl.store(post_ptr + out_p, post, mask=mask_m[:, None])
     tl.store(comb_ptr + rows[:, None] * (S * S) + cols_c[None, :],
              tl.reshape(comb, (BM, S * S)), mask=mask_m[:, None])
 
@@ -99,84 +110,74 @@ def _hc_epilogue(m_pre, m_post, m_comb, sumsq, rows, mask_m, scale_ptr, base_ptr
 @triton.jit
 def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, ws_ptr,
                       N, K, k_per_split, stride_xn, stride_fn, norm_eps, hc_eps,
-                      S: tl.constexpr, SP: tl.constexpr, SINKHORN_ITERS: tl.constexpr,
+                      S: tl.constexpr, C: tl.constexpr, SINKHORN_ITERS: tl.constexpr,
                       SPLIT: tl.constexpr, PRECISION: tl.constexpr, FN_PARTS: tl.constexpr,
                       BM: tl.constexpr, BK: tl.constexpr):
     """Program (m block, split): the K range [split * k_per_split, +k_per_split) of BM tokens.
 
+    One fn tile [BK, C] per K step holds all 2S + S*S projection rows (columns: comb, pre,
+    post, then zero padding to C = 2 S*S), so each step is one dot (FN_PARTS under
+    bf16x3) of N = C: session 17 replaced three dots of N = 16 each (pre and post padded to
+    16) — nine wgmmas of N 16 per step under bf16x3, each waited in turn.
     PRECISION "bf16x3" (bf16 x only): bf16 MMAs over FN_PARTS bf16 terms of fn; otherwise a
     tl.dot input_precision ("tf32x3" on the GPU, "ieee" in the interpreter) on fp32 operands.
     SPLIT == 1: runs the epilogue itself. SPLIT > 1: stores its partial sums to the fp32
-    workspace (SPLIT, N, 2*SP + S*S + 1) = [pre SP | post SP | comb S*S | sumsq] for
-    ``_hc_finalize_kernel`` (split-K, so that decode batches still fill the GPU).
+    workspace (SPLIT, N, C + 1) = [m (C) | sumsq] for ``_hc_finalize_kernel`` (split-K, so
+    that decode batches still fill the GPU).
     """
     split = tl.program_id(1)
     offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
     mask_m = offs_m < N
     rows = tl.where(mask_m, offs_m, 0).to(tl.int64)
     offs_k = tl.arange(0, BK)
-    cols_p = tl.arange(0, SP)  # pre/post rows, padded to SP >= 16 for the dot
-    cols_c = tl.arange(0, S * S)
-    mask_p = cols_p < S
+    cols = tl.arange(0, C)
+    # fn row of column c: comb rows 2S.. for c < S*S, then pre rows 0.., post rows S.., then none
+    c2 = cols - S * S
+    fn_row = tl.where(cols < S * S, 2 * S + cols, c2)
+    live = cols < S * S + 2 * S
     k_begin = split * k_per_split
     x_ptrs = x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
-    f_pre = fn_ptr + tl.where(mask_p, cols_p, 0)[None, :] * stride_fn + k_begin + offs_k[:, None]
-    f_post = (fn_ptr + tl.where(mask_p, cols_p + S, 0)[None, :] * stride_fn + k_begin
+    f_ptrs = (fn_ptr + tl.where(live, fn_row, 0)[None, :] * stride_fn + k_begin
               + offs_k[:, None])
-    f_comb = fn_ptr + (cols_c + 2 * S)[None, :] * stride_fn + k_begin + offs_k[:, None]
 
-    m_pre = tl.zeros((BM, SP), dtype=tl.float32)
-    m_post = tl.zeros((BM, SP), dtype=tl.float32)
-    m_comb = tl.zeros((BM, S * S), dtype=tl.float32)
+    m = tl.zeros((BM, C), dtype=tl.float32)
     sumsq = tl.zeros((BM,), dtype=tl.float32)
     for k0 in range(0, tl.minimum(k_per_split, K - k_begin), BK):
         xt = tl.load(x_ptrs + k0)
         v = xt.to(tl.float32)
         sumsq += tl.sum(v * v, axis=1)
+        f = tl.load(f_ptrs + k0, mask=live[None, :], other=0.0)
         if PRECISION == "bf16x3":
-            m_pre = _dot_fn_parts(xt, tl.load(f_pre + k0), m_pre, FN_PARTS)
-            m_post = _dot_fn_parts(xt, tl.load(f_post + k0), m_post, FN_PARTS)
-            m_comb = _dot_fn_parts(xt, tl.load(f_comb + k0), m_comb, FN_PARTS)
+            m = _dot_fn_parts(xt, f, m, FN_PARTS)
         else:
-            m_pre = tl.dot(v, tl.load(f_pre + k0), m_pre, input_precision=PRECISION)
-            m_post = tl.dot(v, tl.load(f_post + k0), m_post, input_precision=PRECISION)
-            m_comb = tl.dot(v, tl.load(f_comb + k0), m_comb, input_precision=PRECISION)
+            m = tl.dot(v, f, m, input_precision=PRECISION)
 
     if SPLIT == 1:
-        _hc_epilogue(m_pre, m_post, m_comb, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr,
-                     post_ptr, comb_ptr, K, norm_eps, hc_eps, S, SP, SINKHORN_ITERS, BM)
+        _hc_epilogue(m, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr,
+                     K, norm_eps, hc_eps, S, C, SINKHORN_ITERS, BM)
     else:
-        W: tl.constexpr = 2 * SP + S * S + 1
-        ws_rows = ws_ptr + (split * N + rows)[:, None] * W
-        tl.store(ws_rows + cols_p[None, :], m_pre, mask=mask_m[:, None])
-        tl.store(ws_rows + SP + cols_p[None, :], m_post, mask=mask_m[:, None])
-        tl.store(ws_rows + 2 * SP + cols_c[None, :], m_comb, mask=mask_m[:, None])
-        tl.store(ws_ptr + (split * N + rows) * W + 2 * SP + S * S, sumsq, mask=mask_m)
+        ws_rows = ws_ptr + (split * N + rows) * (C + 1)
+        tl.store(ws_rows[:, None] + cols[None, :], m, mask=mask_m[:, None])
+        tl.store(ws_rows + C, sumsq, mask=mask_m)
 
 
 @triton.jit
 def _hc_finalize_kernel(ws_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, N, K,
-                        norm_eps, hc_eps, S: tl.constexpr, SP: tl.constexpr,
+                        norm_eps, hc_eps, S: tl.constexpr, C: tl.constexpr,
                         SINKHORN_ITERS: tl.constexpr, SPLIT: tl.constexpr, BM: tl.constexpr):
     """Sum the SPLIT partials in split order (deterministic), then the epilogue."""
-    W: tl.constexpr = 2 * SP + S * S + 1
     offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
     mask_m = offs_m < N
     rows = tl.where(mask_m, offs_m, 0).to(tl.int64)
-    cols_p = tl.arange(0, SP)
-    cols_c = tl.arange(0, S * S)
-    m_pre = tl.zeros((BM, SP), dtype=tl.float32)
-    m_post = tl.zeros((BM, SP), dtype=tl.float32)
-    m_comb = tl.zeros((BM, S * S), dtype=tl.float32)
+    cols = tl.arange(0, C)
+    m = tl.zeros((BM, C), dtype=tl.float32)
     sumsq = tl.zeros((BM,), dtype=tl.float32)
     for split in tl.static_range(SPLIT):
-        ws_rows = ws_ptr + (split * N + rows)[:, None] * W
-        m_pre += tl.load(ws_rows + cols_p[None, :])
-        m_post += tl.load(ws_rows + SP + cols_p[None, :])
-        m_comb += tl.load(ws_rows + 2 * SP + cols_c[None, :])
-        sumsq += tl.load(ws_ptr + (split * N + rows) * W + 2 * SP + S * S)
-    _hc_epilogue(m_pre, m_post, m_comb, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr,
-                 post_ptr, comb_ptr, K, norm_eps, hc_eps, S, SP, SINKHORN_ITERS, BM)
+        ws_rows = ws_ptr + (split * N + rows) * (C + 1)
+        m += tl.load(ws_rows[:, None] + cols[None, :])
+        sumsq += tl.load(ws_rows + C)
+    _hc_epilogue(m, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, K,
+                 norm_eps, hc_eps, S, C, SINKHORN_ITERS, BM)
 
 
 @triton.jit
@@ -318,12 +319,12 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     split = coeffs_split(num_tokens, num_k, cfg) if split is None else split
     k_blocks_per_split = triton.cdiv(num_k_blocks, split)
     split = triton.cdiv(num_k_blocks, k_blocks_per_split)  # no empty splits
-    sp = max(16, s)
-    ws = (torch.empty((split, num_tokens, 2 * sp + s * s + 1), dtype=torch.float32, device=dev)
+    c = 2 * s * s  # the fused fn tile's columns: comb, pre, post, padding
+    ws = (torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
           if split > 1 else pre)
     scale = scale.to(torch.float32).contiguous()
     base = base.to(torch.float32).contiguous()
-    common = dict(S=s, SP=sp, SINKHORN_ITERS=int(sinkhorn_iters))
+    common = dict(S=s, C=c, SINKHORN_ITERS=int(sinkhorn_iters))
     _hc_coeffs_kernel[(num_m_blocks, split)](
         x2, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
         k_blocks_per_split * cfg["BK"], x2.stride(0), fn.stride(0), float(norm_eps),

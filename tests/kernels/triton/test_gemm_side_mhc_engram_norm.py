@@ -180,6 +180,9 @@ HC_COEFFS_SIGNATURE = {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32"
                        "norm_eps": "fp32", "hc_eps": "fp32"}
 
 
+V41_HC_COLS = 2 * V41_HC * V41_HC  # the coefficients kernel's fused fn tile: comb, pre, post, pad
+
+
 def _hc_coeffs_case(num_tokens: int, precision: str, split: int | None = None) -> dict:
     """``_hc_coeffs_kernel`` as ``hc_coeffs`` launches it for ``num_tokens`` bf16 tokens at V4.1
     (decode: the decode BM + split-K; prefill: the prefill BM, split-K, or split 1 = fused
@@ -190,7 +193,7 @@ def _hc_coeffs_case(num_tokens: int, precision: str, split: int | None = None) -
     return {"id": f"hc_coeffs_s4_d5120_n{num_tokens}_bm{cfg['BM']}_{precision}_split{split}",
             "module": "deepinfer.kernels.triton.mhc", "kernel": "_hc_coeffs_kernel",
             "signature": HC_COEFFS_SIGNATURE,
-            "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": split,
+            "constexprs": {"S": V41_HC, "C": V41_HC_COLS, "SINKHORN_ITERS": 20, "SPLIT": split,
                            "PRECISION": precision, "FN_PARTS": cfg["fn_parts"], "BM": cfg["BM"],
                            "BK": cfg["BK"]},
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"], "no_spill": True,
@@ -213,14 +216,15 @@ def test_sm90_compile(sm90_compile):
          "signature": {"ws_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32",
                        "pre_ptr": "*fp32", "post_ptr": "*fp32", "comb_ptr": "*fp32", "N": "i32",
                        "K": "i32", "norm_eps": "fp32", "hc_eps": "fp32"},
-         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20, "SPLIT": 16, "BM": 16},
+         "constexprs": {"S": V41_HC, "C": V41_HC_COLS, "SINKHORN_ITERS": 20, "SPLIT": 16,
+                        "BM": 16},
          "num_warps": 4, "num_stages": 1},
         {"id": "hc_finalize_s4_prefill", "module": "deepinfer.kernels.triton.mhc",
          "kernel": "_hc_finalize_kernel",
          "signature": {"ws_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32",
                        "pre_ptr": "*fp32", "post_ptr": "*fp32", "comb_ptr": "*fp32", "N": "i32",
                        "K": "i32", "norm_eps": "fp32", "hc_eps": "fp32"},
-         "constexprs": {"S": V41_HC, "SP": 16, "SINKHORN_ITERS": 20,
+         "constexprs": {"S": V41_HC, "C": V41_HC_COLS, "SINKHORN_ITERS": 20,
                         "SPLIT": tri_mhc.coeffs_split(prefill, V41_HC * V41_HIDDEN, pcfg),
                         "BM": pcfg["finalize_BM"]},
          "num_warps": 4, "num_stages": 1},
