@@ -15,7 +15,7 @@ a)
     >"$OUT/prefill.log" 2>&1
   echo "prefill rc=$?"; grep -E "^\| 4096|_hc_coeffs|_w4a16" "$OUT/prefill.log"
   sed -n '/GPU idle/,/^$/p' "$OUT/prefill.log" | head -7
-  timeout 150 python3 bench/decode.py --batches 64 256 --contexts 4096 32768 --no-eager \
+  timeout 150 python3 bench/decode.py --batches 64,256 --contexts 4096,32768 --no-eager \
     --no-profile >"$OUT/decode.log" 2>&1
   echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -E "^\| (64|256) \|" ;;
 esac

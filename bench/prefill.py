@@ -30,6 +30,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -108,6 +109,44 @@ def prefill_profile(llm, length: int, vocab: int) -> dict:
             "idle_before": bc.idle_by_next(ivs, 12)}
 
 
+def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
+    """Host timestamps (ms after ``generate`` began) of one prefill's phases: the engine's
+    inputs, the launch on the worker thread, the forward's check / engram hash / backbone
+    (entered, and left: every kernel enqueued), the result collected, ``generate`` done. Where
+    the GPU waits for the host (the profile's idle gaps) in the host's own terms."""
+    engine, model = llm.engine, llm.loaded.model
+    marks: list[tuple[str, float]] = []
+
+    def mark(obj, name: str, enter: str | None, leave: str | None):
+        fn = getattr(obj, name)
+
+        def wrapped(*a, **k):
+            if enter:
+                marks.append((enter, time.perf_counter()))
+            out = fn(*a, **k)
+            if leave:
+                marks.append((leave, time.perf_counter()))
+            return out
+        setattr(obj, name, wrapped)  # an instance attribute: shadows the method
+        return lambda: delattr(obj, name)
+
+    undo = [mark(engine, "_inputs", "engine inputs", "inputs built"),
+            mark(engine.worker, "_enqueue", "worker thread runs", None),
+            mark(model, "_check", "forward checks", None),
+            mark(model, "_hash_ids", "engram hash", None),
+            mark(model, "_backbone", "backbone enqueue", "backbone enqueued"),
+            mark(engine, "_collect", None, "result collected")]
+    try:
+        prompt = make_prompt(length, vocab, 42)
+        t0 = time.perf_counter()
+        prefill_s(llm, prompt)
+        marks.append(("generate done", time.perf_counter()))
+    finally:
+        for u in undo:
+            u()
+    return [(name, round((t - t0) * 1e3, 3)) for name, t in marks]
+
+
 def run(args, root: Path, progress) -> dict:
     from deepinfer.artifacts.plan_dir import read_plan
     from deepinfer.runtime import LLM
@@ -151,6 +190,11 @@ def run(args, root: Path, progress) -> dict:
         progress(res)
     if not args.no_profile and res["prefill"]:
         res["kernels"] = prefill_profile(llm, res["prefill"][0]["prompt_len"], vocab)
+    if args.host_phases and res["prefill"]:
+        res["host_phases"] = host_phases(llm, res["prefill"][0]["prompt_len"], vocab)
+        print("host phases (ms after generate began):", flush=True)
+        for name, ms in res["host_phases"]:
+            print(f"  {ms:9.3f}  {name}", flush=True)
     if args.sync_sites and res["prefill"]:
         import deepinfer
 
@@ -230,6 +274,8 @@ def main() -> int:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--sync-sites", action="store_true",
                     help="one more prefill under the CUDA sync debug mode: host syncs by site")
+    ap.add_argument("--host-phases", action="store_true",
+                    help="one more prefill with host timestamps of its phases")
     ap.add_argument("--eager-probe-len", type=int, default=None, help="default 512 (CPU: 128)")
     ap.add_argument("--eager-budget-s", type=float, default=60.0)
     ap.add_argument("--report", type=Path, default=None,

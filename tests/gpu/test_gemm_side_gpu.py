@@ -389,7 +389,9 @@ def test_mhc_gpu(num_tokens, precision, monkeypatch):
     from deepinfer.kernels.reference import mhc
     from deepinfer.kernels.triton import mhc as tri_mhc
 
+    # both launches' precision (decode sizes read COEFFS_PRECISION_DECODE)
     monkeypatch.setattr(tri_mhc, "COEFFS_PRECISION", precision)
+    monkeypatch.setattr(tri_mhc, "COEFFS_PRECISION_DECODE", precision)
     assert tri_mhc.coeffs_config(num_tokens)["precision"] == precision
     n, s, d = num_tokens, V41_HC, V41_HIDDEN
     x = torch.randn(n, s, d, device="cuda", dtype=torch.bfloat16)
