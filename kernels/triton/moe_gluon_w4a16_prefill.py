@@ -14,7 +14,8 @@ instructions (its decode, shared by the tile's tokens) and the fp32 accumulator 
 the whole K loop:
 
   * Per 32-bit word of the W4A8 order (row r, group G, quad lane q; ``mxfp4_w4a8_order``):
-    ``DECODE_ONE_MUL`` / ``DECODE_TWO_MUL`` build four bf16x2 registers, the lo values (K =
+    ``EXTRACT`` then ``SCALE_ONE_MUL`` / ``SCALE_TWO_MUL`` build four bf16x2 registers, the lo
+    values (K =
     32 G + 4 q + b) from masks and one multiply / shift, the hi values (K = 32 G + 16 + 4 q +
     b) after the FP8 kernel's rotations; bf16 bits s | e1 e0 m << 6 are value * 2^-126 (e2m1's
     subnormal 0.5 lands on bf16's), then one bf16x2 FMA by 2^(S - 1) (``ONE_MUL``: every scale
@@ -26,10 +27,15 @@ the whole K loop:
     (``gather_tokens``; padding slots are not written: a token only reaches its own
     accumulator column), so
     sum_v A[r, v] B[v, t] is the product. No shuffles (the compile gate checks the PTX).
-  * Both operands by TMA into one STAGES-deep ring: the weight tile [64 WG rows, 64 bytes] (a
-    128-K step) and the token tile as two [BM, 64] bf16 boxes (128-byte swizzle); the next
-    step's operands are decoded while this step's 4 wgmmas (m64 nBM k32 per warpgroup) run.
-    WG warpgroups share one token tile. ``PARTS``: a block runs the loop at N = the parts of
+  * Both operands by TMA, each into its own ring (tokens STAGES deep, weights WEIGHT_STAGES):
+    the weight tile [64 WG rows, 64 bytes] (a 128-K step, carried as int32 words: bytes
+    carried over the loop's back edge cost an unpack and repack each) and the token tile as two
+    [BM, 64] bf16 boxes (128-byte swizzle). Pipelined per 32-K group: while a group's wgmma (m64
+    nBM k32 per warpgroup) runs, the next group's bits are extracted; after the wait they are
+    scaled and issued (session 17, rounds 82-84: no faster than decoding a whole step after the
+    wait, within the runs' noise, in 112 registers instead of 127; the bound at 4K tokens is
+    the token tiles' L2 reads per FLOP, docs/performance.md). WG warpgroups share one token
+    tile. ``PARTS``: a block runs the loop at N = the parts of
     BM (halves or quarters) that hold pairs (each N its own copy of the loop, ``_run_block``;
     3 of 4 quarters as two accumulators, N = BM / 2 + BM / 4, fed by the same registers).
   * Grid: (O / (64 WG) tiles, blocks) with the tiles fastest, so one block's token tile (BM x

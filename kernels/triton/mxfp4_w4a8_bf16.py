@@ -7,10 +7,12 @@ e2m1 nibbles: the "lo" values K = 32 G + 4 q + b (byte b: s e1 e0 m at bits 7, 4
 "hi" values K = 32 G + 16 + 4 q + b (placed for the FP8 kernel's rotations). The PTX turns one
 word into four bf16x2 registers — the lo values of bytes (0, 2), (1, 3), the hi values of bytes
 (0, 2), (1, 3) — as bf16 bits s | e1 e0 m << 6 (value * 2^-126; e2m1's subnormal 0.5 lands on
-bf16's), then multiplies by the scale: one bf16x2 FMA by 2^(S - 1) (``DECODE_ONE_MUL``, every
-scale byte S <= 128) or two (2^126, then 2^(S - 127): ``DECODE_TWO_MUL``); the multiplier comes
-in as an operand (``scale_multiplier``: the kernel builds it once per row and 32-K group, not
-per word). 20 (24) instructions per 8 weights. tests/kernels/triton/test_moe_w4a16_prefill.py
+bf16's) — ``EXTRACT``, integer instructions only —, then multiplies by the scale: one bf16x2
+FMA by 2^(S - 1) (``SCALE_ONE_MUL``, every scale byte S <= 128) or two (2^126, then 2^(S -
+127): ``SCALE_TWO_MUL``); the multiplier comes in as an operand (``scale_multiplier``: the
+kernel builds it once per row and 32-K group, not per word). The kernel extracts a group's
+words while the previous group's wgmmas run and scales them after the wait. 20 (24)
+instructions per 8 weights. tests/kernels/triton/test_moe_w4a16_prefill.py
 emulates both PTX strings (``ptx_subset``) against ``decode_twin`` and the twin against the
 checkpoint's values.
 """
@@ -19,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-# one W4A8-order word ($4) and its scale's bf16x2 multiplier ($5) -> out_a = ($0, $1) = the lo
-# values of bytes (0, 2), (1, 3); out_b = ($2, $3) the hi values of bytes (0, 2), (1, 3).
+# one W4A8-order word -> e, o = the lo values of bytes (0, 2), (1, 3); x, y the hi values of
+# bytes (0, 2), (1, 3), as unscaled bf16x2 bits.
 # lo byte b: s e1 e0 m at bits 7, 4, 3, 2 (e = bytes 0 / 2: x (<< 8 | << 4) — the sum's
 # carries stay below the kept bits —; o = bytes 1 / 3: x | x >> 4), masked to s | e1 e0 m << 6
 _EXTRACT = """
@@ -54,13 +56,13 @@ fma.rn.bf16x2 r0, $8, k, nz; fma.rn.bf16x2 r0, r0, $12, nz;
 fma.rn.bf16x2 r1, $9, k, nz; fma.rn.bf16x2 r1, r1, $12, nz;
 fma.rn.bf16x2 r2, $10, k, nz; fma.rn.bf16x2 r2, r2, $12, nz;
 fma.rn.bf16x2 r3, $11, k, nz; fma.rn.bf16x2 r3, r3, $12, nz;""" + _SPLIT
-# the multiplier's bits per half: 2^(S - 1) = (S + 126) << 7 (``DECODE_ONE_MUL``: S <= 128) or
-# 2^(S - 127) = S << 7 (``DECODE_TWO_MUL``); times 0x00010001: both halves
+# the multiplier's bits per half: 2^(S - 1) = (S + 126) << 7 (``SCALE_ONE_MUL``: S <= 128) or
+# 2^(S - 127) = S << 7 (``SCALE_TWO_MUL``); times 0x00010001: both halves
 ONE_MUL_BIAS = 126
 
 
 def scale_multiplier(scale: int, one_mul: bool) -> int:
-    """The decode PTX's $5 for scale byte ``scale``: the bf16x2 multiplier (both halves), as
+    """The scale PTX's $12 for scale byte ``scale``: the bf16x2 multiplier (both halves), as
     the kernel computes it: (S + 126) * 0x00800080 (one multiply) or S * 0x00800080 (two)."""
     return ((scale + (ONE_MUL_BIAS if one_mul else 0)) * 0x00800080) & 0xFFFFFFFF
 
