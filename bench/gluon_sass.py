@@ -7,9 +7,11 @@ For each of the module's ``aot_cases()`` (or the ids named), compiled with
 backward branch to it) that issues ``HGMMA``s, its instructions, HGMMAs and
 ``WARPGROUP.DEPBAR``s (the waits for them), and how many instructions run between HGMMAs and
 the wait for them (they overlap the tensor cores) against the rest (they do not). Session 16:
-``moe_gluon_w4a16_prefill`` decodes its weights after the wait although the PTX has the decode
+``moe_gluon_w4a16_prefill`` decoded its weights after the wait although the PTX had the decode
 before it; the shipped ``linear_wide`` (BK 64) overlaps about half of its loop
-(docs/performance.md, "What the SASS shows"). A count, not a timing.
+(docs/performance.md, "What the SASS shows"). Session 17 (bench/w4a16_probe.py): more overlap
+did not make that kernel faster — two programs per SM already hide the decode. A count, not a
+timing.
 """
 
 from __future__ import annotations
