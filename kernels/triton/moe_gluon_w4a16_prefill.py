@@ -15,11 +15,11 @@ the whole K loop:
 
   * Per 32-bit word of the W4A8 order (row r, group G, quad lane q; ``mxfp4_w4a8_order``):
     ``EXTRACT`` then ``SCALE_ONE_MUL`` / ``SCALE_TWO_MUL`` build four bf16x2 registers, the lo
-    values (K =
-    32 G + 4 q + b) from masks and one multiply / shift, the hi values (K = 32 G + 16 + 4 q +
-    b) after the FP8 kernel's rotations; bf16 bits s | e1 e0 m << 6 are value * 2^-126 (e2m1's
-    subnormal 0.5 lands on bf16's), then one bf16x2 FMA by 2^(S - 1) (``ONE_MUL``: every scale
-    byte S <= 128, the owner vouching via ``scale_max``) or two (2^126, then 2^(S - 127)).
+    values (K = 32 G + 4 q + b) from masks and one multiply / shift, the hi values (K = 32 G +
+    16 + 4 q + b) after the FP8 kernel's rotations; bf16 bits s | e1 e0 m << 6 are value *
+    2^-126 (e2m1's subnormal 0.5 lands on bf16's), then one bf16x2 FMA by 2^(S - 1)
+    (``ONE_MUL``: every scale byte S <= 128, the owner vouching via ``scale_max``) or two
+    (2^126, then 2^(S - 127)).
     Exact. The PTX and its torch twin live in ``mxfp4_w4a8_bf16``.
   * The decoded registers ARE the wgmma A fragment of one k32 group once K is permuted inside
     each group: the A operand's column v holds K_off(v) = v3 + 2 v0 + 4 v1 + 8 v2 + 16 v4
@@ -35,9 +35,9 @@ the whole K loop:
     scaled and issued (session 17, rounds 82-84: no faster than decoding a whole step after the
     wait, within the runs' noise, in 112 registers instead of 127; the bound at 4K tokens is
     the token tiles' L2 reads per FLOP, docs/performance.md). WG warpgroups share one token
-    tile. ``PARTS``: a block runs the loop at N = the parts of
-    BM (halves or quarters) that hold pairs (each N its own copy of the loop, ``_run_block``;
-    3 of 4 quarters as two accumulators, N = BM / 2 + BM / 4, fed by the same registers).
+    tile. ``PARTS``: a block runs the loop at N = the parts of BM (halves or quarters) that
+    hold pairs (each N its own copy of the loop, ``_run_block``; 3 of 4 quarters as two
+    accumulators, N = BM / 2 + BM / 4, fed by the same registers).
   * Grid: (O / (64 WG) tiles, blocks) with the tiles fastest, so one block's token tile (BM x
     K bf16) comes from HBM once and from L2 for its other tiles; an expert's second block is
     adjacent (its weight tiles hit L2).
@@ -239,7 +239,7 @@ if HAS_GLUON:
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                    STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
                    BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr,
-                   L64: gl.constexpr, PG: gl.constexpr, num_warps: gl.constexpr):
+                   PG: gl.constexpr, num_warps: gl.constexpr):
         """The K loop of one program against the first BN (+ BN2) tokens of its block (the
         rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
         BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
@@ -317,13 +317,13 @@ if HAS_GLUON:
                               block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
                               stride_sn4, stride_om, STAGES: gl.constexpr,
                               WSTAGES: gl.constexpr, BM: gl.constexpr,
-                              ONE_MUL: gl.constexpr, PARTS: gl.constexpr, L64: gl.constexpr,
+                              ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
                               PG: gl.constexpr, num_warps: gl.constexpr):
-        # L64 (``byte_layout``): the shared tile [BO, 64 bytes] in registers; PG
-        # (``group_layout``): one group's bytes [BO, 16]. x_desc / xh_desc / xq_desc: token
-        # boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64]. PARTS (1, 2, 4): a block runs N = the
-        # parts of BM that hold pairs (sorted pairs pad each expert's last block at its end):
-        # 2: BM / 2 or BM; 4: BM / 4, BM / 2, 3 BM / 4 (two accumulators) or BM
+        # PG (``group_layout``): the weight tile's int32 words [BO, 16] in registers. x_desc /
+        # xh_desc / xq_desc: token boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64]. PARTS (1, 2,
+        # 4): a block runs N = the parts of BM that hold pairs (sorted pairs pad each expert's
+        # last block at its end): 2: BM / 2 or BM; 4: BM / 4, BM / 2, 3 BM / 4 (two
+        # accumulators) or BM
         BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup, one token tile
         tile = gl.program_id(0)
         block = gl.program_id(1)
@@ -354,35 +354,35 @@ if HAS_GLUON:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 4, 0,
-                               ONE_MUL, L64, PG, num_warps)
+                               ONE_MUL, PG, num_warps)
                 elif used == 2:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, L64, PG, num_warps)
+                               ONE_MUL, PG, num_warps)
                 elif used == 3:  # BM / 2 + BM / 4 (two accumulators)
                     _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, L64, PG,
+                               stride_om, STAGES, WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, PG,
                                num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
             elif PARTS == 2:
                 if used == 1:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, L64, PG, num_warps)
+                               ONE_MUL, PG, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
             else:
                 _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                            out_ptr, num_pairs, row0, tile * BO, block, num_steps, stride_om,
-                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, L64, PG, num_warps)
+                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
             for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -477,25 +477,16 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts,
-        L64=byte_layout(warpgroups), PG=group_layout(warpgroups), num_warps=4 * warpgroups)
+        PG=group_layout(warpgroups), num_warps=4 * warpgroups)
     return out
 
 
-def byte_layout(warpgroups: int):
-    """The weight tile [64 WG, 64] bytes in registers: bytes i (2 bits), row + 8, group G (2
-    bits) of quad lane q's 16-byte chunk (one ld.shared of 16 B per row); lanes q and g; warps
-    16 rows each. Built here as lists of lists (inside a jit function a literal's inner lists
-    become tuples, and layouts derived from it stop comparing equal: linear_wide's
-    ``operand_layout``)."""
-    return gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]],
-        lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[list(w) for w in warp_rows(warpgroups)], block_bases=[],
-        shape=[64 * warpgroups, 64])
-
-
 def group_layout(warpgroups: int):
-    """One group's bytes [64 WG, 16] (column 4 q + i) as ``byte_layout`` holds them."""
+    """The weight tile's int32 words [64 WG, 16] (word 4 q + G of a row: quad lane q, group G)
+    in registers: a thread's 4 words of rows r and r + 8 (one 16-byte shared load per row),
+    lanes q and g, warps 16 rows each. Built here as lists of lists (inside a jit function a
+    literal's inner lists become tuples, and layouts derived from it stop comparing equal:
+    linear_wide's ``operand_layout``)."""
     return gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [8, 0]],
         lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
@@ -588,7 +579,6 @@ def aot_cases() -> list[dict[str, Any]]:
                       "constexprs": {"STAGES": stages, "WSTAGES": WEIGHT_STAGES, "BM": bm,
                                      "ONE_MUL": one_mul,
                                      "PARTS": parts,
-                                     "L64": {"call": "byte_layout", "args": [wg]},
                                      "PG": {"call": "group_layout", "args": [wg]},
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
