@@ -9,7 +9,8 @@ formats: ``float`` (what the engine's prefill runs: the chunk's window keys and 
 entries as bf16 rows, ``sparse_attention_sink``) and ``records`` (528-B FP8 window records and
 288-B FP4 entries, ``sparse_attention_sink_records``: the decode path's format).
 A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES`` — LAYOUT ``h`` (float rows as contiguous
-channel halves) or ``i`` (interleaved pairs, as before session 5), the module's PREFILL_* constants
+channel halves), ``i`` (interleaved pairs, as before session 5) or ``g`` (float rows on the Gluon
+kernel, ``attention_prefill_gluon``: the numbers are ignored), the module's PREFILL_* constants
 (rows per online-softmax chunk, heads per program, output split across programs, pipeline
 stages). Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups), max |out - out of the
 first variant of the same format| (a tiling change reorders fp32 sums only), the FLOPs (q.k and
@@ -54,13 +55,15 @@ def make_inputs(n: int, device: str, seed: int = 0, compressed_rows: int | None 
     return tuple(t.to(device) for t in (q, window, win_idx, comp, comp_idx, sink))
 
 
-DEFAULT_VARIANTS = ("float:i:64:64:2:2,float:h:64:64:2:1,float:h:32:64:2:2,float:h:32:64:2:1,"
-                    "float:h:16:64:2:2,float:h:16:64:1:2,float:h:32:64:1:2,float:h:64:32:2:1,"
-                    "float:h:32:32:1:2,records:i:64:64:2:2,records:i:32:64:2:2")
+DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:g:64:64:1:2,float:i:64:64:2:2,float:h:64:64:2:1,"
+                    "float:h:32:64:2:2,float:h:32:64:2:1,float:h:16:64:2:2,float:h:16:64:1:2,"
+                    "float:h:64:32:2:1,float:h:32:32:1:2,records:i:64:64:2:2,"
+                    "records:i:32:64:2:2")
 
 
 def set_variant(attention, layout: str, bk: int, bh: int, split: int, stages: int) -> None:
-    attention.FLOAT_HALVES = layout == "h"
+    attention.FLOAT_HALVES = layout in ("h", "g")
+    attention.PREFILL_KERNEL = "gl" if layout == "g" else "triton"
     attention.PREFILL_BLOCK_ROWS, attention.PREFILL_BLOCK_HEADS = bk, bh
     attention.PREFILL_DV_SPLIT, attention.PREFILL_NUM_STAGES = split, stages
 

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels import formats
-from deepinfer.kernels.triton import attention_decode, attn_common
+from deepinfer.kernels.triton import attention_decode, attention_prefill_gluon, attn_common
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
 
 FMT_FLOAT = 0
@@ -71,6 +71,9 @@ DECODE_ROW_SPLITS = 1
 # row split: 0.126 vs 0.379 ms at 64 queries x 4K, 0.225 vs 1.190 ms at 256 x 32K (max abs
 # difference 2e-3: bf16 operands). Float rows and prefill-sized launches stay on v1.
 DECODE_KERNEL = "v2"
+# Prefill-sized launches over bf16 rows on an SM90 GPU: "gl" = attention_prefill_gluon (wgmmas, two
+# warpgroups splitting S's and O's columns, rows gathered by cp.async); "triton" = the kernel below.
+PREFILL_KERNEL = "gl"
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
 NUM_WARPS = 8
@@ -234,6 +237,10 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
     if (DECODE_KERNEL == "v2" and n <= PREFILL_MIN_QUERIES
             and attention_decode.supports(d, fmt_a, fmt_b, has_b)):
         return attention_decode.launch(q, a, ia, b, ib, has_b, sink, softmax_scale, out)
+    if (PREFILL_KERNEL == "gl" and n > PREFILL_MIN_QUERIES and fmt_a == FMT_FLOAT and not has_b
+            and attention_prefill_gluon.accepts(q, a, ia)):
+        return attention_prefill_gluon.sparse_attention_sink_gl(q, a, ia, sink, softmax_scale,
+                                                                out)
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
     nsplit = meta["NSPLIT"]
     assert nsplit & (nsplit - 1) == 0, f"attention: row splits must be a power of two, {nsplit}"

@@ -137,20 +137,43 @@ def test_sparse_attention_records_row_splits(splits, monkeypatch):
             ms, "")
 
 
+@pytest.mark.parametrize("kernel", ["triton", "gl"])  # the prefill launch's two kernels
 @pytest.mark.parametrize("n", [64, 1024])  # 1024: a prefill-sized launch (contiguous halves)
-def test_sparse_attention_bf16_rows(n):
+def test_sparse_attention_bf16_rows(n, kernel, monkeypatch):
     from deepinfer.kernels.triton import attention as tri
 
+    monkeypatch.setattr(tri, "PREFILL_KERNEL", kernel)
     q = torch.randn(n, H, D, device="cuda").to(torch.bfloat16)
     kv = torch.randn(4096, D, device="cuda").to(torch.bfloat16)
     idx = torch.randint(-1, 4096, (n, W + TOPK), device="cuda")
     idx[0] = -1  # no valid row -> exactly 0
+    idx[1, 37:] = -1  # one valid chunk, then whole chunks of -1
+    idx[2, :600] = -1  # valid rows only in the last chunk (part of it)
     sink = torch.randn(H, device="cuda")
     out = tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
     want = ref_attn.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
     assert bool((out[0] == 0).all())
     ms = _time_ms(lambda: tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5))
-    _record(f"sparse_attention_sink bf16 rows N={n}", _rel(out, want), ATTN_TOL, ms)
+    _record(f"sparse_attention_sink bf16 rows N={n} {kernel}", _rel(out, want), ATTN_TOL, ms)
+
+
+@pytest.mark.parametrize("heads,dim,width", [(8, 64, 100), (96, 512, 640), (64, 128, 33)])
+def test_sparse_attention_gl_other_shapes(heads, dim, width):
+    """The Gluon prefill kernel at head counts that are not (or not only) one block of 64
+    (masked rows; a second head block), small heads and a row list that ends mid-chunk, int32
+    row lists, against the reference."""
+    from deepinfer.kernels.triton import attention_prefill_gluon as apg
+
+    n = 300
+    q = torch.randn(n, heads, dim, device="cuda").to(torch.bfloat16)
+    kv = torch.randn(2000, dim, device="cuda").to(torch.bfloat16)
+    idx = torch.randint(-1, 2000, (n, width), device="cuda", dtype=torch.int32)
+    sink = torch.randn(heads, device="cuda")
+    assert apg.accepts(q, kv, idx)
+    out = torch.full_like(q, float("nan"))
+    apg.sparse_attention_sink_gl(q, kv, idx, sink, dim ** -0.5, out)
+    want = ref_attn.sparse_attention_sink(q, kv, idx.long(), sink, dim ** -0.5)
+    _record(f"attention_prefill_gl H={heads} D={dim} K={width}", _rel(out, want), ATTN_TOL, 0.0)
 
 
 def _freq(dev):

@@ -1,0 +1,192 @@
+"""Sparse MQA attention with a per-head sink at prefill sizes, in Gluon (SM90): the
+``sparse_attention_sink`` op (model-spec §2.1, §2.7) over bf16 rows, on wgmmas.
+
+    out[n, h] = sum_j softmax_j(q[n, h] . kv[idx[n, j]] * scale | sink[h]) * kv[idx[n, j]]
+
+(entries idx < 0 are skipped; the sink only adds exp(sink[h]) to the denominator).
+
+Why: the Triton kernel (``attention._sparse_attn_sink_kernel``) ran the 4K prefill's attention
+at ~0.2 of the bf16 rate (13.4 ms of the 4K slice prefill in session 17's round 86a).
+
+A program owns one query and 64 of its heads (the wgmma M side; fewer heads are zero rows).
+Two warpgroups split every tile by columns:
+
+  * q [64, D] goes to shared memory once (cp.async), the A operand of q . k.
+  * The query's row list is walked in chunks of BK = 64 rows. A chunk's rows are gathered by
+    16-byte cp.async into ring slot c % STAGES, STAGES - 1 chunks ahead (rows of idx < 0 and
+    past the list read nothing: zero-filled). K = V: the slot is both operands.
+  * S = q k^T [64, BK]: each warpgroup computes BK / 2 columns over all D channels (no partial
+    sums to exchange). The online softmax runs in base 2 (running max, sum, rescaled fp32
+    accumulator), its row max and sum reduced over both warpgroups.
+  * O += P V [64, D]: each warpgroup owns D / 2 output channels (128 fp32 registers a thread
+    at D = 512) and the whole P [64, BK] (bf16, registers, the wgmma A operand).
+  * The sink is added to the denominator at the end; a query with no valid row gets zeros.
+
+Shared memory at D = 512: q 64 KB + 2 slots x 64 KB (one program per SM). Shapes: q (N, H, D)
+bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx (N, K) int32/int64,
+sink (H,) fp32, out (N, H, D) bf16. Reference: ``reference.attention.sparse_attention_sink``;
+GPU check: tests/gpu/test_attention_side_gpu.py; compile gate:
+tests/kernels/triton/test_attention_prefill_gluon.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+
+HEADS = 64  # heads per program: the wgmma M side
+BK = 64  # rows per chunk (32 S columns per warpgroup)
+STAGES = 2  # chunks in the ring (q + 2 x 64 KB at D = 512)
+NUM_WARPS = 8  # two warpgroups
+_LOG2E = 1.4426950408889634
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier
+
+    @gluon.jit
+    def _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, chunk, num_chunks, k_s, slot,
+                    BK: gl.constexpr, D: gl.constexpr, CP: gl.constexpr):
+        """cp.async of chunk ``chunk``'s rows [BK, D] into ring slot ``slot`` (rows with idx
+        < 0, past the list or past the last chunk read nothing: zero-filled); one commit
+        group per chunk."""
+        r = chunk * BK + gl.arange(0, BK, layout=gl.SliceLayout(1, CP))
+        ok = (r < num_idx) & (chunk < num_chunks)
+        iv = gl.load(idx_row + r, mask=ok, other=-1)
+        ok = ok & (iv >= 0)
+        cols = gl.arange(0, D, layout=gl.SliceLayout(0, CP))
+        rows = gl.where(ok, iv, 0).to(gl.int64) * stride_kv
+        src, m = gl.broadcast(kv_ptr + rows[:, None] + cols[None, :], ok[:, None])
+        async_copy.async_copy_global_to_shared(k_s.index(slot), src, mask=m)
+        async_copy.commit_group()
+
+    @gluon.jit
+    def _attn_prefill_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
+                             stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
+                             num_heads, qk_scale, D: gl.constexpr, BK: gl.constexpr,
+                             STAGES: gl.constexpr, num_warps: gl.constexpr):
+        gl.static_assert(num_warps == 8, "two warpgroups per program")
+        HB: gl.constexpr = 64
+        # S [64, BK] and O [64, D]: warpgroup w holds columns [w N / 2, (w + 1) N / 2)
+        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                         instr_shape=[16, BK // 2, 16])
+        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                         instr_shape=[16, D // 2, 16])
+        LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
+        CP: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])  # 16-byte copies
+        SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                rank=2)
+        n = gl.program_id(0).to(gl.int64)
+        h0 = gl.program_id(1) * HB
+        q_s = gl.allocate_shared_memory(gl.bfloat16, [HB, D], SH)
+        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BK, D], SH)
+
+        hq = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, CP))
+        cq = gl.arange(0, D, layout=gl.SliceLayout(0, CP))
+        q_src, q_ok = gl.broadcast(
+            q_ptr + n * stride_qn + hq.to(gl.int64)[:, None] * stride_qh + cq[None, :],
+            (hq < num_heads)[:, None])
+        async_copy.async_copy_global_to_shared(q_s, q_src, mask=q_ok)  # in chunk 0's group
+        idx_row = idx_ptr + n * stride_in
+        num_chunks = gl.cdiv(num_idx, BK)
+        for c0 in gl.static_range(STAGES - 1):
+            _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, c0, num_chunks, k_s, c0, BK, D, CP)
+
+        m_i = gl.full([HB], float("-inf"), gl.float32, gl.SliceLayout(1, MMA_S))
+        l_i = gl.zeros([HB], gl.float32, gl.SliceLayout(1, MMA_S))
+        acc = gl.zeros([HB, D], gl.float32, MMA_O)
+        for c in range(num_chunks):
+            # every warp is past chunk c - 1 (its wgmmas waited): slot (c - 1) % STAGES is free
+            cta_barrier()
+            _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, c + STAGES - 1, num_chunks, k_s,
+                        (c + STAGES - 1) % STAGES, BK, D, CP)
+            async_copy.wait_group(STAGES - 1)  # chunk c's group (this thread's copies)
+            fence_async_shared()  # ... visible to the wgmmas
+            cta_barrier()  # ... and every thread's
+            kt = k_s.index(c % STAGES)
+            s = warpgroup_mma(q_s, kt.permute((1, 0)), gl.zeros([HB, BK], gl.float32, MMA_S),
+                              is_async=True)
+            cols = c * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, MMA_S))
+            iv = gl.load(idx_row + cols, mask=cols < num_idx, other=-1)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            s = gl.where((iv >= 0)[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_use)
+            p = gl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, MMA_O))[:, None]
+            acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), kt, acc,
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            m_i = m_new
+        async_copy.wait_group(0)
+
+        hs = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_S))
+        sink = gl.load(sink_ptr + hs, mask=hs < num_heads, other=0.0) * 1.4426950408889634
+        m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
+        inv = gl.convert_layout(1.0 / (l_i + gl.exp2(sink - m_use)), gl.SliceLayout(1, MMA_O))
+        ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_O))
+        co = gl.arange(0, D, layout=gl.SliceLayout(0, MMA_O))
+        dst = out_ptr + n * stride_on + ho.to(gl.int64)[:, None] * stride_oh + co[None, :]
+        gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(ho < num_heads)[:, None])
+
+
+def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
+    """bf16 q (N, H, D) and rows (M, D), D a power of two in 64..512, contiguous channels and
+    16-byte aligned rows, on an SM90 GPU with Gluon."""
+    d = q.shape[-1]
+    return (HAS_GLUON and q.is_cuda and q.dtype == torch.bfloat16 and kv.dtype == torch.bfloat16
+            and 64 <= d <= 512 and d & (d - 1) == 0 and kv.shape[-1] == d
+            and q.stride(-1) == 1 and kv.stride(-1) == 1 and kv.stride(0) % 8 == 0
+            and q.stride(1) % 8 == 0 and q.stride(0) % 8 == 0
+            and indices.dtype in (torch.int32, torch.int64)
+            and torch.cuda.get_device_capability(q.device)[0] == 9)
+
+
+def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
+                             sink: torch.Tensor, softmax_scale: float,
+                             out: torch.Tensor) -> torch.Tensor:
+    """``attention.sparse_attention_sink`` on this kernel into ``out`` (N, H, D) bf16 (the
+    caller has checked ``accepts``)."""
+    n, h, d = q.shape
+    if n == 0:
+        return out
+    assert out.dtype == torch.bfloat16 and out.stride(-1) == 1, out.dtype
+    indices = indices if indices.stride(-1) == 1 else indices.contiguous()
+    _attn_prefill_kernel[(n, -(-h // HEADS))](
+        q, q.stride(0), q.stride(1), kv, kv.stride(0), indices, indices.stride(0),
+        indices.shape[-1], sink.float().contiguous(), out, out.stride(0), out.stride(1), h,
+        float(softmax_scale) * _LOG2E, D=d, BK=BK, STAGES=STAGES, num_warps=NUM_WARPS)
+    return out
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    """SM90 compile-gate cases: D = 512 (the released head) and 64 (tiny configs), int64 and
+    int32 row lists."""
+    cases = []
+    for d, idx in ((512, "*i64"), (512, "*i32"), (64, "*i64")):
+        cases.append({
+            "id": f"attn_prefill_gl_d{d}_{idx[1:]}", "gluon": True, "module": __name__,
+            "kernel": "_attn_prefill_kernel",
+            "signature": {"q_ptr": "*bf16", "stride_qn": "i32", "stride_qh": "i32",
+                          "kv_ptr": "*bf16", "stride_kv": "i32", "idx_ptr": idx,
+                          "stride_in": "i32", "num_idx": "i32", "sink_ptr": "*fp32",
+                          "out_ptr": "*bf16", "stride_on": "i32", "stride_oh": "i32",
+                          "num_heads": "i32", "qk_scale": "fp32"},
+            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "num_warps": NUM_WARPS},
+            "num_warps": NUM_WARPS, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
+            "divisible": ["stride_qn", "stride_qh", "stride_kv", "stride_in", "stride_on",
+                          "stride_oh"]})
+    return cases
