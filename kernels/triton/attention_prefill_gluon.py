@@ -41,6 +41,12 @@ HEADS = 64  # heads per program: the wgmma M side
 BK = 64  # rows per chunk (32 S columns per warpgroup)
 STAGES = 2  # chunks in the ring (q + 2 x 64 KB at D = 512)
 NUM_WARPS = 8  # two warpgroups
+# warp-specialized: a loader warpgroup issues the copies (``_attn_prefill_ws_kernel``); False:
+# the math warpgroups issue them between chunks (``_attn_prefill_kernel``)
+WARP_SPECIALIZED = True
+LOADER_THREADS = 128  # the loader warpgroup: one ready arrival per thread and phase
+LOADER_REGS = 80  # its registers (setmaxnreg); the math warpgroups take the rest
+MAXNREG = 168  # the launch's cap: 12 warps in 64K registers
 _LOG2E = 1.4426950408889634
 
 if HAS_GLUON:
@@ -49,11 +55,14 @@ if HAS_GLUON:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
+        mbarrier,
         warpgroup_mma,
         warpgroup_mma_wait,
     )
 
     from deepinfer.kernels.triton.moe_gluon import cta_barrier
+    _LOADER_THREADS = gl.constexpr(LOADER_THREADS)
+    _LOADER_REGS = gl.constexpr(LOADER_REGS)
 
     @gluon.jit
     def _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, chunk, num_chunks, k_s, slot,
@@ -72,6 +81,21 @@ if HAS_GLUON:
         async_copy.commit_group()
 
     @gluon.jit
+    def _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, h0, stride_on, stride_oh, num_heads,
+                   D: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr):
+        """out[n, h0 + i] = O / (sum + exp(sink - max)) in bf16 (zeros for a query with no
+        valid row: O and the sum are 0); heads past num_heads are not stored."""
+        HB: gl.constexpr = 64
+        hs = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_S))
+        sink = gl.load(sink_ptr + hs, mask=hs < num_heads, other=0.0) * 1.4426950408889634
+        m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
+        inv = gl.convert_layout(1.0 / (l_i + gl.exp2(sink - m_use)), gl.SliceLayout(1, MMA_O))
+        ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_O))
+        co = gl.arange(0, D, layout=gl.SliceLayout(0, MMA_O))
+        dst = out_ptr + n * stride_on + ho.to(gl.int64)[:, None] * stride_oh + co[None, :]
+        gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(ho < num_heads)[:, None])
+
+    @gluon.jit
     def _attn_prefill_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
                              stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
                              num_heads, qk_scale, D: gl.constexpr, BK: gl.constexpr,
@@ -84,7 +108,8 @@ if HAS_GLUON:
         MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                          instr_shape=[16, D // 2, 16])
         LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
-        CP: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [8, 1], [1, 0])  # 16-byte copies
+        TC: gl.constexpr = 32 if D >= 256 else D // 8  # lanes along a row: 16-byte copies
+        CP: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [8, 1], [1, 0])
         SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                 rank=2)
         n = gl.program_id(0).to(gl.int64)
@@ -132,15 +157,113 @@ if HAS_GLUON:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             m_i = m_new
         async_copy.wait_group(0)
+        _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, h0, stride_on, stride_oh, num_heads,
+                   D, MMA_S, MMA_O)
 
-        hs = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_S))
-        sink = gl.load(sink_ptr + hs, mask=hs < num_heads, other=0.0) * 1.4426950408889634
-        m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
-        inv = gl.convert_layout(1.0 / (l_i + gl.exp2(sink - m_use)), gl.SliceLayout(1, MMA_O))
-        ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_O))
-        co = gl.arange(0, D, layout=gl.SliceLayout(0, MMA_O))
-        dst = out_ptr + n * stride_on + ho.to(gl.int64)[:, None] * stride_oh + co[None, :]
-        gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(ho < num_heads)[:, None])
+    @gluon.jit
+    def _producer(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_row, num_idx,
+                  num_chunks, num_heads, n, h0, q_s, k_s, q_bar, ready, empty,
+                  D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr):
+        """The loader warpgroup: q, then chunk c's rows into slot c % STAGES once the consumers
+        have freed it; each thread's copies arrive on the slot's ready barrier when they
+        land (128 arrivals a phase). The next chunk's row ids are loaded one chunk ahead."""
+        TC: gl.constexpr = 32 if D >= 256 else D // 8  # lanes along a row: 16-byte copies
+        CP: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [4, 1], [1, 0])
+        HB: gl.constexpr = 64
+        hq = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, CP))
+        cq = gl.arange(0, D, layout=gl.SliceLayout(0, CP))
+        q_src, q_ok = gl.broadcast(
+            q_ptr + n * stride_qn + hq.to(gl.int64)[:, None] * stride_qh + cq[None, :],
+            (hq < num_heads)[:, None])
+        async_copy.async_copy_global_to_shared(q_s, q_src, mask=q_ok)
+        async_copy.mbarrier_arrive(q_bar, increment_count=False)
+        r = gl.arange(0, BK, layout=gl.SliceLayout(1, CP))
+        iv = gl.load(idx_row + r, mask=r < num_idx, other=-1)
+        for c in range(num_chunks):
+            slot = c % STAGES
+            rows = gl.where(iv >= 0, iv, 0).to(gl.int64) * stride_kv
+            ok = iv >= 0
+            rn = (c + 1) * BK + r  # the next chunk's ids, loaded while these copies go
+            iv = gl.load(idx_row + rn, mask=rn < num_idx, other=-1)
+            mbarrier.wait(empty.index(slot), ((c // STAGES) & 1) ^ 1)
+            src, m = gl.broadcast(kv_ptr + rows[:, None] + cq[None, :], ok[:, None])
+            async_copy.async_copy_global_to_shared(k_s.index(slot), src, mask=m)
+            async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+    @gluon.jit
+    def _consumer(q_s, k_s, q_bar, ready, empty, idx_row, num_idx, num_chunks, qk_scale,
+                  D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                  MMA_S: gl.constexpr, MMA_O: gl.constexpr):
+        """The two math warpgroups: per chunk, S = q k^T (each its BK / 2 columns), the online
+        softmax, O += P V (each its D / 2 channels); the slot is freed once P V is waited.
+        Returns (O, running max, running sum)."""
+        HB: gl.constexpr = 64
+        LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
+        m_i = gl.full([HB], float("-inf"), gl.float32, gl.SliceLayout(1, MMA_S))
+        l_i = gl.zeros([HB], gl.float32, gl.SliceLayout(1, MMA_S))
+        acc = gl.zeros([HB, D], gl.float32, MMA_O)
+        mbarrier.wait(q_bar, 0)
+        for c in range(num_chunks):
+            slot = c % STAGES
+            cols = c * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, MMA_S))
+            iv = gl.load(idx_row + cols, mask=cols < num_idx, other=-1)
+            mbarrier.wait(ready.index(slot), (c // STAGES) & 1)
+            fence_async_shared()  # the copies' writes, before the wgmmas read them
+            kt = k_s.index(slot)
+            s = warpgroup_mma(q_s, kt.permute((1, 0)), gl.zeros([HB, BK], gl.float32, MMA_S),
+                              is_async=True)
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+            s = gl.where((iv >= 0)[None, :], s * qk_scale, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = gl.exp2(m_i - m_use)
+            p = gl.exp2(s - m_use[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, MMA_O))[:, None]
+            acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), kt, acc,
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            mbarrier.arrive(empty.index(slot), count=1)
+            m_i = m_new
+        return acc, m_i, l_i
+
+    @gluon.jit
+    def _attn_prefill_ws_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
+                                stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
+                                num_heads, qk_scale, D: gl.constexpr, BK: gl.constexpr,
+                                STAGES: gl.constexpr, num_warps: gl.constexpr):
+        """``_attn_prefill_kernel`` warp-specialized: a loader warpgroup (``_producer``) and
+        the two math warpgroups (``_consumer``, the default partition)."""
+        gl.static_assert(num_warps == 8, "two math warpgroups per program")
+        HB: gl.constexpr = 64
+        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                         instr_shape=[16, BK // 2, 16])
+        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                         instr_shape=[16, D // 2, 16])
+        SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                rank=2)
+        n = gl.program_id(0).to(gl.int64)
+        h0 = gl.program_id(1) * HB
+        q_s = gl.allocate_shared_memory(gl.bfloat16, [HB, D], SH)
+        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BK, D], SH)
+        q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(q_bar, count=_LOADER_THREADS)
+        for b in gl.static_range(STAGES):
+            mbarrier.init(ready.index(b), count=_LOADER_THREADS)
+            mbarrier.init(empty.index(b), count=1)
+        idx_row = idx_ptr + n * stride_in
+        num_chunks = gl.cdiv(num_idx, BK)
+        acc, m_i, l_i = gl.warp_specialize([
+            (_consumer, (q_s, k_s, q_bar, ready, empty, idx_row, num_idx, num_chunks, qk_scale,
+                         D, BK, STAGES, MMA_S, MMA_O)),
+            (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_row, num_idx,
+                         num_chunks, num_heads, n, h0, q_s, k_s, q_bar, ready, empty, D, BK,
+                         STAGES)),
+        ], [4], [_LOADER_REGS])
+        _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, h0, stride_on, stride_oh, num_heads,
+                   D, MMA_S, MMA_O)
 
 
 def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
@@ -164,11 +287,15 @@ def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.T
     if n == 0:
         return out
     assert out.dtype == torch.bfloat16 and out.stride(-1) == 1, out.dtype
+    if WARP_SPECIALIZED and indices.dtype != torch.int32:
+        indices = indices.to(torch.int32)  # the loader's row ids one chunk ahead: 16 registers
     indices = indices if indices.stride(-1) == 1 else indices.contiguous()
-    _attn_prefill_kernel[(n, -(-h // HEADS))](
+    kernel, extra = ((_attn_prefill_ws_kernel, {"maxnreg": MAXNREG}) if WARP_SPECIALIZED
+                     else (_attn_prefill_kernel, {}))
+    kernel[(n, -(-h // HEADS))](
         q, q.stride(0), q.stride(1), kv, kv.stride(0), indices, indices.stride(0),
         indices.shape[-1], sink.float().contiguous(), out, out.stride(0), out.stride(1), h,
-        float(softmax_scale) * _LOG2E, D=d, BK=BK, STAGES=STAGES, num_warps=NUM_WARPS)
+        float(softmax_scale) * _LOG2E, D=d, BK=BK, STAGES=STAGES, num_warps=NUM_WARPS, **extra)
     return out
 
 
@@ -176,10 +303,13 @@ def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases: D = 512 (the released head) and 64 (tiny configs), int64 and
     int32 row lists."""
     cases = []
-    for d, idx in ((512, "*i64"), (512, "*i32"), (64, "*i64")):
+    for d, idx, ws in ((512, "*i32", True), (64, "*i32", True), (128, "*i32", True),
+                       (512, "*i64", False), (64, "*i32", False)):
         cases.append({
-            "id": f"attn_prefill_gl_d{d}_{idx[1:]}", "gluon": True, "module": __name__,
-            "kernel": "_attn_prefill_kernel",
+            "id": f"attn_prefill_gl_d{d}_{idx[1:]}{'_ws' if ws else ''}", "gluon": True,
+            "module": __name__,
+            "kernel": "_attn_prefill_ws_kernel" if ws else "_attn_prefill_kernel",
+            **({"maxnreg": MAXNREG} if ws else {}),
             "signature": {"q_ptr": "*bf16", "stride_qn": "i32", "stride_qh": "i32",
                           "kv_ptr": "*bf16", "stride_kv": "i32", "idx_ptr": idx,
                           "stride_in": "i32", "num_idx": "i32", "sink_ptr": "*fp32",
