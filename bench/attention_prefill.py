@@ -12,10 +12,11 @@ A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES`` — LAYOUT ``h`` (float rows a
 channel halves), ``i`` (interleaved pairs, as before session 5) or ``g`` / ``n`` (float rows on
 the Gluon kernel, ``attention_prefill_gluon``, warp-specialized or not: the numbers are
 ignored), the module's PREFILL_* constants (rows per online-softmax chunk, heads per program,
-output split across programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups), max |out - out of the
-first variant of the same format| (a tiling change reorders fp32 sums only), the FLOPs (q.k and
-p.v, 2 x N x H x rows x D each) and the fraction of the bf16 ceiling measured in the same run. A
-measurement for choosing the prefill config, not a test.
+output split across programs, pipeline stages). Per variant: the median ms (CUDA events, 20
+runs after 3 warm-ups), max |out - out of the first variant of the same format| (a tiling
+change reorders fp32 sums only), the FLOPs (q.k and p.v, 2 x N x H x rows x D each) and the
+fraction of the bf16 ceiling measured in the same run. A measurement for choosing the prefill
+config, not a test.
 """
 
 from __future__ import annotations
