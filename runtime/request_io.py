@@ -145,7 +145,9 @@ def _token_ids(value: Any, vocab_size: int) -> tuple[int, ...]:
         raise RequestError("field 'prompt_token_ids' must be a list of integers")
     if not value:
         raise RequestError("field 'prompt_token_ids' is empty")
-    for i, t in enumerate(value):
+    if set(map(type, value)) == {int} and min(value) >= 0 and max(value) < vocab_size:
+        return tuple(value)  # plain ints in range, checked at C speed (a 4K prompt: ~0.1 ms)
+    for i, t in enumerate(value):  # find the first bad id for the message
         if isinstance(t, bool) or not isinstance(t, int):
             raise RequestError(f"prompt_token_ids[{i}] = {t!r} is not an integer")
         if not 0 <= t < vocab_size:
