@@ -51,6 +51,8 @@ MAXNREG = 168  # the launch's cap: 12 warps in 64K registers
 # one program per SM walking the (query, head block) items (the loader fetches the next item's q
 # and rows while the math warpgroups finish an item); False: one program per item
 PERSISTENT = True
+# bench only (wrong values): 1 = the warp-specialized kernel without row loads, 2 = without wgmmas
+PROBE = 0
 _LOG2E = 1.4426950408889634
 
 if HAS_GLUON:
@@ -171,10 +173,12 @@ if HAS_GLUON:
         return gl.load(idx_row + r, mask=r < num_idx, other=-1)
 
     @gluon.jit
-    def _copy_slice(dst, base_ptr, row_stride, ids, cols, CP: gl.constexpr):
+    def _copy_slice(dst, base_ptr, row_stride, ids, cols, CP: gl.constexpr,
+                    LOAD: gl.constexpr = True):
         """cp.async of 16 rows (base_ptr + ids * row_stride; ids < 0 read nothing: zeros)
-        into dst [16, D]: 16 rows at a time keep the loader's addresses in registers."""
-        ok = ids >= 0
+        into dst [16, D]: 16 rows at a time keep the loader's addresses in registers.
+        LOAD False (a timing probe): every row reads nothing."""
+        ok = (ids >= 0) if LOAD else (ids < -1)
         rows = gl.where(ok, ids, 0).to(gl.int64) * row_stride
         src, m = gl.broadcast(base_ptr + rows[:, None] + cols[None, :], ok[:, None])
         async_copy.async_copy_global_to_shared(dst, src, mask=m)
@@ -183,7 +187,7 @@ if HAS_GLUON:
     def _producer(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in, num_idx,
                   num_items, num_heads, q_s, k_s, q_ready, q_empty, ready, empty,
                   D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                  HBLK: gl.constexpr):
+                  HBLK: gl.constexpr, PROBE: gl.constexpr):
         """The loader warpgroup, over this program's work items (query n, head block): q once
         the consumers are past the previous item's last q . k, then chunk after chunk into
         the ring (global chunk count g: slot g % STAGES) once the consumers have freed the
@@ -219,10 +223,14 @@ if HAS_GLUON:
                 nv3 = _slice_ids(idx_row, num_idx, r0 + 48, CP)
                 mbarrier.wait(empty.index(slot), ((g // STAGES) & 1) ^ 1)
                 kt = k_s.index(slot)
-                _copy_slice(kt.slice(0, 16, dim=0), kv_ptr, stride_kv, iv0, cols, CP)
-                _copy_slice(kt.slice(16, 16, dim=0), kv_ptr, stride_kv, iv1, cols, CP)
-                _copy_slice(kt.slice(32, 16, dim=0), kv_ptr, stride_kv, iv2, cols, CP)
-                _copy_slice(kt.slice(48, 16, dim=0), kv_ptr, stride_kv, iv3, cols, CP)
+                _copy_slice(kt.slice(0, 16, dim=0), kv_ptr, stride_kv, iv0, cols, CP,
+                            PROBE != 1)
+                _copy_slice(kt.slice(16, 16, dim=0), kv_ptr, stride_kv, iv1, cols, CP,
+                            PROBE != 1)
+                _copy_slice(kt.slice(32, 16, dim=0), kv_ptr, stride_kv, iv2, cols, CP,
+                            PROBE != 1)
+                _copy_slice(kt.slice(48, 16, dim=0), kv_ptr, stride_kv, iv3, cols, CP,
+                            PROBE != 1)
                 async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
                 iv0, iv1, iv2, iv3 = nv0, nv1, nv2, nv3
                 g += 1
@@ -232,7 +240,8 @@ if HAS_GLUON:
     def _consumer(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
                   num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale,
                   D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                  HBLK: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr):
+                  HBLK: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr,
+                  PROBE: gl.constexpr):
         """The two math warpgroups, over the same work items: per chunk, S = q k^T (each its
         BK / 2 columns), the online softmax, O += P V (each its D / 2 channels); the slot is
         freed once P V is waited, q once the item's last q . k is; then the item's output
@@ -256,9 +265,10 @@ if HAS_GLUON:
                 mbarrier.wait(ready.index(slot), (g // STAGES) & 1)
                 fence_async_shared()  # the copies' writes, before the wgmmas read them
                 kt = k_s.index(slot)
-                s = warpgroup_mma(q_s, kt.permute((1, 0)),
-                                  gl.zeros([HB, BK], gl.float32, MMA_S), is_async=True)
-                s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
+                s = gl.zeros([HB, BK], gl.float32, MMA_S)
+                if PROBE != 2:
+                    s = warpgroup_mma(q_s, kt.permute((1, 0)), s, is_async=True)
+                    s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
                 if c == num_chunks - 1:  # both warpgroups' q . k done: q may be refilled
                     cta_barrier()
                     mbarrier.arrive(q_empty, count=1)
@@ -269,9 +279,10 @@ if HAS_GLUON:
                 p = gl.exp2(s - m_use[:, None])
                 l_i = l_i * alpha + gl.sum(p, axis=1)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, MMA_O))[:, None]
-                acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), kt, acc,
-                                    is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+                if PROBE != 2:
+                    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), kt, acc,
+                                        is_async=True)
+                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
                 cta_barrier()  # both warpgroups' p . v done: the slot may be refilled
                 mbarrier.arrive(empty.index(slot), count=1)
                 m_i = m_new
@@ -285,11 +296,12 @@ if HAS_GLUON:
                                 stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
                                 num_heads, qk_scale, num_items, D: gl.constexpr,
                                 BK: gl.constexpr, STAGES: gl.constexpr, HBLK: gl.constexpr,
-                                num_warps: gl.constexpr):
+                                num_warps: gl.constexpr, PROBE: gl.constexpr = 0):
         """``_attn_prefill_kernel`` warp-specialized and persistent: a loader warpgroup
         (``_producer``) and the two math warpgroups (``_consumer``, the default partition)
         walk work items program_id, + num_programs, ... of the N x HBLK (query, head block)
-        items; one item per program when the grid has them all. num_idx > 0."""
+        items; one item per program when the grid has them all. num_idx > 0. PROBE (timing
+        only, wrong values): 1 = no row loads (zero-filled slots), 2 = no wgmmas."""
         gl.static_assert(num_warps == 8, "two math warpgroups per program")
         HB: gl.constexpr = 64
         MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
@@ -312,10 +324,10 @@ if HAS_GLUON:
         gl.warp_specialize([
             (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
                          num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads,
-                         qk_scale, D, BK, STAGES, HBLK, MMA_S, MMA_O)),
+                         qk_scale, D, BK, STAGES, HBLK, MMA_S, MMA_O, PROBE)),
             (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in,
                          num_idx, num_items, num_heads, q_s, k_s, q_ready, q_empty, ready,
-                         empty, D, BK, STAGES, HBLK)),
+                         empty, D, BK, STAGES, HBLK, PROBE)),
         ], [4], [_LOADER_REGS])
 
 
@@ -355,7 +367,7 @@ def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.T
     items = n * hblk
     programs = items if not PERSISTENT else min(items, _sm_count(q.device))
     _attn_prefill_ws_kernel[(programs, )](*args, items, D=d, BK=BK, STAGES=STAGES, HBLK=hblk,
-                                          num_warps=NUM_WARPS, maxnreg=MAXNREG)
+                                          num_warps=NUM_WARPS, maxnreg=MAXNREG, PROBE=PROBE)
     return out
 
 
