@@ -51,6 +51,10 @@ MAXNREG = 168  # the launch's cap: 12 warps in 64K registers
 # one program per SM walking the (query, head block) items (the loader fetches the next item's q
 # and rows while the math warpgroups finish an item); False: one program per item
 PERSISTENT = True
+# each math warpgroup a partition with the whole S and half of O (no barrier between the two;
+# q . k computed twice); False: both in one partition splitting S's and O's columns
+SPLIT_O = False
+MATH_REGS = 208  # the second math partition's registers (SPLIT_O; the default takes the rest)
 # bench only (wrong values): 1 = the warp-specialized kernel without row loads, 2 = without wgmmas
 PROBE = 0
 _LOG2E = 1.4426950408889634
@@ -69,6 +73,7 @@ if HAS_GLUON:
     from deepinfer.kernels.triton.moe_gluon import cta_barrier
     _LOADER_THREADS = gl.constexpr(LOADER_THREADS)
     _LOADER_REGS = gl.constexpr(LOADER_REGS)
+    _MATH_REGS = gl.constexpr(MATH_REGS)
 
     @gluon.jit
     def _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, chunk, num_chunks, k_s, slot,
@@ -88,16 +93,17 @@ if HAS_GLUON:
 
     @gluon.jit
     def _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, h0, stride_on, stride_oh, num_heads,
-                   D: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr):
-        """out[n, h0 + i] = O / (sum + exp(sink - max)) in bf16 (zeros for a query with no
-        valid row: O and the sum are 0); heads past num_heads are not stored."""
+                   D: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr,
+                   C0: gl.constexpr = 0):
+        """out[n, h0 + i, C0 : C0 + D] = O / (sum + exp(sink - max)) in bf16 (zeros for a query
+        with no valid row: O and the sum are 0); heads past num_heads are not stored."""
         HB: gl.constexpr = 64
         hs = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_S))
         sink = gl.load(sink_ptr + hs, mask=hs < num_heads, other=0.0) * 1.4426950408889634
         m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
         inv = gl.convert_layout(1.0 / (l_i + gl.exp2(sink - m_use)), gl.SliceLayout(1, MMA_O))
         ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_O))
-        co = gl.arange(0, D, layout=gl.SliceLayout(0, MMA_O))
+        co = C0 + gl.arange(0, D, layout=gl.SliceLayout(0, MMA_O))
         dst = out_ptr + n * stride_on + ho.to(gl.int64)[:, None] * stride_oh + co[None, :]
         gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(ho < num_heads)[:, None])
 
@@ -193,7 +199,8 @@ if HAS_GLUON:
         the ring (global chunk count g: slot g % STAGES) once the consumers have freed the
         slot, 16 rows at a time. Each thread's copies arrive on the barrier when they land
         (128 arrivals a phase). The next chunk's row ids are loaded one chunk ahead."""
-        gl.static_assert(BK == 64, "four slices of 16 rows a chunk")
+        gl.static_assert(BK == 64 or BK == 32, "four (two) slices of 16 rows a chunk")
+        NI2: gl.constexpr = 1 if BK == 64 else 0  # slices 2 and 3 only at BK 64
         TC: gl.constexpr = 32 if D >= 256 else D // 8  # lanes along a row: 16-byte copies
         CP: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [4, 1], [1, 0])
         num_chunks = gl.cdiv(num_idx, BK)
@@ -206,8 +213,8 @@ if HAS_GLUON:
             idx_row = idx_ptr + n * stride_in
             iv0 = _slice_ids(idx_row, num_idx, 0, CP)
             iv1 = _slice_ids(idx_row, num_idx, 16, CP)
-            iv2 = _slice_ids(idx_row, num_idx, 32, CP)
-            iv3 = _slice_ids(idx_row, num_idx, 48, CP)
+            iv2 = _slice_ids(idx_row, num_idx * NI2, 32, CP)
+            iv3 = _slice_ids(idx_row, num_idx * NI2, 48, CP)
             mbarrier.wait(q_empty, (it & 1) ^ 1)
             for i in gl.static_range(4):  # q's heads h0 + 16 i .. (past num_heads: zeros)
                 hq = h0 + 16 * i + gl.arange(0, 16, layout=gl.SliceLayout(1, CP))
@@ -219,18 +226,19 @@ if HAS_GLUON:
                 r0 = (c + 1) * BK  # the next chunk's ids, loaded while these copies go
                 nv0 = _slice_ids(idx_row, num_idx, r0, CP)
                 nv1 = _slice_ids(idx_row, num_idx, r0 + 16, CP)
-                nv2 = _slice_ids(idx_row, num_idx, r0 + 32, CP)
-                nv3 = _slice_ids(idx_row, num_idx, r0 + 48, CP)
+                nv2 = _slice_ids(idx_row, num_idx * NI2, r0 + 32, CP)
+                nv3 = _slice_ids(idx_row, num_idx * NI2, r0 + 48, CP)
                 mbarrier.wait(empty.index(slot), ((g // STAGES) & 1) ^ 1)
                 kt = k_s.index(slot)
                 _copy_slice(kt.slice(0, 16, dim=0), kv_ptr, stride_kv, iv0, cols, CP,
                             PROBE != 1)
                 _copy_slice(kt.slice(16, 16, dim=0), kv_ptr, stride_kv, iv1, cols, CP,
                             PROBE != 1)
-                _copy_slice(kt.slice(32, 16, dim=0), kv_ptr, stride_kv, iv2, cols, CP,
-                            PROBE != 1)
-                _copy_slice(kt.slice(48, 16, dim=0), kv_ptr, stride_kv, iv3, cols, CP,
-                            PROBE != 1)
+                if BK == 64:
+                    _copy_slice(kt.slice(32, 16, dim=0), kv_ptr, stride_kv, iv2, cols, CP,
+                                PROBE != 1)
+                    _copy_slice(kt.slice(48, 16, dim=0), kv_ptr, stride_kv, iv3, cols, CP,
+                                PROBE != 1)
                 async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
                 iv0, iv1, iv2, iv3 = nv0, nv1, nv2, nv3
                 g += 1
@@ -240,13 +248,18 @@ if HAS_GLUON:
     def _consumer(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
                   num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale,
                   D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                  HBLK: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr,
-                  PROBE: gl.constexpr):
-        """The two math warpgroups, over the same work items: per chunk, S = q k^T (each its
-        BK / 2 columns), the online softmax, O += P V (each its D / 2 channels); the slot is
-        freed once P V is waited, q once the item's last q . k is; then the item's output
-        (while the loader already fetches the next item)."""
+                  HBLK: gl.constexpr, WN: gl.constexpr, PROBE: gl.constexpr,
+                  DV: gl.constexpr, C0: gl.constexpr):
+        """Math warpgroups over the same work items: per chunk, S = q k^T, the online softmax,
+        O[:, C0 : C0 + DV] += P V[:, C0 : C0 + DV]; the slot is freed once P V is waited, q
+        once the item's last q . k is; then the item's output (while the loader already
+        fetches the next item). WN = 2: two warpgroups in one partition (MMA layouts [4, 2]:
+        each BK / 2 columns of S and DV / 2 of O); 1: one (a partition per half of O)."""
         HB: gl.constexpr = 64
+        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
+                                                         instr_shape=[16, BK // WN, 16])
+        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
+                                                         instr_shape=[16, DV // WN, 16])
         LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
         num_chunks = gl.cdiv(num_idx, BK)
         g = 0
@@ -256,7 +269,7 @@ if HAS_GLUON:
             idx_row = idx_ptr + n * stride_in
             m_i = gl.full([HB], float("-inf"), gl.float32, gl.SliceLayout(1, MMA_S))
             l_i = gl.zeros([HB], gl.float32, gl.SliceLayout(1, MMA_S))
-            acc = gl.zeros([HB, D], gl.float32, MMA_O)
+            acc = gl.zeros([HB, DV], gl.float32, MMA_O)
             mbarrier.wait(q_ready, it & 1)
             for c in range(num_chunks):
                 slot = g % STAGES
@@ -269,7 +282,7 @@ if HAS_GLUON:
                 if PROBE != 2:
                     s = warpgroup_mma(q_s, kt.permute((1, 0)), s, is_async=True)
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                if c == num_chunks - 1:  # both warpgroups' q . k done: q may be refilled
+                if c == num_chunks - 1:  # the partition's q . k done: q may be refilled
                     cta_barrier()
                     mbarrier.arrive(q_empty, count=1)
                 s = gl.where((iv >= 0)[None, :], s * qk_scale, float("-inf"))
@@ -280,34 +293,48 @@ if HAS_GLUON:
                 l_i = l_i * alpha + gl.sum(p, axis=1)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, MMA_O))[:, None]
                 if PROBE != 2:
-                    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), kt, acc,
-                                        is_async=True)
+                    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP),
+                                        kt.slice(C0, DV, dim=1), acc, is_async=True)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                cta_barrier()  # both warpgroups' p . v done: the slot may be refilled
+                cta_barrier()  # the partition's p . v done: the slot may be refilled
                 mbarrier.arrive(empty.index(slot), count=1)
                 m_i = m_new
                 g += 1
             _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, (item % HBLK) * HB, stride_on,
-                       stride_oh, num_heads, D, MMA_S, MMA_O)
+                       stride_oh, num_heads, DV, MMA_S, MMA_O, C0)
             it += 1
+
+    @gluon.jit
+    def _consumer_hi(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
+                     num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale,
+                     D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                     HBLK: gl.constexpr, PROBE: gl.constexpr):
+        """``_consumer`` on the upper half of O as a worker partition of its own (triton 3.7
+        takes a function once per ``warp_specialize`` and only kernel constexprs as a
+        worker's)."""
+        _consumer(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
+                  num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D,
+                  BK, STAGES, HBLK, 1, PROBE, D // 2, D // 2)
 
     @gluon.jit
     def _attn_prefill_ws_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
                                 stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
                                 num_heads, qk_scale, num_items, D: gl.constexpr,
                                 BK: gl.constexpr, STAGES: gl.constexpr, HBLK: gl.constexpr,
-                                num_warps: gl.constexpr, PROBE: gl.constexpr = 0):
+                                SPLIT_O: gl.constexpr, num_warps: gl.constexpr,
+                                PROBE: gl.constexpr = 0):
         """``_attn_prefill_kernel`` warp-specialized and persistent: a loader warpgroup
-        (``_producer``) and the two math warpgroups (``_consumer``, the default partition)
-        walk work items program_id, + num_programs, ... of the N x HBLK (query, head block)
-        items; one item per program when the grid has them all. num_idx > 0. PROBE (timing
+        (``_producer``) and two math warpgroups (``_consumer``) walk work items program_id,
+        + num_programs, ... of the N x HBLK (query, head block) items; one item per program
+        when the grid has them all. SPLIT_O: each math warpgroup a partition of its own with
+        the whole S (q . k computed twice) and half of O — no barrier between them, one's
+        softmax runs while the other's wgmmas do (num_warps 4); else both in the default
+        partition splitting S's and O's columns (num_warps 8). num_idx > 0. PROBE (timing
         only, wrong values): 1 = no row loads (zero-filled slots), 2 = no wgmmas."""
-        gl.static_assert(num_warps == 8, "two math warpgroups per program")
         HB: gl.constexpr = 64
-        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                         instr_shape=[16, BK // 2, 16])
-        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                         instr_shape=[16, D // 2, 16])
+        WN: gl.constexpr = 1 if SPLIT_O else 2  # math warpgroups along the MMA tiles' N
+        gl.static_assert(num_warps == 4 * WN, "one math warpgroup a partition, or both")
+        DV: gl.constexpr = D // 2 if SPLIT_O else D
         SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                 rank=2)
         q_s = gl.allocate_shared_memory(gl.bfloat16, [HB, D], SH)
@@ -316,20 +343,33 @@ if HAS_GLUON:
         q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        MATH: gl.constexpr = 2 if SPLIT_O else 1  # math partitions: arrivals freeing a slot
         mbarrier.init(q_ready, count=_LOADER_THREADS)
-        mbarrier.init(q_empty, count=1)
+        mbarrier.init(q_empty, count=MATH)
         for b in gl.static_range(STAGES):
             mbarrier.init(ready.index(b), count=_LOADER_THREADS)
-            mbarrier.init(empty.index(b), count=1)
-        gl.warp_specialize([
-            (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
-                         num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads,
-                         qk_scale, D, BK, STAGES, HBLK, MMA_S, MMA_O, PROBE)),
-            (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in,
-                         num_idx, num_items, num_heads, q_s, k_s, q_ready, q_empty, ready,
-                         empty, D, BK, STAGES, HBLK, PROBE)),
-        ], [4], [_LOADER_REGS])
-
+            mbarrier.init(empty.index(b), count=MATH)
+        if SPLIT_O:
+            gl.warp_specialize([
+                (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in,
+                             num_idx, num_items, sink_ptr, out_ptr, stride_on, stride_oh,
+                             num_heads, qk_scale, D, BK, STAGES, HBLK, WN, PROBE, DV, 0)),
+                (_consumer_hi, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr,
+                                stride_in, num_idx, num_items, sink_ptr, out_ptr, stride_on,
+                                stride_oh, num_heads, qk_scale, D, BK, STAGES, HBLK, PROBE)),
+                (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
+                             stride_in, num_idx, num_items, num_heads, q_s, k_s, q_ready,
+                             q_empty, ready, empty, D, BK, STAGES, HBLK, PROBE)),
+            ], [4, 4], [_MATH_REGS, _LOADER_REGS])
+        else:
+            gl.warp_specialize([
+                (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in,
+                             num_idx, num_items, sink_ptr, out_ptr, stride_on, stride_oh,
+                             num_heads, qk_scale, D, BK, STAGES, HBLK, WN, PROBE, DV, 0)),
+                (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
+                             stride_in, num_idx, num_items, num_heads, q_s, k_s, q_ready,
+                             q_empty, ready, empty, D, BK, STAGES, HBLK, PROBE)),
+            ], [4], [_LOADER_REGS])
 
 def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
     """bf16 q (N, H, D) and rows (M, D), D a power of two in 64..512, contiguous channels and
@@ -367,7 +407,8 @@ def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.T
     items = n * hblk
     programs = items if not PERSISTENT else min(items, _sm_count(q.device))
     _attn_prefill_ws_kernel[(programs, )](*args, items, D=d, BK=BK, STAGES=STAGES, HBLK=hblk,
-                                          num_warps=NUM_WARPS, maxnreg=MAXNREG, PROBE=PROBE)
+                                          SPLIT_O=SPLIT_O, num_warps=4 if SPLIT_O else 8,
+                                          maxnreg=MAXNREG, PROBE=PROBE)
     return out
 
 
@@ -377,13 +418,23 @@ def _sm_count(device: torch.device) -> int:
 
 
 def aot_cases() -> list[dict[str, Any]]:
-    """SM90 compile-gate cases: D = 512 (the released head) and 64 (tiny configs), int64 and
-    int32 row lists."""
+    """SM90 compile-gate cases: D = 512 (the released head), 64 and 128 (tiny configs); the
+    warp-specialized kernel (int32 row lists) with O split over two math partitions or S and O
+    split inside one, and the plain kernel (int64 / int32 row lists)."""
     cases = []
-    for d, idx, ws in ((512, "*i32", True), (64, "*i32", True), (128, "*i32", True),
-                       (512, "*i64", False), (64, "*i32", False)):
+    import triton
+
+    # SPLIT_O's second math partition does not build under triton 3.7's warp_specialize
+    split_ok = tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7)
+    for d, idx, ws, split in ((512, "*i32", True, True), (512, "*i32", True, False),
+                              (64, "*i32", True, True), (128, "*i32", True, True),
+                              (512, "*i64", False, False), (64, "*i32", False, False)):
+        if split and not split_ok:
+            continue
+        warps = 4 if ws and split else NUM_WARPS
         cases.append({
-            "id": f"attn_prefill_gl_d{d}_{idx[1:]}{'_ws' if ws else ''}", "gluon": True,
+            "id": f"attn_prefill_gl_d{d}_{idx[1:]}{'_ws' if ws else ''}"
+                  f"{'_split' if ws and split else ''}", "gluon": True,
             "module": __name__,
             "kernel": "_attn_prefill_ws_kernel" if ws else "_attn_prefill_kernel",
             # the loader keeps a few loop-invariant smem offsets in local memory (L1)
@@ -394,9 +445,9 @@ def aot_cases() -> list[dict[str, Any]]:
                           "out_ptr": "*bf16", "stride_on": "i32", "stride_oh": "i32",
                           "num_heads": "i32", "qk_scale": "fp32",
                           **({"num_items": "i32"} if ws else {})},
-            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "num_warps": NUM_WARPS,
-                           **({"HBLK": 1} if ws else {})},
-            "num_warps": NUM_WARPS, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
+            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "num_warps": warps,
+                           **({"HBLK": 1, "SPLIT_O": split} if ws else {})},
+            "num_warps": warps, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
             "divisible": ["stride_qn", "stride_qh", "stride_kv", "stride_in", "stride_on",
                           "stride_oh"]})
     return cases
