@@ -422,15 +422,9 @@ def aot_cases() -> list[dict[str, Any]]:
     warp-specialized kernel (int32 row lists) with O split over two math partitions or S and O
     split inside one, and the plain kernel (int64 / int32 row lists)."""
     cases = []
-    import triton
-
-    # SPLIT_O's second math partition does not build under triton 3.7's warp_specialize
-    split_ok = tuple(int(v) for v in triton.__version__.split(".")[:2]) < (3, 7)
     for d, idx, ws, split in ((512, "*i32", True, True), (512, "*i32", True, False),
                               (64, "*i32", True, True), (128, "*i32", True, True),
                               (512, "*i64", False, False), (64, "*i32", False, False)):
-        if split and not split_ok:
-            continue
         warps = 4 if ws and split else NUM_WARPS
         cases.append({
             "id": f"attn_prefill_gl_d{d}_{idx[1:]}{'_ws' if ws else ''}"
@@ -446,7 +440,7 @@ def aot_cases() -> list[dict[str, Any]]:
                           "num_heads": "i32", "qk_scale": "fp32",
                           **({"num_items": "i32"} if ws else {})},
             "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "num_warps": warps,
-                           **({"HBLK": 1, "SPLIT_O": split} if ws else {})},
+                           **({"HBLK": 1, "SPLIT_O": split, "PROBE": 0} if ws else {})},
             "num_warps": warps, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
             "divisible": ["stride_qn", "stride_qh", "stride_kv", "stride_in", "stride_on",
                           "stride_oh"]})
