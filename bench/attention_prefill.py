@@ -9,12 +9,10 @@ formats: ``float`` (what the engine's prefill runs: the chunk's window keys and 
 entries as bf16 rows, ``sparse_attention_sink``) and ``records`` (528-B FP8 window records and
 288-B FP4 entries, ``sparse_attention_sink_records``: the decode path's format).
 A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES``. LAYOUT: ``h`` (float rows as contiguous
-channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` / ``n`` (float
-rows on the Gluon kernel ``attention_prefill_gluon``: warp-specialized and persistent, only
-warp-specialized, neither; ``s``: ``g`` with each math warpgroup a partition holding the whole
-S and half of O (``SPLIT_O``); ``x`` / ``y``: ``g`` without row loads / without wgmmas, timing
-probes with wrong values; BK and STAGES are its rows per chunk and ring slots, BH and SPLIT are
-ignored). The numbers set the Triton kernel's
+channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` (float
+rows on the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item;
+``x`` / ``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; BK
+and STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the Triton kernel's
 PREFILL_* constants (rows per online-softmax chunk, heads per program, output split across
 programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups),
 max |out - out of the first variant of the same format| (a tiling change reorders fp32 sums
@@ -68,12 +66,10 @@ DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:g:64:64:1:2,float:i:64:64:2:2,float
 def set_variant(attention, layout: str, bk: int, bh: int, split: int, stages: int) -> None:
     from deepinfer.kernels.triton import attention_prefill_gluon
 
-    gluon = ("g", "s", "q", "n", "x", "y")
+    gluon = ("g", "q", "x", "y")
     attention.FLOAT_HALVES = layout in ("h", *gluon)
     attention.PREFILL_KERNEL = "gl" if layout in gluon else "triton"
-    attention_prefill_gluon.WARP_SPECIALIZED = layout in ("g", "s", "q", "x", "y")
-    attention_prefill_gluon.PERSISTENT = layout in ("g", "s", "x", "y")
-    attention_prefill_gluon.SPLIT_O = layout == "s"
+    attention_prefill_gluon.PERSISTENT = layout != "q"
     attention_prefill_gluon.PROBE = {"x": 1, "y": 2}.get(layout, 0)
     if layout in gluon:  # the Gluon kernel's rows per chunk and ring slots
         attention_prefill_gluon.BK, attention_prefill_gluon.STAGES = bk, stages

@@ -8,25 +8,35 @@
 Why: the Triton kernel (``attention._sparse_attn_sink_kernel``) ran the 4K prefill's attention
 at ~0.2 of the bf16 rate (13.4 ms of the 4K slice prefill in session 17's round 86a).
 
-A program owns one query and 64 of its heads (the wgmma M side; fewer heads are zero rows).
-Two warpgroups split every tile by columns:
+Work items are (query, block of 64 heads): the wgmma M side (fewer heads: zero rows). One
+persistent program per SM walks items program_id, + num_programs, ... It is warp-specialized:
 
-  * q [64, D] goes to shared memory once (cp.async), the A operand of q . k.
-  * The query's row list is walked in chunks of BK = 64 rows. A chunk's rows are gathered by
-    16-byte cp.async into ring slot c % STAGES, STAGES - 1 chunks ahead (rows of idx < 0 and
-    past the list read nothing: zero-filled). K = V: the slot is both operands.
-  * S = q k^T [64, BK]: each warpgroup computes BK / 2 columns over all D channels (no partial
-    sums to exchange). The online softmax runs in base 2 (running max, sum, rescaled fp32
-    accumulator), its row max and sum reduced over both warpgroups.
-  * O += P V [64, D]: each warpgroup owns D / 2 output channels (128 fp32 registers a thread
-    at D = 512) and the whole P [64, BK] (bf16, registers, the wgmma A operand).
-  * The sink is added to the denominator at the end; a query with no valid row gets zeros.
+  * A loader warpgroup (``_producer``) copies q [64, D] into shared memory once the math
+    warpgroups are past the previous item's last q . k, then the item's row list in chunks of
+    BK = 64 rows into a ring of STAGES slots (16-byte cp.async, 16 rows at a time; rows of
+    idx < 0 or past the list read nothing: zero-filled). Each thread's copies arrive on the
+    slot's "ready" barrier when they land; the next chunk's row ids are loaded a chunk ahead.
+    K = V: a slot is both operands.
+  * Two math warpgroups (``_consumer``) split every tile by columns. S = q k^T [64, BK]: each
+    computes BK / 2 columns over all D channels (no partial sums to exchange); the online
+    softmax runs in base 2 (running max, sum, rescaled fp32 accumulator), its row max and sum
+    reduced over both. O += P V [64, D]: each owns D / 2 output channels (128 fp32 registers a
+    thread at D = 512) and the whole P (bf16 registers, the wgmma A operand). A slot is freed
+    ("empty" barrier) once P V is waited; the sink joins the denominator at the end; a query
+    with no valid row gets zeros.
 
-Shared memory at D = 512: q 64 KB + 2 slots x 64 KB (one program per SM). Shapes: q (N, H, D)
-bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx (N, K) int32/int64,
-sink (H,) fp32, out (N, H, D) bf16. Reference: ``reference.attention.sparse_attention_sink``;
-GPU check: tests/gpu/test_attention_side_gpu.py; compile gate:
-tests/kernels/triton/test_attention_prefill_gluon.py.
+Shared memory at D = 512: q 64 KB + 2 slots x 64 KB. On the H200 (session 18, rounds 90-95,
+``bench/attention_prefill.py``, 4,096 queries x 640 rows): 1.04-1.2 ms against the Triton
+kernel's 2.1 (0.36-0.43 of the bf16 rate). Without the row loads it takes the same time,
+without the wgmmas ~0.6 ms: the math warpgroups' chain (q . k, the softmax's cross-warpgroup
+reductions, p . v) bounds it. Not faster, and dropped: the math warpgroups issuing the copies
+themselves (1.6 ms), BK 32 with 3-4 slots (1.6 ms), each math warpgroup a partition of its own
+with the whole S (1.24 ms: q . k twice, register spills).
+
+Shapes: q (N, H, D) bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx
+(N, K) int32/int64 (int32 on the device), sink (H,) fp32, out (N, H, D) bf16. Reference:
+``reference.attention.sparse_attention_sink``; GPU check: tests/gpu/test_attention_side_gpu.py;
+compile gate: tests/kernels/triton/test_attention_prefill_gluon.py.
 """
 
 from __future__ import annotations
@@ -39,23 +49,17 @@ import torch
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 HEADS = 64  # heads per program: the wgmma M side
-BK = 64  # rows per chunk (32 S columns per warpgroup)
+BK = 64  # rows per chunk (32 S columns per math warpgroup)
 STAGES = 2  # chunks in the ring (q + 2 x 64 KB at D = 512)
-NUM_WARPS = 8  # two warpgroups
-# warp-specialized: a loader warpgroup issues the copies (``_attn_prefill_ws_kernel``); False:
-# the math warpgroups issue them between chunks (``_attn_prefill_kernel``)
-WARP_SPECIALIZED = True
+NUM_WARPS = 8  # the two math warpgroups (the default partition)
 LOADER_THREADS = 128  # the loader warpgroup: one ready arrival per thread and phase
 LOADER_REGS = 80  # its registers (setmaxnreg); the math warpgroups take the rest
 MAXNREG = 168  # the launch's cap: 12 warps in 64K registers
 # one program per SM walking the (query, head block) items (the loader fetches the next item's q
-# and rows while the math warpgroups finish an item); False: one program per item
+# and rows while the math warpgroups finish an item; 1.04 vs 1.11 ms, round 93a); False: one
+# program per item
 PERSISTENT = True
-# each math warpgroup a partition with the whole S and half of O (no barrier between the two;
-# q . k computed twice); False: both in one partition splitting S's and O's columns
-SPLIT_O = False
-MATH_REGS = 208  # the second math partition's registers (SPLIT_O; the default takes the rest)
-# bench only (wrong values): 1 = the warp-specialized kernel without row loads, 2 = without wgmmas
+# bench only (wrong values): 1 = without row loads (zero-filled slots), 2 = without wgmmas
 PROBE = 0
 _LOG2E = 1.4426950408889634
 
@@ -73,104 +77,22 @@ if HAS_GLUON:
     from deepinfer.kernels.triton.moe_gluon import cta_barrier
     _LOADER_THREADS = gl.constexpr(LOADER_THREADS)
     _LOADER_REGS = gl.constexpr(LOADER_REGS)
-    _MATH_REGS = gl.constexpr(MATH_REGS)
-
-    @gluon.jit
-    def _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, chunk, num_chunks, k_s, slot,
-                    BK: gl.constexpr, D: gl.constexpr, CP: gl.constexpr):
-        """cp.async of chunk ``chunk``'s rows [BK, D] into ring slot ``slot`` (rows with idx
-        < 0, past the list or past the last chunk read nothing: zero-filled); one commit
-        group per chunk."""
-        r = chunk * BK + gl.arange(0, BK, layout=gl.SliceLayout(1, CP))
-        ok = (r < num_idx) & (chunk < num_chunks)
-        iv = gl.load(idx_row + r, mask=ok, other=-1)
-        ok = ok & (iv >= 0)
-        cols = gl.arange(0, D, layout=gl.SliceLayout(0, CP))
-        rows = gl.where(ok, iv, 0).to(gl.int64) * stride_kv
-        src, m = gl.broadcast(kv_ptr + rows[:, None] + cols[None, :], ok[:, None])
-        async_copy.async_copy_global_to_shared(k_s.index(slot), src, mask=m)
-        async_copy.commit_group()
 
     @gluon.jit
     def _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, h0, stride_on, stride_oh, num_heads,
-                   D: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr,
-                   C0: gl.constexpr = 0):
-        """out[n, h0 + i, C0 : C0 + D] = O / (sum + exp(sink - max)) in bf16 (zeros for a query
-        with no valid row: O and the sum are 0); heads past num_heads are not stored."""
+                   D: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr):
+        """out[n, h0 + i] = O / (sum + exp(sink - max)) in bf16 (zeros for a query with no
+        valid row: O and the sum are 0); heads past num_heads are not stored."""
         HB: gl.constexpr = 64
         hs = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_S))
         sink = gl.load(sink_ptr + hs, mask=hs < num_heads, other=0.0) * 1.4426950408889634
         m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
         inv = gl.convert_layout(1.0 / (l_i + gl.exp2(sink - m_use)), gl.SliceLayout(1, MMA_O))
         ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_O))
-        co = C0 + gl.arange(0, D, layout=gl.SliceLayout(0, MMA_O))
+        co = gl.arange(0, D, layout=gl.SliceLayout(0, MMA_O))
         dst = out_ptr + n * stride_on + ho.to(gl.int64)[:, None] * stride_oh + co[None, :]
         gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(ho < num_heads)[:, None])
 
-    @gluon.jit
-    def _attn_prefill_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
-                             stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
-                             num_heads, qk_scale, D: gl.constexpr, BK: gl.constexpr,
-                             STAGES: gl.constexpr, num_warps: gl.constexpr):
-        gl.static_assert(num_warps == 8, "two warpgroups per program")
-        HB: gl.constexpr = 64
-        # S [64, BK] and O [64, D]: warpgroup w holds columns [w N / 2, (w + 1) N / 2)
-        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                         instr_shape=[16, BK // 2, 16])
-        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
-                                                         instr_shape=[16, D // 2, 16])
-        LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
-        TC: gl.constexpr = 32 if D >= 256 else D // 8  # lanes along a row: 16-byte copies
-        CP: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [8, 1], [1, 0])
-        SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
-                                                rank=2)
-        n = gl.program_id(0).to(gl.int64)
-        h0 = gl.program_id(1) * HB
-        q_s = gl.allocate_shared_memory(gl.bfloat16, [HB, D], SH)
-        k_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BK, D], SH)
-
-        hq = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, CP))
-        cq = gl.arange(0, D, layout=gl.SliceLayout(0, CP))
-        q_src, q_ok = gl.broadcast(
-            q_ptr + n * stride_qn + hq.to(gl.int64)[:, None] * stride_qh + cq[None, :],
-            (hq < num_heads)[:, None])
-        async_copy.async_copy_global_to_shared(q_s, q_src, mask=q_ok)  # in chunk 0's group
-        idx_row = idx_ptr + n * stride_in
-        num_chunks = gl.cdiv(num_idx, BK)
-        for c0 in gl.static_range(STAGES - 1):
-            _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, c0, num_chunks, k_s, c0, BK, D, CP)
-
-        m_i = gl.full([HB], float("-inf"), gl.float32, gl.SliceLayout(1, MMA_S))
-        l_i = gl.zeros([HB], gl.float32, gl.SliceLayout(1, MMA_S))
-        acc = gl.zeros([HB, D], gl.float32, MMA_O)
-        for c in range(num_chunks):
-            # every warp is past chunk c - 1 (its wgmmas waited): slot (c - 1) % STAGES is free
-            cta_barrier()
-            _issue_rows(kv_ptr, stride_kv, idx_row, num_idx, c + STAGES - 1, num_chunks, k_s,
-                        (c + STAGES - 1) % STAGES, BK, D, CP)
-            async_copy.wait_group(STAGES - 1)  # chunk c's group (this thread's copies)
-            fence_async_shared()  # ... visible to the wgmmas
-            cta_barrier()  # ... and every thread's
-            kt = k_s.index(c % STAGES)
-            s = warpgroup_mma(q_s, kt.permute((1, 0)), gl.zeros([HB, BK], gl.float32, MMA_S),
-                              is_async=True)
-            cols = c * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, MMA_S))
-            iv = gl.load(idx_row + cols, mask=cols < num_idx, other=-1)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            s = gl.where((iv >= 0)[None, :], s * qk_scale, float("-inf"))
-            m_new = gl.maximum(m_i, gl.max(s, axis=1))
-            m_use = gl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = gl.exp2(m_i - m_use)
-            p = gl.exp2(s - m_use[:, None])
-            l_i = l_i * alpha + gl.sum(p, axis=1)
-            acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, MMA_O))[:, None]
-            acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), kt, acc,
-                                is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            m_i = m_new
-        async_copy.wait_group(0)
-        _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, h0, stride_on, stride_oh, num_heads,
-                   D, MMA_S, MMA_O)
 
     @gluon.jit
     def _slice_ids(idx_row, num_idx, r0, CP: gl.constexpr):
@@ -248,18 +170,17 @@ if HAS_GLUON:
     def _consumer(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
                   num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale,
                   D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                  HBLK: gl.constexpr, WN: gl.constexpr, PROBE: gl.constexpr,
-                  DV: gl.constexpr, C0: gl.constexpr):
-        """Math warpgroups over the same work items: per chunk, S = q k^T, the online softmax,
-        O[:, C0 : C0 + DV] += P V[:, C0 : C0 + DV]; the slot is freed once P V is waited, q
-        once the item's last q . k is; then the item's output (while the loader already
-        fetches the next item). WN = 2: two warpgroups in one partition (MMA layouts [4, 2]:
-        each BK / 2 columns of S and DV / 2 of O); 1: one (a partition per half of O)."""
+                  HBLK: gl.constexpr, PROBE: gl.constexpr):
+        """The two math warpgroups (the default partition), over the same work items: per
+        chunk, S = q k^T (each warpgroup BK / 2 of its columns), the online softmax (row max
+        and sum over both), O += P V (each D / 2 of its channels, the whole P as the A
+        operand); the slot is freed once P V is waited, q once the item's last q . k is; then
+        the item's output, while the loader already fetches the next item."""
         HB: gl.constexpr = 64
-        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
-                                                         instr_shape=[16, BK // WN, 16])
-        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
-                                                         instr_shape=[16, DV // WN, 16])
+        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                         instr_shape=[16, BK // 2, 16])
+        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
+                                                         instr_shape=[16, D // 2, 16])
         LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
         num_chunks = gl.cdiv(num_idx, BK)
         g = 0
@@ -269,7 +190,7 @@ if HAS_GLUON:
             idx_row = idx_ptr + n * stride_in
             m_i = gl.full([HB], float("-inf"), gl.float32, gl.SliceLayout(1, MMA_S))
             l_i = gl.zeros([HB], gl.float32, gl.SliceLayout(1, MMA_S))
-            acc = gl.zeros([HB, DV], gl.float32, MMA_O)
+            acc = gl.zeros([HB, D], gl.float32, MMA_O)
             mbarrier.wait(q_ready, it & 1)
             for c in range(num_chunks):
                 slot = g % STAGES
@@ -282,7 +203,7 @@ if HAS_GLUON:
                 if PROBE != 2:
                     s = warpgroup_mma(q_s, kt.permute((1, 0)), s, is_async=True)
                     s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-                if c == num_chunks - 1:  # the partition's q . k done: q may be refilled
+                if c == num_chunks - 1:  # both warpgroups' q . k done: q may be refilled
                     cta_barrier()
                     mbarrier.arrive(q_empty, count=1)
                 s = gl.where((iv >= 0)[None, :], s * qk_scale, float("-inf"))
@@ -293,48 +214,30 @@ if HAS_GLUON:
                 l_i = l_i * alpha + gl.sum(p, axis=1)
                 acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, MMA_O))[:, None]
                 if PROBE != 2:
-                    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP),
-                                        kt.slice(C0, DV, dim=1), acc, is_async=True)
+                    acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), kt, acc,
+                                        is_async=True)
                     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                cta_barrier()  # the partition's p . v done: the slot may be refilled
+                cta_barrier()  # both warpgroups' p . v done: the slot may be refilled
                 mbarrier.arrive(empty.index(slot), count=1)
                 m_i = m_new
                 g += 1
             _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, (item % HBLK) * HB, stride_on,
-                       stride_oh, num_heads, DV, MMA_S, MMA_O, C0)
+                       stride_oh, num_heads, D, MMA_S, MMA_O)
             it += 1
 
-    @gluon.jit
-    def _consumer_hi(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
-                     num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale,
-                     D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                     HBLK: gl.constexpr, PROBE: gl.constexpr):
-        """``_consumer`` on the upper half of O as a worker partition of its own (triton 3.7
-        takes a function once per ``warp_specialize`` and only kernel constexprs as a
-        worker's)."""
-        _consumer(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
-                  num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D,
-                  BK, STAGES, HBLK, 1, PROBE, D // 2, D // 2)
 
     @gluon.jit
     def _attn_prefill_ws_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
                                 stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
                                 num_heads, qk_scale, num_items, D: gl.constexpr,
                                 BK: gl.constexpr, STAGES: gl.constexpr, HBLK: gl.constexpr,
-                                SPLIT_O: gl.constexpr, num_warps: gl.constexpr,
-                                PROBE: gl.constexpr = 0):
-        """``_attn_prefill_kernel`` warp-specialized and persistent: a loader warpgroup
-        (``_producer``) and two math warpgroups (``_consumer``) walk work items program_id,
-        + num_programs, ... of the N x HBLK (query, head block) items; one item per program
-        when the grid has them all. SPLIT_O: each math warpgroup a partition of its own with
-        the whole S (q . k computed twice) and half of O — no barrier between them, one's
-        softmax runs while the other's wgmmas do (num_warps 4); else both in the default
-        partition splitting S's and O's columns (num_warps 8). num_idx > 0. PROBE (timing
-        only, wrong values): 1 = no row loads (zero-filled slots), 2 = no wgmmas."""
+                                PROBE: gl.constexpr, num_warps: gl.constexpr):
+        """The loader warpgroup (``_producer``) and the two math warpgroups (``_consumer``,
+        the default partition) over items program_id, + num_programs, ... of the N x HBLK
+        (query, head block) items; one item per program when the grid has them all.
+        num_idx > 0. PROBE (timing only, wrong values): 1 = no row loads, 2 = no wgmmas."""
+        gl.static_assert(num_warps == 8, "two math warpgroups")
         HB: gl.constexpr = 64
-        WN: gl.constexpr = 1 if SPLIT_O else 2  # math warpgroups along the MMA tiles' N
-        gl.static_assert(num_warps == 4 * WN, "one math warpgroup a partition, or both")
-        DV: gl.constexpr = D // 2 if SPLIT_O else D
         SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
                                                 rank=2)
         q_s = gl.allocate_shared_memory(gl.bfloat16, [HB, D], SH)
@@ -343,33 +246,20 @@ if HAS_GLUON:
         q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        MATH: gl.constexpr = 2 if SPLIT_O else 1  # math partitions: arrivals freeing a slot
         mbarrier.init(q_ready, count=_LOADER_THREADS)
-        mbarrier.init(q_empty, count=MATH)
+        mbarrier.init(q_empty, count=1)
         for b in gl.static_range(STAGES):
             mbarrier.init(ready.index(b), count=_LOADER_THREADS)
-            mbarrier.init(empty.index(b), count=MATH)
-        if SPLIT_O:
-            gl.warp_specialize([
-                (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in,
-                             num_idx, num_items, sink_ptr, out_ptr, stride_on, stride_oh,
-                             num_heads, qk_scale, D, BK, STAGES, HBLK, WN, PROBE, DV, 0)),
-                (_consumer_hi, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr,
-                                stride_in, num_idx, num_items, sink_ptr, out_ptr, stride_on,
-                                stride_oh, num_heads, qk_scale, D, BK, STAGES, HBLK, PROBE)),
-                (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
-                             stride_in, num_idx, num_items, num_heads, q_s, k_s, q_ready,
-                             q_empty, ready, empty, D, BK, STAGES, HBLK, PROBE)),
-            ], [4, 4], [_MATH_REGS, _LOADER_REGS])
-        else:
-            gl.warp_specialize([
-                (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in,
-                             num_idx, num_items, sink_ptr, out_ptr, stride_on, stride_oh,
-                             num_heads, qk_scale, D, BK, STAGES, HBLK, WN, PROBE, DV, 0)),
-                (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
-                             stride_in, num_idx, num_items, num_heads, q_s, k_s, q_ready,
-                             q_empty, ready, empty, D, BK, STAGES, HBLK, PROBE)),
-            ], [4], [_LOADER_REGS])
+            mbarrier.init(empty.index(b), count=1)
+        gl.warp_specialize([
+            (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
+                         num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads,
+                         qk_scale, D, BK, STAGES, HBLK, PROBE)),
+            (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in,
+                         num_idx, num_items, num_heads, q_s, k_s, q_ready, q_empty, ready,
+                         empty, D, BK, STAGES, HBLK, PROBE)),
+        ], [4], [_LOADER_REGS])
+
 
 def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
     """bf16 q (N, H, D) and rows (M, D), D a power of two in 64..512, contiguous channels and
@@ -392,23 +282,18 @@ def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.T
     if n == 0:
         return out
     assert out.dtype == torch.bfloat16 and out.stride(-1) == 1, out.dtype
-    if WARP_SPECIALIZED and indices.dtype != torch.int32:
-        indices = indices.to(torch.int32)  # the loader's row ids one chunk ahead: 16 registers
-    indices = indices if indices.stride(-1) == 1 else indices.contiguous()
     if indices.shape[-1] == 0:  # no rows: the sink alone, a zero output
         return out.zero_()
-    args = (q, q.stride(0), q.stride(1), kv, kv.stride(0), indices, indices.stride(0),
-            indices.shape[-1], sink.float().contiguous(), out, out.stride(0), out.stride(1), h,
-            float(softmax_scale) * _LOG2E)
+    # int32 row ids: the loader holds the next chunk's in 16 registers
+    indices = indices.to(torch.int32).contiguous()
     hblk = -(-h // HEADS)
-    if not WARP_SPECIALIZED:
-        _attn_prefill_kernel[(n, hblk)](*args, D=d, BK=BK, STAGES=STAGES, num_warps=NUM_WARPS)
-        return out
     items = n * hblk
-    programs = items if not PERSISTENT else min(items, _sm_count(q.device))
-    _attn_prefill_ws_kernel[(programs, )](*args, items, D=d, BK=BK, STAGES=STAGES, HBLK=hblk,
-                                          SPLIT_O=SPLIT_O, num_warps=4 if SPLIT_O else 8,
-                                          maxnreg=MAXNREG, PROBE=PROBE)
+    programs = min(items, _sm_count(q.device)) if PERSISTENT else items
+    _attn_prefill_ws_kernel[(programs, )](
+        q, q.stride(0), q.stride(1), kv, kv.stride(0), indices, indices.stride(0),
+        indices.shape[-1], sink.float().contiguous(), out, out.stride(0), out.stride(1), h,
+        float(softmax_scale) * _LOG2E, items, D=d, BK=BK, STAGES=STAGES, HBLK=hblk,
+        PROBE=PROBE, num_warps=NUM_WARPS, maxnreg=MAXNREG)
     return out
 
 
@@ -418,30 +303,22 @@ def _sm_count(device: torch.device) -> int:
 
 
 def aot_cases() -> list[dict[str, Any]]:
-    """SM90 compile-gate cases: D = 512 (the released head), 64 and 128 (tiny configs); the
-    warp-specialized kernel (int32 row lists) with O split over two math partitions or S and O
-    split inside one, and the plain kernel (int64 / int32 row lists)."""
+    """SM90 compile-gate cases: D = 512 (the released head), 64 and 128 (tiny configs)."""
     cases = []
-    for d, idx, ws, split in ((512, "*i32", True, True), (512, "*i32", True, False),
-                              (64, "*i32", True, True), (128, "*i32", True, True),
-                              (512, "*i64", False, False), (64, "*i32", False, False)):
-        warps = 4 if ws and split else NUM_WARPS
+    for d in (512, 64, 128):
         cases.append({
-            "id": f"attn_prefill_gl_d{d}_{idx[1:]}{'_ws' if ws else ''}"
-                  f"{'_split' if ws and split else ''}", "gluon": True,
-            "module": __name__,
-            "kernel": "_attn_prefill_ws_kernel" if ws else "_attn_prefill_kernel",
+            "id": f"attn_prefill_gl_d{d}", "gluon": True, "module": __name__,
+            "kernel": "_attn_prefill_ws_kernel",
             # the loader keeps a few loop-invariant smem offsets in local memory (L1)
-            **({"maxnreg": MAXNREG, "max_stack": 128} if ws else {}),
+            "maxnreg": MAXNREG, "max_stack": 128,
             "signature": {"q_ptr": "*bf16", "stride_qn": "i32", "stride_qh": "i32",
-                          "kv_ptr": "*bf16", "stride_kv": "i32", "idx_ptr": idx,
+                          "kv_ptr": "*bf16", "stride_kv": "i32", "idx_ptr": "*i32",
                           "stride_in": "i32", "num_idx": "i32", "sink_ptr": "*fp32",
                           "out_ptr": "*bf16", "stride_on": "i32", "stride_oh": "i32",
-                          "num_heads": "i32", "qk_scale": "fp32",
-                          **({"num_items": "i32"} if ws else {})},
-            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "num_warps": warps,
-                           **({"HBLK": 1, "SPLIT_O": split, "PROBE": 0} if ws else {})},
-            "num_warps": warps, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
+                          "num_heads": "i32", "qk_scale": "fp32", "num_items": "i32"},
+            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "HBLK": 1, "PROBE": 0,
+                           "num_warps": NUM_WARPS},
+            "num_warps": NUM_WARPS, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
             "divisible": ["stride_qn", "stride_qh", "stride_kv", "stride_in", "stride_on",
                           "stride_oh"]})
     return cases

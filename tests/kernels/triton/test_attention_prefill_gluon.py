@@ -28,11 +28,36 @@ def test_attention_prefill_gl_compiles_for_sm90(sm90_compile):
             assert r["shared"] >= (64 + 2 * apg.BK) * d * 2, r["shared"]
 
 
-def test_accepts_only_bf16_rows_on_an_sm90_gpu():
-    """CPU tensors are never taken (the Triton kernel or the reference runs them), and the
-    shape rules hold on their own."""
-    q = torch.zeros(300, 64, 512, dtype=torch.bfloat16)
-    kv = torch.zeros(1000, 512, dtype=torch.bfloat16)
-    idx = torch.zeros(300, 640, dtype=torch.int64)
-    assert not apg.accepts(q, kv, idx)  # not on a GPU
-    assert attention.PREFILL_KERNEL in ("gl", "triton")
+def test_prefill_sized_launch_falls_back_off_the_gpu():
+    """A prefill-sized launch (more than ``PREFILL_MIN_QUERIES`` queries) on the CPU is not
+    the Gluon kernel's (``accepts`` is False there) and runs the Triton kernel under the
+    interpreter, which agrees with the reference, -1 rows and a list ending mid-chunk
+    included."""
+    from deepinfer.kernels.reference import attention as ref
+
+    g = torch.Generator().manual_seed(0)
+    n, h, d, m, k = attention.PREFILL_MIN_QUERIES + 8, 4, 64, 300, 40
+    q = torch.randn(n, h, d, generator=g)
+    kv = torch.randn(m, d, generator=g)
+    idx = torch.randint(-1, m, (n, k), generator=g)
+    idx[0] = -1
+    sink = torch.randn(h, generator=g)
+    assert not apg.accepts(q.bfloat16(), kv.bfloat16(), idx)
+    out = attention.sparse_attention_sink(q, kv, idx, sink, d ** -0.5)
+    want = ref.sparse_attention_sink(q, kv, idx, sink, d ** -0.5)
+    assert torch.allclose(out, want, atol=1e-4, rtol=1e-4)
+    assert bool((out[0] == 0).all())
+
+
+def test_no_rows_is_a_zero_output_without_a_launch():
+    """An empty row list leaves only the sink in the denominator: zeros, as the reference
+    gives for rows that are all -1 (no kernel runs, so this holds on the CPU too)."""
+    from deepinfer.kernels.reference import attention as ref
+
+    q = torch.randn(5, 64, 64).bfloat16()
+    kv = torch.randn(10, 64).bfloat16()
+    sink = torch.randn(64)
+    out = torch.full_like(q, float("nan"))
+    apg.sparse_attention_sink_gl(q, kv, torch.zeros(5, 0, dtype=torch.int64), sink, 0.125, out)
+    want = ref.sparse_attention_sink(q, kv, torch.full((5, 1), -1), sink, 0.125)
+    assert torch.equal(out, want) and bool((out == 0).all())
