@@ -12,8 +12,8 @@ A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES``. LAYOUT: ``h`` (float rows as 
 channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` (float
 rows on the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item;
 ``x`` / ``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; BK
-and STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the Triton kernel's
-PREFILL_* constants (rows per online-softmax chunk, heads per program, output split across
+and STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the
+Triton kernel's PREFILL_* constants (rows per online-softmax chunk, heads per program, output split across
 programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups),
 max |out - out of the first variant of the same format| (a tiling change reorders fp32 sums
 only), the FLOPs (q.k and p.v, 2 x N x H x rows x D each) and the fraction of the bf16 ceiling
