@@ -9,15 +9,16 @@ formats: ``float`` (what the engine's prefill runs: the chunk's window keys and 
 entries as bf16 rows, ``sparse_attention_sink``) and ``records`` (528-B FP8 window records and
 288-B FP4 entries, ``sparse_attention_sink_records``: the decode path's format).
 A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES``. LAYOUT: ``h`` (float rows as contiguous
-channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` (float
-rows on the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item;
-``x`` / ``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; BK
-and STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the
-Triton kernel's PREFILL_* constants (rows per online-softmax chunk, heads per program, output split across
-programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs after 3 warm-ups),
-max |out - out of the first variant of the same format| (a tiling change reorders fp32 sums
-only), the FLOPs (q.k and p.v, 2 x N x H x rows x D each) and the fraction of the bf16 ceiling
-measured in the same run. A measurement for choosing the prefill config, not a test.
+channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` (float rows on
+the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item; ``x`` /
+``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; BK and
+STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the
+Triton kernel's PREFILL_* constants (rows per online-softmax chunk, heads per program, output
+split across programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs
+after 3 warm-ups), max |out - out of the first variant of the same format| (a tiling change
+reorders fp32 sums only), the FLOPs (q.k and p.v, 2 x N x H x rows x D each) and the fraction
+of the bf16 ceiling measured in the same run. A measurement for choosing the prefill config,
+not a test.
 """
 
 from __future__ import annotations
