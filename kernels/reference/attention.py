@@ -4,7 +4,8 @@ import torch
 
 
 def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
-                          sink: torch.Tensor, softmax_scale: float) -> torch.Tensor:
+                          sink: torch.Tensor, softmax_scale: float,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
     """One softmax over the rows each query lists; K = V (one shared latent head).
 
     Args:
@@ -13,6 +14,8 @@ def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tens
         indices: (N, K) int64 rows of ``kv`` per query; -1 entries are ignored.
         sink: (H,) fp32 per-head sink logit (enlarges the denominator only).
         softmax_scale: 1/sqrt(D).
+        out: optional (N, H, D) buffer in q's dtype (e.g. a row slice of a larger output) the
+            result is written to and returned.
     Returns:
         (N, H, D) in q's dtype; a query with no valid row gets 0.
     """
@@ -24,5 +27,5 @@ def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tens
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(logits - m)
     denom = p.sum(-1, keepdim=True) + torch.exp(sink.double()[None, :, None] - m)
-    out = torch.einsum("nhk,nkd->nhd", p, rows) / denom
-    return out.to(q.dtype)
+    res = (torch.einsum("nhk,nkd->nhd", p, rows) / denom).to(q.dtype)
+    return res if out is None else out.copy_(res)

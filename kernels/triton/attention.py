@@ -257,10 +257,17 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
 
 
 def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
-                          sink: torch.Tensor, softmax_scale: float) -> torch.Tensor:
+                          sink: torch.Tensor, softmax_scale: float,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
     """Triton version of ``reference.attention.sparse_attention_sink`` (same arguments/result):
-    q (N, H, D), kv (M, D) float rows, indices (N, K) int (-1 ignored), sink (H,) fp32."""
-    out = attn_common.alloc(q.shape, q.dtype, q.device)
+    q (N, H, D), kv (M, D) float rows, indices (N, K) int (-1 ignored), sink (H,) fp32; ``out``
+    (N, H, D) in q's dtype with contiguous channels (e.g. a row slice of the layer's output):
+    written in place, no copy."""
+    if out is None:
+        out = attn_common.alloc(q.shape, q.dtype, q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
+        raise ValueError(f"sparse attention: out {tuple(out.shape)} {out.dtype} must match q "
+                         f"{tuple(q.shape)} {q.dtype} with contiguous channels")
     return _launch(q, kv, FMT_FLOAT, indices, None, FMT_FLOAT, None, sink, softmax_scale, out)
 
 

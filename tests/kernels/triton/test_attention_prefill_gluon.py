@@ -61,3 +61,25 @@ def test_no_rows_is_a_zero_output_without_a_launch():
     apg.sparse_attention_sink_gl(q, kv, torch.zeros(5, 0, dtype=torch.int64), sink, 0.125, out)
     want = ref.sparse_attention_sink(q, kv, torch.full((5, 1), -1), sink, 0.125)
     assert torch.equal(out, want) and bool((out == 0).all())
+
+
+def test_out_writes_into_a_row_slice_of_a_larger_output():
+    """``out=``: both backends write the result into the given rows of a larger buffer (the
+    model's per-sequence call), leave the other rows alone and return that view; a
+    mismatched buffer is a clear error."""
+    from deepinfer.kernels.reference import attention as ref
+
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(12, 4, 64, generator=g)
+    kv = torch.randn(30, 64, generator=g)
+    idx = torch.randint(-1, 30, (12, 9), generator=g)
+    sink = torch.randn(4, generator=g)
+    want = ref.sparse_attention_sink(q, kv, idx, sink, 0.125)
+    for fn in (ref.sparse_attention_sink, attention.sparse_attention_sink):
+        big = torch.full((20, 4, 64), 7.0)
+        got = fn(q, kv, idx, sink, 0.125, out=big[5:17])
+        assert got.data_ptr() == big[5:17].data_ptr()
+        assert torch.allclose(big[5:17], want, atol=1e-4, rtol=1e-4)
+        assert bool((big[:5] == 7).all()) and bool((big[17:] == 7).all())
+    with pytest.raises(ValueError, match="must match q"):
+        attention.sparse_attention_sink(q, kv, idx, sink, 0.125, out=torch.empty(11, 4, 64))
