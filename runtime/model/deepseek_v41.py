@@ -8,6 +8,8 @@ here (their checkpoint tensors are recognised and skipped by the loader).
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -165,7 +167,9 @@ class DeepseekV41(nn.Module):
         if batch.image_embeds is not None:
             h = h.clone()
             h[batch.image_mask] = batch.image_embeds.to(h.dtype)
-        hash_ids = self._hash_ids(batch)
+        # the engram hash ids on demand: the host builds them (~30 small launches) while the
+        # GPU already runs the blocks before the first engram layer
+        hash_ids = None if self.engram_hash is None else functools.partial(self._hash_ids, batch)
         text_mask = None if batch.image_mask is None else ~batch.image_mask
         x, pre = self._backbone(h, hash_ids, text_mask, batch)
         for cache, n in zip(batch.caches, batch.seq_lens, strict=True):
@@ -187,10 +191,13 @@ class DeepseekV41(nn.Module):
         x, pre = self._backbone(h, self._hash_ids_decode(rows), None, rows)
         return self._head(x, pre)
 
-    def _backbone(self, h: torch.Tensor, hash_ids: torch.Tensor | None,
+    def _backbone(self, h: torch.Tensor,
+                  hash_ids: torch.Tensor | Callable[[], torch.Tensor] | None,
                   text_mask: torch.Tensor | None, batch: ForwardBatch | DecodeRows
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, D) bf16 embeddings -> the last block's streams (N, S, D) and pre (N, S)."""
+        """(N, D) bf16 embeddings -> the last block's streams (N, S, D) and pre (N, S).
+        ``hash_ids``: the engram table rows, or a function computing them (and advancing the
+        caches' engram histories), called once: at the first engram layer, else at the end."""
         k, spec = self.kernels, self.spec
         x = h.unsqueeze(1).expand(-1, spec.hc_mult, -1).contiguous()  # (N, S, D)
         pre = torch.zeros(x.shape[0], spec.hc_mult, device=x.device)
@@ -199,8 +206,12 @@ class DeepseekV41(nn.Module):
         for block in self.layers:
             layer_id = block.attn.layer.layer_id
             if hash_ids is not None and block.attn.layer.is_engram:
+                if callable(hash_ids):
+                    hash_ids = hash_ids()
                 x = block.engram(k, x, hash_ids[:, spec.engram_slot(layer_id)], text_mask)
             x, pre = block(k, x, pre, batch, published)
+        if callable(hash_ids):  # no engram layer here: the histories still advance
+            hash_ids()
         return x, pre
 
     def _head(self, x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
