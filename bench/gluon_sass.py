@@ -22,7 +22,8 @@ import os
 import re
 import sys
 
-os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported: compile, not interpret
+if __name__ == "__main__":  # before triton is imported: compile, not interpret (an import, as
+    os.environ.pop("TRITON_INTERPRET", None)  # the tests' wgmma_loops, leaves the env alone)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sm90_compile  # noqa: E402
 
