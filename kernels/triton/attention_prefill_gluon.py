@@ -93,7 +93,6 @@ if HAS_GLUON:
         dst = out_ptr + n * stride_on + ho.to(gl.int64)[:, None] * stride_oh + co[None, :]
         gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(ho < num_heads)[:, None])
 
-
     @gluon.jit
     def _slice_ids(idx_row, num_idx, r0, CP: gl.constexpr):
         """Row ids idx_row[r0 .. r0 + 16) (-1 past the list) in the copy layout's rows."""
@@ -224,7 +223,6 @@ if HAS_GLUON:
             _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, (item % HBLK) * HB, stride_on,
                        stride_oh, num_heads, D, MMA_S, MMA_O)
             it += 1
-
 
     @gluon.jit
     def _attn_prefill_ws_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
