@@ -77,6 +77,7 @@ if HAS_GLUON:
     from deepinfer.kernels.triton.moe_gluon import cta_barrier
     _LOADER_THREADS = gl.constexpr(LOADER_THREADS)
     _LOADER_REGS = gl.constexpr(LOADER_REGS)
+    _LOG2E_C = gl.constexpr(_LOG2E)
 
     @gluon.jit
     def _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, h0, stride_on, stride_oh, num_heads,
@@ -85,7 +86,7 @@ if HAS_GLUON:
         valid row: O and the sum are 0); heads past num_heads are not stored."""
         HB: gl.constexpr = 64
         hs = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_S))
-        sink = gl.load(sink_ptr + hs, mask=hs < num_heads, other=0.0) * 1.4426950408889634
+        sink = gl.load(sink_ptr + hs, mask=hs < num_heads, other=0.0) * _LOG2E_C
         m_use = gl.where(m_i == float("-inf"), 0.0, m_i)
         inv = gl.convert_layout(1.0 / (l_i + gl.exp2(sink - m_use)), gl.SliceLayout(1, MMA_O))
         ho = h0 + gl.arange(0, HB, layout=gl.SliceLayout(1, MMA_O))
