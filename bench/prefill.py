@@ -147,6 +147,44 @@ def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
     return [(name, round((t - t0) * 1e3, 3)) for name, t in marks]
 
 
+def host_profile(llm, length: int, vocab: int, top: int = 30) -> dict:
+    """cProfile of one prefill's host work, per thread: ``generate`` on the calling thread and
+    the worker's ``_enqueue`` (the forward's launches, on the worker's thread for an eager
+    step); per thread the ``top`` functions by own time and by cumulative time, as text. What
+    the host spends while the GPU waits in the profile's early idle gaps."""
+    import cProfile
+    import io
+    import pstats
+
+    worker = llm.engine.worker
+    fn, prof_worker = worker._enqueue, cProfile.Profile()
+
+    def enqueue(*a, **k):
+        prof_worker.enable()
+        try:
+            return fn(*a, **k)
+        finally:
+            prof_worker.disable()
+    worker._enqueue = enqueue  # an instance attribute: shadows the method
+    prof_main = cProfile.Profile()
+    try:
+        prompt = make_prompt(length, vocab, 43)
+        prof_main.enable()
+        prefill_s(llm, prompt)
+        prof_main.disable()
+    finally:
+        del worker._enqueue
+    out = {}
+    for name, prof in (("generate", prof_main), ("worker_enqueue", prof_worker)):
+        text = []
+        for key in ("tottime", "cumulative"):
+            buf = io.StringIO()
+            pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(top)
+            text.append(buf.getvalue())
+        out[name] = "\n".join(text)
+    return out
+
+
 def run(args, root: Path, progress) -> dict:
     from deepinfer.artifacts.plan_dir import read_plan
     from deepinfer.runtime import LLM
@@ -195,6 +233,10 @@ def run(args, root: Path, progress) -> dict:
         print("host phases (ms after generate began):", flush=True)
         for name, ms in res["host_phases"]:
             print(f"  {ms:9.3f}  {name}", flush=True)
+    if args.host_profile and res["prefill"]:
+        res["host_profile"] = host_profile(llm, res["prefill"][0]["prompt_len"], vocab)
+        for name, text in res["host_profile"].items():
+            print(f"host profile, {name}:\n{text}", flush=True)
     if args.sync_sites and res["prefill"]:
         import deepinfer
 
@@ -276,6 +318,8 @@ def main() -> int:
                     help="one more prefill under the CUDA sync debug mode: host syncs by site")
     ap.add_argument("--host-phases", action="store_true",
                     help="one more prefill with host timestamps of its phases")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="cProfile one prefill's host work (generate and the worker's enqueue)")
     ap.add_argument("--eager-probe-len", type=int, default=None, help="default 512 (CPU: 128)")
     ap.add_argument("--eager-budget-s", type=float, default=60.0)
     ap.add_argument("--report", type=Path, default=None,
