@@ -148,18 +148,23 @@ def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
 
 
 def host_profile(llm, length: int, vocab: int, top: int = 30) -> dict:
-    """cProfile of one prefill's host work, per thread: ``generate`` on the calling thread and
-    the worker's ``_enqueue`` (the forward's launches, on the worker's thread for an eager
-    step); per thread the ``top`` functions by own time and by cumulative time, as text. What
-    the host spends while the GPU waits in the profile's early idle gaps."""
+    """cProfile of one prefill's host work: ``generate`` on the calling thread and the
+    worker's ``_enqueue`` (the forward's launches, on the worker's thread for an eager step);
+    the ``top`` functions by own time and by cumulative time, as text. Python 3.12+ profiles
+    every thread from one profiler (sys.monitoring: a second one is refused), so the worker's
+    calls are in ``generate``'s; before 3.12 they get a profiler of their own. What the host
+    spends while the GPU waits in the profile's early idle gaps."""
     import cProfile
     import io
     import pstats
 
+    per_thread = sys.version_info < (3, 12)
     worker = llm.engine.worker
     fn, prof_worker = worker._enqueue, cProfile.Profile()
 
     def enqueue(*a, **k):
+        if not per_thread:
+            return fn(*a, **k)
         prof_worker.enable()
         try:
             return fn(*a, **k)
@@ -175,7 +180,8 @@ def host_profile(llm, length: int, vocab: int, top: int = 30) -> dict:
     finally:
         del worker._enqueue
     out = {}
-    for name, prof in (("generate", prof_main), ("worker_enqueue", prof_worker)):
+    profs = [("generate", prof_main)] + ([("worker_enqueue", prof_worker)] if per_thread else [])
+    for name, prof in profs:
         text = []
         for key in ("tottime", "cumulative"):
             buf = io.StringIO()
