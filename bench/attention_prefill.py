@@ -10,9 +10,8 @@ entries as bf16 rows, ``sparse_attention_sink``) and ``records`` (528-B FP8 wind
 288-B FP4 entries, ``sparse_attention_sink_records``: the decode path's format).
 A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES``. LAYOUT: ``h`` (float rows as contiguous
 channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` (float rows on
-the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item; ``p`` /
-``f``: ``g`` with the chain orders ``PIPELINE`` 1 / 2; ``x`` / ``y``: ``g`` without row loads /
-without wgmmas, timing probes with wrong values; BK and
+the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item; ``x`` /
+``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; BK and
 STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the
 Triton kernel's PREFILL_* constants (rows per online-softmax chunk, heads per program, output
 split across programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs
@@ -68,12 +67,11 @@ DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:g:64:64:1:2,float:i:64:64:2:2,float
 def set_variant(attention, layout: str, bk: int, bh: int, split: int, stages: int) -> None:
     from deepinfer.kernels.triton import attention_prefill_gluon
 
-    gluon = ("g", "q", "x", "y", "p", "f")
+    gluon = ("g", "q", "x", "y")
     attention.FLOAT_HALVES = layout in ("h", *gluon)
     attention.PREFILL_KERNEL = "gl" if layout in gluon else "triton"
     attention_prefill_gluon.PERSISTENT = layout != "q"
     attention_prefill_gluon.PROBE = {"x": 1, "y": 2}.get(layout, 0)
-    attention_prefill_gluon.PIPELINE = {"p": 1, "f": 2}.get(layout, 0)
     if layout in gluon:  # the Gluon kernel's rows per chunk and ring slots
         attention_prefill_gluon.BK, attention_prefill_gluon.STAGES = bk, stages
     attention.PREFILL_BLOCK_ROWS, attention.PREFILL_BLOCK_HEADS = bk, bh

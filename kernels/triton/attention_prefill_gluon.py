@@ -31,7 +31,11 @@ kernel's 2.1 (0.36-0.43 of the bf16 rate). Without the row loads it takes the sa
 without the wgmmas ~0.6 ms: the math warpgroups' chain (q . k, the softmax's cross-warpgroup
 reductions, p . v) bounds it. Not faster, and dropped: the math warpgroups issuing the copies
 themselves (1.6 ms), BK 32 with 3-4 slots (1.6 ms), each math warpgroup a partition of its own
-with the whole S (1.24 ms: q . k twice, register spills).
+with the whole S (1.24 ms: q . k twice, register spills); the next chunk's q . k issued behind
+this chunk's p . v (1.13 vs 1.08 ms) or FlashAttention-3's order, the next softmax under p . v
+(1.27 ms; 1.40-1.45 with BK 32 and 3-4 slots) — session 19, round 98a, code in commit 775d851.
+Nsight Compute (round 100a): the tensor pipe at 37 %, L1 / shared at 56 %, L2 at 36 %: no unit
+saturated, the chain's latency bounds it.
 
 Shapes: q (N, H, D) bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx
 (N, K) int32/int64 (int32 on the device), sink (H,) fp32, out (N, H, D) bf16. Reference:
@@ -59,11 +63,6 @@ MAXNREG = 168  # the launch's cap: 12 warps in 64K registers
 # and rows while the math warpgroups finish an item; 1.04 vs 1.11 ms, round 93a); False: one
 # program per item
 PERSISTENT = True
-# the math warpgroups' chain per chunk: 0 = q . k, softmax, p . v, each waited before the next
-# (session 18); 1 = chunk c + 1's q . k issued behind chunk c's p . v, before p . v is waited;
-# 2 = as FlashAttention-3 within a warpgroup: q . k of chunk c + 1 and p . v of chunk c both in
-# flight while chunk c + 1's softmax runs (needs a third slot: BK 32 with 3-4 slots at D 512)
-PIPELINE = 0
 # bench only (wrong values): 1 = without row loads (zero-filled slots), 2 = without wgmmas
 PROBE = 0
 _LOG2E = 1.4426950408889634
@@ -214,11 +213,12 @@ if HAS_GLUON:
         mbarrier.arrive(q_empty, count=1)
 
     @gluon.jit
-    def _item_serial(q_s, k_s, ready, empty, q_empty, idx_row, num_idx, qk_scale, acc, m_i,
+    def _item_chunks(q_s, k_s, ready, empty, q_empty, idx_row, num_idx, qk_scale, acc, m_i,
                      l_i, g, D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                      PROBE: gl.constexpr, MMA_S: gl.constexpr, MMA_O: gl.constexpr,
                      LP: gl.constexpr):
-        """PIPELINE 0: per chunk q . k, softmax, p . v, each waited before the next."""
+        """One item's chunks (global chunk count g on): per chunk q . k, softmax, p . v, each
+        waited before the next. Returns the accumulator, the row max and sum, and g."""
         HB: gl.constexpr = 64
         num_chunks = gl.cdiv(num_idx, BK)
         for c in range(num_chunks):
@@ -243,84 +243,15 @@ if HAS_GLUON:
         return acc, m_i, l_i, g
 
     @gluon.jit
-    def _item_behind(q_s, k_s, ready, empty, q_empty, idx_row, num_idx, qk_scale, acc, m_i,
-                     l_i, g, D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                     MMA_S: gl.constexpr, MMA_O: gl.constexpr, LP: gl.constexpr):
-        """PIPELINE 1: chunk c + 1's q . k issued right behind chunk c's p . v, so the tensor
-        cores go from one to the other without the wait, barrier and issue in between (the
-        last chunk peeled: an in-flight wgmma's value cannot cross a runtime branch)."""
-        HB: gl.constexpr = 64
-        num_chunks = gl.cdiv(num_idx, BK)
-        s = _issue_qk(q_s, k_s, ready, g, STAGES, HB, BK, MMA_S)
-        for c in range(num_chunks - 1):
-            iv = _chunk_ids(idx_row, num_idx, c, BK, MMA_S)
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-            p, m_i, l_i, alpha = _softmax_chunk(s, iv, m_i, l_i, qk_scale, MMA_O)
-            acc = acc * alpha[:, None]
-            pv = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), k_s.index(g % STAGES),
-                               acc, is_async=True)
-            s = _issue_qk(q_s, k_s, ready, g + 1, STAGES, HB, BK, MMA_S)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(pv, ))  # p . v: issued first
-            _release(empty, g, STAGES)
-            g += 1
-        iv = _chunk_ids(idx_row, num_idx, num_chunks - 1, BK, MMA_S)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        _release_q(q_empty)
-        p, m_i, l_i, alpha = _softmax_chunk(s, iv, m_i, l_i, qk_scale, MMA_O)
-        acc = acc * alpha[:, None]
-        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), k_s.index(g % STAGES),
-                            acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        _release(empty, g, STAGES)
-        return acc, m_i, l_i, g + 1
-
-    @gluon.jit
-    def _item_overlap(q_s, k_s, ready, empty, q_empty, idx_row, num_idx, qk_scale, acc, m_i,
-                      l_i, g, D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                      MMA_S: gl.constexpr, MMA_O: gl.constexpr, LP: gl.constexpr):
-        """PIPELINE 2 (FlashAttention-3's order within a warpgroup): issue chunk c + 1's
-        q . k, then chunk c's p . v; wait for q . k, run chunk c + 1's softmax while p . v
-        runs; wait for p . v, free its slot, rescale. Chunk c + 1's P is made bf16 only after
-        that wait: chunk c's P registers are p . v's operand until then."""
-        HB: gl.constexpr = 64
-        num_chunks = gl.cdiv(num_idx, BK)
-        s = _issue_qk(q_s, k_s, ready, g, STAGES, HB, BK, MMA_S)
-        s = warpgroup_mma_wait(num_outstanding=0, deps=(s, ))
-        if num_chunks == 1:
-            _release_q(q_empty)
-        p, m_i, l_i, alpha = _softmax_chunk(s, _chunk_ids(idx_row, num_idx, 0, BK, MMA_S),
-                                            m_i, l_i, qk_scale, MMA_O)
-        p_op = gl.convert_layout(p.to(gl.bfloat16), LP)
-        for c in range(num_chunks - 1):
-            s = _issue_qk(q_s, k_s, ready, g + 1, STAGES, HB, BK, MMA_S)
-            pv = warpgroup_mma(p_op, k_s.index(g % STAGES), acc, is_async=True)
-            iv = _chunk_ids(idx_row, num_idx, c + 1, BK, MMA_S)
-            s = warpgroup_mma_wait(num_outstanding=1, deps=(s, ))  # q . k: issued first
-            if c + 2 == num_chunks:
-                _release_q(q_empty)
-            p, m_i, l_i, alpha = _softmax_chunk(s, iv, m_i, l_i, qk_scale, MMA_O)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(pv, ))
-            _release(empty, g, STAGES)
-            acc = acc * alpha[:, None]
-            p_op = gl.convert_layout(p.to(gl.bfloat16), LP)
-            g += 1
-        acc = warpgroup_mma(p_op, k_s.index(g % STAGES), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        _release(empty, g, STAGES)
-        return acc, m_i, l_i, g + 1
-
-    @gluon.jit
     def _consumer(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
                   num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale,
                   D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                  HBLK: gl.constexpr, PROBE: gl.constexpr, PIPELINE: gl.constexpr):
+                  HBLK: gl.constexpr, PROBE: gl.constexpr):
         """The two math warpgroups (the default partition), over the same work items: per
         chunk, S = q k^T (each warpgroup BK / 2 of its columns), the online softmax (row max
         and sum over both), O += P V (each D / 2 of its channels, the whole P as the A
-        operand), in the order ``PIPELINE`` says; a slot is freed once its P V is waited, q
-        once the item's last q . k is; then the item's output, while the loader already
-        fetches the next item."""
-        gl.static_assert(PROBE == 0 or PIPELINE == 0, "the timing probes are PIPELINE 0's")
+        operand); a slot is freed once its P V is waited, q once the item's last q . k is;
+        then the item's output, while the loader already fetches the next item."""
         HB: gl.constexpr = 64
         MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                          instr_shape=[16, BK // 2, 16])
@@ -336,18 +267,9 @@ if HAS_GLUON:
             l_i = gl.zeros([HB], gl.float32, gl.SliceLayout(1, MMA_S))
             acc = gl.zeros([HB, D], gl.float32, MMA_O)
             mbarrier.wait(q_ready, it & 1)
-            if PIPELINE == 2:
-                acc, m_i, l_i, g = _item_overlap(q_s, k_s, ready, empty, q_empty, idx_row,
-                                                 num_idx, qk_scale, acc, m_i, l_i, g, D, BK,
-                                                 STAGES, MMA_S, MMA_O, LP)
-            elif PIPELINE == 1:
-                acc, m_i, l_i, g = _item_behind(q_s, k_s, ready, empty, q_empty, idx_row,
-                                                num_idx, qk_scale, acc, m_i, l_i, g, D, BK,
-                                                STAGES, MMA_S, MMA_O, LP)
-            else:
-                acc, m_i, l_i, g = _item_serial(q_s, k_s, ready, empty, q_empty, idx_row,
-                                                num_idx, qk_scale, acc, m_i, l_i, g, D, BK,
-                                                STAGES, PROBE, MMA_S, MMA_O, LP)
+            acc, m_i, l_i, g = _item_chunks(q_s, k_s, ready, empty, q_empty, idx_row, num_idx,
+                                            qk_scale, acc, m_i, l_i, g, D, BK, STAGES, PROBE,
+                                            MMA_S, MMA_O, LP)
             _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, (item % HBLK) * HB, stride_on,
                        stride_oh, num_heads, D, MMA_S, MMA_O)
             it += 1
@@ -357,8 +279,7 @@ if HAS_GLUON:
                                 stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
                                 num_heads, qk_scale, num_items, D: gl.constexpr,
                                 BK: gl.constexpr, STAGES: gl.constexpr, HBLK: gl.constexpr,
-                                PROBE: gl.constexpr, PIPELINE: gl.constexpr,
-                                num_warps: gl.constexpr):
+                                PROBE: gl.constexpr, num_warps: gl.constexpr):
         """The loader warpgroup (``_producer``) and the two math warpgroups (``_consumer``,
         the default partition) over items program_id, + num_programs, ... of the N x HBLK
         (query, head block) items; one item per program when the grid has them all.
@@ -381,7 +302,7 @@ if HAS_GLUON:
         gl.warp_specialize([
             (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
                          num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads,
-                         qk_scale, D, BK, STAGES, HBLK, PROBE, PIPELINE)),
+                         qk_scale, D, BK, STAGES, HBLK, PROBE)),
             (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in,
                          num_idx, num_items, num_heads, q_s, k_s, q_ready, q_empty, ready,
                          empty, D, BK, STAGES, HBLK, PROBE)),
@@ -420,7 +341,7 @@ def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.T
         q, q.stride(0), q.stride(1), kv, kv.stride(0), indices, indices.stride(0),
         indices.shape[-1], sink.float().contiguous(), out, out.stride(0), out.stride(1), h,
         float(softmax_scale) * _LOG2E, items, D=d, BK=BK, STAGES=STAGES, HBLK=hblk,
-        PROBE=PROBE, PIPELINE=PIPELINE, num_warps=NUM_WARPS, maxnreg=MAXNREG)
+        PROBE=PROBE, num_warps=NUM_WARPS, maxnreg=MAXNREG)
     return out
 
 
@@ -430,18 +351,12 @@ def _sm_count(device: torch.device) -> int:
 
 
 def aot_cases() -> list[dict[str, Any]]:
-    """SM90 compile-gate cases: D = 512 (the released head), 64 and 128 (tiny configs) at the
-    module's settings, and D = 512 in each other chain order (``PIPELINE``) with its slots."""
-    shapes = [(512, PIPELINE, BK, STAGES), (64, PIPELINE, BK, STAGES),
-              (128, PIPELINE, BK, STAGES)]
-    shapes += [(512, pipe, bk, stages) for pipe, bk, stages in ((0, 64, 2), (1, 64, 2),
-                                                                 (2, 64, 2), (2, 32, 4))
-               if (pipe, bk, stages) != (PIPELINE, BK, STAGES)]
+    """SM90 compile-gate cases: D = 512 (the released head), 64 and 128 (tiny configs)."""
     cases = []
-    for d, pipe, bk, stages in shapes:
+    for d in (512, 64, 128):
         cases.append({
-            "id": f"attn_prefill_gl_d{d}_p{pipe}_bk{bk}x{stages}", "gluon": True,
-            "module": __name__, "kernel": "_attn_prefill_ws_kernel",
+            "id": f"attn_prefill_gl_d{d}", "gluon": True, "module": __name__,
+            "kernel": "_attn_prefill_ws_kernel",
             # the loader keeps a few loop-invariant smem offsets in local memory (L1)
             "maxnreg": MAXNREG, "max_stack": 128,
             "signature": {"q_ptr": "*bf16", "stride_qn": "i32", "stride_qh": "i32",
@@ -449,8 +364,8 @@ def aot_cases() -> list[dict[str, Any]]:
                           "stride_in": "i32", "num_idx": "i32", "sink_ptr": "*fp32",
                           "out_ptr": "*bf16", "stride_on": "i32", "stride_oh": "i32",
                           "num_heads": "i32", "qk_scale": "fp32", "num_items": "i32"},
-            "constexprs": {"D": d, "BK": bk, "STAGES": stages, "HBLK": 1, "PROBE": 0,
-                           "PIPELINE": pipe, "num_warps": NUM_WARPS},
+            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "HBLK": 1, "PROBE": 0,
+                           "num_warps": NUM_WARPS},
             "num_warps": NUM_WARPS, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
             "divisible": ["stride_qn", "stride_qh", "stride_kv", "stride_in", "stride_on",
                           "stride_oh"]})

@@ -215,7 +215,7 @@ def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
     if not (WIDE_MIN_ROWS and WIDE_MIN_ROWS <= rows and x3.is_cuda
             and (WIDE_MAX_ROWS is None or rows <= WIDE_MAX_ROWS)):
         return False
-    cfg = linear_wide.wide_config(rows)
+    cfg = linear_wide.wide_config(rows, out_features, x3.shape[1])
     return (torch.cuda.get_device_capability(x3.device)[0] == 9
             and linear_wide.accepts(x3, weight, out_features, cfg["WG"]))
 

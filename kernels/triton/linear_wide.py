@@ -257,13 +257,22 @@ def operand_layout(warpgroups: int):
         warp_bases=warps, block_bases=[], shape=[64 * warpgroups, 32])
 
 
-def wide_config(num_rows: int) -> dict:
-    """Launch per row class: WG warpgroups (BO = 64 WG weight rows), token tile BT (one tile
-    of all rows, at least 64), BK (32 or 64: K columns per ring stage, one k32 wgmma each),
-    STAGES ring depth, split-K for ``waves`` waves of programs. H200, the slice's seven
-    projections one call each, CUDA graphs (bench/gemm_decode.py; linear_decode in the same
-    run): round 64a — one warpgroup beat 2 and 4 at every row count; round 65a — BK 64 (half
-    the barriers and waits per K) beat 32:
+# Two warpgroups per 256-row token tile (BO 128) from this many programs (O / 128 x token tiles x
+# groups) up: at 4,096 rows a projection is L2-bound (round 100a, wo_b: L2 at 83 % of its peak,
+# the tensor pipe at 54 %) and 128 weight rows per token tile read 0.56x the L2 bytes per FLOP;
+# such a program takes a whole SM, so the grid needs waves of them (wq_a / wkv at 4,096 rows,
+# 128 / 64 programs, ran 10-20 % slower on two).
+TWO_WG_MIN_PROGRAMS = 4 * NUM_SMS
+
+
+def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1) -> dict:
+    """Launch per row class (and, at 256-row token tiles, per grid size): WG warpgroups (BO =
+    64 WG weight rows), token tile BT (one tile of all rows, at least 64), BK (32 or 64: K
+    columns per ring stage, one k32 wgmma each), STAGES ring depth, split-K for ``waves``
+    waves of programs. H200, the slice's seven projections one call each, CUDA graphs
+    (bench/gemm_decode.py; linear_decode in the same run): round 64a — one warpgroup beat 2
+    and 4 at every row count up to 256; round 65a — BK 64 (half the barriers and waits per K)
+    beat 32:
 
         rows  this launch                 µs     linear_decode
          64   BT 64,  BK 64, 4 stages, 2 waves   91.6   120.3
@@ -271,9 +280,15 @@ def wide_config(num_rows: int) -> dict:
         256   BT 256, BK 64, 3 stages, 1 wave   172.4   230.5
 
     (256 rows: 2 stages 229.3, 2 / 3 waves 190.3 / 193.3, BT 128 211.1; 64 rows: 6 stages
-    103.0.)"""
+    103.0.) From ``TWO_WG_MIN_PROGRAMS`` programs of BO 128 (``out_features`` a multiple of
+    128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 ->
+    1,785 µs, wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs, one
+    program per SM holds fewer stages in flight than two)."""
     bt = min(MAX_TILE_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
     if bt == 256:
+        programs = (out_features or 0) // 128 * triton.cdiv(num_rows, bt) * groups
+        if out_features and out_features % 128 == 0 and programs >= TWO_WG_MIN_PROGRAMS:
+            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1)
         return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
     return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
 
@@ -294,7 +309,7 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     back to 32."""
     assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
     num_rows, groups, num_k = x3.shape
-    cfg = {**wide_config(num_rows), **(config or {})}
+    cfg = {**wide_config(num_rows, out_features, groups), **(config or {})}
     wg, bt, bk, stages = cfg["WG"], cfg["BT"], cfg["BK"], cfg["STAGES"]
     assert accepts(x3, weight, out_features, wg), \
         f"linear_wide: x {tuple(x3.shape)} {x3.dtype}, O {out_features} (WG {wg}) not accepted"
@@ -351,6 +366,7 @@ def aot_cases() -> list[dict[str, Any]]:
     for wg, bt, bk, stages, split_k in ((1, 64, 32, 6, 2), (1, 128, 32, 6, 1),
                                         (1, 256, 32, 4, 2), (1, 256, 64, 3, 1),
                                         (1, 128, 64, 4, 4), (2, 128, 32, 4, 2),
+                                        (2, 256, 64, 4, 1),
                                         (4, 128, 64, 2, 1)):
         cases.append({
             "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}", "gluon": True,

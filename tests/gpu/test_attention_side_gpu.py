@@ -159,23 +159,17 @@ def test_sparse_attention_bf16_rows(n, kernel, monkeypatch):
     _record(f"sparse_attention_sink bf16 rows N={n} {kernel}", _rel(out, want), ATTN_TOL, ms)
 
 
-@pytest.mark.parametrize("pipeline,bk,stages", [(0, 64, 2), (1, 64, 2), (2, 64, 2), (2, 32, 4)])
 @pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("heads,dim,width", [(8, 64, 100), (96, 512, 640), (64, 128, 33),
                                              (64, 512, 64), (64, 512, 20)])
-def test_sparse_attention_gl_other_shapes(heads, dim, width, persistent, pipeline, bk, stages,
-                                          monkeypatch):
+def test_sparse_attention_gl_other_shapes(heads, dim, width, persistent, monkeypatch):
     """The Gluon prefill kernel at head counts that are not (or not only) one block of 64
     (masked rows; a second head block), small heads, a row list that ends mid-chunk, one
-    chunk or less (the pipelined orders' peeled last chunk alone), int32 row lists,
-    persistent (several items a program) or one item a program, in each chain order
-    (``PIPELINE``) with its chunk size and slots, against the reference."""
+    whole chunk or part of one, int32 row lists, persistent (several items a program) or one
+    item a program, against the reference."""
     from deepinfer.kernels.triton import attention_prefill_gluon as apg
 
     monkeypatch.setattr(apg, "PERSISTENT", persistent)
-    monkeypatch.setattr(apg, "PIPELINE", pipeline)
-    monkeypatch.setattr(apg, "BK", bk)
-    monkeypatch.setattr(apg, "STAGES", stages)
     n = 300
     q = torch.randn(n, heads, dim, device="cuda").to(torch.bfloat16)
     kv = torch.randn(2000, dim, device="cuda").to(torch.bfloat16)

@@ -65,7 +65,8 @@ def test_linear_wide_gpu(num_tokens):
 @pytest.mark.parametrize("config", [
     dict(WG=1, BT=128, BK=32, STAGES=6), dict(WG=1, BT=256, BK=64, STAGES=3),
     dict(WG=1, BT=64, BK=64, STAGES=4), dict(WG=2, BT=64, BK=32, STAGES=6),
-    dict(WG=2, BT=256, BK=32, STAGES=4), dict(WG=4, BT=128, BK=64, STAGES=2)])
+    dict(WG=2, BT=256, BK=32, STAGES=4), dict(WG=2, BT=256, BK=64, STAGES=4),
+    dict(WG=4, BT=128, BK=64, STAGES=2)])
 @pytest.mark.parametrize("split_k", [1, 3])
 def test_linear_wide_launches_gpu(config, split_k):
     """Each launch class on wo_b at 200 rows (several token tiles where BT < 200), split and
@@ -81,6 +82,27 @@ def test_linear_wide_launches_gpu(config, split_k):
     label = (f"WG{config['WG']} BT{config['BT']} BK{config['BK']} S{config['STAGES']} "
              f"split {split_k}")
     _row(f"linear_wide {label}", f"M{num_tokens} wo_b", _rel(out, _reference(x, w, 1)), 5e-3)
+
+
+@pytest.mark.parametrize("num_tokens", [4096])
+def test_linear_wide_prefill_rows_gpu(num_tokens):
+    """At prefill rows ``wide_config`` takes two warpgroups for the large projections (wo_b,
+    wo_a grouped) and one for the small (wq_a): each against the reference and no worse than
+    ``linear_decode`` by more than bf16 rounding."""
+    from deepinfer.kernels.triton import linear_decode, linear_wide
+
+    torch.manual_seed(5)
+    for name, groups, out_features, in_features in SLICE_PROJECTIONS:
+        wg = linear_wide.wide_config(num_tokens, out_features, groups)["WG"]
+        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
+        w = _random_fp8_weight(groups * out_features, in_features)
+        with nan_poisoned_allocations():
+            out = linear_wide.linear_wide(x, w, out_features)
+            base = linear_decode.linear_decode(x, w, out_features)
+        ref = _reference(x, w, groups)
+        err, base_err = _rel(out, ref), _rel(base, ref)
+        _row(f"linear_wide {name} WG{wg}", f"M{num_tokens}", err, 5e-3)
+        assert err <= 1.5 * base_err + 1e-4, (name, wg, err, base_err)
 
 
 @pytest.mark.parametrize("num_tokens", [63, 64, 256, 1000])

@@ -50,6 +50,25 @@ def test_accepts():
     assert not linear_wide.accepts(x, torch.zeros(256, 64, dtype=torch.bfloat16), 256)
 
 
+def test_wide_config_two_warpgroups_from_enough_programs():
+    """Two warpgroups per 256-row token tile only where the grid holds
+    ``TWO_WG_MIN_PROGRAMS`` programs of 128 weight rows: the large 4,096-row projections, not
+    wq_a / wkv there, not the decode sizes, never an O that 128 does not divide."""
+    cfg = linear_wide.wide_config
+    n = linear_wide.TWO_WG_MIN_PROGRAMS
+    assert cfg(4096, 5120)["WG"] == 2 and cfg(4096, 5120)["STAGES"] == 4  # wo_b: 640 programs
+    assert cfg(4096, 1024)["WG"] == 1 and cfg(4096, 512)["WG"] == 1  # wq_a, wkv: 128, 64
+    assert cfg(4096, 1024, groups=8)["WG"] == 2  # wo_a: 8 groups of 1024
+    assert cfg(256, 32768)["WG"] == 1  # decode: one token tile, 256 programs
+    assert cfg(256, 128 * n)["WG"] == 2 and cfg(256, 128 * n - 128)["WG"] == 1
+    assert cfg(4096, 5120 + 64)["WG"] == 1  # O % 128 != 0
+    assert cfg(4096)["WG"] == 1  # no O given: the one-warpgroup launch
+    assert cfg(128, 10 ** 6)["WG"] == 1  # below 256-row tiles: one warpgroup
+    w = gemm_fp8.pack_fp8_weight(torch.randn(256, 64) * 0.02)
+    assert linear_wide.accepts(torch.zeros(4096, 1, 64, dtype=torch.bfloat16), w, 256,
+                               cfg(4096, 256)["WG"])
+
+
 def test_operand_layout():
     """64 rows per warpgroup: 2 warp bases per warpgroup of 4 warps, one more per doubling."""
     for wg, warps in ((1, [[16, 0], [32, 0]]), (2, [[16, 0], [32, 0], [64, 0]]),
