@@ -4,7 +4,8 @@
 # moe_gluon_w4a8.DECODE_TMA_STEPS = 2) — its GPU checks, the GEMMs alone at 64 / 256 tokens
 # beside the shipped boxes, and decode 64 / 256 x 32K both ways (the experts are ~16 of the
 # ~24 ms of a 256 x 32K step at ~0.80 of their bytes).
-#   PART=a (≈ 5 min).
+#   PART=a (≈ 5 min). Ran at commit da04d7e; the two-step boxes were slower at decode (256 x
+#   32K 25.40 vs 24.53 ms) and that code is reverted, so this script needs that commit.
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)

@@ -27,10 +27,9 @@ measures the variants alone, then the best end to end.
                                                    (moe_experts.W4A8_PREFILL_KERNEL)
     --w4a16-prefill-parts 1|2|4                    the bf16 prefill expert GEMM's block N in
                                                    parts of BM (moe_gluon_w4a16_prefill.PARTS)
-    --w4a8-decode-variant PREFETCH:GCAP:DCAP[:TMA] the W4A8 decode GEMM's step-ahead loads
-                                                   (0 / 1), register caps of the gated /
-                                                   down launches ('-': none) and K steps per
-                                                   weight TMA box, e.g. 0:-:72, 1:128:80:2
+    --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
+                                                   (0 / 1) and register caps of the gated /
+                                                   down launches ('-': none), e.g. 0:-:72
     --index-paged-kernel v1|v2|gl                  the paged index scores' decode kernel
                                                    (indexer.PAGED_KERNEL; gl: Gluon)
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
@@ -77,9 +76,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the bf16 prefill expert GEMM runs a block at N = its parts of BM "
                     "that hold pairs (default: moe_gluon_w4a16_prefill.PARTS)")
     ap.add_argument("--w4a8-decode-variant", default=None,
-                    help="PREFETCH:GATED_CAP:DOWN_CAP[:TMA_STEPS] of the W4A8 decode GEMM (0|1, "
-                    "registers or '-', 1|2; default: moe_gluon_w4a8.DECODE_PREFETCH, "
-                    "register_cap and DECODE_TMA_STEPS)")
+                    help="PREFETCH:GATED_CAP:DOWN_CAP of the W4A8 decode GEMM (0|1, registers "
+                    "or '-'; default: moe_gluon_w4a8.DECODE_PREFETCH and register_cap)")
     ap.add_argument("--index-paged-kernel", default=None,
                     help="v1, v2 or gl: the paged index scores' decode kernel "
                     "(default: indexer.PAGED_KERNEL)")
@@ -210,21 +208,18 @@ def apply(attention_config: str | None, moe_configs: list[str],
 
 
 def set_w4a8_decode_variant(text: str, flag: str = "--w4a8-decode-variant") -> None:
-    """PREFETCH:GATED_CAP:DOWN_CAP[:TMA_STEPS] -> moe_gluon_w4a8.DECODE_PREFETCH, its register
-    caps (every block size) and DECODE_TMA_STEPS (K steps per weight TMA box, 1 or 2; the
-    ring depth then DECODE_STAGES'); a malformed value exits naming ``flag``."""
+    """PREFETCH:GATED_CAP:DOWN_CAP -> moe_gluon_w4a8.DECODE_PREFETCH and its register caps
+    (every block size); a malformed value exits naming ``flag``."""
     from deepinfer.kernels.triton import moe_gluon_w4a8
     parts = text.split(":")
-    if len(parts) not in (3, 4) or parts[0] not in ("0", "1") or not all(
-            p == "-" or p.isdigit() for p in parts[1:3]) or parts[3:] not in ([], ["1"], ["2"]):
-        raise SystemExit(f"{flag} {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP[:TMA_STEPS] "
-                         "with PREFETCH 0 or 1, caps in registers or '-' and TMA_STEPS 1 or 2, "
-                         "e.g. 0:-:72 or 1:128:80:2")
+    if len(parts) != 3 or parts[0] not in ("0", "1") or not all(
+            p == "-" or p.isdigit() for p in parts[1:]):
+        raise SystemExit(f"{flag} {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP "
+                         "with PREFETCH 0 or 1 and caps in registers or '-', e.g. 0:-:72")
     caps = {gated: None if p == "-" else int(p) for gated, p in ((True, parts[1]),
                                                                  (False, parts[2]))}
     moe_gluon_w4a8.DECODE_PREFETCH = parts[0] == "1"
     moe_gluon_w4a8.register_cap = lambda gated, block_m, prefetch: caps[gated]
-    moe_gluon_w4a8.DECODE_TMA_STEPS = int(parts[3]) if len(parts) == 4 else 1
 
 
 def set_index_paged_kernel(text: str) -> None:

@@ -59,15 +59,13 @@ def main() -> None:
     parser.add_argument("--stages", type=int, nargs="*", default=[4],
                         help="TMA ring depths of the weight tiles")
     parser.add_argument("--w4a8-stages", type=int, nargs="*", default=[4],
-                        help="TMA ring depths of the W4A8 kernel (moe_gluon_w4a8; 0: its "
-                        "DECODE_STAGES for the variant's TMA box); none: skip")
+                        help="TMA ring depths of the W4A8 kernel (moe_gluon_w4a8); none: skip")
     parser.add_argument("--w4a8-bm", type=int, nargs="+", default=[8],
                         help="pairs per program of the W4A8 kernel (8 or 16)")
     parser.add_argument("--w4a8-variants", nargs="+", default=["default"],
-                        help="W4A8 kernel variants: 'default' (the module's DECODE_PREFETCH, "
-                        "register_cap and DECODE_TMA_STEPS) or "
-                        "PREFETCH:GATED_CAP:DOWN_CAP[:TMA_STEPS] (0|1, registers or '-' for "
-                        "none, 1|2), e.g. 0:-:72 1:128:80:2, or module=NAME (another copy of "
+                        help="W4A8 kernel variants: 'default' (the module's DECODE_PREFETCH "
+                        "and register_cap) or PREFETCH:GATED_CAP:DOWN_CAP (0|1, registers or "
+                        "'-' for none), e.g. 0:-:72 1:128:80, or module=NAME (another copy of "
                         "the kernel module in kernels/triton)")
     args = parser.parse_args()
     from bench_common import roofline
@@ -151,13 +149,11 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
     refs = [moe_gluon.reference_grouped(v, w.data.view(torch.uint8), w.scale, flat, div)
             for v, w, div in ((xv, fp4[0], k), (xv, fp4[1], k), (hv, fp4[2], 1))]
     default_prefetch, default_cap = moe_gluon_w4a8.DECODE_PREFETCH, moe_gluon_w4a8.register_cap
-    default_tma = moe_gluon_w4a8.DECODE_TMA_STEPS
     for variant, bm, stages in [(v, bm, st) for v in args.w4a8_variants for bm in args.w4a8_bm
                                 for st in args.w4a8_stages]:
         kmod = moe_gluon_w4a8
         moe_gluon_w4a8.DECODE_PREFETCH = default_prefetch
         moe_gluon_w4a8.register_cap = default_cap
-        moe_gluon_w4a8.DECODE_TMA_STEPS = default_tma
         if variant == "default":
             label = f"{stages} stages"
         elif variant.startswith("module="):  # another copy of the kernel module (an A/B)
@@ -173,10 +169,10 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
         pairs, blocks = moe_align.align_pairs(ids, moe_decode.EXPERTS, bm)
         gated = functools.partial(kmod.w4a8_decode_gemm, xc, xs, words8[0],
                                   fp4[0].scale, words8[1], fp4[1].scale, pairs, blocks,
-                                  num_pairs, k, stages=stages or None, block_m=bm)
+                                  num_pairs, k, stages=stages, block_m=bm)
         down = functools.partial(kmod.w4a8_decode_gemm, hc, hs, words8[2],
                                  fp4[2].scale, None, None, pairs, blocks, num_pairs, 1,
-                                 stages=stages or None, block_m=bm)
+                                 stages=stages, block_m=bm)
         o1, o3 = gated()
         if bm == moe_gluon_w4a8.BLOCK_M:  # the whole decode pipeline vs Triton's run_experts
             from deepinfer.kernels.triton import moe_experts
@@ -185,7 +181,7 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
                   for w, f in zip(words8, fp4, strict=True)]
             rw = torch.rand(ids.shape, device=ids.device)
             whole = rl.median_ms(functools.partial(kmod.run_experts_w4a8, x, ids, rw,
-                                                   *kw, 10.0, stages=stages or None))
+                                                   *kw, 10.0, stages=stages))
             print(f"| {x.shape[0]} | w4a8 run_experts_w4a8 (all launches), {label} | 8 | "
                   f"{whole:.3f} | {touched} | | | | |", flush=True)
         o2, _ = down()

@@ -60,13 +60,6 @@ BLOCK_M = 8  # pairs per program: the wgmma N side
 # against the step loop of commit 58d9602 (round 54a's slower figures compared machines);
 # bench/moe_gluon_decode.py --w4a8-variants compares them
 DECODE_PREFETCH = True
-# K steps per TMA box of a weight tile: 1 = [64 rows, 64 bytes] boxes (each row's 64 contiguous
-# bytes of a step, rows 2,560 / 1,152 bytes apart), 2 = [64, 128]: two steps, 128 contiguous
-# bytes per row and half the TMA issues; the ring depth (``stages``) counts boxes:
-# DECODE_STAGES[TMA_STEPS] by default (the same 32 KB of gated ring per program either way at
-# 4 / 2; 3 boxes of 2 steps: 48 KB, four programs still fit an SM)
-DECODE_TMA_STEPS = 1
-DECODE_STAGES = {1: 4, 2: 3}
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -156,10 +149,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
                             GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                            PREFETCH: gl.constexpr, TMA_STEPS: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            PREFETCH: gl.constexpr, num_warps: gl.constexpr):
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
-        gl.static_assert(TMA_STEPS == 1 or TMA_STEPS == 2, "one or two K steps per TMA box")
         BK: gl.constexpr = 128
         # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
         # (2 bits: group) of quad lane q's 16-byte chunk; lanes q and g; warps w: row 16 w + 8 m
@@ -183,9 +174,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         if expert >= 0:
             row0 = expert * O + tile * 64
             num_steps = K // BK
-            num_boxes = num_steps // TMA_STEPS  # the host checks TMA_STEPS divides num_steps
-            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_boxes, GATED, STAGES,
-                                          BK * TMA_STEPS)
+            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK)
 
             # scales as int32 words (a K step's 4 groups): a thread's rows and tokens in the
             # accumulator's row / column layouts (no layout conversion in the promotion)
@@ -218,51 +207,45 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             # at ~27 / 13 more registers (round 56a: faster, see DECODE_PREFETCH)
             if PREFETCH:
                 xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, 0, GATED, BK)
-            for ib in range(num_boxes):
-                for j in gl.static_range(TMA_STEPS):
-                    i = ib * TMA_STEPS + j
-                    if PREFETCH:  # the last step reloads its own
-                        xc_next, ex_next, ew_next, fw_next = _step_loads(
-                            xc_ptrs, xs_words, s1_words, s3_words,
-                            gl.minimum(i + 1, num_steps - 1), GATED, BK)
-                    else:
-                        xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i,
-                                                     GATED, BK)
-                    x8 = x_smem.index(i % 2)
-                    x8.store(xc.to(gl.float8e4nv, bitcast=True))
-                    fence_async_shared()
-                    cta_barrier()
-                    stage = ib % STAGES
-                    if j == 0:
-                        # after the barrier: every warp is past the previous box's reads of
-                        # the stage this refills (each warp's wgmma covers only its own 16
-                        # rows, so a warp's wait does not imply the others have read theirs)
-                        issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, ib + STAGES - 1,
-                                   num_boxes, GATED, STAGES, BK * TMA_STEPS)
-                        mbarrier.wait(bars.index(stage), (ib // STAGES) & 1)
-                    a0, a1, a2, a3 = _group_operands(
-                        w1_s.index(stage).slice(j * (BK // 2), BK // 2, dim=1).load(L64), LA)
-                    c0, c1, c2, c3 = _mma_groups(a0, a1, a2, a3, x8, z)
-                    if GATED:
-                        b0, b1, b2, b3 = _group_operands(
-                            w3_s.index(stage).slice(j * (BK // 2), BK // 2, dim=1).load(L64),
-                            LA)
-                        d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
-                        c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
-                            num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
-                        acc3 = promote_words(acc3, d0, fw, ex, 0)
-                        acc3 = promote_words(acc3, d1, fw, ex, 1)
-                        acc3 = promote_words(acc3, d2, fw, ex, 2)
-                        acc3 = promote_words(acc3, d3, fw, ex, 3)
-                    else:
-                        c0, c1, c2, c3 = warpgroup_mma_wait(num_outstanding=0,
-                                                            deps=(c0, c1, c2, c3))
-                    acc1 = promote_words(acc1, c0, ew, ex, 0)
-                    acc1 = promote_words(acc1, c1, ew, ex, 1)
-                    acc1 = promote_words(acc1, c2, ew, ex, 2)
-                    acc1 = promote_words(acc1, c3, ew, ex, 3)
-                    if PREFETCH:
-                        xc, ex, ew, fw = xc_next, ex_next, ew_next, fw_next
+            for i in range(num_steps):
+                if PREFETCH:  # the last step reloads its own
+                    xc_next, ex_next, ew_next, fw_next = _step_loads(
+                        xc_ptrs, xs_words, s1_words, s3_words, gl.minimum(i + 1, num_steps - 1),
+                        GATED, BK)
+                else:
+                    xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i, GATED,
+                                                 BK)
+                x8 = x_smem.index(i % 2)
+                x8.store(xc.to(gl.float8e4nv, bitcast=True))
+                fence_async_shared()
+                cta_barrier()
+                # after the barrier: every warp is past step i - 1's reads of the stage this
+                # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
+                # does not imply the others have read their weights)
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
+                           num_steps, GATED, STAGES, BK)
+                stage = i % STAGES
+                mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
+                a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
+                c0, c1, c2, c3 = _mma_groups(a0, a1, a2, a3, x8, z)
+                if GATED:
+                    b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
+                    d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
+                    c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
+                        num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
+                    acc3 = promote_words(acc3, d0, fw, ex, 0)
+                    acc3 = promote_words(acc3, d1, fw, ex, 1)
+                    acc3 = promote_words(acc3, d2, fw, ex, 2)
+                    acc3 = promote_words(acc3, d3, fw, ex, 3)
+                else:
+                    c0, c1, c2, c3 = warpgroup_mma_wait(num_outstanding=0,
+                                                        deps=(c0, c1, c2, c3))
+                acc1 = promote_words(acc1, c0, ew, ex, 0)
+                acc1 = promote_words(acc1, c1, ew, ex, 1)
+                acc1 = promote_words(acc1, c2, ew, ex, 2)
+                acc1 = promote_words(acc1, c3, ew, ex, 3)
+                if PREFETCH:
+                    xc, ex, ew, fw = xc_next, ex_next, ew_next, fw_next
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -340,8 +323,8 @@ def register_cap(gated: bool, block_m: int, prefetch: bool) -> int | None:
 def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
-                     x_row_div: int, stages: int | None = None, block_m: int = BLOCK_M,
-                     out_dtype: torch.dtype = torch.float32, tma_steps: int | None = None
+                     x_row_div: int, stages: int = 4, block_m: int = BLOCK_M,
+                     out_dtype: torch.dtype = torch.float32
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """out1 (num_pairs, O) out_dtype = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3);
     the fp32 sums are rounded once to out_dtype when stored. Rows of pairs that no block holds
@@ -349,38 +332,30 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
 
     x_codes (rows, K) uint8 e4m3 + x_scales (rows, K/32) uint8 (``quant_act.quant_q8_32``);
     w1/w3 (E, O, K/2) in ``to_kernel_order``, s1/s3 (E, O, K/32) uint8; pairs grouped by
-    ``moe_align.align_pairs(ids, E, block_m)`` (8 or 16). ``tma_steps`` (default
-    ``DECODE_TMA_STEPS``; 1 where it does not divide K / 128) K steps per weight TMA box,
-    ``stages`` boxes in the ring (default ``DECODE_STAGES[tma_steps]``)."""
+    ``moe_align.align_pairs(ids, E, block_m)`` (8 or 16)."""
     assert HAS_GLUON, "w4a8_decode_gemm needs triton's Gluon"
     num_experts, out_features, half = w1.shape
     k = half * 2
     assert k % BLOCK_K == 0 and out_features % ROWS == 0 and x_codes.shape[1] == k
     assert s1.stride(1) % 4 == 0 and x_scales.stride(0) % 4 == 0  # 4-byte scale loads
     gated = w3 is not None
-    tma_steps = DECODE_TMA_STEPS if tma_steps is None else tma_steps
-    assert tma_steps in (1, 2), f"w4a8_decode_gemm: tma_steps {tma_steps}, expected 1 or 2"
-    if (k // BLOCK_K) % tma_steps:
-        tma_steps = 1
-    stages = DECODE_STAGES[tma_steps] if stages is None else stages
     out1 = torch.empty((num_pairs, out_features), dtype=out_dtype, device=x_codes.device)
     out3 = torch.empty_like(out1) if gated else out1
-    d1 = _descriptor(w1, BLOCK_K * tma_steps)
-    d3 = _descriptor(w3, BLOCK_K * tma_steps) if gated else d1
+    d1 = _descriptor(w1, BLOCK_K)
+    d3 = _descriptor(w3, BLOCK_K) if gated else d1
     grid = (block_expert.numel(), out_features // ROWS)
     cap = register_cap(gated, block_m, DECODE_PREFETCH)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, PREFETCH=DECODE_PREFETCH, TMA_STEPS=tma_steps, num_warps=4,
-        **({"maxnreg": cap} if cap else {}))
+        BM=block_m, PREFETCH=DECODE_PREFETCH, num_warps=4, **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 
 
 def run_experts_w4a8(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                      w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
-                     stages: int | None = None, combine: bool = True) -> torch.Tensor:
+                     stages: int = 4, combine: bool = True) -> torch.Tensor:
     """The routed experts at decode sizes with this kernel (GPU, SM90): (N, D) -> (N, D) fp32,
     the same semantics as ``moe_experts.run_experts`` (W4A8 accumulation inside each 32-K
     group). w1, w3 (E, I, D/2) and w2 (E, D, I/2): ``ExpertWeights`` whose ``data`` is in

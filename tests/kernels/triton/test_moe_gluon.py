@@ -111,28 +111,20 @@ _BF16_SIG = {"x_ptr": "*bf16", "w1_desc": "desc:64x64", "s1_ptr": "*u8", "w3_des
 
 def test_sm90_compile(sm90_compile):
     """Both probes compile for sm_90 with no shuffles, no spills, the wgmma count of a K step
-    (W4A8: one m64 n8/16 k32 per 32-K group, per step of a TMA box; bf16: one per 16 even / odd
-    K), in budget."""
+    (W4A8: one m64 n8/16 k32 per 32-K group; bf16: one per 16 even / odd K), in budget."""
     cases = []
     for gated in (True, False):
-        for bm, prefetch, tma_steps in ((8, False, 1), (8, True, 1), (16, False, 1),
-                                        (8, True, 2)):
+        for bm, prefetch in ((8, False), (8, True), (16, False)):
             cap = moe_gluon_w4a8.register_cap(gated, bm, prefetch)
-            box = f"desc:64x{64 * tma_steps}"  # two K steps per TMA box: [64, 128] bytes
             cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}"
-                                f"{'_prefetch' if prefetch else ''}_tma{tma_steps}",
-                          "gluon": True, "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
-                          "kernel": "_w4a8_decode_kernel",
-                          "signature": {**_W4A8_SIG, "w1_desc": box, "w3_desc": box},
-                          "constexprs": {"GATED": gated,
-                                         "STAGES": moe_gluon_w4a8.DECODE_STAGES[tma_steps],
-                                         "BM": bm, "PREFETCH": prefetch,
-                                         "TMA_STEPS": tma_steps, "num_warps": 4},
+                                f"{'_prefetch' if prefetch else ''}", "gluon": True,
+                          "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
+                          "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
+                          "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm,
+                                         "PREFETCH": prefetch, "num_warps": 4},
                           "num_warps": 4, "num_stages": 1, "no_spill": True,
                           **({"maxnreg": cap} if cap else {}),
-                          "expect_wgmma": True,
-                          # the loop body runs TMA_STEPS K steps
-                          "wgmma_per_step": (8 if gated else 4) * tma_steps,
+                          "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
                           "divisible": ["K", "O"]})
         cases.append({"id": f"bf16_{'gated' if gated else 'down'}", "gluon": True,
                       "module": "deepinfer.kernels.triton.moe_gluon",
