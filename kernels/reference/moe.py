@@ -68,24 +68,29 @@ def expert_ffn(x: torch.Tensor, w1: Weight, w3: Weight, w2: Weight,
 def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                        w1: torch.Tensor | Mxfp4ExpertWeights, w3: torch.Tensor | Mxfp4ExpertWeights,
                        w2: torch.Tensor | Mxfp4ExpertWeights, limit: float,
-                       combine_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """Sum of the chosen experts' outputs per token, fp32.
+                       combine_ids: torch.Tensor | None = None,
+                       residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Sum of the chosen experts' outputs per token, fp32 (with ``residual``: + residual in
+    fp32, rounded to residual's dtype).
 
     Args:
         x: (N, D) bf16; expert_ids, weights: (N, K); w1, w3: (E, I, D); w2: (E, D, I), plain
         tensors or ``Mxfp4ExpertWeights`` (only the routed experts are dequantized).
         combine_ids: (N, K) distinct ids per token that order its sum (default expert_ids): the
         logical experts when expert_ids name physical slots holding replicas.
+        residual: (N, D), the shared expert's output (optional).
     Returns:
         (N, D) fp32, each token's picks added from zero in increasing (combine) id (independent
-        of the batch).
+        of the batch); with ``residual``, that sum + residual in residual's dtype.
     """
     y = torch.zeros(*expert_ids.shape, x.shape[1], dtype=torch.float32, device=x.device)
     for e in torch.unique(expert_ids).tolist():
         tok, pick = (expert_ids == e).nonzero(as_tuple=True)
         y[tok, pick] = expert_ffn(x[tok], one_expert(w1, e), one_expert(w3, e), one_expert(w2, e),
                                   limit, weights[tok, pick]).float()
-    return combine_in_expert_order(y, expert_ids if combine_ids is None else combine_ids)
+    out = combine_in_expert_order(y, expert_ids if combine_ids is None else combine_ids)
+    # fp32 + residual.dtype promotes in the add (the same values as an explicit .float() first)
+    return out if residual is None else (out + residual).to(residual.dtype)
 
 
 def combine_in_expert_order(y: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

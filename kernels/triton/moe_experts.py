@@ -380,9 +380,14 @@ def _moe_gemm_kernel(
 
 
 @triton.jit
-def _moe_combine_kernel(y_ptr, ids_ptr, out_ptr, D, stride_ym, stride_om,
-                        TOPK: tl.constexpr, KP: tl.constexpr, BLOCK_D: tl.constexpr):
-    """out[t] = sum over the token's TOPK rows of y, in increasing expert id, fp32 from 0."""
+def _moe_combine_kernel(y_ptr, ids_ptr, res_ptr, out_ptr, D, stride_ym, stride_rm, stride_om,
+                        TOPK: tl.constexpr, KP: tl.constexpr, BLOCK_D: tl.constexpr,
+                        HAS_RES: tl.constexpr, OUT_BF16_BITS: tl.constexpr):
+    """out[t] = sum over the token's TOPK rows of y, in increasing expert id, fp32 from 0; with
+    HAS_RES, + res[t] (the shared expert's output) in fp32, stored in out's dtype (rounded
+    once: torch's ``(sum + res).to(res.dtype)``). OUT_BF16_BITS: out is a bf16 buffer seen
+    as int16, rounded to nearest even by integer ops (the interpreter's fp32 -> bf16 cast
+    truncates; the GPU's rounds to nearest even: both give torch's bits this way)."""
     t = tl.program_id(0).to(tl.int64)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
@@ -399,7 +404,16 @@ def _moe_combine_kernel(y_ptr, ids_ptr, out_ptr, D, stride_ym, stride_om,
         s = tl.sum(tl.where(rank == r, slot, 0), axis=0)
         y = tl.load(y_ptr + (t * TOPK + s) * stride_ym + offs_d, mask=mask_d, other=0.0)
         acc += y.to(tl.float32)
-    tl.store(out_ptr + t * stride_om + offs_d, acc, mask=mask_d)
+    if HAS_RES:
+        acc += tl.load(res_ptr + t * stride_rm + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    if OUT_BF16_BITS:  # round to nearest even: + 0x7FFF + the kept lowest bit, keep 16 bits
+        bits = acc.to(tl.uint32, bitcast=True)
+        bits = tl.where(acc != acc, 0x7FC00000, bits)  # NaN -> 0x7FC0, as torch
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        tl.store(out_ptr + t * stride_om + offs_d, bits.to(tl.uint16).to(tl.int16, bitcast=True),
+                 mask=mask_d)
+    else:
+        tl.store(out_ptr + t * stride_om + offs_d, acc.to(out_ptr.dtype.element_ty), mask=mask_d)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -689,28 +703,45 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)
 
 
-def combine_pairs(y: torch.Tensor, order_ids: torch.Tensor) -> torch.Tensor:
+def combine_pairs(y: torch.Tensor, order_ids: torch.Tensor,
+                  residual: torch.Tensor | None = None) -> torch.Tensor:
     """(N, D) fp32: each token's sum of its top-k per-pair rows y (N * topk, D), in increasing
-    ``order_ids`` (N, topk) — the reference's expert-id order; fp32 from 0, no atomics."""
+    ``order_ids`` (N, topk) — the reference's expert-id order; fp32 from 0, no atomics. With
+    ``residual`` (N, D): that sum + residual in fp32, rounded once to residual's dtype (the
+    shared expert added in the same pass)."""
     num_tokens, topk = order_ids.shape
     dim = y.shape[1]
-    out = torch.empty((num_tokens, dim), dtype=torch.float32, device=y.device)
+    out = torch.empty((num_tokens, dim), device=y.device,
+                      dtype=torch.float32 if residual is None else residual.dtype)
+    if num_tokens == 0:
+        return out
+    if residual is not None:
+        assert residual.shape == (num_tokens, dim) and residual.stride(1) == 1, residual.shape
+    res = out if residual is None else residual
+    bf16_bits = out.dtype == torch.bfloat16
     block_d = min(1024, triton.next_power_of_2(dim))
     _moe_combine_kernel[(num_tokens, triton.cdiv(dim, block_d))](
-        y, order_ids.contiguous(), out, dim, y.stride(0), out.stride(0),
-        TOPK=topk, KP=max(2, triton.next_power_of_2(topk)), BLOCK_D=block_d, num_warps=4)
+        y, order_ids.contiguous(), res, out.view(torch.int16) if bf16_bits else out, dim,
+        y.stride(0), res.stride(0), out.stride(0), TOPK=topk,
+        KP=max(2, triton.next_power_of_2(topk)), BLOCK_D=block_d, HAS_RES=residual is not None,
+        OUT_BF16_BITS=bf16_bits, num_warps=4)
     return out
 
 
 def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
-                       w1, w3, w2, limit: float,
-                       combine_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """Registered op (reference ``moe.moe_routed_experts``): (N, D) x.dtype -> (N, D) fp32.
+                       w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
+                       residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Registered op (reference ``moe.moe_routed_experts``): (N, D) x.dtype -> (N, D) fp32, or
+    with ``residual`` (N, D) (the shared expert's output) the sum + residual in residual's
+    dtype, added in the combine's pass (no fp32 (N, D) round trip).
 
     w1, w3: ExpertWeights (E, I, D) or float (E, I, D); w2: ExpertWeights (E, D, I) or float.
     combine_ids: (N, K) ids ordering each token's sum (default expert_ids).
     """
-    return run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine_ids=combine_ids)
+    if residual is None:
+        return run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine_ids=combine_ids)
+    y = run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine=False)
+    return combine_pairs(y, expert_ids if combine_ids is None else combine_ids, residual)
 
 
 def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,

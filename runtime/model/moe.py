@@ -150,26 +150,31 @@ class MoE(nn.Module):
                                     image_mask, self.top_k, self.route_scale, self.gate_temp,
                                     self.normalize)
 
-    def _shared(self, k: KernelSet, x: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
+    def _shared_ffn(self, k: KernelSet, x: torch.Tensor) -> torch.Tensor:
+        """The shared expert's output (N, D) in x.dtype."""
         s = self.shared_experts
+        return k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit)
+
+    def _shared(self, k: KernelSet, x: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
         # fp32 + x.dtype promotes in the add (the same values as an explicit .float() first)
-        y = routed + k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit)
-        return y.to(x.dtype)
+        return (routed + self._shared_ffn(k, x)).to(x.dtype)
 
     def _forward_plain(self, k: KernelSet, x: torch.Tensor,
                        image_mask: torch.Tensor | None) -> torch.Tensor:
         weights, ids = self._route(k, x, image_mask)
         ex = self.experts
-        return self._shared(k, x, k.moe_routed_experts(x, ids, weights, ex.w1, ex.w3, ex.w2,
-                                                       self.limit))
+        # the shared expert first: the routed op adds it in its combine (the same sum, rounded
+        # once to x.dtype, without an fp32 (N, D) round trip)
+        return k.moe_routed_experts(x, ids, weights, ex.w1, ex.w3, ex.w2, self.limit,
+                                    residual=self._shared_ffn(k, x))
 
     def _forward_slots(self, k: KernelSet, x: torch.Tensor,
                        image_mask: torch.Tensor | None) -> torch.Tensor:
         weights, ids = self._route(k, x, image_mask)  # Step 1
         if self.exchange is None:  # one rank holding every slot: the fused op over its slots
             ex, local = self.experts, self.physical_slots(ids) - self.slot_offset
-            return self._shared(k, x, k.moe_routed_experts(x, local, weights, ex.w1, ex.w3, ex.w2,
-                                                           self.limit, combine_ids=ids))
+            return k.moe_routed_experts(x, local, weights, ex.w1, ex.w3, ex.w2, self.limit,
+                                        combine_ids=ids, residual=self._shared_ffn(k, x))
         xs, ids_g, w_g, mine = self.exchange.gather(x, ids, weights)  # Step 2
         y = self._local_slots(k, xs, self.physical_slots(ids_g), w_g)  # Steps 3, 4
         if y.numel():

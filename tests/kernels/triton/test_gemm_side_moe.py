@@ -251,12 +251,17 @@ def test_sm90_compile(sm90_compile):
         cases.append(_moe_case("full_up_shared_fp8_32x32_prefill", True, fp8, "auto", 32,
                                prefill))
         cases.append(_moe_case("full_up_plain_bf16_decode", True, plain, "auto", 1, decode))
-    cases.append({"id": "moe_combine_top6", "module": "deepinfer.kernels.triton.moe_experts",
-                  "kernel": "_moe_combine_kernel",
-                  "signature": {"y_ptr": "*bf16", "ids_ptr": "*i64", "out_ptr": "*fp32", "D": "i32",
-                                "stride_ym": "i32", "stride_om": "i32"},
-                  "constexprs": {"TOPK": V41_TOPK, "KP": 8, "BLOCK_D": 1024},
-                  "num_warps": 4, "num_stages": 1})
+    for res in (False, True):  # fp32 sums, or + the shared expert's output in bf16 bits
+        cases.append({"id": f"moe_combine_top6{'_residual' if res else ''}",
+                      "module": "deepinfer.kernels.triton.moe_experts",
+                      "kernel": "_moe_combine_kernel",
+                      "signature": {"y_ptr": "*bf16", "ids_ptr": "*i64",
+                                    "res_ptr": "*bf16" if res else "*fp32",
+                                    "out_ptr": "*i16" if res else "*fp32", "D": "i32",
+                                    "stride_ym": "i32", "stride_rm": "i32", "stride_om": "i32"},
+                      "constexprs": {"TOPK": V41_TOPK, "KP": 8, "BLOCK_D": 1024,
+                                     "HAS_RES": res, "OUT_BF16_BITS": res},
+                      "num_warps": 4, "num_stages": 1})
     for phase, tokens in (("decode", 64), ("prefill", 8192)):
         rcfg = moe_routing.route_config(tokens, V41_EXPERTS)
         cases.append({"id": f"route_scores_384x5120_{phase}",
@@ -298,6 +303,29 @@ def test_moe_over_replica_slots_with_logical_combine_order_equals_logical_stacks
     want = op(x, ids, weights, *dequant, 0.7)
     got = op(x, slot_ids, weights, *slots, 0.7, combine_ids=ids)
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_moe_routed_experts_with_residual_adds_it_in_the_combine(backend, dtype):
+    """``residual=`` (the shared expert's output): the op returns the fp32 sum + residual
+    rounded once to residual's dtype — bit for bit what the model computed before as
+    ``(moe_routed_experts(...) + shared).to(x.dtype)`` —, with ``combine_ids`` too, and an
+    empty batch stays empty."""
+    num_tokens, dim, inter, num_experts, topk = 9, 64, 64, 5, 3
+    x, ids, weights = _routed(num_tokens, dim, num_experts, topk, seed=13)
+    x = x.to(dtype)
+    _, dequant = _experts(num_experts, inter, dim, seed=14)
+    residual = (torch.randn(num_tokens, dim, generator=torch.Generator().manual_seed(15))
+                .to(dtype))
+    op = moe.moe_routed_experts if backend == "reference" else moe_experts.moe_routed_experts
+    for combine_ids in (None, ids.flip(1)):  # an order other than the ids' own is honoured
+        want = (op(x, ids, weights, *dequant, 0.7, combine_ids=combine_ids)
+                + residual).to(dtype)
+        got = op(x, ids, weights, *dequant, 0.7, combine_ids=combine_ids, residual=residual)
+        assert got.dtype == dtype and torch.equal(got, want), backend
+    empty = op(x[:0], ids[:0], weights[:0], *dequant, 0.7, residual=residual[:0])
+    assert empty.shape == (0, dim) and empty.dtype == dtype
 
 
 # --- the inline-PTX MXFP4 unpack, run by a small PTX interpreter ------------------------------
