@@ -163,14 +163,13 @@ def host_profile(llm, length: int, vocab: int, top: int = 30) -> dict:
     fn, prof_worker = worker._enqueue, cProfile.Profile()
 
     def enqueue(*a, **k):
-        if not per_thread:
-            return fn(*a, **k)
         prof_worker.enable()
         try:
             return fn(*a, **k)
         finally:
             prof_worker.disable()
-    worker._enqueue = enqueue  # an instance attribute: shadows the method
+    if per_thread:
+        worker._enqueue = enqueue  # an instance attribute: shadows the method
     prof_main = cProfile.Profile()
     try:
         prompt = make_prompt(length, vocab, 43)
@@ -178,7 +177,8 @@ def host_profile(llm, length: int, vocab: int, top: int = 30) -> dict:
         prefill_s(llm, prompt)
         prof_main.disable()
     finally:
-        del worker._enqueue
+        if per_thread:
+            del worker._enqueue
     out = {}
     profs = [("generate", prof_main)] + ([("worker_enqueue", prof_worker)] if per_thread else [])
     for name, prof in profs:

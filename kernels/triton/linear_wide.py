@@ -281,13 +281,14 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
 
     (256 rows: 2 stages 229.3, 2 / 3 waves 190.3 / 193.3, BT 128 211.1; 64 rows: 6 stages
     103.0.) From ``TWO_WG_MIN_PROGRAMS`` programs of BO 128 (``out_features`` a multiple of
-    128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 ->
-    1,785 µs, wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs, one
-    program per SM holds fewer stages in flight than two)."""
+    128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 µs
+    on one warpgroup, 1,806 on two for all seven, ~1,785 as this picks per shape in that run;
+    wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs: one program per SM
+    holds fewer stages in flight than two)."""
     bt = min(MAX_TILE_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
     if bt == 256:
-        programs = (out_features or 0) // 128 * triton.cdiv(num_rows, bt) * groups
-        if out_features and out_features % 128 == 0 and programs >= TWO_WG_MIN_PROGRAMS:
+        if (out_features and out_features % 128 == 0 and out_features // 128
+                * triton.cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
             return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1)
         return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
     return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
