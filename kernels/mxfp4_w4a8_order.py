@@ -84,3 +84,31 @@ def unpack_twin(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     lo = w & 0x9C9C9C9C
     hi = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
     return lo, hi
+
+
+def to_step_tiles(words: torch.Tensor, tile_rows: int) -> torch.Tensor:
+    """W4A8-order bytes (..., O, K/2) -> the same bytes in step tiles (same shape): per leading
+    index, (O / tile_rows, K / 128, tile_rows, 64) — one 128-K step of ``tile_rows`` rows is
+    one contiguous run of 64 * tile_rows bytes, so a kernel program's weight stream is
+    sequential. One leading index at a time (no whole-stack temporary)."""
+    if words.dim() > 2:
+        out = torch.empty_like(words)
+        for e in range(words.shape[0]):
+            out[e] = to_step_tiles(words[e], tile_rows)
+        return out
+    rows, half = words.shape
+    assert rows % tile_rows == 0 and half % (STEP_K // 2) == 0, (words.shape, tile_rows)
+    v = words.reshape(rows // tile_rows, tile_rows, half // (STEP_K // 2), STEP_K // 2)
+    return v.permute(0, 2, 1, 3).contiguous().reshape(rows, half)
+
+
+def from_step_tiles(tiled: torch.Tensor, tile_rows: int) -> torch.Tensor:
+    """Inverse of ``to_step_tiles``."""
+    if tiled.dim() > 2:
+        out = torch.empty_like(tiled)
+        for e in range(tiled.shape[0]):
+            out[e] = from_step_tiles(tiled[e], tile_rows)
+        return out
+    rows, half = tiled.shape
+    v = tiled.reshape(rows // tile_rows, half // (STEP_K // 2), tile_rows, STEP_K // 2)
+    return v.permute(0, 2, 1, 3).contiguous().reshape(rows, half)

@@ -38,6 +38,8 @@ block_expert (num_blocks,) int32 (-1 idle); out (num_pairs, O) fp32. Reference:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -149,7 +151,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
                             GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                            PREFETCH: gl.constexpr, num_warps: gl.constexpr):
+                            PREFETCH: gl.constexpr, TILE: gl.constexpr,
+                            num_warps: gl.constexpr):
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
         BK: gl.constexpr = 128
         # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
@@ -172,9 +175,14 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         tile = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
-            row0 = expert * O + tile * 64
             num_steps = K // BK
-            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK)
+            if TILE == 0:
+                row0 = expert * O + tile * 64
+            else:  # step tiles: this program's 64 rows of its tile at step 0
+                row0 = (((expert * (O // TILE) + (tile * 64) // TILE) * num_steps) * TILE
+                        + (tile * 64) % TILE)
+            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK,
+                                          TILE)
 
             # scales as int32 words (a K step's 4 groups): a thread's rows and tokens in the
             # accumulator's row / column layouts (no layout conversion in the promotion)
@@ -223,7 +231,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
                 # does not imply the others have read their weights)
                 issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
-                           num_steps, GATED, STAGES, BK)
+                           num_steps, GATED, STAGES, BK, TILE)
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
                 a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
@@ -251,6 +259,16 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
 
             store_tiles(acc1, acc3, out1_ptr, out3_ptr, pairs_ptr, block, tile, num_pairs,
                         stride_om, GATED, BM, MMA)
+
+
+def tiled_descriptor(packed: torch.Tensor, rows: int):
+    """TMA descriptor of (E, O, K/2) step-tiled bytes (``to_step_tiles``) as [E * O * K/128,
+    64]: boxes [rows, 64 bytes], one contiguous run per box, unswizzled."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    flat = packed.reshape(-1, BLOCK_K // 2)
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, BLOCK_K // 2],
+                            layout)
 
 
 @triton.jit
@@ -324,7 +342,7 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                      x_row_div: int, stages: int = 4, block_m: int = BLOCK_M,
-                     out_dtype: torch.dtype = torch.float32
+                     out_dtype: torch.dtype = torch.float32, tile_rows: int = 0
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """out1 (num_pairs, O) out_dtype = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3);
     the fp32 sums are rounded once to out_dtype when stored. Rows of pairs that no block holds
@@ -332,7 +350,8 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
 
     x_codes (rows, K) uint8 e4m3 + x_scales (rows, K/32) uint8 (``quant_act.quant_q8_32``);
     w1/w3 (E, O, K/2) in ``to_kernel_order``, s1/s3 (E, O, K/32) uint8; pairs grouped by
-    ``moe_align.align_pairs(ids, E, block_m)`` (8 or 16)."""
+    ``moe_align.align_pairs(ids, E, block_m)`` (8 or 16). ``tile_rows`` > 0: w1/w3 in step
+    tiles of that many rows (``mxfp4_w4a8_order.to_step_tiles``; 64 or 128)."""
     assert HAS_GLUON, "w4a8_decode_gemm needs triton's Gluon"
     num_experts, out_features, half = w1.shape
     k = half * 2
@@ -341,15 +360,19 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     gated = w3 is not None
     out1 = torch.empty((num_pairs, out_features), dtype=out_dtype, device=x_codes.device)
     out3 = torch.empty_like(out1) if gated else out1
-    d1 = _descriptor(w1, BLOCK_K)
-    d3 = _descriptor(w3, BLOCK_K) if gated else d1
+    assert tile_rows in (0, 64, 128) and out_features % max(tile_rows, 1) == 0
+    describe = functools.partial(tiled_descriptor, rows=ROWS) if tile_rows else functools.partial(
+        _descriptor, block_k=BLOCK_K)
+    d1 = describe(w1)
+    d3 = describe(w3) if gated else d1
     grid = (block_expert.numel(), out_features // ROWS)
     cap = register_cap(gated, block_m, DECODE_PREFETCH)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, PREFETCH=DECODE_PREFETCH, num_warps=4, **({"maxnreg": cap} if cap else {}))
+        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=tile_rows, num_warps=4,
+        **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 
 
