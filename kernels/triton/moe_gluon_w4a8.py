@@ -136,13 +136,12 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         return c0, c1, c2, c3
 
     @gluon.jit
-    def _step_loads(xc_ptrs, x_ok, xs_words, s_ok, s1_words, s3_words, step,
-                    GATED: gl.constexpr, BK: gl.constexpr):
+    def _step_loads(xc_ptrs, xs_words, s1_words, s3_words, step, GATED: gl.constexpr,
+                    BK: gl.constexpr):
         """K step ``step``'s activation codes [BM, BK], token scale words [BM] and weight scale
-        words [64] of w1 and (GATED) w3 (else w1's again). Padding slots (``x_ok`` / ``s_ok``
-        false) read nothing: zero codes and scale words."""
-        xc = gl.load(xc_ptrs + step * BK, mask=x_ok, other=0)
-        ex = gl.load(xs_words + step, mask=s_ok, other=0)
+        words [64] of w1 and (GATED) w3 (else w1's again)."""
+        xc = gl.load(xc_ptrs + step * BK)
+        ex = gl.load(xs_words + step)
         ew = gl.load(s1_words + step)
         fw = gl.load(s3_words + step) if GATED else ew
         return xc, ex, ew, fw
@@ -194,19 +193,13 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             s3_words = (s3_ptr + expert.to(gl.int64) * stride_se + sw_off).to(
                 gl.pointer_type(gl.int32), bitcast=True)
 
-            # the block's pairs: padding slots (a block's unfilled tail: most of its slots at
-            # decode sizes, ~1-4 pairs per expert) load no codes or scales (their L2 bytes were
-            # an eighth to a quarter of the weights' at 8 slots)
             t_x = gl.arange(0, BM, layout=gl.SliceLayout(1, LX))
             pairs_x = gl.load(pairs_ptr + block * BM + t_x)
-            ok_x = pairs_x < num_pairs
-            rows_x = (gl.where(ok_x, pairs_x, 0) // x_row_div).to(gl.int64)
-            k_x = gl.arange(0, BK, layout=gl.SliceLayout(0, LX))
-            xc_ptrs = xc_ptr + (rows_x * stride_xc)[:, None] + k_x[None, :]
-            x_ok = ok_x[:, None] & (k_x >= 0)[None, :]
+            rows_x = (gl.where(pairs_x < num_pairs, pairs_x, 0) // x_row_div).to(gl.int64)
+            xc_ptrs = xc_ptr + (rows_x * stride_xc)[:, None] + gl.arange(
+                0, BK, layout=gl.SliceLayout(0, LX))[None, :]
             pairs_s = gl.load(pairs_ptr + block * BM + gl.arange(0, BM, layout=COL_L))
-            s_ok = pairs_s < num_pairs
-            rows_s = (gl.where(s_ok, pairs_s, 0) // x_row_div).to(gl.int64)
+            rows_s = (gl.where(pairs_s < num_pairs, pairs_s, 0) // x_row_div).to(gl.int64)
             xs_words = (xs_ptr + rows_s * (stride_xs4 * 4)).to(gl.pointer_type(gl.int32),
                                                                bitcast=True)
 
@@ -221,16 +214,15 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             # was the largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction),
             # at ~27 / 13 more registers (round 56a: faster, see DECODE_PREFETCH)
             if PREFETCH:
-                xc, ex, ew, fw = _step_loads(xc_ptrs, x_ok, xs_words, s_ok, s1_words, s3_words, 0,
-                                             GATED, BK)
+                xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, 0, GATED, BK)
             for i in range(num_steps):
                 if PREFETCH:  # the last step reloads its own
                     xc_next, ex_next, ew_next, fw_next = _step_loads(
-                        xc_ptrs, x_ok, xs_words, s_ok, s1_words, s3_words,
-                        gl.minimum(i + 1, num_steps - 1), GATED, BK)
+                        xc_ptrs, xs_words, s1_words, s3_words, gl.minimum(i + 1, num_steps - 1),
+                        GATED, BK)
                 else:
-                    xc, ex, ew, fw = _step_loads(xc_ptrs, x_ok, xs_words, s_ok, s1_words,
-                                                 s3_words, i, GATED, BK)
+                    xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i, GATED,
+                                                 BK)
                 x8 = x_smem.index(i % 2)
                 x8.store(xc.to(gl.float8e4nv, bitcast=True))
                 fence_async_shared()
