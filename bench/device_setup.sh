@@ -56,3 +56,17 @@ ncu_stall_metrics() {
   done
   echo "${m#,},smsp__inst_executed.sum,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active"
 }
+# A/B against an older commit on the same machine (machines differ by several %): a round run
+# with `carry: ["ab-base.tar"]` (made here by `git archive <commit> -o ab-base.tar`; .gitignore
+# ignores it) gets that tree importable as `deepinfer` under $AB_PYTHONPATH, run from $AB_SRC
+# (its bench/ scripts), with this round's built _C (the C++ must be the same).
+ab_base_tree() {
+  AB_SRC=/tmp/ab/src
+  AB_PYTHONPATH=/tmp/ab/pkg
+  rm -rf /tmp/ab && mkdir -p "$AB_SRC" "$AB_PYTHONPATH" && tar -xf "${1:-ab-base.tar}" -C "$AB_SRC" \
+    && cp -r "$AB_SRC/csrc/deepinfer" "$AB_PYTHONPATH/deepinfer" \
+    && cp csrc/deepinfer/_C*.so "$AB_PYTHONPATH/deepinfer/" \
+    && for d in artifacts planner runtime kernels; do ln -s "$AB_SRC/$d" "$AB_PYTHONPATH/deepinfer/$d"; done \
+    && (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH python3 -c \
+      "import deepinfer.kernels as k, deepinfer._C; print('A/B base tree:', k.__file__)")
+}

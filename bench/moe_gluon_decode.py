@@ -66,8 +66,7 @@ def main() -> None:
                         help="W4A8 kernel variants: 'default' (the module's DECODE_PREFETCH "
                         "and register_cap) or PREFETCH:GATED_CAP:DOWN_CAP (0|1, registers or "
                         "'-' for none), e.g. 0:-:72 1:128:80, module=NAME (another copy of "
-                        "the kernel module in kernels/triton), or tiledROWS: the default on "
-                        "weights in step tiles of ROWS (64, 128) rows")
+                        "the kernel module in kernels/triton)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -155,14 +154,8 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
         kmod = moe_gluon_w4a8
         moe_gluon_w4a8.DECODE_PREFETCH = default_prefetch
         moe_gluon_w4a8.register_cap = default_cap
-        tile_rows, weights = 0, words8
         if variant == "default":
             label = f"{stages} stages"
-        elif variant.startswith("tiled"):  # the same bytes in step tiles
-            from deepinfer.kernels.mxfp4_w4a8_order import to_step_tiles
-            tile_rows = int(variant[5:])
-            weights = [to_step_tiles(w, tile_rows) for w in words8]
-            label = f"{stages} stages, step tiles of {tile_rows} rows"
         elif variant.startswith("module="):  # another copy of the kernel module (an A/B)
             try:
                 kmod = importlib.import_module(f"deepinfer.kernels.triton.{variant[7:]}")
@@ -174,16 +167,15 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
             kernel_overrides.set_w4a8_decode_variant(variant, "--w4a8-variants")
             label = f"{stages} stages, variant {variant}"
         pairs, blocks = moe_align.align_pairs(ids, moe_decode.EXPERTS, bm)
-        tiles = {"tile_rows": tile_rows} if tile_rows else {}
-        gated = functools.partial(kmod.w4a8_decode_gemm, xc, xs, weights[0],
-                                  fp4[0].scale, weights[1], fp4[1].scale, pairs, blocks,
-                                  num_pairs, k, stages=stages, block_m=bm, **tiles)
-        down = functools.partial(kmod.w4a8_decode_gemm, hc, hs, weights[2],
+        gated = functools.partial(kmod.w4a8_decode_gemm, xc, xs, words8[0],
+                                  fp4[0].scale, words8[1], fp4[1].scale, pairs, blocks,
+                                  num_pairs, k, stages=stages, block_m=bm)
+        down = functools.partial(kmod.w4a8_decode_gemm, hc, hs, words8[2],
                                  fp4[2].scale, None, None, pairs, blocks, num_pairs, 1,
-                                 stages=stages, block_m=bm, **tiles)
+                                 stages=stages, block_m=bm)
         o1, o3 = gated()
         # the whole decode pipeline vs Triton's run_experts
-        if bm == moe_gluon_w4a8.BLOCK_M and not tile_rows:
+        if bm == moe_gluon_w4a8.BLOCK_M:
             from deepinfer.kernels.triton import moe_experts
             kw = [moe_experts.ExpertWeights(w.view(torch.int8), f.scale, "mxfp4",
                                             scale_max=f.scale_max)

@@ -67,8 +67,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
     parser.add_argument("--bm", type=int, nargs="+", default=[32, 64])
     parser.add_argument("--stages", type=int, nargs="+", default=[3])
-    parser.add_argument("--warpgroups", type=int, nargs="+", default=[1, 2, 4],
-                        help="warpgroups per program (64 weight rows each)")
+    parser.add_argument("--warpgroups", type=int, nargs="+", default=[1, 2],
+                        help="warpgroups per program (64 weight rows each; 1 or 2: a weight "
+                        "box within one step tile of the W4A8 order)")
     parser.add_argument("--expanded", type=int, nargs="+", default=[0],
                         help="0: token scale bytes; 1: expand_token_scales (the EXPANDED "
                              "kernel)")
@@ -76,7 +77,7 @@ def main() -> None:
                         help="pairs per program of the bf16 prefill kernel (none: skip it)")
     parser.add_argument("--w4a16-stages", type=int, nargs="+", default=[3])
     parser.add_argument("--w4a16-wg", type=int, nargs="+", default=[2],
-                        help="warpgroups per program of the bf16 prefill kernel")
+                        help="warpgroups per program of the bf16 prefill kernel (1 or 2)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
     parser.add_argument("--graphs", action="store_true",

@@ -44,6 +44,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
 from deepinfer.kernels.triton import moe_align, mxfp4_unpack, quant_act, shared_expert
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
@@ -109,19 +110,26 @@ def _load_w_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0,
     return w, scale
 
 
+_W4A8_TILE = tl.constexpr(TILE_ROWS)  # rows per step tile of the W4A8 order
+
+
 @triton.jit
 def _load_w4a8_tile(w_ptr, s_ptr, rows_w, stride_wn, stride_sn, k0, BN: tl.constexpr,
                     BK: tl.constexpr):
-    """K elements [k0, k0 + 128) of BN rows stored in ``moe_gluon_w4a8``'s kernel order (word
-    4 q + G of the step: the nibbles of K = 32 G + 16 t + 4 q + b as e4m3 bits, lo t = 0 and
-    hi t = 1), returned like ``_load_w_tile``'s AS_F32 form: values * 2^-126 as fp32 [BN, BK]
-    in natural K order (the same masks and rotations as the Gluon kernel's unpack, then the
-    e4m3 bits s|..|e1 e0 m|.. moved into fp32 bits), and the fp32 scales [BN, BK // 32]."""
+    """K elements [k0, k0 + 128) of BN rows stored in ``moe_gluon_w4a8``'s kernel order (step
+    tiles of ``TILE_ROWS`` rows; word 4 q + G of a row's step: the nibbles of K = 32 G + 16 t +
+    4 q + b as e4m3 bits, lo t = 0 and hi t = 1), returned like ``_load_w_tile``'s AS_F32 form:
+    values * 2^-126 as fp32 [BN, BK] in natural K order (the same masks and rotations as the
+    Gluon kernel's unpack, then the e4m3 bits s|..|e1 e0 m|.. moved into fp32 bits), and the
+    fp32 scales [BN, BK // 32]."""
     tl.static_assert(BK == 128, "W4A8 kernel order: one 128-K step per tile")
     g = tl.arange(0, 4)
     q = tl.arange(0, 4)
-    woff = k0 // 2 + (q[None, :] * 4 + g[:, None]) * 4  # [G, q] byte offsets of the words
-    ptrs = (w_ptr + rows_w[:, None, None] * stride_wn + woff[None, :, :])
+    woff = (q[None, :] * 4 + g[:, None]) * 4  # [G, q] byte offsets of the words in a step
+    # the order's step tiles: (O / T, K / 128, T, 64) bytes per expert (w_ptr: its start)
+    row_off = ((rows_w // _W4A8_TILE) * _W4A8_TILE * stride_wn + (k0 // 128) * (_W4A8_TILE * 64)
+               + (rows_w % _W4A8_TILE) * 64)
+    ptrs = (w_ptr + row_off[:, None, None] + woff[None, :, :])
     words = tl.load(ptrs.to(tl.pointer_type(tl.int32))).to(tl.uint32, bitcast=True)
     lo = words & 0x9C9C9C9C
     hi = ((((words << 2) | (words >> 30)) & 0x88888888)

@@ -101,7 +101,7 @@ if HAS_GLUON:
                    TILE: gl.constexpr = 0):
         """TMA of K step ``step``'s weight tiles [64, BK/2] into ring stage step % STAGES (none
         past the last step). TILE 0: the box at [row0, step * BK/2] of the [E * O, K/2] view;
-        TILE > 0 (step tiles, ``tile_offset``): at [row0 + step * TILE, 0] of the
+        TILE > 0 (step tiles, row0 from ``tile_row0``): at [row0 + step * TILE, 0] of the
         [E * O * K/BK, BK/2] view."""
         st = step % STAGES
         ok = step < num_steps
@@ -118,6 +118,13 @@ if HAS_GLUON:
         if GATED:
             tma.async_copy_global_to_shared(w3_desc, [y, x], bars.index(st), w3_s.index(st),
                                             pred=ok)
+
+    @gluon.jit
+    def tile_row0(row0, num_steps, TILE: gl.constexpr):
+        """Rows [row0, row0 + R) of the flattened (E * O) rows in step tiles of TILE rows
+        (``mxfp4_w4a8_order``; R | TILE, row0 a multiple of R): the [E * O * K/128, 64] view's
+        row of their step 0 (step s: + s * TILE)."""
+        return (row0 // TILE) * num_steps * TILE + row0 % TILE
 
     @gluon.jit
     def start_ring(w1_desc, w3_desc, row0, num_steps, GATED: gl.constexpr,

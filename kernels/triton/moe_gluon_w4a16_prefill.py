@@ -28,7 +28,8 @@ the whole K loop:
     accumulator column), so
     sum_v A[r, v] B[v, t] is the product. No shuffles (the compile gate checks the PTX).
   * Both operands by TMA, each into its own ring (tokens STAGES deep, weights WEIGHT_STAGES):
-    the weight tile [64 WG rows, 64 bytes] (a 128-K step, carried as int32 words: bytes
+    the weight tile [64 WG rows, 64 bytes] (a 128-K step: one contiguous run of the order's
+    step tiles; carried as int32 words: bytes
     carried over the loop's back edge cost an unpack and repack each) and the token tile as two
     [BM, 64] bf16 boxes (128-byte swizzle). Pipelined per 32-K group: while a group's wgmma (m64
     nBM k32 per warpgroup) runs, the next group's bits are extracted; after the wait they are
@@ -61,7 +62,9 @@ import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
 from deepinfer.kernels.triton.mxfp4_w4a8_bf16 import EXTRACT, SCALE_ONE_MUL, SCALE_TWO_MUL
 
@@ -101,7 +104,9 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from deepinfer.kernels.triton.moe_gluon import cta_barrier
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier, tile_row0
+
+    _TILE = gl.constexpr(TILE_ROWS)  # rows per step tile of the W4A8 order
     _EXTRACT_ASM = gl.constexpr(EXTRACT)
     # the weight ring's stage as int32 words (the same bytes: unswizzled rows)
     _WORDS_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
@@ -117,7 +122,8 @@ if HAS_GLUON:
         ok = step < num_steps
         bar = bars.index(STAGES + st)
         mbarrier.expect(bar, BO * 64, pred=ok)
-        tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bar, w_s.index(st), pred=ok)
+        tma.async_copy_global_to_shared(w_desc, [row0 + step * _TILE, 0], bar, w_s.index(st),
+                                        pred=ok)
 
     @gluon.jit
     def _issue_x(x_desc, x2_desc, xa_s, xb_s, bars, x_row0, step, num_steps,
@@ -329,8 +335,9 @@ if HAS_GLUON:
         block = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
-            row0 = expert * O + tile * BO
+            gl.static_assert(_TILE % BO == 0, "a weight box within one step tile")
             num_steps = K // 128
+            row0 = tile_row0(expert * O + tile * BO, num_steps, _TILE)  # step tiles
             w_s = gl.allocate_shared_memory(gl.uint8, [WSTAGES, BO, 64], w_desc.layout)
             xa_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
             xb_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, 64], x_desc.layout)
@@ -385,13 +392,6 @@ if HAS_GLUON:
                            STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
             for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.invalidate(bars.index(b))
-
-    def weight_descriptor(packed: torch.Tensor, rows: int):
-        """TMA descriptor of (E, O, K/2) W4A8-order bytes as [E * O, K/2]: boxes [rows,
-        64 bytes] (one 128-K step), unswizzled."""
-        flat = packed.reshape(-1, packed.shape[-1])
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, 64], layout)
 
     def token_descriptor(tokens: torch.Tensor, block_m: int):
         """TMA descriptor of the gathered bf16 tokens (rows, K): boxes [BM, 64], 128-byte
@@ -456,15 +456,16 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
     grouped by ``moe_align.align_pairs(ids, E, block_m)``. ``one_mul``: every scale byte is <=
-    128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` x 64 weight rows per
-    program share its token tile. ``parts`` (1, 2, 4): a block multiplies only its parts of
+    128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` (1 or 2) x 64 weight
+    rows per program share its token tile. ``parts`` (1, 2, 4): a block multiplies only its parts of
     block_m / parts tokens that hold pairs (default ``PARTS``, read at the call).
     ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call)."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
     rows = ROWS * warpgroups
-    assert k % BLOCK_K == 0 and out_features % rows == 0 and tokens.shape[1] == k
+    assert k % BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
+    assert TILE_ROWS % rows == 0, (warpgroups, TILE_ROWS)  # a weight box within a step tile
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
     parts = PARTS if parts is None else parts
     assert parts in (1, 2, 4), f"w4a16_prefill_gemm: parts {parts} (1, 2 or 4)"
@@ -473,7 +474,7 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_kernel[grid](
         token_descriptor(tokens, block_m), token_descriptor(tokens, block_m // 2),
-        token_descriptor(tokens, block_m // 4), weight_descriptor(w, rows), s, sorted_pairs,
+        token_descriptor(tokens, block_m // 4), tiled_descriptor(w, rows), s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts,
@@ -558,13 +559,12 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py; also
-    bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 / 4 warpgroups,
-    parts 1 / 2 / 4; and the token gather."""
+    bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 warpgroups (a weight
+    box within one step tile of the order), parts 1 / 2 / 4; and the token gather."""
     cases = []
     for bm, stages, one_mul, wg, parts in ((64, 4, True, 1, 1), (64, 4, False, 1, 2),
                                            (128, 3, True, 1, 2), (128, 2, True, 2, 2),
-                                           (64, 4, True, 4, 1), (128, 2, True, 2, 4),
-                                           (64, 4, False, 1, 4)):
+                                           (128, 2, True, 2, 4), (64, 4, False, 1, 4)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
                             f"_wg{wg}_parts{parts}",
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_kernel",

@@ -23,7 +23,8 @@ instructions in the gated K loop (sm_90 SASS), and the GEMMs reach 0.69-0.72 of 
     K = 32 G + 4 q + b (b < 4: register "lo") and 32 G + 16 + 4 q + b ("hi"), placed so that
         lo = w & 0x9C9C9C9C,   hi = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
     (5 instructions for 8 weights). A 128-K step of a row is 16 words, quad lane q's four
-    (groups 0..3) contiguous: one 16-byte chunk.
+    (groups 0..3) contiguous: one 16-byte chunk. The rows' steps lie in step tiles of 128
+    rows (a tile's step: one contiguous 8 KB), so a program's box is one sequential run.
   * Weight tiles [64 rows, 64 bytes] stream through a TMA ring (``STAGES``); the register
     layout of the shared-memory load, the unpack's outputs and the wgmma A operand line up
     (no shuffles: checked in the sm_90 PTX, tests/kernels/triton/test_moe_gluon.py).
@@ -38,21 +39,21 @@ block_expert (num_blocks,) int32 (-1 idle); out (num_pairs, O) fp32. Reference:
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.mxfp4_w4a8_order import (
+    TILE_ROWS,
+    unpack_twin,  # noqa: F401  (re-exported)
+)
 from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
     from_w4a8_order as from_kernel_order,
 )
 from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
     to_w4a8_order as to_kernel_order,
 )
-from deepinfer.kernels.mxfp4_w4a8_order import unpack_twin  # noqa: F401  (re-exported)
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
-from deepinfer.kernels.triton.moe_gluon import weight_descriptor as _descriptor
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
@@ -73,7 +74,13 @@ if HAS_GLUON:
         warpgroup_mma_wait,
     )
 
-    from deepinfer.kernels.triton.moe_gluon import cta_barrier, issue_step, start_ring, store_tiles
+    from deepinfer.kernels.triton.moe_gluon import (
+        cta_barrier,
+        issue_step,
+        start_ring,
+        store_tiles,
+        tile_row0,
+    )
 
     # 16 bytes = words (row g, group 2j), (row g + 8, 2j), (g, 2j + 1), (g + 8, 2j + 1) ->
     # P = the A fragment of group 2j (lo g, lo g+8, hi g, hi g+8), Q = that of group 2j + 1
@@ -176,11 +183,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
             num_steps = K // BK
-            if TILE == 0:
-                row0 = expert * O + tile * 64
-            else:  # step tiles: this program's 64 rows of its tile at step 0
-                row0 = (((expert * (O // TILE) + (tile * 64) // TILE) * num_steps) * TILE
-                        + (tile * 64) % TILE)
+            row0 = tile_row0(expert * O + tile * 64, num_steps, TILE)  # step tiles
             w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK,
                                           TILE)
 
@@ -262,8 +265,10 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
 
 
 def tiled_descriptor(packed: torch.Tensor, rows: int):
-    """TMA descriptor of (E, O, K/2) step-tiled bytes (``to_step_tiles``) as [E * O * K/128,
-    64]: boxes [rows, 64 bytes], one contiguous run per box, unswizzled."""
+    """TMA descriptor of (E, O, K/2) W4A8-order bytes (in step tiles) as [E * O * K/128, 64]:
+    boxes [rows, 64 bytes] (rows | ``TILE_ROWS``: one contiguous run per box), unswizzled
+    (shared by the three Gluon kernels of the order)."""
+    assert TILE_ROWS % rows == 0, (rows, TILE_ROWS)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     flat = packed.reshape(-1, BLOCK_K // 2)
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
@@ -287,12 +292,16 @@ def _place_hi(n, b: tl.constexpr):
 
 @triton.jit
 def _kernel_order_kernel(src_ptr, dst_ptr, num_words, words_per_row,
-                         BLOCK: tl.constexpr):
-    """dst word o (row o // words_per_row, index i = o % words_per_row: step i // 16, quad lane
-    (i % 16) // 4, group i % 4) from the 4 checkpoint-order bytes holding its nibbles."""
+                         BLOCK: tl.constexpr, TILE: tl.constexpr):
+    """dst word o (step tile o // (16 TILE): rows of tile t = that // steps, step s = that %
+    steps; row t TILE + (o // 16) % TILE, index i = 16 s + o % 16: quad lane (i % 16) // 4,
+    group i % 4) from the 4 checkpoint-order bytes holding its nibbles."""
     o = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = o < num_words
-    row, i = o // words_per_row, o % words_per_row
+    steps = words_per_row // 16
+    tile_step = o // (16 * TILE)
+    row = (tile_step // steps) * TILE + (o // 16) % TILE
+    i = (tile_step % steps) * 16 + o % 16
     base = row * (words_per_row * 4) + (i // 16) * 64 + (i % 4) * 16 + ((i % 16) // 4) * 2
     b0 = tl.load(src_ptr + base, mask=ok, other=0).to(tl.int32) & 0xFF
     b1 = tl.load(src_ptr + base + 1, mask=ok, other=0).to(tl.int32) & 0xFF
@@ -309,10 +318,11 @@ CONVERT_BLOCK = 1024  # words per program
 
 def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``to_kernel_order`` in one Triton launch (any device Triton runs on; the interpreter on
-    CPU): packed (..., K/2) uint8/int8 in checkpoint order -> out (new, or given: contiguous,
-    same shape, not ``packed`` itself)."""
+    CPU): packed (..., O, K/2) uint8/int8 in checkpoint order -> out (new, or given:
+    contiguous, same shape, not ``packed`` itself); O a multiple of ``TILE_ROWS``."""
     half = packed.shape[-1]
     assert half % (BLOCK_K // 2) == 0, (packed.shape, BLOCK_K)
+    assert packed.dim() >= 2 and packed.shape[-2] % TILE_ROWS == 0, (packed.shape, TILE_ROWS)
     src = packed.contiguous().view(torch.uint8)
     dst = torch.empty(packed.shape, dtype=torch.uint8, device=packed.device) if out is None \
         else out.view(torch.uint8)
@@ -321,7 +331,7 @@ def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -
     num_words = words.numel()
     if num_words:
         _kernel_order_kernel[(triton.cdiv(num_words, CONVERT_BLOCK),)](
-            src, words, num_words, half // 4, BLOCK=CONVERT_BLOCK, num_warps=4)
+            src, words, num_words, half // 4, BLOCK=CONVERT_BLOCK, TILE=TILE_ROWS, num_warps=4)
     return dst.view(packed.dtype)
 
 
@@ -342,7 +352,7 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
                      s1: torch.Tensor, w3: torch.Tensor | None, s3: torch.Tensor | None,
                      sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                      x_row_div: int, stages: int = 4, block_m: int = BLOCK_M,
-                     out_dtype: torch.dtype = torch.float32, tile_rows: int = 0
+                     out_dtype: torch.dtype = torch.float32
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """out1 (num_pairs, O) out_dtype = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3);
     the fp32 sums are rounded once to out_dtype when stored. Rows of pairs that no block holds
@@ -350,8 +360,7 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
 
     x_codes (rows, K) uint8 e4m3 + x_scales (rows, K/32) uint8 (``quant_act.quant_q8_32``);
     w1/w3 (E, O, K/2) in ``to_kernel_order``, s1/s3 (E, O, K/32) uint8; pairs grouped by
-    ``moe_align.align_pairs(ids, E, block_m)`` (8 or 16). ``tile_rows`` > 0: w1/w3 in step
-    tiles of that many rows (``mxfp4_w4a8_order.to_step_tiles``; 64 or 128)."""
+    ``moe_align.align_pairs(ids, E, block_m)`` (8 or 16)."""
     assert HAS_GLUON, "w4a8_decode_gemm needs triton's Gluon"
     num_experts, out_features, half = w1.shape
     k = half * 2
@@ -360,18 +369,16 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     gated = w3 is not None
     out1 = torch.empty((num_pairs, out_features), dtype=out_dtype, device=x_codes.device)
     out3 = torch.empty_like(out1) if gated else out1
-    assert tile_rows in (0, 64, 128) and out_features % max(tile_rows, 1) == 0
-    describe = functools.partial(tiled_descriptor, rows=ROWS) if tile_rows else functools.partial(
-        _descriptor, block_k=BLOCK_K)
-    d1 = describe(w1)
-    d3 = describe(w3) if gated else d1
+    assert out_features % TILE_ROWS == 0, (w1.shape, TILE_ROWS)
+    d1 = tiled_descriptor(w1, ROWS)
+    d3 = tiled_descriptor(w3, ROWS) if gated else d1
     grid = (block_expert.numel(), out_features // ROWS)
     cap = register_cap(gated, block_m, DECODE_PREFETCH)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=tile_rows, num_warps=4,
+        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, num_warps=4,
         **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 

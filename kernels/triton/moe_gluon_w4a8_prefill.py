@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import torch
 
+from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 
 ROWS = 64  # weight rows per warpgroup: the wgmma M side
 WARPGROUPS = 1  # warpgroups per program, stacked on the weight rows (one token tile; 2 and 4
@@ -51,8 +53,10 @@ if HAS_GLUON:
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from deepinfer.kernels.triton.moe_gluon import cta_barrier
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier, tile_row0
     from deepinfer.kernels.triton.moe_gluon_w4a8 import _group_operands, promote_words
+
+    _TILE = gl.constexpr(TILE_ROWS)  # rows per step tile of the W4A8 order
 
     @gluon.jit
     def _issue(w_desc, x_desc, w_s, x_s, bars, row0, x_row0, step, num_steps,
@@ -62,7 +66,7 @@ if HAS_GLUON:
         st = step % STAGES
         ok = step < num_steps
         mbarrier.expect(bars.index(st), ROWS_ * 64 + BM * 128, pred=ok)
-        tma.async_copy_global_to_shared(w_desc, [row0, step * 64], bars.index(st),
+        tma.async_copy_global_to_shared(w_desc, [row0 + step * _TILE, 0], bars.index(st),
                                         w_s.index(st), pred=ok)
         tma.async_copy_global_to_shared(x_desc, [x_row0, step * 128], bars.index(st),
                                         x_s.index(st), pred=ok)
@@ -133,9 +137,10 @@ if HAS_GLUON:
         tile = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
-            row0 = expert * O + tile * ROWS_
-            x_row0 = block * BM
+            gl.static_assert(_TILE % ROWS_ == 0, "a weight box within one step tile")
             num_steps = K // 128
+            row0 = tile_row0(expert * O + tile * ROWS_, num_steps, _TILE)  # step tiles
+            x_row0 = block * BM
             w_s = gl.allocate_shared_memory(gl.uint8, [STAGES, ROWS_, 64], w_desc.layout)
             x_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BM, 128], x_desc.layout)
             bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -203,13 +208,6 @@ if HAS_GLUON:
                 + rows_o[:, None]
             gl.store(out_ptr + offs, acc, mask=valid[None, :] & (rows_o[:, None] >= 0))
 
-    def weight_rows_descriptor(packed: torch.Tensor, rows: int):
-        """TMA descriptor of (E, O, K/2) kernel-order bytes as [E * O, K/2]: boxes [rows,
-        64 bytes] (one program's K step), unswizzled."""
-        flat = packed.reshape(-1, packed.shape[-1])
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, 64],
-                                layout)
 
     def token_descriptor(codes: torch.Tensor, block_m: int):
         """TMA descriptor of gathered e4m3 codes (rows, K) uint8: boxes [BM, 128], 128-byte
@@ -261,14 +259,16 @@ def w4a8_prefill_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w: torch.Te
     """out[pair] (num_pairs, O; its dtype) = Q8_32 x[pair] @ W[expert]^T for the pairs a block
     holds, the fp32 sums rounded once. x_codes / x_scales: ``gather_rows`` of the Q8_32 codes
     (num_blocks * block_m rows); w (E, O, K/2) in ``to_kernel_order``, s (E, O, K/32) uint8;
-    pairs grouped by ``moe_align.align_pairs(ids, E, block_m)``; ``warpgroups`` x 64 weight rows
-    per program. ``expanded``: x_scales is ``expand_token_scales`` of them (int32; the EXPANDED
-    kernel: no per-group byte extraction — compiled on the CPU, not yet timed on a GPU)."""
+    pairs grouped by ``moe_align.align_pairs(ids, E, block_m)``; ``warpgroups`` (1 or 2: a
+    weight box within one step tile) x 64 weight rows per program. ``expanded``: x_scales is
+    ``expand_token_scales`` of them (int32; the EXPANDED kernel: no per-group byte extraction
+    — compiled on the CPU, not yet timed on a GPU)."""
     assert HAS_GLUON, "w4a8_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
     rows = ROWS * warpgroups
-    assert k % BLOCK_K == 0 and out_features % rows == 0 and x_codes.shape[1] == k
+    assert k % BLOCK_K == 0 and out_features % TILE_ROWS == 0 and x_codes.shape[1] == k
+    assert TILE_ROWS % rows == 0, (warpgroups, TILE_ROWS)
     assert block_m in (8, 16, 32, 64, 128) and x_codes.shape[0] == sorted_pairs.numel()
     assert x_codes.is_contiguous() and x_scales.is_contiguous() and s.stride(1) % 4 == 0
     if expanded:
@@ -278,7 +278,7 @@ def w4a8_prefill_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w: torch.Te
         assert x_scales.stride(0) % 4 == 0  # 4-byte scale loads
     grid = (block_expert.numel(), out_features // rows)
     _w4a8_prefill_kernel[grid](
-        token_descriptor(x_codes, block_m), x_scales, weight_rows_descriptor(w, rows), s,
+        token_descriptor(x_codes, block_m), x_scales, tiled_descriptor(w, rows), s,
         sorted_pairs, block_expert, out, num_pairs, out_features, k,
         0 if expanded else x_scales.stride(0) // 4, s.stride(0), s.stride(1) // 4, out.stride(0),
         STAGES=stages, BM=block_m, WARP_ROWS=warp_rows(warpgroups),

@@ -11,6 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from deepinfer.kernels.mxfp4_w4a8_order import (
+    TILE_ROWS,
+    from_step_tiles,
+    tile_row,
+    to_step_tiles,
+    to_w4a8_words,
+)
 from deepinfer.kernels.triton import moe_gluon, moe_gluon_w4a8, moe_gluon_w4a8_prefill
 
 
@@ -37,7 +44,7 @@ def test_w4a8_kernel_order_gives_the_wgmma_fragments():
     rows, k = 5, 512
     packed = torch.randint(0, 256, (2, rows, k // 2), dtype=torch.uint8)
     packed[0, 0, :16] = torch.arange(16, dtype=torch.uint8) * 17  # every nibble, both halves
-    words = moe_gluon_w4a8.to_kernel_order(packed).view(torch.int32)
+    words = to_w4a8_words(packed).view(torch.int32)  # each row's words (no step tiles)
     words = words.reshape(2, rows, k // 128, 4, 4)  # steps, quad lane q, group G
     lo, hi = moe_gluon_w4a8.unpack_twin(words)
     values = _natural_values(packed)
@@ -58,18 +65,47 @@ def test_w4a8_kernel_order_is_a_permutation_of_the_bits():
     the per-expert conversion equals the whole-tensor one."""
     torch.manual_seed(1)
     packed = torch.randint(0, 256, (3, 4, 128), dtype=torch.uint8)
-    out = moe_gluon_w4a8.to_kernel_order(packed)
+    out = to_w4a8_words(packed)
     assert out.shape == packed.shape and out.dtype == torch.uint8
     popcount = lambda t: sum(((t.to(torch.int64) >> i) & 1).sum() for i in range(8))  # noqa
     assert popcount(out) == popcount(packed)
-    assert torch.equal(out, torch.stack([moe_gluon_w4a8.to_kernel_order(p) for p in packed]))
+    assert torch.equal(out, torch.stack([to_w4a8_words(p) for p in packed]))
+    stack = torch.randint(0, 256, (2, 256, 128), dtype=torch.uint8)
+    order = moe_gluon_w4a8.to_kernel_order(stack)
+    assert torch.equal(order, torch.stack([moe_gluon_w4a8.to_kernel_order(p) for p in stack]))
+
+
+def test_w4a8_kernel_order_step_tiles():
+    """The kernel order = each row's words in step tiles: the byte of row r, 128-K step s,
+    offset j of an expert sits at (r // 128) * 128 * K/2 + s * 8192 + (r % 128) * 64 + j, and a
+    TMA box of rows [r0, r0 + R) at step s is row ``tile_row(r0, steps) + 128 s`` of the
+    [E * O * K/128, 64] view (the kernels' arithmetic); rows not a multiple of 128 refused."""
+    torch.manual_seed(4)
+    experts, rows, half = 2, 256, 192
+    steps = half // 64
+    packed = torch.randint(0, 256, (experts, rows, half), dtype=torch.uint8)
+    words = to_w4a8_words(packed)
+    order = moe_gluon_w4a8.to_kernel_order(packed)
+    flat = order.reshape(-1)
+    for e, r, s in ((0, 0, 0), (0, 127, 2), (1, 128, 1), (1, 255, 0), (1, 200, 2)):
+        at = e * rows * half + (r // 128) * 128 * half + s * 8192 + (r % 128) * 64
+        assert torch.equal(flat[at:at + 64], words[e, r, 64 * s:64 * (s + 1)]), (e, r, s)
+    view = order.reshape(-1, 64)
+    for r0, box in ((0, 64), (64, 64), (128, 128), (256 + 192, 64)):
+        e, r = divmod(r0, rows)
+        for s in range(steps):
+            got = view[tile_row(r0, steps) + 128 * s:][:box]
+            assert torch.equal(got, words[e, r:r + box, 64 * s:64 * (s + 1)]), (r0, s)
+    assert torch.equal(from_step_tiles(to_step_tiles(words, 128), 128), words)
+    with pytest.raises(AssertionError):
+        moe_gluon_w4a8.to_kernel_order(packed[:, :64])
 
 
 def test_w4a8_kernel_order_gpu_kernel_and_inverse():
     """The one-launch Triton conversion (interpreter here) equals the torch definition, int8
     stacks included, and ``from_kernel_order`` undoes it."""
     torch.manual_seed(3)
-    packed = torch.randint(0, 256, (3, 5, 384), dtype=torch.uint8)
+    packed = torch.randint(0, 256, (2, 256, 128), dtype=torch.uint8)
     want = moe_gluon_w4a8.to_kernel_order(packed)
     assert torch.equal(moe_gluon_w4a8.to_kernel_order_gpu(packed), want)
     out = torch.empty_like(packed).view(torch.int8)
@@ -114,15 +150,16 @@ def test_sm90_compile(sm90_compile):
     (W4A8: one m64 n8/16 k32 per 32-K group; bf16: one per 16 even / odd K), in budget."""
     cases = []
     for gated in (True, False):
-        for bm, prefetch, tile in ((8, False, 0), (8, True, 0), (8, True, 128), (16, False, 0)):
+        for bm, prefetch in ((8, False), (8, True), (16, False)):
             cap = moe_gluon_w4a8.register_cap(gated, bm, prefetch)
-            suffix = ("_prefetch" if prefetch else "") + (f"_tile{tile}" if tile else "")
-            cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}{suffix}",
+            cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}"
+                                f"{'_prefetch' if prefetch else ''}",
                           "gluon": True,
                           "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
                           "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
                           "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm,
-                                         "PREFETCH": prefetch, "TILE": tile, "num_warps": 4},
+                                         "PREFETCH": prefetch, "TILE": TILE_ROWS,
+                                         "num_warps": 4},
                           "num_warps": 4, "num_stages": 1, "no_spill": True,
                           **({"maxnreg": cap} if cap else {}),
                           "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
@@ -138,7 +175,8 @@ def test_sm90_compile(sm90_compile):
                "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
                "signature": {"src_ptr": "*u8", "dst_ptr": "*i32", "num_words": "i64",
                              "words_per_row": "i32"},
-               "constexprs": {"BLOCK": moe_gluon_w4a8.CONVERT_BLOCK}, "num_warps": 4,
+               "constexprs": {"BLOCK": moe_gluon_w4a8.CONVERT_BLOCK, "TILE": TILE_ROWS},
+               "num_warps": 4,
                "num_stages": 1, "no_spill": True, "wgmma_per_step": 0}
     swiglu = [{"id": f"swiglu_q8_bf16{'_fake' if fake else ''}", "kernel": "_swiglu_q8_kernel",
                "module": "deepinfer.kernels.triton.moe_swiglu",

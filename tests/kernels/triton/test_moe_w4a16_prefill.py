@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from deepinfer.kernels.triton import moe_gluon_w4a8, mxfp4_w4a8_bf16
+from deepinfer.kernels.mxfp4_w4a8_order import to_w4a8_words
 from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+from deepinfer.kernels.triton import mxfp4_w4a8_bf16
 
 
 def _weights(rows: int, k: int, scale_lo: int, scale_hi: int, seed: int = 0):
@@ -39,7 +40,7 @@ def _decoded_operand(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     each 128-K step = the decoded value the wgmma multiplies with token column v."""
     rows, half = packed.shape
     k = half * 2
-    words = moe_gluon_w4a8.to_kernel_order(packed).view(torch.int32).to(torch.int64)
+    words = to_w4a8_words(packed).view(torch.int32).to(torch.int64)  # a row's words
     words = words.reshape(rows, k // 128, 4, 4)  # row, step, quad lane q, group G
     s = scale.to(torch.int64).reshape(rows, k // 128, 4)[:, :, None, :].expand(-1, -1, 4, -1)
     vals = mxfp4_w4a8_bf16.decode_twin(words, s)  # (rows, step, q, G, 8): a[0..3], b[0..3]
@@ -138,7 +139,7 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     per program."""
     cases = [c for c in pf.aot_cases() if c["kernel"] == "_w4a16_prefill_kernel"]
     gather = [c for c in pf.aot_cases() if c["kernel"] == "_gather_tokens_kernel"]
-    assert len(cases) == 7 and len(gather) == 1
+    assert len(cases) == 6 and len(gather) == 1
     results = sm90_compile(cases + gather)
     for case in cases:
         r = results[case["id"]]
