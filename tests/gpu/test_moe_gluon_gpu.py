@@ -134,8 +134,8 @@ def test_w4a8_pipeline_matches_run_experts():
 
 @pytest.mark.parametrize("gated", [True, False])
 @pytest.mark.parametrize("block_m,warpgroups,expanded", [(32, 1, False), (64, 1, False),
-                                                         (32, 2, False), (32, 4, False),
-                                                         (32, 1, True), (64, 1, True)])
+                                                         (32, 2, False), (32, 1, True),
+                                                         (64, 1, True)])
 def test_w4a8_prefill_gluon(gated, block_m, warpgroups, expanded):
     """The prefill kernel (64 / 32 pairs per program, gathered tokens by TMA) against the
     reference on the Q8_32 values, at 16x the decode case's tokens (~192 pairs per expert)."""
@@ -230,7 +230,7 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 @pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,parts", [
     (64, True, 119, 1, 1), (64, False, 119, 1, 2), (128, True, 119, 1, 2),
     (64, False, 126, 1, 1), (128, True, 119, 2, 2), (128, True, 119, 2, 1),
-    (64, True, 119, 4, 2), (128, True, 119, 2, 4), (128, False, 126, 1, 4), (64, True, 119, 1, 4)])
+    (128, True, 119, 2, 4), (128, False, 126, 1, 4), (64, True, 119, 1, 4)])
 def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, parts):
     """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
     in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
