@@ -63,10 +63,15 @@ BLOCK_M = 8  # pairs per program: the wgmma N side
 # against the step loop of commit 58d9602 (round 54a's slower figures compared machines);
 # bench/moe_gluon_decode.py --w4a8-variants compares them
 DECODE_PREFETCH = True
+# the activation codes global -> shared by cp.async a step ahead (no register copy, ~10 fewer
+# instructions a K step in the sm_90 SASS: the down GEMM is issue-bound — Nsight Compute in
+# round 110a: 0.79 instructions per cycle per scheduler, "not selected" the top stall)
+DECODE_XCP = True
 
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     from triton.experimental.gluon.language.nvidia.hopper import (
         fence_async_shared,
         mbarrier,
@@ -148,17 +153,24 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         """K step ``step``'s activation codes [BM, BK], token scale words [BM] and weight scale
         words [64] of w1 and (GATED) w3 (else w1's again)."""
         xc = gl.load(xc_ptrs + step * BK)
+        ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, step, GATED)
+        return xc, ex, ew, fw
+
+    @gluon.jit
+    def _scale_loads(xs_words, s1_words, s3_words, step, GATED: gl.constexpr):
+        """K step ``step``'s token scale words [BM] and weight scale words [64] of w1 and
+        (GATED) w3 (else w1's again)."""
         ex = gl.load(xs_words + step)
         ew = gl.load(s1_words + step)
         fw = gl.load(s3_words + step) if GATED else ew
-        return xc, ex, ew, fw
+        return ex, ew, fw
 
     @gluon.jit
     def _w4a8_decode_kernel(xc_ptr, xs_ptr, w1_desc, s1_ptr, w3_desc, s3_ptr, pairs_ptr,
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
                             GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                            PREFETCH: gl.constexpr, TILE: gl.constexpr,
+                            PREFETCH: gl.constexpr, TILE: gl.constexpr, XCP: gl.constexpr,
                             num_warps: gl.constexpr):
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
         BK: gl.constexpr = 128
@@ -216,25 +228,47 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             # ahead, so their latency hides behind a step's work (round 53: "long scoreboard"
             # was the largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction),
             # at ~27 / 13 more registers (round 56a: faster, see DECODE_PREFETCH)
-            if PREFETCH:
+            # XCP: the codes go global -> shared by cp.async a step ahead instead (no register
+            # copy: carried through the loop as uint8 registers they cost ~22 byte moves a step)
+            x8_ptrs = xc_ptrs.to(gl.pointer_type(gl.float8e4nv), bitcast=True)
+            if XCP:
+                async_copy.async_copy_global_to_shared(x_smem.index(0), x8_ptrs)
+                async_copy.commit_group()
+                if PREFETCH:
+                    ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, 0, GATED)
+            elif PREFETCH:
                 xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, 0, GATED, BK)
             for i in range(num_steps):
-                if PREFETCH:  # the last step reloads its own
-                    xc_next, ex_next, ew_next, fw_next = _step_loads(
-                        xc_ptrs, xs_words, s1_words, s3_words, gl.minimum(i + 1, num_steps - 1),
-                        GATED, BK)
+                nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
+                if XCP:
+                    if PREFETCH:
+                        ex_next, ew_next, fw_next = _scale_loads(xs_words, s1_words, s3_words,
+                                                                 nxt, GATED)
+                    else:
+                        ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, i, GATED)
+                    async_copy.wait_group(0)  # this thread's codes of step i landed
+                    fence_async_shared()
+                    cta_barrier()  # everyone's landed; every warp is past step i - 1's wgmmas
                 else:
-                    xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i, GATED,
-                                                 BK)
+                    if PREFETCH:
+                        xc_next, ex_next, ew_next, fw_next = _step_loads(
+                            xc_ptrs, xs_words, s1_words, s3_words, nxt, GATED, BK)
+                    else:
+                        xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i,
+                                                     GATED, BK)
+                    x_smem.index(i % 2).store(xc.to(gl.float8e4nv, bitcast=True))
+                    fence_async_shared()
+                    cta_barrier()
                 x8 = x_smem.index(i % 2)
-                x8.store(xc.to(gl.float8e4nv, bitcast=True))
-                fence_async_shared()
-                cta_barrier()
                 # after the barrier: every warp is past step i - 1's reads of the stage this
                 # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
                 # does not imply the others have read their weights)
                 issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
                            num_steps, GATED, STAGES, BK, TILE)
+                if XCP:  # the next step's codes into the other slot (read at step i - 1)
+                    async_copy.async_copy_global_to_shared(x_smem.index((i + 1) % 2),
+                                                           x8_ptrs + nxt * BK)
+                    async_copy.commit_group()
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
                 a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
@@ -256,7 +290,11 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 acc1 = promote_words(acc1, c2, ew, ex, 2)
                 acc1 = promote_words(acc1, c3, ew, ex, 3)
                 if PREFETCH:
-                    xc, ex, ew, fw = xc_next, ex_next, ew_next, fw_next
+                    ex, ew, fw = ex_next, ew_next, fw_next
+                    if not XCP:
+                        xc = xc_next
+            if XCP:
+                async_copy.wait_group(0)  # the last step's extra copy
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -378,7 +416,7 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, num_warps=4,
+        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, XCP=DECODE_XCP, num_warps=4,
         **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 

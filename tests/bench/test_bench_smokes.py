@@ -222,7 +222,7 @@ def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
 
     from deepinfer.kernels.triton import moe_gluon_w4a8
 
-    for name in ("DECODE_PREFETCH", "register_cap"):
+    for name in ("DECODE_PREFETCH", "register_cap", "DECODE_XCP"):
         monkeypatch.setattr(moe_gluon_w4a8, name, getattr(moe_gluon_w4a8, name))
     kernel_overrides.apply(None, [], w4a8_decode_variant="0:-:72")
     assert moe_gluon_w4a8.DECODE_PREFETCH is False
@@ -232,7 +232,11 @@ def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
     assert moe_gluon_w4a8.DECODE_PREFETCH is True
     assert moe_gluon_w4a8.register_cap(True, 16, True) == 128
     assert moe_gluon_w4a8.register_cap(False, 8, True) is None
-    for bad in ("2:-:-", "1:128", "1:x:80"):
+    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:0")
+    assert moe_gluon_w4a8.DECODE_XCP is False
+    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:1")
+    assert moe_gluon_w4a8.DECODE_XCP is True
+    for bad in ("2:-:-", "1:128", "1:x:80", "1:128:80:2"):
         with pytest.raises(SystemExit) as info:
             kernel_overrides.apply(None, [], w4a8_decode_variant=bad)
         assert "--w4a8-decode-variant" in str(info.value)
