@@ -3,6 +3,8 @@
 # each x slot and its wgmma descriptors a constant; down 216 -> 192 instructions a step in the
 # sm_90 SASS, gated 349 -> 313, at the price of 8 / 24 B of spills under the 128 / 80 caps)
 # against the loop of round 113 — its GPU checks, the GEMMs alone interleaved (≈ 3 min).
+# Ran at commit 1a8ba91 (PART=a only): unrolled was slower (gated 1.393 / 1.484 vs 1.341 /
+# 1.394 ms at 256 tokens), the code is removed, so this script needs that commit.
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)

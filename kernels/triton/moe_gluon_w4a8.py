@@ -67,9 +67,6 @@ DECODE_PREFETCH = True
 # instructions a K step in the sm_90 SASS: the down GEMM is issue-bound — Nsight Compute in
 # round 110a: 0.79 instructions per cycle per scheduler, "not selected" the top stall)
 DECODE_XCP = True
-# the K loop unrolled by 2 where the steps are even (every x slot and its wgmma descriptors a
-# constant): ~11 % fewer instructions a step in the sm_90 SASS (down 216 -> 192, gated 349 -> 313)
-DECODE_UNROLL = True
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -174,7 +171,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
                             GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
                             PREFETCH: gl.constexpr, TILE: gl.constexpr, XCP: gl.constexpr,
-                            UNROLL: gl.constexpr, num_warps: gl.constexpr):
+                            num_warps: gl.constexpr):
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
         BK: gl.constexpr = 128
         # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
@@ -241,65 +238,61 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                     ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, 0, GATED)
             elif PREFETCH:
                 xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, 0, GATED, BK)
-            for i0 in range(0, num_steps, UNROLL):  # UNROLL 2: each x slot a constant
-                for u in gl.static_range(UNROLL):
-                    i = i0 + u
-                    nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
-                    if XCP:
-                        if PREFETCH:
-                            ex_next, ew_next, fw_next = _scale_loads(xs_words, s1_words, s3_words,
-                                                                     nxt, GATED)
-                        else:
-                            ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, i, GATED)
-                        async_copy.wait_group(0)  # this thread's codes of step i landed
-                        fence_async_shared()
-                        cta_barrier()  # all landed; every warp is past step i - 1's wgmmas
-                    else:
-                        if PREFETCH:
-                            xc_next, ex_next, ew_next, fw_next = _step_loads(
-                                xc_ptrs, xs_words, s1_words, s3_words, nxt, GATED, BK)
-                        else:
-                            xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i,
-                                                         GATED, BK)
-                        x_smem.index(u if UNROLL == 2 else i % 2).store(
-                            xc.to(gl.float8e4nv, bitcast=True))
-                        fence_async_shared()
-                        cta_barrier()
-                    x8 = x_smem.index(u if UNROLL == 2 else i % 2)
-                    # after the barrier: every warp is past step i - 1's reads of the stage this
-                    # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
-                    # does not imply the others have read their weights)
-                    issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
-                               num_steps, GATED, STAGES, BK, TILE)
-                    if XCP:  # the next step's codes into the other slot (read at step i - 1)
-                        async_copy.async_copy_global_to_shared(
-                            x_smem.index(1 - u if UNROLL == 2 else (i + 1) % 2),
-                            x8_ptrs + nxt * BK)
-                        async_copy.commit_group()
-                    stage = i % STAGES
-                    mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
-                    a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
-                    c0, c1, c2, c3 = _mma_groups(a0, a1, a2, a3, x8, z)
-                    if GATED:
-                        b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
-                        d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
-                        c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
-                            num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
-                        acc3 = promote_words(acc3, d0, fw, ex, 0)
-                        acc3 = promote_words(acc3, d1, fw, ex, 1)
-                        acc3 = promote_words(acc3, d2, fw, ex, 2)
-                        acc3 = promote_words(acc3, d3, fw, ex, 3)
-                    else:
-                        c0, c1, c2, c3 = warpgroup_mma_wait(num_outstanding=0,
-                                                            deps=(c0, c1, c2, c3))
-                    acc1 = promote_words(acc1, c0, ew, ex, 0)
-                    acc1 = promote_words(acc1, c1, ew, ex, 1)
-                    acc1 = promote_words(acc1, c2, ew, ex, 2)
-                    acc1 = promote_words(acc1, c3, ew, ex, 3)
+            for i in range(num_steps):
+                nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
+                if XCP:
                     if PREFETCH:
-                        ex, ew, fw = ex_next, ew_next, fw_next
-                        if not XCP:
-                            xc = xc_next
+                        ex_next, ew_next, fw_next = _scale_loads(xs_words, s1_words, s3_words,
+                                                                 nxt, GATED)
+                    else:
+                        ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, i, GATED)
+                    async_copy.wait_group(0)  # this thread's codes of step i landed
+                    fence_async_shared()
+                    cta_barrier()  # everyone's landed; every warp is past step i - 1's wgmmas
+                else:
+                    if PREFETCH:
+                        xc_next, ex_next, ew_next, fw_next = _step_loads(
+                            xc_ptrs, xs_words, s1_words, s3_words, nxt, GATED, BK)
+                    else:
+                        xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i,
+                                                     GATED, BK)
+                    x_smem.index(i % 2).store(xc.to(gl.float8e4nv, bitcast=True))
+                    fence_async_shared()
+                    cta_barrier()
+                x8 = x_smem.index(i % 2)
+                # after the barrier: every warp is past step i - 1's reads of the stage this
+                # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
+                # does not imply the others have read their weights)
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
+                           num_steps, GATED, STAGES, BK, TILE)
+                if XCP:  # the next step's codes into the other slot (read at step i - 1)
+                    async_copy.async_copy_global_to_shared(x_smem.index((i + 1) % 2),
+                                                           x8_ptrs + nxt * BK)
+                    async_copy.commit_group()
+                stage = i % STAGES
+                mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
+                a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
+                c0, c1, c2, c3 = _mma_groups(a0, a1, a2, a3, x8, z)
+                if GATED:
+                    b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
+                    d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
+                    c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
+                        num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
+                    acc3 = promote_words(acc3, d0, fw, ex, 0)
+                    acc3 = promote_words(acc3, d1, fw, ex, 1)
+                    acc3 = promote_words(acc3, d2, fw, ex, 2)
+                    acc3 = promote_words(acc3, d3, fw, ex, 3)
+                else:
+                    c0, c1, c2, c3 = warpgroup_mma_wait(num_outstanding=0,
+                                                        deps=(c0, c1, c2, c3))
+                acc1 = promote_words(acc1, c0, ew, ex, 0)
+                acc1 = promote_words(acc1, c1, ew, ex, 1)
+                acc1 = promote_words(acc1, c2, ew, ex, 2)
+                acc1 = promote_words(acc1, c3, ew, ex, 3)
+                if PREFETCH:
+                    ex, ew, fw = ex_next, ew_next, fw_next
+                    if not XCP:
+                        xc = xc_next
             if XCP:
                 async_copy.wait_group(0)  # the last step's extra copy
             for b in gl.static_range(STAGES):
@@ -423,8 +416,7 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, XCP=DECODE_XCP,
-        UNROLL=2 if DECODE_UNROLL and (k // BLOCK_K) % 2 == 0 else 1, num_warps=4,
+        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, XCP=DECODE_XCP, num_warps=4,
         **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 

@@ -150,24 +150,20 @@ def test_sm90_compile(sm90_compile):
     (W4A8: one m64 n8/16 k32 per 32-K group; bf16: one per 16 even / odd K), in budget."""
     cases = []
     for gated in (True, False):
-        for bm, prefetch, xcp, unroll in ((8, False, False, 1), (8, True, False, 1),
-                                          (8, True, True, 1), (8, True, True, 2),
-                                          (16, False, True, 2)):
+        for bm, prefetch, xcp in ((8, False, False), (8, True, False), (8, True, True),
+                                  (16, False, True)):
             cap = moe_gluon_w4a8.register_cap(gated, bm, prefetch)
             cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}"
-                                f"{'_prefetch' if prefetch else ''}{'_xcp' if xcp else ''}"
-                                f"_u{unroll}",
+                                f"{'_prefetch' if prefetch else ''}{'_xcp' if xcp else ''}",
                           "gluon": True,
                           "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
                           "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
                           "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm,
                                          "PREFETCH": prefetch, "TILE": TILE_ROWS,
-                                         "XCP": xcp, "UNROLL": unroll, "num_warps": 4},
-                          # unrolled by 2 under the caps: 8 / 24 B of spills (measured)
-                          "num_warps": 4, "num_stages": 1, "no_spill": unroll == 1,
+                                         "XCP": xcp, "num_warps": 4},
+                          "num_warps": 4, "num_stages": 1, "no_spill": True,
                           **({"maxnreg": cap} if cap else {}),
-                          "expect_wgmma": True,
-                          "wgmma_per_step": (8 if gated else 4) * unroll,
+                          "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
                           "divisible": ["K", "O"]})
         cases.append({"id": f"bf16_{'gated' if gated else 'down'}", "gluon": True,
                       "module": "deepinfer.kernels.triton.moe_gluon",
