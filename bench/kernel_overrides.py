@@ -76,9 +76,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the bf16 prefill expert GEMM runs a block at N = its parts of BM "
                     "that hold pairs (default: moe_gluon_w4a16_prefill.PARTS)")
     ap.add_argument("--w4a8-decode-variant", default=None,
-                    help="PREFETCH:GATED_CAP:DOWN_CAP[:XCP] of the W4A8 decode GEMM (0|1, "
-                    "registers or '-', 0|1; default: moe_gluon_w4a8.DECODE_PREFETCH, "
-                    "register_cap and DECODE_XCP)")
+                    help="PREFETCH:GATED_CAP:DOWN_CAP[:XCP[:PAIRED]] of the W4A8 decode GEMM "
+                    "(0|1, registers or '-', 0|1, 0|1; default: moe_gluon_w4a8.DECODE_PREFETCH, "
+                    "register_cap, DECODE_XCP and DECODE_PAIRED)")
     ap.add_argument("--index-paged-kernel", default=None,
                     help="v1, v2 or gl: the paged index scores' decode kernel "
                     "(default: indexer.PAGED_KERNEL)")
@@ -209,21 +209,24 @@ def apply(attention_config: str | None, moe_configs: list[str],
 
 
 def set_w4a8_decode_variant(text: str, flag: str = "--w4a8-decode-variant") -> None:
-    """PREFETCH:GATED_CAP:DOWN_CAP[:XCP] -> moe_gluon_w4a8.DECODE_PREFETCH, its register caps
-    (every block size) and DECODE_XCP (default: unchanged); a malformed value exits naming
-    ``flag``."""
+    """PREFETCH:GATED_CAP:DOWN_CAP[:XCP[:PAIRED]] -> moe_gluon_w4a8.DECODE_PREFETCH, its
+    register caps (every block size; a paired down launch takes the gated cap), DECODE_XCP and
+    DECODE_PAIRED (default: unchanged); a malformed value exits naming ``flag``."""
     from deepinfer.kernels.triton import moe_gluon_w4a8
     parts = text.split(":")
-    if len(parts) not in (3, 4) or parts[0] not in ("0", "1") or not all(
-            p == "-" or p.isdigit() for p in parts[1:3]) or parts[3:] not in ([], ["0"], ["1"]):
-        raise SystemExit(f"{flag} {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP[:XCP] "
-                         "with PREFETCH and XCP 0 or 1 and caps in registers or '-', e.g. "
-                         "0:-:72 or 1:128:80:0")
+    if len(parts) not in (3, 4, 5) or parts[0] not in ("0", "1") or not all(
+            p == "-" or p.isdigit() for p in parts[1:3]) or not all(
+            p in ("0", "1") for p in parts[3:]):
+        raise SystemExit(f"{flag} {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP[:XCP[:PAIRED]] "
+                         "with PREFETCH, XCP and PAIRED 0 or 1 and caps in registers or '-', "
+                         "e.g. 0:-:72 or 1:128:80:1:0")
     caps = {gated: None if p == "-" else int(p) for gated, p in ((True, parts[1]),
                                                                  (False, parts[2]))}
     moe_gluon_w4a8.DECODE_PREFETCH = parts[0] == "1"
-    if len(parts) == 4:
+    if len(parts) >= 4:
         moe_gluon_w4a8.DECODE_XCP = parts[3] == "1"
+    if len(parts) == 5:
+        moe_gluon_w4a8.DECODE_PAIRED = parts[4] == "1"
     moe_gluon_w4a8.register_cap = lambda gated, block_m, prefetch: caps[gated]
 
 

@@ -98,11 +98,12 @@ if HAS_GLUON:
     @gluon.jit
     def issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, step, num_steps,
                    GATED: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr,
-                   TILE: gl.constexpr = 0):
+                   TILE: gl.constexpr = 0, ROW3: gl.constexpr = 0):
         """TMA of K step ``step``'s weight tiles [64, BK/2] into ring stage step % STAGES (none
         past the last step). TILE 0: the box at [row0, step * BK/2] of the [E * O, K/2] view;
         TILE > 0 (step tiles, row0 from ``tile_row0``): at [row0 + step * TILE, 0] of the
-        [E * O * K/BK, BK/2] view."""
+        [E * O * K/BK, BK/2] view. ROW3: w3's box that many rows below w1's (a paired launch:
+        two halves of one weight)."""
         st = step % STAGES
         ok = step < num_steps
         nbytes: gl.constexpr = 64 * (BK // 2) * (2 if GATED else 1)
@@ -116,8 +117,8 @@ if HAS_GLUON:
         tma.async_copy_global_to_shared(w1_desc, [y, x], bars.index(st), w1_s.index(st),
                                         pred=ok)
         if GATED:
-            tma.async_copy_global_to_shared(w3_desc, [y, x], bars.index(st), w3_s.index(st),
-                                            pred=ok)
+            tma.async_copy_global_to_shared(w3_desc, [y + ROW3, x], bars.index(st),
+                                            w3_s.index(st), pred=ok)
 
     @gluon.jit
     def tile_row0(row0, num_steps, TILE: gl.constexpr):
@@ -128,7 +129,8 @@ if HAS_GLUON:
 
     @gluon.jit
     def start_ring(w1_desc, w3_desc, row0, num_steps, GATED: gl.constexpr,
-                   STAGES: gl.constexpr, BK: gl.constexpr, TILE: gl.constexpr = 0):
+                   STAGES: gl.constexpr, BK: gl.constexpr, TILE: gl.constexpr = 0,
+                   ROW3: gl.constexpr = 0):
         """The weight ring: STAGES shared tiles [64, BK/2] per projection (w3: GATED only), one
         mbarrier per stage, and the TMA of the first STAGES - 1 K steps issued."""
         SW: gl.constexpr = w1_desc.layout
@@ -139,7 +141,7 @@ if HAS_GLUON:
             mbarrier.init(bars.index(b), count=1)
         for b in gl.static_range(STAGES - 1):
             issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, b, num_steps, GATED, STAGES,
-                       BK, TILE)
+                       BK, TILE, ROW3)
         return w1_s, w3_s, bars
 
     @gluon.jit

@@ -67,6 +67,11 @@ DECODE_PREFETCH = True
 # instructions a K step in the sm_90 SASS: the down GEMM is issue-bound — Nsight Compute in
 # round 110a: 0.79 instructions per cycle per scheduler, "not selected" the top stall)
 DECODE_XCP = True
+# the down GEMM (one weight) launched on the gated loop, a program's 128 rows of a step tile
+# as its two operands (PAIRED): one activation tile, one barrier / TMA / scale-load round and
+# one token-scale extraction per 8 KB of weights instead of per 4 KB (the down loop: 216
+# instructions a step per 4 KB, the gated one 349 per 8 KB; round 110a: down issue-bound)
+DECODE_PAIRED = True
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -171,8 +176,13 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
                             GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
                             PREFETCH: gl.constexpr, TILE: gl.constexpr, XCP: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            PAIRED: gl.constexpr, num_warps: gl.constexpr):
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
+        # PAIRED (with GATED): one weight, rows [128 t, 128 t + 64) as "w1" and the next 64 as
+        # "w3" (one step tile, ROW3 = 64), both into out1's columns: the gated loop's shared
+        # activation tile and per-step overhead for the down projection
+        gl.static_assert(not PAIRED or (GATED and TILE == 128), "PAIRED: the gated loop")
+        ROW3: gl.constexpr = 64 if PAIRED else 0
         BK: gl.constexpr = 128
         # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
         # (2 bits: group) of quad lane q's 16-byte chunk; lanes q and g; warps w: row 16 w + 8 m
@@ -195,18 +205,19 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
             num_steps = K // BK
-            row0 = tile_row0(expert * O + tile * 64, num_steps, TILE)  # step tiles
+            tile64 = tile * 2 if PAIRED else tile  # the program's first 64-row tile
+            row0 = tile_row0(expert * O + tile64 * 64, num_steps, TILE)  # step tiles
             w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK,
-                                          TILE)
+                                          TILE, ROW3)
 
             # scales as int32 words (a K step's 4 groups): a thread's rows and tokens in the
             # accumulator's row / column layouts (no layout conversion in the promotion)
-            r_w = tile * 64 + gl.arange(0, 64, layout=ROW_L)
+            r_w = tile64 * 64 + gl.arange(0, 64, layout=ROW_L)
             sw_off = r_w.to(gl.int64) * (stride_sn4 * 4)
             s1_words = (s1_ptr + expert.to(gl.int64) * stride_se + sw_off).to(
                 gl.pointer_type(gl.int32), bitcast=True)
-            s3_words = (s3_ptr + expert.to(gl.int64) * stride_se + sw_off).to(
-                gl.pointer_type(gl.int32), bitcast=True)
+            s3_words = (s3_ptr + expert.to(gl.int64) * stride_se + sw_off
+                        + ROW3 * stride_sn4 * 4).to(gl.pointer_type(gl.int32), bitcast=True)
 
             t_x = gl.arange(0, BM, layout=gl.SliceLayout(1, LX))
             pairs_x = gl.load(pairs_ptr + block * BM + t_x)
@@ -298,8 +309,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
-            store_tiles(acc1, acc3, out1_ptr, out3_ptr, pairs_ptr, block, tile, num_pairs,
-                        stride_om, GATED, BM, MMA)
+            store_tiles(acc1, acc3, out1_ptr, out3_ptr + ROW3, pairs_ptr, block, tile64,
+                        num_pairs, stride_om, GATED, BM, MMA)
 
 
 def tiled_descriptor(packed: torch.Tensor, rows: int):
@@ -408,16 +419,17 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     out1 = torch.empty((num_pairs, out_features), dtype=out_dtype, device=x_codes.device)
     out3 = torch.empty_like(out1) if gated else out1
     assert out_features % TILE_ROWS == 0, (w1.shape, TILE_ROWS)
+    paired = not gated and DECODE_PAIRED  # the down GEMM on the gated loop (two halves)
     d1 = tiled_descriptor(w1, ROWS)
     d3 = tiled_descriptor(w3, ROWS) if gated else d1
-    grid = (block_expert.numel(), out_features // ROWS)
-    cap = register_cap(gated, block_m, DECODE_PREFETCH)
+    grid = (block_expert.numel(), out_features // (2 * ROWS if paired else ROWS))
+    cap = register_cap(gated or paired, block_m, DECODE_PREFETCH)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
-        s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated, STAGES=stages,
-        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, XCP=DECODE_XCP, num_warps=4,
-        **({"maxnreg": cap} if cap else {}))
+        s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated or paired, STAGES=stages,
+        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, XCP=DECODE_XCP, PAIRED=paired,
+        num_warps=4, **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 
 
