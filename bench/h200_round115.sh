@@ -13,7 +13,7 @@ a)
   timeout 120 python3 bench/moe_gluon_decode.py --tokens 64 256 --bm 8 --stages \
     --w4a8-variants paired=0 paired=1 paired=0 paired=1 >"$OUT/moe.log" 2>&1
   echo "moe rc=$?"; grep -E "w4a8 down|ceiling" "$OUT/moe.log" | head -10
-  for v in 1 0; do
+  for v in 0 1; do  # the JSON left in $OUT: the paired (default) run
     timeout 110 python3 bench/decode.py --batches 64,256 --contexts 32768 --no-eager \
       --no-profile --w4a8-decode-variant "1:128:80:1:$v" --out "$OUT" \
       >"$OUT/decode_paired$v.log" 2>&1
