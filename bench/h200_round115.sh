@@ -4,6 +4,9 @@
 # barrier / TMA / scale-load round and one token-scale extraction per 8 KB instead of per 4 KB;
 # 349 instructions per 8 KB in the sm_90 SASS against 2 x 216) against the 64-row launch: its
 # GPU checks, the GEMMs alone interleaved, decode 64 / 256 x 32K paired / not (≈ 5 min).
+# Ran at commit dc515e7: the paired launch's steady-state TMA read w1's rows for the second
+# operand (ROW3 not passed in the loop): wrong outputs (rel. error 0.91) and an optimistic
+# timing (the second box an L2 hit). Fixed after; bench/h200_round116.sh repeats it.
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)

@@ -70,8 +70,11 @@ DECODE_XCP = True
 # the down GEMM (one weight) launched on the gated loop, a program's 128 rows of a step tile
 # as its two operands (PAIRED): one activation tile, one barrier / TMA / scale-load round and
 # one token-scale extraction per 8 KB of weights instead of per 4 KB (the down loop: 216
-# instructions a step per 4 KB, the gated one 349 per 8 KB; round 110a: down issue-bound)
-DECODE_PAIRED = True
+# instructions a step per 4 KB, the gated one 349 per 8 KB; round 110a: down issue-bound).
+# OFF until measured: round 115a ran a version whose steady-state TMA read w1's rows for w3
+# (wrong outputs, and its timing too optimistic: the second box hit L2); fixed since, not yet
+# run on a GPU — bench/h200_round116.sh checks and times it
+DECODE_PAIRED = False
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -275,7 +278,7 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
                 # does not imply the others have read their weights)
                 issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
-                           num_steps, GATED, STAGES, BK, TILE)
+                           num_steps, GATED, STAGES, BK, TILE, ROW3)
                 if XCP:  # the next step's codes into the other slot (read at step i - 1)
                     async_copy.async_copy_global_to_shared(x_smem.index((i + 1) % 2),
                                                            x8_ptrs + nxt * BK)
