@@ -70,3 +70,14 @@ ab_base_tree() {
     && (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH python3 -c \
       "import deepinfer.kernels as k, deepinfer._C; print('A/B base tree:', k.__file__)")
 }
+# The W4A8 decode GEMM's GPU checks, then its variants alone (bench/moe_gluon_decode.py
+# --w4a8-variants "$@", 64 / 256 tokens): $1 = the pytest timeout, the rest the variants.
+w4a8_decode_checks_and_gemms() {
+  local limit=$1; shift
+  timeout "$limit" python3 -m pytest -p no:cacheprovider -m gpu -rf -q \
+    tests/gpu/test_moe_gluon_gpu.py -k "w4a8 and not prefill or pipeline" >"$OUT/tests.log" 2>&1
+  echo "GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -4
+  timeout 300 python3 bench/moe_gluon_decode.py --tokens 64 256 --bm 8 --stages \
+    --w4a8-variants "$@" >"$OUT/moe.log" 2>&1
+  echo "moe rc=$?"; grep -E "w4a8 (gated|down)|ceiling" "$OUT/moe.log" | head -20
+}

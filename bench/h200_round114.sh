@@ -8,12 +8,7 @@
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
-  timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -q \
-    tests/gpu/test_moe_gluon_gpu.py -k "w4a8 and not prefill or pipeline" >"$OUT/tests.log" 2>&1
-  echo "GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -4
-  timeout 300 python3 bench/moe_gluon_decode.py --tokens 64 256 --bm 8 --stages \
-    --w4a8-variants unroll=0 unroll=1 unroll=0 unroll=1 >"$OUT/moe.log" 2>&1
-  echo "moe rc=$?"; grep -E "w4a8 (gated|down)|ceiling" "$OUT/moe.log" | head -20 ;;
+  w4a8_decode_checks_and_gemms 150 unroll=0 unroll=1 unroll=0 unroll=1 ;;
 b)
   for v in 1 0 1; do
     DI_UNROLL=$v timeout 150 python3 -c "

@@ -10,13 +10,8 @@
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a)
-  timeout 100 python3 -m pytest -p no:cacheprovider -m gpu -rf -q \
-    tests/gpu/test_moe_gluon_gpu.py -k "w4a8 and not prefill or pipeline" >"$OUT/tests.log" 2>&1
-  echo "GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -4
-  timeout 120 python3 bench/moe_gluon_decode.py --tokens 64 256 --bm 8 --stages \
-    --w4a8-variants paired=0 paired=1 paired=0 paired=1 >"$OUT/moe.log" 2>&1
-  echo "moe rc=$?"; grep -E "w4a8 down|ceiling" "$OUT/moe.log" | head -10
-  for v in 0 1; do  # the JSON left in $OUT: the paired (default) run
+  w4a8_decode_checks_and_gemms 100 paired=0 paired=1 paired=0 paired=1
+  for v in 0 1; do  # the JSON left in $OUT: the paired run
     timeout 110 python3 bench/decode.py --batches 64,256 --contexts 32768 --no-eager \
       --no-profile --w4a8-decode-variant "1:128:80:1:$v" --out "$OUT" \
       >"$OUT/decode_paired$v.log" 2>&1

@@ -126,24 +126,29 @@ def to_step_tiles(words: torch.Tensor, tile_rows: int) -> torch.Tensor:
     index, (O / tile_rows, K / 128, tile_rows, 64) — one 128-K step of ``tile_rows`` rows is
     one contiguous run of 64 * tile_rows bytes. One leading index at a time (no whole-stack
     temporary)."""
-    if words.dim() > 2:
-        out = torch.empty_like(words)
-        for e in range(words.shape[0]):
-            out[e] = to_step_tiles(words[e], tile_rows)
-        return out
-    rows, half = words.shape
-    assert rows % tile_rows == 0 and half % (STEP_K // 2) == 0, (words.shape, tile_rows)
-    v = words.reshape(rows // tile_rows, tile_rows, half // (STEP_K // 2), STEP_K // 2)
-    return v.permute(0, 2, 1, 3).contiguous().reshape(rows, half)
+    steps = words.shape[-1] // (STEP_K // 2)
+    assert words.shape[-2] % tile_rows == 0 and words.shape[-1] % (STEP_K // 2) == 0, (
+        words.shape, tile_rows)
+    return _per_matrix(words, lambda m: _swap_middle(m, tile_rows, steps))
 
 
 def from_step_tiles(tiled: torch.Tensor, tile_rows: int) -> torch.Tensor:
     """Inverse of ``to_step_tiles``."""
-    if tiled.dim() > 2:
-        out = torch.empty_like(tiled)
-        for e in range(tiled.shape[0]):
-            out[e] = from_step_tiles(tiled[e], tile_rows)
-        return out
-    rows, half = tiled.shape
-    v = tiled.reshape(rows // tile_rows, half // (STEP_K // 2), tile_rows, STEP_K // 2)
-    return v.permute(0, 2, 1, 3).contiguous().reshape(rows, half)
+    steps = tiled.shape[-1] // (STEP_K // 2)
+    return _per_matrix(tiled, lambda m: _swap_middle(m, steps, tile_rows))
+
+
+def _swap_middle(m: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """A (rows, K/2) matrix viewed as (n, a, b, 64) with the middle axes swapped, back in its
+    shape."""
+    return m.reshape(-1, a, b, STEP_K // 2).transpose(1, 2).contiguous().reshape(m.shape)
+
+
+def _per_matrix(t: torch.Tensor, fn) -> torch.Tensor:
+    """fn over each trailing (rows, K/2) matrix of t, one at a time (no whole-stack temporary)."""
+    if t.dim() <= 2:
+        return fn(t)
+    out = torch.empty_like(t)
+    for e in range(t.shape[0]):
+        out[e] = _per_matrix(t[e], fn)
+    return out
