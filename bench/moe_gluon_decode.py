@@ -184,8 +184,7 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
                                  fp4[2].scale, None, None, pairs, blocks, num_pairs, 1,
                                  stages=stages, block_m=bm)
         o1, o3 = gated()
-        # the whole decode pipeline vs Triton's run_experts
-        if bm == moe_gluon_w4a8.BLOCK_M:
+        if bm == moe_gluon_w4a8.BLOCK_M:  # the whole decode pipeline vs Triton's run_experts
             from deepinfer.kernels.triton import moe_experts
             kw = [moe_experts.ExpertWeights(w.view(torch.int8), f.scale, "mxfp4",
                                             scale_max=f.scale_max)

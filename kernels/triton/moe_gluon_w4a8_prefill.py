@@ -208,7 +208,6 @@ if HAS_GLUON:
                 + rows_o[:, None]
             gl.store(out_ptr + offs, acc, mask=valid[None, :] & (rows_o[:, None] >= 0))
 
-
     def token_descriptor(codes: torch.Tensor, block_m: int):
         """TMA descriptor of gathered e4m3 codes (rows, K) uint8: boxes [BM, 128], 128-byte
         swizzle (the wgmma B operand's shared layout)."""
