@@ -71,10 +71,10 @@ DECODE_XCP = True
 # as its two operands (PAIRED): one activation tile, one barrier / TMA / scale-load round and
 # one token-scale extraction per 8 KB of weights instead of per 4 KB (the down loop: 216
 # instructions a step per 4 KB, the gated one 349 per 8 KB; round 110a: down issue-bound).
-# OFF until measured: round 115a ran a version whose steady-state TMA read w1's rows for w3
-# (wrong outputs, and its timing too optimistic: the second box hit L2); fixed since, not yet
-# run on a GPU — bench/h200_round116.sh checks and times it
-DECODE_PAIRED = False
+# Round 116a, one machine, interleaved: the down GEMM 0.498 -> 0.473 ms at 64 tokens, 0.789 ->
+# 0.752 at 256 (correct: rel. L2 2.3e-05 both); decode 64 x 32K 13.23 -> 13.03 ms, 256 x 32K
+# 23.23 -> 22.77 (bench/moe_gluon_decode.py --w4a8-variants paired=0 paired=1)
+DECODE_PAIRED = True
 
 if HAS_GLUON:
     from triton.experimental import gluon
