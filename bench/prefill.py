@@ -48,12 +48,71 @@ def make_prompt(length: int, vocab_size: int, seed: int) -> list[int]:
     return torch.randint(3, min(120000, vocab_size), (length,), generator=g).tolist()
 
 
-def prefill_s(llm, prompt: list[int]) -> float:
-    """Wall seconds of one prompt through the engine up to its first token."""
+def prefill_s(llm, *prompts: list[int]) -> float:
+    """Wall seconds of the prompts through the engine (one ``generate``) up to their first
+    tokens."""
+    return first_tokens(llm, *prompts)[1]
+
+
+def first_tokens(llm, *prompts: list[int]) -> tuple[list[int], float]:
+    """The prompts' first (greedy) tokens through the engine, one ``generate``, and its wall
+    seconds."""
     from deepinfer.runtime.sampling_params import SamplingParams
 
     first = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-    return bc.timed(lambda: llm.generate([prompt], first))[1]
+    outs, wall_s = bc.timed(lambda: llm.generate(list(prompts), first))
+    return [o.token_ids[0] for o in outs], wall_s
+
+
+def _busy_ms(fn) -> tuple[float, float]:
+    """(wall ms, GPU busy ms) of ``fn()`` under torch.profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU
+    with profile(activities=[activity]) as prof:
+        _, wall_s = bc.timed(fn)
+    return wall_s * 1e3, bc.busy_us(bc.gpu_intervals(prof)) / 1e3
+
+
+def batch_prefill(llm, length: int, vocab: int, prompts: int, roof: dict, repeats: int) -> dict:
+    """``prompts`` prompts of ``length`` tokens in one ``generate`` (an offline batch: the
+    scheduler packs chunks into steps of up to max_num_batched_tokens), with the eager steps
+    in flight across schedules (the next step's host work and launches behind the current
+    one's kernels) and without (each collected within its own step), interleaved; the median
+    of ``repeats`` each. Tokens/s and compute share per prompt."""
+    engine = llm.engine
+    saved = engine.eager_in_flight
+    times: dict[bool, list[float]] = {True: [], False: []}
+    tokens: dict[bool, list[list[int]]] = {True: [], False: []}
+    try:
+        prefill_s(llm, *(make_prompt(length, vocab, 60 + i) for i in range(prompts)))  # warm
+        for rep in range(repeats):
+            for overlap in (True, False):
+                engine.eager_in_flight = overlap
+                seeds = range(100 * (rep + 1), 100 * (rep + 1) + prompts)
+                toks, wall_s = first_tokens(llm, *(make_prompt(length, vocab, s) for s in seeds))
+                times[overlap].append(wall_s)
+                tokens[overlap].append(toks)
+        busy = {}
+        for overlap in (True, False):  # one more run each under the profiler: GPU busy time
+            engine.eager_in_flight = overlap
+            busy[overlap] = _busy_ms(lambda: prefill_s(llm, *(make_prompt(length, vocab, 900 + i)
+                                                                for i in range(prompts))))
+    finally:
+        engine.eager_in_flight = saved
+    compute_ms = roof["compute_ms"] * roof["steps"]  # one prompt's
+    # the same prompts in both modes: the same first tokens (one stream orders the steps)
+    out = {"prompt_len": length, "prompts": prompts,
+           "same_tokens": tokens[True] == tokens[False]}
+    for overlap, key in ((True, "in_flight"), (False, "collected")):
+        t_ms = statistics.median(times[overlap]) * 1e3
+        out[key] = {"time_ms": t_ms, "ms_per_prompt": t_ms / prompts,
+                    "tokens_per_s": prompts * length / t_ms * 1e3,
+                    "compute_share": compute_ms * prompts / t_ms,
+                    "profiled_wall_ms": busy[overlap][0], "gpu_busy_ms": busy[overlap][1]}
+        print(f"prefill {prompts} x {length} ({key}): {t_ms:.1f} ms, "
+              f"{t_ms / prompts:.1f} ms per prompt", flush=True)
+    return out
 
 
 def eager_estimate_s(half_s: float, probe_s: float, probe_len: int, length: int) -> float:
@@ -199,8 +258,10 @@ def run(args, root: Path, progress) -> dict:
     res = bc.header(topology)
     print("versions", res["versions"], "commit", res["commit"], flush=True)
 
-    def blocks_needed(compiled: dict) -> int:
-        return max(args.prompt_lens) // compiled["scheduler"]["block_size_tokens"] + 64
+    def blocks_needed(compiled: dict) -> int:  # the batch's prompts all at once
+        prompts = max(args.batch_prompts, 1)
+        return prompts * max(args.prompt_lens) // compiled["scheduler"]["block_size_tokens"] \
+            + 64 * prompts
 
     plan_dir = bc.make_plan_dir(root, topology, blocks_needed)
     plan = read_plan(plan_dir)
@@ -231,6 +292,12 @@ def run(args, root: Path, progress) -> dict:
             "roofline_steps": r["steps"]})
         print(f"prefill {length}: {t_ms:.1f} ms (warm-up {warm_s * 1e3:.0f} ms), roofline "
               f"{r['prompt_roofline_ms']:.2f} ms", flush=True)
+        progress(res)
+    if args.batch_prompts > 1:
+        res["prefill_batch"] = [batch_prefill(llm, length, vocab, args.batch_prompts,
+                                              roofs[length], args.repeats)
+                                for length in args.prompt_lens
+                                if length + 1 <= llm.max_model_len]
         progress(res)
     if not args.no_profile and res["prefill"]:
         res["kernels"] = prefill_profile(llm, res["prefill"][0]["prompt_len"], vocab)
@@ -280,6 +347,20 @@ def report(res: dict) -> None:
         print(f"| {p['prompt_len']} | {p['tokens_per_s']:,.0f} | {p['time_ms']:.1f} | "
               f"{p['roofline_ms']:.2f} | {p['eta']:.3f} | {p['compute_roofline_ms']:.2f} | "
               f"{p['compute_share']:.3f} |")
+    if res.get("prefill_batch"):
+        same = all(b["same_tokens"] for b in res["prefill_batch"])
+        print("\nprompts in one generate (eager steps in flight across schedules / each "
+              f"collected in its own step; the same first tokens in both: {same}):\n")
+        print("| prompts x len | mode | ms | ms per prompt | tokens/s | compute share | "
+              "profiled: wall / GPU busy ms |")
+        print("|---|---|---:|---:|---:|---:|---:|")
+        for b in res["prefill_batch"]:
+            for key in ("in_flight", "collected"):
+                r = b[key]
+                print(f"| {b['prompts']} x {b['prompt_len']} | {key} | {r['time_ms']:.1f} | "
+                      f"{r['ms_per_prompt']:.1f} | {r['tokens_per_s']:,.0f} | "
+                      f"{r['compute_share']:.3f} | {r['profiled_wall_ms']:.1f} / "
+                      f"{r['gpu_busy_ms']:.1f} |")
     if res.get("kernels"):
         bc.print_kernel_profile(f"kernels of one {res['kernels']['prompt_len']}-token prefill",
                                 res["kernels"])
@@ -318,6 +399,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, action="append", default=None,
                     help="results folder (repeatable); default bench/results")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batch-prompts", type=int, default=0,
+                    help="also N prompts of each length in one generate, the eager steps in "
+                         "flight across schedules or not (A/B); 0: off")
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--sync-sites", action="store_true",

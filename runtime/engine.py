@@ -10,10 +10,14 @@ of step t-1 runs while step t is in flight; that is the zero-overhead pipeline, 
 (``pipeline=False`` runs each step to the end before the next, with identical results). Step t
 is launched before step t-1's tokens reach the host: a CUDA-graph decode step takes the tokens
 t-1 is sampling on the device (``StepInputs.feed``), so the device always has the next step
-queued and the host's work per step (scheduling, inputs, post-processing) hides behind it. A
-step that cannot be fed on the device (a prefill chunk, an eager step) collects t-1 first, and
-an eager step is collected within its own ``step()`` (its forward, on the worker thread, still
-overlaps the post-processing of t-1).
+queued and the host's work per step (scheduling, inputs, post-processing) hides behind it —
+also behind an eager step t-1 (a prefill chunk), once the worker thread has enqueued it. An
+eager step t (a prefill chunk, an eager decode) is launched behind t-1 when all its input
+tokens are known on the host — a prompt's chunks are: the next chunk's host work and launches
+overlap t-1's kernels —, else it collects t-1 first. On one rank it then stays in flight like
+a graph step; with a DP vote or EP exchanges it is collected within its own ``step()`` (its
+forward, on the worker thread, still overlaps the post-processing of t-1), so that no
+collective of a schedule interleaves with a forward's.
 
 Because the scheduler plans step t before it learns what t-1 produced, a sequence that stops
 at t-1 may still have a row in step t: its result is dropped, as is any row whose sequence was
@@ -112,6 +116,11 @@ class Engine:
             raise ValueError(f"the model is on {self.model.device} but the plan runs on "
                              f"{self.device}; load it with LLM (or model.to_device)")
         self.seed, self.allreduce_max = seed, allreduce_max
+        # eager steps (prefill, eager decode) stay in flight across the next schedule where
+        # no collective can interleave with their forward: one rank, no DP vote (False: each
+        # is collected within its own step, as a multi-rank engine does; bench/prefill.py's
+        # A/B)
+        self.eager_in_flight = allreduce_max is None and not self.model.has_ep_exchange
         s = plan.scheduler
         self.max_model_len = int(s["max_model_len_tokens"])
         self.pool = CachePool(self.spec, s["num_blocks"], s["num_state_slots"],
@@ -198,15 +207,20 @@ class Engine:
             live = self.live.get(seq_id)
             if live is not None:
                 live.epoch, live.inflight = -1, []
+        prev, inputs = self._launched, None
+        if prev is not None and prev.result is None:
+            # what this step enqueues (copies, inputs, its forward) goes behind prev's kernels
+            t1 = time.perf_counter()
+            self.worker.wait_enqueued()
+            self._wait_s += time.perf_counter() - t1
         for src, dst in np.array(plan.block_copies).reshape(-1, 2):  # forks: partial last blocks
             self.pool.copy_block(int(src), int(dst))
         for src, dst in np.array(plan.slot_copies).reshape(-1, 2):
             self.pool.copy_slot(int(src), int(dst))
-        prev, inputs = self._launched, None
         if plan.num_rows:
             graph = self._is_graph_step(plan)
-            if prev is not None and prev.result is None and not (graph and prev.graph_rows
-                                                                is not None):
+            if prev is not None and prev.result is None and self._needs_prev_tokens(plan, graph,
+                                                                                     prev):
                 self._collect(prev)  # this step's inputs need prev's tokens on the host
             feed_from = prev if prev is not None and prev.result is None else None
             inputs = self._inputs(plan, graph, feed_from)
@@ -221,10 +235,11 @@ class Engine:
             finished = self._post_process(prev)
         t2, waited_s = time.perf_counter(), self._wait_s  # waits after t2 are not in t2 - t0
         self._launched = inputs
-        if inputs is not None and (inputs.graph_rows is None or not self.worker.pipeline):
-            # An eager step ends within its own step() (its forward on the worker thread
-            # overlapped the post-processing above); it is never in flight across a schedule,
-            # whose DP vote must not interleave with a forward's EP exchanges.
+        if inputs is not None and not (self.worker.pipeline and (inputs.graph_rows is not None
+                                                                 or self.eager_in_flight)):
+            # An eager step of a multi-rank engine ends within its own step() (its forward on
+            # the worker thread overlapped the post-processing above): never in flight across
+            # a schedule, whose DP vote must not interleave with a forward's EP exchanges.
             self._collect(inputs)
             if not self.worker.pipeline:
                 finished += self._post_process(inputs)
@@ -233,6 +248,26 @@ class Engine:
         self.stats.step(plan, inputs, host_s=(t2 - t0) - waited_s, step_s=t3 - t0,
                         usage=self.scheduler.usage())
         return finished
+
+    def _needs_prev_tokens(self, plan, graph: bool, prev: StepInputs) -> bool:
+        """Whether step ``plan``'s inputs need step ``prev`` (in flight) collected first: a
+        graph step takes prev's tokens on the device once prev is enqueued; an eager step of
+        a one-rank engine goes behind prev when every input token is known on the host (a
+        prompt's chunks: the next prefill's host work and launches overlap prev's kernels)."""
+        if graph:
+            return prev.device is None
+        if not self.eager_in_flight:
+            return True
+        n = plan.num_rows
+        for seq_id, epoch, start, count in zip(plan.seq_ids[:n], plan.epochs[:n],
+                                               plan.start_pos[:n], plan.num_tokens[:n],
+                                               strict=True):
+            live = self.live[int(seq_id)]
+            known = live.num_known_tokens if live.epoch == int(epoch) else \
+                len(live.request.prompt_token_ids) + len(live.output.token_ids)
+            if start + count > known:
+                return True
+        return False
 
     def _collect(self, inputs: StepInputs) -> None:
         """Wait for ``inputs``' results (the wait is not host time) and record its tokens."""

@@ -7,8 +7,10 @@ A step runs in two parts:
   calling thread — a replay and a few sampling kernels, no host sync — so the engine can launch
   step t+1 while step t still runs, its token ids fed on the device from step t's samples
   (``StepInputs.feed``). Any other step (prefill, eager decode) runs on a background thread
-  when pipelining, since its Python forward is slow to launch and has host syncs; the engine
-  collects the step before it first.
+  when pipelining, since its Python forward is slow to launch; it may be launched while
+  earlier steps are in flight (the thread enqueues them in order), and a step launched inline
+  behind it first waits until the thread has enqueued it (``wait_enqueued``): the stream sees
+  the steps' kernels in launch order.
 * ``collect()`` returns the oldest launched step's result: its device -> host copies (the
   sampled token ids, plus the requested logprobs) were queued at launch, right behind the
   step's sampling, into pinned memory with an event; collecting waits for that event — for
@@ -148,18 +150,28 @@ class Worker:
 
     def launch(self, inputs: StepInputs) -> None:
         """Enqueue ``inputs``: inline for a graph step, else on the thread (or inline without
-        pipelining). A step fed from another must be launched after it, inline."""
+        pipelining), behind every step launched before it. A step fed from another must be
+        launched after it, inline."""
+        inline = inputs.graph_rows is not None or self._executor is None
+        if inline:
+            self.wait_enqueued()
         if inputs.feed_from is not None and inputs.feed_from.device is None:
             raise RuntimeError("a fed step needs its source step enqueued first")
         self.deferred.hold(inputs.step_id, inputs)
         future = None
-        if inputs.graph_rows is not None or self._executor is None:
+        if inline:
             self._enqueue(inputs)
         else:
-            if self._launched:
-                raise RuntimeError("an eager step is launched only when nothing is in flight")
             future = self._executor.submit(self._enqueue, inputs)
         self._launched.append((inputs, future))
+
+    def wait_enqueued(self) -> None:
+        """Wait until the thread has enqueued every step launched so far (their kernels are
+        on the stream; the GPU may still run them). Whatever the caller enqueues next runs
+        after them. Re-raises a forward's error."""
+        for _, future in self._launched:
+            if future is not None:
+                future.result()
 
     def collect(self) -> StepResult:
         """The oldest launched step's result (waits for that step)."""

@@ -21,3 +21,24 @@ def test_eager_estimate_of_a_mostly_fixed_cost_is_not_scaled_by_tokens():
     # prefill took 12.2 s, where scaling the probe by tokens predicted 108-178 s
     assert eager_estimate_s(13.5, 13.4, 512, 4096) == pytest.approx(13.4 * 1.25)
     assert eager_estimate_s(13.0, 13.5, 512, 4096) < 13.5 * 1.25 * 2
+
+
+def test_batch_prefill_runs_both_modes_on_cpu(tmp_path):
+    """--batch-prompts: N prompts in one generate, eager steps in flight and collected, in the
+    table and the results JSON (CPU: the tiny plan)."""
+    import json
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "prefill.py"
+    done = subprocess.run([sys.executable, str(bench), "--prompt-lens", "32", "--repeats", "1",
+                           "--no-eager", "--no-profile", "--batch-prompts", "2",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "| 2 x 32 | in_flight |" in done.stdout and "| 2 x 32 | collected |" in done.stdout
+    (path,) = tmp_path.glob("*prefill.json")
+    (batch,) = json.loads(path.read_text())["prefill_batch"]
+    assert batch["prompts"] == 2 and batch["prompt_len"] == 32 and batch["same_tokens"]
+    for key in ("in_flight", "collected"):
+        r = batch[key]
+        assert r["time_ms"] > 0 and r["ms_per_prompt"] == pytest.approx(r["time_ms"] / 2)
+        assert r["tokens_per_s"] == pytest.approx(64 / r["time_ms"] * 1e3)

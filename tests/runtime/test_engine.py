@@ -25,6 +25,7 @@ from deepinfer.runtime.model.cache import SequenceCache
 from deepinfer.runtime.model_loader import load_model
 from deepinfer.runtime.plan_loader import load_runtime_plan
 from deepinfer.runtime.sampling_params import SamplingParams
+from deepinfer.runtime.worker import Worker
 
 NUM_PROMPTS = 16
 MAX_TOKENS = 6
@@ -159,11 +160,27 @@ def test_static_decode_sampled_with_logprobs_equals_eager_engine(plan, loaded, p
             [(lp.token_id, lp.logprob, lp.top) for lp in b.logprobs]
 
 
-def test_chunked_prefill_equals_one_at_a_time(plan, loaded, prompts, expected):
+def test_chunked_prefill_equals_one_at_a_time(plan, loaded, prompts, expected, monkeypatch):
+    """Chunks of the prompts, each prefill chunk launched behind the step in flight (its
+    tokens are the prompt's: nothing to wait for), give the one-at-a-time tokens."""
+    behind = []
+    real_launch = Worker.launch
+
+    def launch(self, inputs):
+        behind.append((inputs.batch is not None, len(self._launched)))
+        return real_launch(self, inputs)
+
+    monkeypatch.setattr(Worker, "launch", launch)
     small = with_scheduler(plan, prefill_chunk_size_tokens=8, max_num_batched_tokens=24)
     outs, engine = run(small, loaded, prompts, GREEDY)
     assert [o.token_ids for o in outs] == expected
     assert engine.stats.num_prefill_steps > NUM_PROMPTS // 2  # prompts really were chunked
+    assert any(eager and in_flight for eager, in_flight in behind)  # eager behind eager
+    assert all(in_flight <= 1 for _, in_flight in behind)
+    behind.clear()
+    outs, _ = run(small, loaded, prompts, GREEDY, pipeline=False)
+    assert [o.token_ids for o in outs] == expected
+    assert not any(in_flight for _, in_flight in behind)
 
 
 def test_preemption_by_recompute_equals_one_at_a_time(plan, loaded, prompts, expected):
