@@ -206,7 +206,7 @@ def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
     return [(name, round((t - t0) * 1e3, 3)) for name, t in marks]
 
 
-def host_profile(llm, length: int, vocab: int, top: int = 30) -> dict:
+def host_profile(llm, length: int, vocab: int, top: int = 60) -> dict:
     """cProfile of one prefill's host work: ``generate`` on the calling thread and the
     worker's ``_enqueue`` (the forward's launches, on the worker's thread for an eager step);
     the ``top`` functions by own time and by cumulative time, as text. Python 3.12+ profiles
