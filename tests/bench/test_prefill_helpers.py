@@ -42,3 +42,25 @@ def test_batch_prefill_runs_both_modes_on_cpu(tmp_path):
         r = batch[key]
         assert r["time_ms"] > 0 and r["ms_per_prompt"] == pytest.approx(r["time_ms"] / 2)
         assert r["tokens_per_s"] == pytest.approx(64 / r["time_ms"] * 1e3)
+
+
+def test_chunk_check_agrees_across_chunk_sizes_on_cpu(tmp_path):
+    """bench/chunk_check.py on the tiny plan: one prompt prefilled in chunks of 32 and of 64
+    tokens gives the same greedy tokens (chunked prefill against a larger chunk), reported in
+    the table and the JSON."""
+    import json
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "chunk_check.py"
+    done = subprocess.run([sys.executable, str(bench), "--prompt-len", "80", "--chunks", "32,64",
+                           "--tokens", "3", "--prompts", "1", "--repeats", "1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (path,) = tmp_path.glob("*chunk_check.json")
+    res = json.loads(path.read_text())
+    assert [r["chunk"] for r in res["runs"]] == [32, 64]
+    # the warm-up, the prompt and the lone prompt: 80 tokens in 3 chunks of 32 or 2 of 64
+    assert [r["prefill_steps"] for r in res["runs"]] == [9, 6]
+    (agree,) = res["agreement"]
+    assert agree["identical"] == 1 and len(res["runs"][1]["tokens"][0]) == 3
+    assert "| 64 |" in done.stdout and "1/1" in done.stdout
