@@ -39,7 +39,8 @@ def record(llm, chunk: int, prompt: list[int]) -> dict[tuple[int, str], torch.Te
     rec: dict[tuple[int, str], list[torch.Tensor]] = {}
 
     def keep(layer: int, kind: str, t: torch.Tensor) -> None:
-        rec.setdefault((layer, kind), []).append(t.detach().cpu())
+        # a copy on the device (no host sync inside the forward), to the host after it
+        rec.setdefault((layer, kind), []).append(t.detach().clone())
 
     def attn_hook(i: int):
         def hook(module, args, out) -> None:  # None: the output stays as it is
@@ -75,7 +76,7 @@ def record(llm, chunk: int, prompt: list[int]) -> dict[tuple[int, str], torch.Te
             h.remove()
         llm.engine.worker.close()
         llm.engine = base
-    return {key: torch.cat(parts) for key, parts in rec.items()}
+    return {key: torch.cat(parts).cpu() for key, parts in rec.items()}
 
 
 def compare(a: dict, b: dict) -> list[dict]:
