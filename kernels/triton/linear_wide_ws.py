@@ -1,6 +1,7 @@
-"""``linear_wide`` with warp specialization (Gluon, SM90) — PREPARED in session 14: compiled for
-sm_90 on the CPU, not yet run on a GPU; off (``linear_wide`` launches it for a config with
-``WS=True``: bench/gemm_decode.py ``glws`` variants, tests/gpu/test_linear_wide_gpu.py).
+"""``linear_wide`` with warp specialization (Gluon, SM90) — prepared in session 14, run in session
+15 (round 69a: correct, slower at 256 and 64 rows, within noise at 128); off (``linear_wide``
+launches it for a config with ``WS=True``: bench/gemm_decode.py ``glws`` variants,
+tests/gpu/test_linear_wide_gpu.py).
 
 Why: ``linear_wide``'s one warpgroup both feeds and drains its ring. Its sm_90 PTX has four CTA
 barriers per 64-K step — one before the stage refill, and a ``bar.sync`` + ``elect`` around
