@@ -9,7 +9,8 @@ prompts flipped its first token in one 8K chunk against two 4K ones; the others 
 
 CPU: the tiny plan at ``--prompt-len 96 --chunks 32,96``. Prints one table row per layer and
 record: the rows that differ, the first of them, the largest |difference|; for a selection,
-the rows whose picked entries differ.
+the rows whose picked entries differ. ``--coeffs-split N`` fixes the mHC coefficients' K
+partitions (by default they follow the step's size: a candidate source of differences).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import bench_common as bc  # noqa: E402
 from chunk_check import chunk_plan  # noqa: E402
 from prefill import make_prompt  # noqa: E402
 
-KINDS = ("attn_in", "selection", "attn_out", "ffn_out")
+KINDS = ("attn_in", "q", "kv", "selection", "attn_out", "ffn_out")
 
 
 def record(llm, chunk: int, prompt: list[int]) -> dict[tuple[int, str], torch.Tensor]:
@@ -65,13 +66,22 @@ def record(llm, chunk: int, prompt: list[int]) -> dict[tuple[int, str], torch.Te
              torch.nn.functional.pad(sel, (0, self.spec.index_topk - sel.shape[1]), value=-1))
         return sel
 
+    real_per_sequence = Attention._per_sequence
+
+    def per_sequence(self, k, q, kv, *rest):  # the attention op's query and key rows
+        keep(self.layer.layer_id, "q", q)
+        keep(self.layer.layer_id, "kv", kv)
+        return real_per_sequence(self, k, q, kv, *rest)
+
     Attention._selection = selection
+    Attention._per_sequence = per_sequence
     base = llm.engine
     llm.engine = Engine(chunk_plan(llm.plan, chunk), llm.loaded, cuda_graphs=False)
     try:
         llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True))
     finally:
         Attention._selection = real_selection
+        Attention._per_sequence = real_per_sequence
         for h in handles:
             h.remove()
         llm.engine.worker.close()
@@ -110,7 +120,14 @@ def main() -> int:
                     "prompt i has seed 50 + i)")
     ap.add_argument("--chunks", default=None, help="two sizes; default 4096,8192 (CPU: 32,96)")
     ap.add_argument("--topology", default=None)
+    ap.add_argument("--coeffs-split", type=int, default=None,
+                    help="the mHC coefficients' K partitions fixed at this many whatever the "
+                         "step's size (mhc.coeffs_split; default: by size, as the engine runs)")
     args = ap.parse_args()
+    if args.coeffs_split is not None:
+        from deepinfer.kernels.triton import mhc
+
+        mhc.coeffs_split = lambda num_tokens, num_k, cfg: args.coeffs_split
     cpu = not torch.cuda.is_available()
     length = args.prompt_len or (96 if cpu else 8192)
     chunks = [int(c) for c in (args.chunks or ("32,96" if cpu else "4096,8192")).split(",")]

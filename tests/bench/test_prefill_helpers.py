@@ -68,8 +68,8 @@ def test_chunk_check_agrees_across_chunk_sizes_on_cpu(tmp_path):
 
 def test_chunk_diff_finds_no_difference_on_the_cpu_reference():
     """bench/chunk_diff.py on the tiny plan (reference kernels): a prompt prefilled in chunks of
-    32 and in one chunk of 96 has bit-identical attention inputs, top-k selections, attention
-    and FFN outputs in every layer — and the table lists every layer."""
+    32 and in one chunk of 96 has bit-identical attention inputs, q and kv rows, top-k
+    selections, attention and FFN outputs in every layer — and the table lists every layer."""
     import subprocess
 
     bench = Path(__file__).resolve().parents[2] / "bench" / "chunk_diff.py"
@@ -78,6 +78,6 @@ def test_chunk_diff_finds_no_difference_on_the_cpu_reference():
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines()
             if line.startswith("| ") and line[2].isdigit()]
-    assert len(rows) >= 8 * 3 and {r[1].strip() for r in rows} >= {"attn_in", "selection",
-                                                                       "attn_out", "ffn_out"}
+    kinds = {"attn_in", "q", "kv", "selection", "attn_out", "ffn_out"}
+    assert len(rows) >= 8 * 5 and {r[1].strip() for r in rows} >= kinds
     assert all(r[2].strip() == "0" for r in rows), done.stdout
