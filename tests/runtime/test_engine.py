@@ -183,6 +183,25 @@ def test_chunked_prefill_equals_one_at_a_time(plan, loaded, prompts, expected, m
     assert not any(in_flight for _, in_flight in behind)
 
 
+def test_forward_error_of_a_step_in_flight_surfaces(plan, loaded, prompts, monkeypatch):
+    """A prefill chunk that fails on the worker thread while the next one is launched behind it
+    raises its error from ``step`` (no hang, no silent drop)."""
+    calls = []
+    real_forward = type(loaded.model).forward
+
+    def forward(self, batch, all_logits=True):
+        calls.append(batch.input_ids.shape[0])
+        if len(calls) == 2:
+            raise RuntimeError("injected forward failure")
+        return real_forward(self, batch, all_logits)
+
+    monkeypatch.setattr(type(loaded.model), "forward", forward)
+    small = with_scheduler(plan, prefill_chunk_size_tokens=8, max_num_batched_tokens=8)
+    with pytest.raises(RuntimeError, match="injected forward failure"):
+        run(small, loaded, prompts[:4], GREEDY)
+    assert len(calls) >= 2
+
+
 def test_preemption_by_recompute_equals_one_at_a_time(plan, loaded, prompts, expected):
     # 14 usable blocks of 16 tokens: far less than 16 prompts of up to 66 tokens need.
     tiny = with_scheduler(plan, num_blocks=16, prefill_watermark=1.0)
