@@ -37,6 +37,18 @@ from prefill import make_prompt  # noqa: E402
 DEFAULTS = {"prompt_len": (16384, 96), "chunks": ("4096,8192,16384", "32,64,128")}
 
 
+def parse_chunks(text: str, ap: argparse.ArgumentParser, count: int | None = None) -> list[int]:
+    """``--chunks`` "A,B,...": positive sizes, at least two (exactly ``count`` if given); a
+    malformed value exits naming the flag."""
+    try:
+        chunks = [int(c) for c in text.split(",") if c.strip()]
+    except ValueError:
+        chunks = []
+    if len(chunks) < 2 or (count is not None and len(chunks) != count) or min(chunks) < 1:
+        ap.error(f"--chunks: expected {count or 'two or more'} positive sizes, got {text!r}")
+    return chunks
+
+
 def chunk_plan(plan, chunk: int):
     """``plan`` (a RuntimePlan) with prefill chunks of ``chunk`` tokens and a step budget of at
     least one chunk."""
@@ -150,7 +162,9 @@ def main() -> int:
     args = ap.parse_args()
     cpu = not torch.cuda.is_available()
     args.prompt_len = args.prompt_len or DEFAULTS["prompt_len"][cpu]
-    args.chunks = [int(c) for c in (args.chunks or DEFAULTS["chunks"][cpu]).split(",") if c]
+    args.chunks = parse_chunks(args.chunks or DEFAULTS["chunks"][cpu], ap)
+    if min(args.prompt_len, args.prompts, args.tokens, args.repeats) < 1:
+        ap.error("--prompt-len, --prompts, --tokens and --repeats must be at least 1")
     res = bc.run_with_partials("chunk_check", args.out,
                                lambda root, progress: run(args, root, progress))
     report(res)

@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
-from chunk_check import chunk_plan  # noqa: E402
+from chunk_check import chunk_plan, parse_chunks  # noqa: E402
 from prefill import make_prompt  # noqa: E402
 
 KINDS = ("attn_in", "q", "kv", "selection", "attn_out", "ffn_out")
@@ -130,7 +130,9 @@ def main() -> int:
         mhc.coeffs_split = lambda num_tokens, num_k, cfg: args.coeffs_split
     cpu = not torch.cuda.is_available()
     length = args.prompt_len or (96 if cpu else 8192)
-    chunks = [int(c) for c in (args.chunks or ("32,96" if cpu else "4096,8192")).split(",")]
+    chunks = parse_chunks(args.chunks or ("32,96" if cpu else "4096,8192"), ap, count=2)
+    if length < 1:
+        ap.error(f"--prompt-len: expected at least 1, got {length}")
     from deepinfer.runtime import LLM
 
     topology = bc.default_topology(args.topology)

@@ -64,14 +64,14 @@ def first_tokens(llm, *prompts: list[int]) -> tuple[list[int], float]:
     return [o.token_ids[0] for o in outs], wall_s
 
 
-def _busy_ms(fn) -> tuple[float, float]:
-    """(wall ms, GPU busy ms) of ``fn()`` under torch.profiler."""
+def profiled(fn) -> tuple[float, list[tuple[float, float, str]]]:
+    """Wall seconds of ``fn()`` under torch.profiler and its GPU intervals."""
     from torch.profiler import ProfilerActivity, profile
 
     activity = ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU
     with profile(activities=[activity]) as prof:
         _, wall_s = bc.timed(fn)
-    return wall_s * 1e3, bc.busy_us(bc.gpu_intervals(prof)) / 1e3
+    return wall_s, bc.gpu_intervals(prof)
 
 
 def batch_prefill(llm, length: int, vocab: int, prompts: int, roof: dict, repeats: int) -> dict:
@@ -96,8 +96,9 @@ def batch_prefill(llm, length: int, vocab: int, prompts: int, roof: dict, repeat
         busy = {}
         for overlap in (True, False):  # one more run each under the profiler: GPU busy time
             engine.eager_in_flight = overlap
-            busy[overlap] = _busy_ms(lambda: prefill_s(llm, *(make_prompt(length, vocab, 900 + i)
-                                                                for i in range(prompts))))
+            wall_s, ivs = profiled(lambda: prefill_s(llm, *(make_prompt(length, vocab, 900 + i)
+                                                             for i in range(prompts))))
+            busy[overlap] = (wall_s * 1e3, bc.busy_us(ivs) / 1e3)
     finally:
         engine.eager_in_flight = saved
     compute_ms = roof["compute_ms"] * roof["steps"]  # one prompt's
@@ -156,12 +157,7 @@ def eager_baseline(llm, length: int, probe_len: int, budget_s: float) -> dict:
 
 def prefill_profile(llm, length: int, vocab: int) -> dict:
     """GPU time per kernel over one prefill of ``length`` tokens (torch.profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activity = ProfilerActivity.CUDA if torch.cuda.is_available() else ProfilerActivity.CPU
-    with profile(activities=[activity]) as prof:
-        _, wall_s = bc.timed(lambda: prefill_s(llm, make_prompt(length, vocab, 40)))
-    ivs = bc.gpu_intervals(prof)
+    wall_s, ivs = profiled(lambda: prefill_s(llm, make_prompt(length, vocab, 40)))
     return {"prompt_len": length, "mode": "eager prefill", "replays": 1,
             "wall_ms_per_replay": wall_s * 1e3, "gpu_busy_ms_per_replay": bc.busy_us(ivs) / 1e3,
             "kernels": [{**r, "us_per_replay": r["total_us"]} for r in bc.kernel_table(ivs, 15)],
@@ -416,6 +412,8 @@ def main() -> int:
                     help="only print the table of a (partial) results JSON")
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
+    if args.batch_prompts == 1 or args.batch_prompts < 0:
+        ap.error(f"--batch-prompts: expected 0 (off) or at least 2, got {args.batch_prompts}")
     kernel_overrides.apply_args(args)
     if args.report is not None:
         res = json.loads(args.report.read_text())

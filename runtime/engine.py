@@ -75,6 +75,13 @@ class LiveRequest:
         return len(self.request.prompt_token_ids) + len(self.output.token_ids) + \
             len(self.inflight)
 
+    def num_known_tokens_at(self, epoch: int) -> int:
+        """:attr:`num_known_tokens` for a step scheduled at ``epoch``: the in-flight samples
+        of an older epoch are void (the step's inputs reset them)."""
+        if self.epoch == epoch:
+            return self.num_known_tokens
+        return len(self.request.prompt_token_ids) + len(self.output.token_ids)
+
     def tokens_at(self, start: int, n: int) -> list[int]:
         """Token ids of positions [start, start + n): prompt, then committed, then in-flight."""
         prompt = self.request.prompt_token_ids
@@ -259,15 +266,10 @@ class Engine:
         if not self.eager_in_flight:
             return True
         n = plan.num_rows
-        for seq_id, epoch, start, count in zip(plan.seq_ids[:n], plan.epochs[:n],
-                                               plan.start_pos[:n], plan.num_tokens[:n],
-                                               strict=True):
-            live = self.live[int(seq_id)]
-            known = live.num_known_tokens if live.epoch == int(epoch) else \
-                len(live.request.prompt_token_ids) + len(live.output.token_ids)
-            if start + count > known:
-                return True
-        return False
+        return any(start + count > self.live[int(seq_id)].num_known_tokens_at(int(epoch))
+                   for seq_id, epoch, start, count in zip(plan.seq_ids[:n], plan.epochs[:n],
+                                                          plan.start_pos[:n], plan.num_tokens[:n],
+                                                          strict=True))
 
     def _collect(self, inputs: StepInputs) -> None:
         """Wait for ``inputs``' results (the wait is not host time) and record its tokens."""
