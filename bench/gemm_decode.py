@@ -17,8 +17,9 @@ the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
 rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or
 ``gl[:WG:BT[:BK]:STAGES:wN]`` (``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one
-TMA-fed token tile of BT; ``wide_config``'s launch, or this), or ``glws:BT:BK:STAGES:wN`` (its
-warp-specialized variant, ``linear_wide_ws``).
+TMA-fed token tile of BT; ``wide_config``'s launch, or this; ``gl:wN``: ``wide_config``'s launch
+with split-K for N waves at every row count, the rule before batch-invariant prefill), or
+``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -55,6 +56,8 @@ def parse_variant(text: str) -> dict | str:
             _, bt, bk, stages, waves = text.split(":")
             return dict(gl=True, WS=True, WG=1, BT=int(bt), BK=int(bk), STAGES=int(stages),
                         waves=float(waves[1:]))
+        if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
+            return dict(gl=True, split_waves=float(text[len("gl:w"):]))
         if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN
             fields = text.split(":")[1:]
             if len(fields) == 4:
@@ -83,7 +86,7 @@ def parse_variant(text: str) -> dict | str:
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
-                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN]', "
+                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN]', 'gl:wN', "
                  "'glws:BT:BK:STAGES:wN' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
@@ -100,6 +103,12 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
         from deepinfer.kernels.triton import linear_wide
 
         xr = quant_act.fake_quant_fp8_block32(x)[:, None, :]
+        if isinstance(variant, dict) and "split_waves" in variant:  # at any row count
+            cfg = linear_wide.wide_config(m, n)
+            programs = n // (64 * cfg["WG"]) * triton.cdiv(m, cfg["BT"])
+            split = gemm_fp8.split_k_for_waves(programs, k, cfg["BK"], variant["split_waves"],
+                                               linear_wide.NUM_SMS)
+            return lambda: linear_wide.linear_wide(xr, w, n, split_k=split).view(m, n)
         cfg = None if variant == "gl" else {key: v for key, v in variant.items() if key != "gl"}
         return lambda: linear_wide.linear_wide(xr, w, n, config=cfg).view(m, n)
     if variant == "wm" or isinstance(variant, dict) and variant.get("wm"):

@@ -8,17 +8,19 @@ launch configs.
 parsing and the reference, not the GPU launches, which tests/kernels/triton compiles for SM90.)
 
 Shapes of the slice plan: S = 4 streams of D = 5120 (bf16), fn (24, 20480) fp32, 20 Sinkhorn
-iterations. A variant is ``BM:BK:WARPS:STAGES:TARGET[:PRECISION[:FN_PARTS]]`` — the module's
-``COEFFS_*`` constants (tokens per program, K step, warps, stages, the split-K program target, the
-dot's precision "bf16x3" or "tf32x3", the bf16 terms of fn under bf16x3); omitted trailing fields
-take the module's defaults (COEFFS_PRECISION, COEFFS_FN_PARTS). Such a variant pins the launch at
-every token count (decode and prefill alike); ``default`` is the module's own launch, which picks
-BM by the token count (COEFFS_DECODE_MAX_TOKENS). Per (tokens, variant): the launch it ran (BM,
-precision/parts), the median ms (CUDA events, 20 runs after 3 warm-ups), the split it launched,
-max |out - out of the first variant| (split-K and the precisions reorder fp32 sums), and the
-fraction of the HBM ceiling measured in the same run that reading x once (N x S x D x 2 B) takes:
-the kernel is a stream over x. The default list A/Bs the session-6 launch (tf32x3, BM 16, target
-528) against the new default and BM 32 / 128 and FN_PARTS 2 variants.
+iterations. A variant is ``BM:BK:WARPS:STAGES:TARGET[:PRECISION[:FN_PARTS[:FIXED]]]`` — the
+module's ``COEFFS_*`` constants (tokens per program, K step, warps, stages, the split-K program
+target, the dot's precision "bf16x3" or "tf32x3", the bf16 terms of fn under bf16x3, the split
+from INVARIANT_MIN_ROWS tokens); omitted trailing fields take the module's defaults; a FIXED of 0
+splits by the token count at every size (the rule before batch-invariant prefill). Such a variant
+pins the launch at every token count (decode and prefill alike); ``default`` is the module's own
+launch, which picks BM by the token count (COEFFS_DECODE_MAX_TOKENS). Per (tokens, variant): the
+launch it ran (BM, precision/parts), the median ms (CUDA events, 20 runs after 3 warm-ups), the
+split it launched, max |out - out of the first variant| (split-K and the precisions reorder fp32
+sums), and the fraction of the HBM ceiling measured in the same run that reading x once
+(N x S x D x 2 B) takes: the kernel is a stream over x. The default list A/Bs the session-6
+launch (tf32x3, BM 16, target 528) against the new default and BM 32 / 128 and FN_PARTS 2
+variants.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ DEFAULT_VARIANTS = ("16:64:4:4:528:tf32x3,default,32:64:4:4:528:bf16x3:3,"
 # the launch constants a variant sets, in the order of its fields after BM:BK:WARPS:STAGES:TARGET
 LAUNCH_CONSTANTS = ("COEFFS_BLOCK_M", "COEFFS_BLOCK_M_PREFILL", "COEFFS_BLOCK_K",
                     "COEFFS_NUM_WARPS", "COEFFS_NUM_WARPS_PREFILL", "COEFFS_NUM_STAGES",
-                    "COEFFS_TARGET_PROGRAMS", "COEFFS_PRECISION", "COEFFS_FN_PARTS")
+                    "COEFFS_TARGET_PROGRAMS", "COEFFS_PRECISION", "COEFFS_FN_PARTS",
+                    "COEFFS_INVARIANT_SPLIT")
 
 
 def set_variant(mhc, variant: str, defaults: dict) -> None:
@@ -47,10 +50,13 @@ def set_variant(mhc, variant: str, defaults: dict) -> None:
     if variant == "default":
         return
     fields = variant.split(":")
-    assert 5 <= len(fields) <= 7, f"variant {variant!r}: BM:BK:WARPS:STAGES:TARGET[:PREC[:PARTS]]"
+    assert 5 <= len(fields) <= 8, \
+        f"variant {variant!r}: BM:BK:WARPS:STAGES:TARGET[:PREC[:PARTS[:FIXED]]]"
     bm, bk, warps, stages, target = map(int, fields[:5])
     precision = fields[5] if len(fields) > 5 else defaults["COEFFS_PRECISION"]
     parts = int(fields[6]) if len(fields) > 6 else defaults["COEFFS_FN_PARTS"]
+    if len(fields) > 7:
+        mhc.COEFFS_INVARIANT_SPLIT = int(fields[7])
     assert precision in ("bf16x3", "tf32x3"), f"variant {variant!r}: precision {precision!r}"
     assert parts in (1, 2, 3), f"variant {variant!r}: FN_PARTS {parts}"
     mhc.COEFFS_BLOCK_M = mhc.COEFFS_BLOCK_M_PREFILL = bm

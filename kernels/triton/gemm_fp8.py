@@ -167,6 +167,14 @@ def choose_split_k(num_tiles: int, num_k: int, block_k: int, num_sms: int = 132)
     return max(1, min(num_sms // num_tiles, num_k // (4 * block_k), 8))
 
 
+# Batch invariance of prefill steps: from this many rows a launch's K partitions no longer follow
+# the row count (``linear_wide.wide_split``, ``mhc.coeffs_split``), so a row's sums run in the same
+# order whatever else shares its step, and a prompt prefilled in 4K or in 8K chunks gets the same
+# bits (session 22 round 124a: wkv at 4,096 rows split K in 2 and at 8,192 not, the mHC
+# coefficients 8 and 4 ways; the first token of 1 in 3 8K prompts flipped, bench/chunk_check.py).
+INVARIANT_MIN_ROWS = 1024
+
+
 def split_k_for_waves(num_tiles: int, num_k: int, block_k: int, waves: float,
                       num_sms: int = 132) -> int:
     """Split-K for ``waves`` x num_sms programs: ceil(waves * num_sms / num_tiles) K partitions,

@@ -294,6 +294,15 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
     return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
 
 
+def wide_split(num_rows: int, programs: int, num_k: int, bk: int, waves: float) -> int:
+    """K partitions of a launch of ``programs`` (weight tile, token tile, group) programs:
+    ``waves`` waves of them up to ``gemm_fp8.INVARIANT_MIN_ROWS`` rows, none from there on (the
+    sums of a row then run in one order at any row count: batch-invariant prefill steps)."""
+    if num_rows >= gemm_fp8.INVARIANT_MIN_ROWS:
+        return 1
+    return gemm_fp8.split_k_for_waves(programs, num_k, bk, waves, NUM_SMS)
+
+
 def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 1) -> bool:
     """bf16 x (M, G, K) with M >= 1 and K % 32 == 0 against an Fp8BlockWeight
     whose output features fill whole programs (O % 64 WG == 0)."""
@@ -328,8 +337,7 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     t_tiles = triton.cdiv(num_rows, bt)
     o_tiles = out_features // bo
     if split_k is None:
-        split_k = gemm_fp8.split_k_for_waves(o_tiles * groups * t_tiles, num_k, bk,
-                                             cfg["waves"], NUM_SMS)
+        split_k = wide_split(num_rows, o_tiles * groups * t_tiles, num_k, bk, cfg["waves"])
     k_per_split = triton.cdiv(num_k // bk, split_k) * bk
     split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
     ws_row = t_tiles * bt

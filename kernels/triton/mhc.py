@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton import quant_act
-from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.gemm_fp8 import INVARIANT_MIN_ROWS, is_interpreting
 
 
 @triton.jit
@@ -235,6 +235,10 @@ COEFFS_FN_PARTS = 3  # bf16 terms of fn under bf16x3: 3 exact, 2 keep ~17 bits
 COEFFS_BLOCK_K = 64
 COEFFS_NUM_STAGES = 4
 COEFFS_TARGET_PROGRAMS = 528
+# K partitions of every launch from gemm_fp8.INVARIANT_MIN_ROWS tokens (0: by the token count, as
+# below that): a fixed split keeps each token's sums in one order at any step size (4,096 tokens
+# split 8 ways by the program target, 8,192 tokens 4: session 22 round 124a).
+COEFFS_INVARIANT_SPLIT = 8
 # up to here the decode launch, above it the prefill launch. Session 14 round 63a (finalize at
 # BM 16): 256-token decode steps 848 + 122 -> 342 + 125 µs per step (coefficients + finalize);
 # 64 tokens on the prefill launch were slower (278 -> 323), so 65-128 stay on the decode one
@@ -263,7 +267,8 @@ def coeffs_config(num_tokens: int, interpret: bool = False) -> dict:
                 num_warps=COEFFS_NUM_WARPS_PREFILL if prefill else COEFFS_NUM_WARPS,
                 num_stages=COEFFS_NUM_STAGES, target_programs=COEFFS_TARGET_PROGRAMS,
                 precision=COEFFS_PRECISION if prefill else COEFFS_PRECISION_DECODE,
-                fn_parts=COEFFS_FN_PARTS, finalize_BM=COEFFS_FINALIZE_BLOCK_M)
+                fn_parts=COEFFS_FN_PARTS, finalize_BM=COEFFS_FINALIZE_BLOCK_M,
+                invariant_split=COEFFS_INVARIANT_SPLIT)
 
 
 def split_bf16_parts(fn: torch.Tensor, parts: int = COEFFS_FN_PARTS) -> list[torch.Tensor]:
@@ -281,9 +286,14 @@ def split_bf16_parts(fn: torch.Tensor, parts: int = COEFFS_FN_PARTS) -> list[tor
 
 
 def coeffs_split(num_tokens: int, num_k: int, cfg: dict) -> int:
-    """K partitions of a launch: up to ``target_programs`` programs, >= 4 BK steps each, <= 32."""
+    """K partitions of a launch: up to ``target_programs`` programs, >= 4 BK steps each, <= 32;
+    from ``gemm_fp8.INVARIANT_MIN_ROWS`` tokens ``invariant_split`` (when set), whatever the
+    token count."""
+    most = num_k // cfg["BK"] // 4
+    if cfg.get("invariant_split") and num_tokens >= INVARIANT_MIN_ROWS:
+        return max(1, min(cfg["invariant_split"], most))
     num_m_blocks = triton.cdiv(num_tokens, cfg["BM"])
-    return max(1, min(cfg["target_programs"] // num_m_blocks, num_k // cfg["BK"] // 4, 32))
+    return max(1, min(cfg["target_programs"] // num_m_blocks, most, 32))
 
 
 def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor,

@@ -64,6 +64,15 @@ def test_hc_coeffs_config_by_token_count(monkeypatch):
     # split-K still fills the GPU at decode; 4K prefill: 64 blocks x 8 splits = 512 programs
     assert tri_mhc.coeffs_split(64, k, tri_mhc.coeffs_config(64)) == 32
     assert tri_mhc.coeffs_split(4096, k, tri_mhc.coeffs_config(4096)) == 8
+    # batch invariance: one split from INVARIANT_MIN_ROWS tokens on (by size it would halve
+    # per doubling: 8,192 tokens 4, 16,384 2), by size below
+    fixed = tri_mhc.COEFFS_INVARIANT_SPLIT
+    assert fixed > 1
+    for n in (tri_mhc.INVARIANT_MIN_ROWS, 4096, 8192, 16384, 65536):
+        assert tri_mhc.coeffs_split(n, k, tri_mhc.coeffs_config(n)) == fixed, n
+    assert tri_mhc.coeffs_split(512, k, tri_mhc.coeffs_config(512)) == 32
+    monkeypatch.setattr(tri_mhc, "COEFFS_INVARIANT_SPLIT", 0)  # off: by size again
+    assert tri_mhc.coeffs_split(8192, k, tri_mhc.coeffs_config(8192)) == 4
     interp = tri_mhc.coeffs_config(4096, interpret=True)
     assert interp["precision"] == "ieee" and interp["BM"] == 16  # fp32 only in the interpreter
     monkeypatch.setattr(tri_mhc, "COEFFS_PRECISION", "tf32x3")  # the A/B switch of the bench

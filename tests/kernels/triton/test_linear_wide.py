@@ -50,6 +50,23 @@ def test_accepts():
     assert not linear_wide.accepts(x, torch.zeros(256, 64, dtype=torch.bfloat16), 256)
 
 
+def test_wide_split_is_row_count_invariant_from_prefill_sizes():
+    """Split-K fills the GPU below ``gemm_fp8.INVARIANT_MIN_ROWS`` rows and is off from there
+    (a row's K sums in one order at any step size): wkv (O 512, K 5120) at 256 rows (8 programs)
+    splits, at 1,024 / 4,096 (by waves 5 / 2) and 8,192 rows not."""
+    lim = gemm_fp8.INVARIANT_MIN_ROWS
+
+    def split(rows: int, out_features: int = 512, num_k: int = 5120) -> int:
+        cfg = linear_wide.wide_config(rows, out_features)
+        programs = out_features // (64 * cfg["WG"]) * -(-rows // cfg["BT"])
+        return linear_wide.wide_split(rows, programs, num_k, cfg["BK"], cfg["waves"])
+
+    assert split(256) == 8 and split(lim - 1) > 1
+    assert gemm_fp8.split_k_for_waves(8 * 16, 5120, 64, 1, linear_wide.NUM_SMS) == 2  # 4,096
+    for rows in (lim, 4096, 8192, 16384):
+        assert split(rows) == 1 and split(rows, 1024) == 1, rows
+
+
 def test_wide_config_two_warpgroups_from_enough_programs():
     """Two warpgroups per 256-row token tile only where the grid holds
     ``TWO_WG_MIN_PROGRAMS`` programs of 128 weight rows: the large 4,096-row projections, not
