@@ -1,0 +1,69 @@
+"""Batch-invariant prefill steps on the GPU: from ``gemm_fp8.INVARIANT_MIN_ROWS`` rows a row's
+result does not depend on how many rows share its step.
+
+    TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_batch_invariance_gpu.py
+
+The slice's FP8 projections (``linear._launch``, the dispatch both registered ops reach: wo_a
+grouped) and the mHC coefficients at 8,192 rows, against the same call on the first 1,024 /
+2,048 / 4,096 rows: bit-identical (session 22 round 124a: wkv split K at 4,096 rows and not at
+8,192, the coefficients 8 and 4 ways, and a prompt's first token flipped between 4K and 8K
+chunks). Below that many rows the launches still split by size; a check there would not hold.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.gpu.test_gemm_side_gpu import SLICE_PROJECTIONS, V41_HC, V41_HIDDEN, _random_fp8_weight
+
+pytestmark = pytest.mark.gpu
+
+FULL_ROWS = 8192
+
+
+@pytest.fixture(autouse=True)
+def _gpu_only():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+
+
+def _prefixes() -> list[int]:
+    from deepinfer.kernels.triton import gemm_fp8
+
+    lim = gemm_fp8.INVARIANT_MIN_ROWS
+    return [lim, 2 * lim, FULL_ROWS // 2, FULL_ROWS // 2 + 1000]
+
+
+@pytest.mark.parametrize("name,groups,out_features,in_features", SLICE_PROJECTIONS)
+def test_projection_rows_invariant_gpu(name, groups, out_features, in_features):
+    from deepinfer.kernels.triton import linear, quant_act
+
+    torch.manual_seed(11)
+    x = torch.randn(FULL_ROWS, groups, in_features, device="cuda", dtype=torch.bfloat16)
+    x = quant_act.fake_quant_fp8_block32(x.view(FULL_ROWS, -1)).view_as(x)
+    w = _random_fp8_weight(groups * out_features, in_features)
+    full = linear._launch(x, w, out_features)
+    for rows in _prefixes():
+        part = linear._launch(x[:rows].contiguous(), w, out_features)
+        bad = (part != full[:rows]).reshape(rows, -1).any(dim=1).nonzero().flatten()
+        assert bad.numel() == 0, \
+            f"{name}: {bad.numel()} of {rows} rows differ from the {FULL_ROWS}-row call " \
+            f"(first {bad[0].item()})"
+
+
+def test_mhc_coeffs_rows_invariant_gpu():
+    from deepinfer.kernels.triton import mhc as tri_mhc
+
+    torch.manual_seed(12)
+    s, d = V41_HC, V41_HIDDEN
+    x = torch.randn(FULL_ROWS, s, d, device="cuda", dtype=torch.bfloat16)
+    fn = torch.randn((2 + s) * s, s * d, device="cuda") * 0.01
+    scale = torch.tensor([0.5, 0.7, 1.3], device="cuda")
+    base = torch.randn((2 + s) * s, device="cuda") * 0.3
+    rest = (fn, scale, base, 1e-20, 1e-6, 20)
+    full = tri_mhc.hc_coeffs(x, *rest)
+    for rows in _prefixes():
+        part = tri_mhc.hc_coeffs(x[:rows].contiguous(), *rest)
+        for label, p, f in zip(("pre", "post", "comb"), part, full, strict=True):
+            assert torch.equal(p, f[:rows]), f"hc_coeffs {label}: {rows} rows differ"
