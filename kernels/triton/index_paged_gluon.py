@@ -32,6 +32,7 @@ records (``formats.pack_index_key``); block tables (N, MB) int64; num_visible (N
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -213,6 +214,7 @@ if HAS_GLUON:
             async_copy.wait_group(0)
 
 
+@functools.cache
 def byte_layout():
     """A tile's pair bytes [BT, 64] in registers: bytes i (2 bits) of quad lane q's word, row
     + 8, group G (2 bits: bytes 16 G + 4 q + i); lanes q and g; warps 16 rows each (lists of
@@ -223,6 +225,7 @@ def byte_layout():
         warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[BT, 64])
 
 
+@functools.cache
 def group_layout():
     """One group's bytes [BT, 16] (column 4 q + i) as ``byte_layout`` holds them."""
     return gl.DistributedLinearLayout(

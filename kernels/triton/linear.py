@@ -32,6 +32,7 @@ compressor) and what those decline.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -216,8 +217,15 @@ def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
             and (WIDE_MAX_ROWS is None or rows <= WIDE_MAX_ROWS)):
         return False
     cfg = linear_wide.wide_config(rows, out_features, x3.shape[1])
-    return (torch.cuda.get_device_capability(x3.device)[0] == 9
+    return (_sm_major(x3.device) == 9
             and linear_wide.accepts(x3, weight, out_features, cfg["WG"]))
+
+
+@functools.cache
+def _sm_major(device: torch.device) -> int:
+    """The compute capability's major version of a CUDA device (asked once per device: the
+    prefill dispatches ~70 projections per forward)."""
+    return torch.cuda.get_device_capability(device)[0]
 
 
 def _bf16_exact(x: torch.Tensor) -> torch.Tensor:

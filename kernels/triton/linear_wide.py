@@ -41,6 +41,7 @@ Shapes: x (M, G, K) bf16, K % 32 == 0; w (G * O, K) uint8 e4m3 codes, O % BO == 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -232,10 +233,12 @@ if HAS_GLUON:
                     + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
             gl.store(ptrs, acc.to(gl.bfloat16), mask=mask)
 
+    @functools.cache
     def weight_layout(block_k: int):
         """The weight ring's shared layout: [BO, BK] bytes, BK-byte swizzle."""
         return gl.NVMMASharedLayout(swizzle_byte_width=block_k, element_bitwidth=8, rank=2)
 
+    @functools.cache
     def token_layout(block_k: int):
         """The token ring's shared layout: [BT, BK] bf16 (2 BK bytes per row), 2 BK-byte
         swizzle (the wgmma B operand's)."""
@@ -243,6 +246,7 @@ if HAS_GLUON:
                                     rank=2)
 
 
+@functools.cache
 def operand_layout(warpgroups: int):
     """The weight tile's register layout [64 WG, 32] bytes: a thread's part of the wgmma A
     fragment (warp w, lane 4 g + q: rows 16 w + g and + 8, K columns 2 q + {0, 1}, + 8, + 16,

@@ -56,6 +56,7 @@ K/2) uint8 in ``moe_gluon_w4a8.to_kernel_order``; ws (E, O, K/32) uint8; sorted_
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -396,9 +397,12 @@ if HAS_GLUON:
     def token_descriptor(tokens: torch.Tensor, block_m: int):
         """TMA descriptor of the gathered bf16 tokens (rows, K): boxes [BM, 64], 128-byte
         swizzle (the wgmma B operand's shared layout)."""
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
         return TensorDescriptor(tokens, list(tokens.shape), list(tokens.stride()),
-                                [block_m, 64], layout)
+                                [block_m, 64], _token_layout())
+
+    @functools.cache
+    def _token_layout():
+        return gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2)
 
 
 @triton.jit
@@ -482,6 +486,7 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     return out
 
 
+@functools.cache
 def group_layout(warpgroups: int):
     """The weight tile's int32 words [64 WG, 16] (word 4 q + G of a row: quad lane q, group G)
     in registers: a thread's 4 words of rows r and r + 8 (one 16-byte shared load per row),
