@@ -317,14 +317,22 @@ def idle_by_next(intervals: list[tuple[float, float, str]], top: int = 10) -> li
 
 
 def kernel_table(intervals: list[tuple[float, float, str]], top: int = 15) -> list[dict]:
-    """GPU time per activity name, largest first: name, calls, total_us, share of GPU time."""
+    """GPU time per activity name, largest first: name, calls, total_us, share of GPU time;
+    the top ``top`` rows, then (when more remain) one row summing the rest, named
+    "(N more activities)"."""
     per: dict[str, list[float]] = {}
     for s, e, name in intervals:
         per.setdefault(name, []).append(e - s)
     total = sum(sum(v) for v in per.values()) or 1.0
-    rows = [{"name": n, "calls": len(v), "total_us": sum(v), "share": sum(v) / total}
-            for n, v in per.items()]
-    return sorted(rows, key=lambda r: -r["total_us"])[:top]
+    rows = sorted(({"name": n, "calls": len(v), "total_us": sum(v), "share": sum(v) / total}
+                   for n, v in per.items()), key=lambda r: -r["total_us"])
+    rest = rows[top:]
+    if rest:
+        rest_us = sum(r["total_us"] for r in rest)
+        rows = rows[:top] + [{"name": f"({len(rest)} more activities)",
+                              "calls": sum(r["calls"] for r in rest), "total_us": rest_us,
+                              "share": rest_us / total}]
+    return rows
 
 
 def gap_summary(gaps_us: list[float]) -> dict:

@@ -188,7 +188,7 @@ def kernel_profile(graphs, inputs, replays: int = 5) -> dict:
     return {"mode": mode, "replays": replays, "wall_ms_per_replay": wall_s * 1e3 / replays,
             "gpu_busy_ms_per_replay": bc.busy_us(ivs) / 1e3 / replays,
             "kernels": [{**r, "us_per_replay": r["total_us"] / replays}
-                        for r in bc.kernel_table(ivs, 15)]}
+                        for r in bc.kernel_table(ivs, 25)]}
 
 
 def capture_times(llm, graphs, num_plan_buckets: int) -> dict:

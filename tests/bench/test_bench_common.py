@@ -29,6 +29,11 @@ def test_kernel_table_groups_by_name_largest_first():
     rows = bc.kernel_table([(0, 4, "a"), (4, 5, "b"), (5, 9, "a")], top=5)
     assert [(r["name"], r["calls"], r["total_us"]) for r in rows] == [("a", 2, 8), ("b", 1, 1)]
     assert rows[0]["share"] == pytest.approx(8 / 9)
+    # beyond top: one row sums the rest
+    rows = bc.kernel_table([(0, 4, "a"), (4, 5, "b"), (5, 7, "c"), (7, 8, "d")], top=1)
+    assert [(r["name"], r["calls"], r["total_us"]) for r in rows] == [
+        ("a", 1, 4), ("(3 more activities)", 3, 4)]
+    assert rows[1]["share"] == pytest.approx(0.5)
 
 
 def test_gap_summary_median_and_p90():
