@@ -91,6 +91,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--shared-expert-max-rows", type=int, default=None,
                     help="the shared expert on the dense projection kernels up to this many "
                     "rows (default: shared_expert.MAX_ROWS)")
+    ap.add_argument("--route-decode-max-tokens", type=int, default=None,
+                    help="router scores on the decode tiles up to this many tokens (default: "
+                    "moe_routing.ROUTE_DECODE_MAX_TOKENS; 64: the tiling before session 22)")
 
 
 def apply_args(args: argparse.Namespace) -> None:
@@ -99,7 +102,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
-          args.w4a16_prefill_parts)
+          args.w4a16_prefill_parts, args.route_decode_max_tokens)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -113,9 +116,16 @@ def apply(attention_config: str | None, moe_configs: list[str],
           linear_wide_rows: int | None = None,
           linear_wide_max_rows: int | None = None,
           w4a8_prefill_kernel: str | None = None,
-          w4a16_prefill_parts: int | None = None) -> None:
+          w4a16_prefill_parts: int | None = None,
+          route_decode_max_tokens: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if route_decode_max_tokens is not None:
+        from deepinfer.kernels.triton import moe_routing
+        if route_decode_max_tokens < 64:
+            raise SystemExit(f"--route-decode-max-tokens {route_decode_max_tokens}: "
+                             "expected >= 64")
+        moe_routing.ROUTE_DECODE_MAX_TOKENS = route_decode_max_tokens
     if index_paged_kernel is not None:
         set_index_paged_kernel(index_paged_kernel)
     if w4a8_decode_variant is not None:

@@ -100,17 +100,25 @@ def _route_topk_kernel(scores_ptr, bias_ptr, bias_vl_ptr, image_mask_ptr, weight
     tl.store(weights_ptr + out_off, top_w, mask=out_mask)
 
 
+# Token counts up to which the scores take decode tiles: BM 16 x BE 16 up to 64 tokens (384
+# experts: 24 programs per 16 tokens), BM 16 x BE 32 up to this many (256 tokens: 192 programs;
+# the prefill tiles, 64 x 64, made 24 programs of 80 K steps there: 26 µs per call, 0.21 ms of
+# the 256 x 32K decode step, session 21 round 117a).
+ROUTE_DECODE_MAX_TOKENS = 256
+
+
 def route_config(num_tokens: int, num_experts: int, interpret: bool = False) -> dict:
-    """Scores: BM=64 (wgmma M) × BE=64 experts for prefill; decode (<= 64 tokens) BM=16, BE=16 so
-    that 384 experts make 24 programs. Top-k: BT=16 tokens × E_PAD in 8 warps (32 registers per
-    [16, 512] fp32 tile)."""
+    """Scores: BM=64 (wgmma M) × BE=64 experts for prefill; decode BM=16 (mma.sync) × BE=16 up
+    to 64 tokens, × BE=32 up to ``ROUTE_DECODE_MAX_TOKENS``, so that a decode batch spreads
+    over ~100-200 programs. Top-k: BT=16 tokens × E_PAD in 8 warps (32 registers per [16, 512]
+    fp32 tile)."""
     e_pad = max(16, triton.next_power_of_2(num_experts))
     if interpret:
         return dict(BM=16, BE=16, BK=32, num_warps=4, num_stages=1, BT=16, E_PAD=e_pad,
                     topk_warps=4)
-    if num_tokens <= 64:
-        return dict(BM=16, BE=16, BK=128, num_warps=4, num_stages=4, BT=16, E_PAD=e_pad,
-                    topk_warps=8)
+    if num_tokens <= ROUTE_DECODE_MAX_TOKENS:
+        return dict(BM=16, BE=16 if num_tokens <= 64 else 32, BK=128, num_warps=4,
+                    num_stages=4, BT=16, E_PAD=e_pad, topk_warps=8)
     return dict(BM=64, BE=64, BK=64, num_warps=4, num_stages=4, BT=16, E_PAD=e_pad,
                 topk_warps=8)
 

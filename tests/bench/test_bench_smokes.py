@@ -246,6 +246,24 @@ def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
         assert "--w4a8-decode-variant" in str(info.value)
 
 
+def test_kernel_overrides_route_decode_max_tokens(monkeypatch):
+    """--route-decode-max-tokens moves the router's decode-tile bound (64: the tiling before
+    session 22); below 64 exits naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import moe_routing
+
+    monkeypatch.setattr(moe_routing, "ROUTE_DECODE_MAX_TOKENS",
+                        moe_routing.ROUTE_DECODE_MAX_TOKENS)
+    assert moe_routing.route_config(256, 384)["BM"] == 16
+    kernel_overrides.apply(None, [], route_decode_max_tokens=64)
+    assert moe_routing.route_config(256, 384)["BM"] == 64
+    assert moe_routing.route_config(64, 384)["BM"] == 16
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], route_decode_max_tokens=8)
+    assert "--route-decode-max-tokens" in str(info.value)
+
+
 def test_kernel_overrides_w4a16_prefill_parts(monkeypatch):
     """--w4a16-prefill-parts sets the bf16 prefill expert GEMM's block split, which its
     launchers read at the call; another value exits naming the flag."""

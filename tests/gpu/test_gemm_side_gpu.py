@@ -149,15 +149,16 @@ def test_linear_quant_act_gpu(num_tokens, out_features, in_features):
              _ms(lambda: gemm_fp8.gemm_q8(a_codes, a_scale, w, torch.bfloat16, split_k=1)), flops)
 
 
-def test_route_gpu():
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 256, PREFILL_TOKENS])  # each tile class
+def test_route_gpu(num_tokens):
     from deepinfer.kernels.reference import moe
     from deepinfer.kernels.triton import moe_routing
 
-    x = torch.randn(PREFILL_TOKENS, V41_HIDDEN, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(num_tokens, V41_HIDDEN, device="cuda", dtype=torch.bfloat16)
     gate = (torch.randn(V41_EXPERTS, V41_HIDDEN, device="cuda") * 0.02).to(torch.bfloat16)
     bias = torch.randn(V41_EXPERTS, device="cuda") * 0.1
     bias_vl = torch.randn(V41_EXPERTS, device="cuda") * 0.1
-    image_mask = torch.rand(PREFILL_TOKENS, device="cuda") > 0.8
+    image_mask = torch.rand(num_tokens, device="cuda") > 0.8
     args = (x, gate, bias, bias_vl, image_mask, V41_TOPK, 1.5, 1.0, True)
     with nan_poisoned_allocations():
         w, ids = moe_routing.route_sqrtsoftplus(*args)
@@ -165,9 +166,10 @@ def test_route_gpu():
     bad = (ids != ref_ids).float().mean().item()
     same = (ids == ref_ids).all(dim=1)
     ms = _ms(lambda: moe_routing.route_sqrtsoftplus(*args))
-    shape = f"N{PREFILL_TOKENS} D{V41_HIDDEN} E{V41_EXPERTS}"
-    _row("route ids (mismatch frac)", shape, bad, 2e-3, ms,
-         2.0 * PREFILL_TOKENS * V41_HIDDEN * V41_EXPERTS)
+    shape = f"N{num_tokens} D{V41_HIDDEN} E{V41_EXPERTS}"
+    # fp32 against fp64 logits: a near-tie may flip; at small N one flipped entry is allowed
+    _row("route ids (mismatch frac)", shape, bad, max(2e-3, 1.0 / ids.numel()), ms,
+         2.0 * num_tokens * V41_HIDDEN * V41_EXPERTS)
     _row("route weights", shape, _rel(w[same], ref_w[same]), 1e-4)
 
 

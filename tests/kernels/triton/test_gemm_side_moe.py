@@ -45,6 +45,20 @@ def test_route_sqrtsoftplus(with_image, gate_temp, normalize):
     assert w.dtype == torch.float32 and _rel(w, ref_w) < 1e-6
 
 
+def test_route_config_spreads_decode_batches():
+    """The scores' GPU tiles: a decode batch (up to ROUTE_DECODE_MAX_TOKENS) of 384 experts runs
+    on ~100-200 programs (round 117a: 24 programs of 64 x 64 at 256 tokens, 26 µs a call);
+    prefill sizes keep the 64 x 64 wgmma tiles."""
+    def programs(n: int) -> int:
+        cfg = moe_routing.route_config(n, 384)
+        return -(-n // cfg["BM"]) * -(-384 // cfg["BE"])
+
+    assert moe_routing.route_config(64, 384)["BE"] == 16 and programs(64) == 96
+    assert programs(128) == 96 and programs(256) == 192
+    assert programs(moe_routing.ROUTE_DECODE_MAX_TOKENS + 1) > programs(256) // 8
+    assert moe_routing.route_config(4096, 384)["BM"] == 64
+
+
 def _experts(num_experts: int, inter: int, dim: int, seed: int):
     g = torch.Generator().manual_seed(seed)
     w1 = torch.randn(num_experts, inter, dim, generator=g) * 0.1
