@@ -4,7 +4,7 @@
 # router's GPU checks at 64 / 256 / 4,096 tokens, then decode 256 x 32K with the new tiles and
 # the old ones (--route-decode-max-tokens 64) interleaved, new / old / new, profiles off
 # (≈ 4 min). PART b: the session's end figures — decode 64 / 256 x 4K / 32K, the 4K and 16K
-# prefill (≈ 5 min).
+# prefill (≈ 5 min). PART c: decode 64 x 4K / 32K against e23ad5c (≈ 4 min).
 source "$(dirname "$0")/device_setup.sh"
 dec() {  # $1: label, $2...: decode.py flags
   local label=$1; shift
@@ -32,5 +32,12 @@ b)
   timeout 200 python3 bench/prefill.py --prompt-lens 4096,16384 --no-eager --no-profile \
     --out "$OUT" >"$OUT/prefill.log" 2>&1
   echo "prefill rc=$?"; grep -E "^\| (4096|16384) \|" "$OUT/prefill.log" ;;
+c)  # 64 x 32K came out at 13.99 ms in PART b (12.91 in round 127a): this tree against e23ad5c
+  # (carry ab-base.tar = `git archive e23ad5c`, round 127a's tree) on one machine, interleaved
+  ab_base_tree ab-base.tar || exit 1
+  dec now1 --batches 64 --contexts 4096,32768
+  (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH dec base1 --batches 64 --contexts 4096,32768)
+  dec now2 --batches 64 --contexts 4096,32768
+  (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH dec base2 --batches 64 --contexts 4096,32768) ;;
 esac
 rm -f "$OUT/install.log"
