@@ -8,6 +8,7 @@ low-rank output projection.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,6 +16,8 @@ from torch import nn
 from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
 from deepinfer.kernels import formats
 from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.device import to_device
+from deepinfer.runtime.model import window_layout
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.cache import CacheView
 from deepinfer.runtime.model.compressor import Compressor
@@ -172,51 +175,78 @@ class Attention(nn.Module):
                       comp: tuple[torch.Tensor, torch.Tensor | None] | None,
                       idx_q: tuple[torch.Tensor, torch.Tensor] | None, batch: ForwardBatch,
                       published: Published) -> torch.Tensor:
-        """Attention of any batch (prefill chunks, contiguous caches), one sequence at a time:
-        window keys of the chunk (which sees its own earlier tokens), appends, top-k, one
-        attention op per sequence over unpacked rows. Returns (N, H, Dh) like q."""
-        layer, pos = self.layer, batch.positions
-        out = torch.empty_like(q)
-        for b, cache in enumerate(batch.caches):
-            rows = batch.rows(b)
-            keys, indices = self._window_keys(kv[rows], pos[rows], batch.start_positions[b],
-                                              cache)
-            if layer.compress_ratio > 0:
+        """Attention of any batch (prefill chunks, contiguous caches): per sequence its
+        compressed-entry appends and top-k (ratio > 0), then for all sequences at once the
+        window keys (each chunk sees its own earlier tokens; ``model/window_layout.py``), the
+        ring writes, the selected entries and one attention op. Returns (N, H, Dh) like q."""
+        layer = self.layer
+        if not batch.caches:
+            return torch.empty_like(q)
+        picks: list[torch.Tensor] = []
+        entries: list[torch.Tensor] = []
+        if layer.compress_ratio > 0:
+            for b, cache in enumerate(batch.caches):
+                rows = batch.rows(b)
                 if comp is not None:
                     self._append_entries(k, comp[0][rows],
                                          None if comp[1] is None else comp[1][rows], cache)
-                sel = self._selection(k, b, rows, idx_q, pos[rows], cache, published)
-                entries = formats.unpack_compressed_kv(cache.entries(layer.kv_source),
-                                                       self.head_dim, torch.bfloat16)
-                offset = keys.shape[0]
-                keys = torch.cat([keys, entries])
-                indices = torch.cat([indices, torch.where(sel >= 0, sel + offset, sel)], dim=1)
-            # written straight into the layer's output rows (a 4K chunk's result is 268 MB)
-            k.sparse_attention_sink(q[rows], keys, indices, self.attn_sink,
-                                    self.head_dim ** -0.5, out=out[rows])
-        return out
+                picks.append(self._selection(k, b, rows, idx_q, batch.positions[rows], cache,
+                                             published))
+                entries.append(cache.entries(layer.kv_source))
+        keys, indices = self._window_keys(kv, batch)
+        if picks:
+            keys, indices = self._with_entries(keys, indices, picks, entries, batch)
+        # one op over every sequence's rows (a 4K chunk's result is 268 MB)
+        return k.sparse_attention_sink(q, keys, indices, self.attn_sink, self.head_dim ** -0.5)
 
-    def _window_keys(self, kv: torch.Tensor, pos: torch.Tensor, start: int,
-                     cache: CacheView) -> tuple[torch.Tensor, torch.Tensor]:
-        """Window rows visible to a chunk, and per-query row lists; writes the chunk to the ring.
+    def _window_keys(self, kv: torch.Tensor, batch: ForwardBatch
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Window rows visible to the batch's chunks, and per-query row lists; writes each
+        chunk's last rows to its sequence's ring.
 
-        Args: kv (S, Dh), pos (S,) of the chunk, whose first position is ``start`` (host int).
-        Returns keys (P + S, Dh): the up to W-1 cached tokens before the chunk, then the chunk
-        (key k holds position ``first + k``); indices (S, W) int64: query p's window
-        ``p - W + 1 .. p`` ascending, -1 before the first key. A fixed W columns per query,
-        whatever the chunk length (a (S, P + S) mask would make attention scan every key).
+        Args: kv (N, Dh) of the batch's rows. Returns keys (P + N, Dh): the up to W - 1 cached
+        rows before each continuing chunk, then kv; indices (N, W) int64: query p's window
+        ``p - W + 1 .. p`` ascending, -1 before its sequence's first key. A fixed W columns per
+        query, whatever the chunk length (a (S, P + S) mask would make attention scan every
+        key).
         """
-        w = self.spec.sliding_window
-        ring = cache.window_ring(self.layer.layer_id)
-        first = max(0, start - w + 1)
-        prev_pos = torch.arange(first, start, device=kv.device)
-        prev = formats.unpack_window_kv(ring[prev_pos % w], self.head_dim, torch.bfloat16)
-        keys = torch.cat([prev, kv])
-        q = pos[:, None] - (w - 1) + torch.arange(w, device=kv.device)  # (S, W) positions
-        indices = torch.where(q >= first, q - first, torch.full_like(q, -1))
-        tail = slice(max(0, kv.shape[0] - w), kv.shape[0])
-        ring[pos[tail] % w] = formats.pack_window_kv(kv[tail])
+        w, layer_id = self.spec.sliding_window, self.layer.layer_id
+        layout = batch.window_layout(w)
+        keys = kv
+        if layout.prev:  # read before the ring writes below overwrite those slots
+            cached = [batch.caches[b].window_ring(layer_id)[slot:slot + n]
+                      for b, first, start in layout.prev
+                      for slot, _, n in window_layout.ring_ranges(first, start - first, w)]
+            prev = formats.unpack_window_kv(torch.cat(cached), self.head_dim, torch.bfloat16)
+            keys = torch.cat([prev, kv])
+        indices = window_layout.key_indices(layout, batch.positions, w)
+        records = formats.pack_window_kv(kv[layout.tail_rows])
+        done = 0
+        for b, first, count in layout.tails:
+            ring = batch.caches[b].window_ring(layer_id)
+            for slot, offset, n in window_layout.ring_ranges(first, count, w):
+                ring[slot:slot + n] = records[done + offset:done + offset + n]
+            done += count
         return keys, indices
+
+    def _with_entries(self, keys: torch.Tensor, indices: torch.Tensor,
+                      picks: list[torch.Tensor], entries: list[torch.Tensor],
+                      batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The selected compressed entries appended: every sequence's entries (records,
+        unpacked at once) after the window keys, and its queries' picks (S_b, k_b) -> key rows,
+        -1 padded to the widest k (entries < 0 are skipped)."""
+        width = max(p.shape[1] for p in picks)
+        base, offsets = keys.shape[0], []
+        for e in entries:
+            offsets.append(base)
+            base += e.shape[0]
+        sel = torch.cat([F.pad(p, (0, width - p.shape[1]), value=-1) for p in picks])
+        # per row its sequence's first entry row: a pinned, asynchronous copy (no host sync)
+        shift = to_device(np.repeat(np.asarray(offsets, dtype=np.int64), batch.seq_lens),
+                          sel.device)[:, None]
+        unpacked = formats.unpack_compressed_kv(torch.cat(entries), self.head_dim, torch.bfloat16)
+        return (torch.cat([keys, unpacked]),
+                torch.cat([indices, torch.where(sel >= 0, sel + shift, sel)], dim=1))
 
     def _append_entries(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
                         cache: CacheView) -> None:

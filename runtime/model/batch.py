@@ -10,6 +10,7 @@ import torch
 
 from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model.cache import CacheView
+from deepinfer.runtime.model.window_layout import WindowLayout, build_window_layout
 
 
 @dataclass
@@ -33,6 +34,8 @@ class ForwardBatch:
     id_range: tuple[int, int] | None = None  # host: (min, max) token id, None = empty batch
     last_rows: torch.Tensor | None = None  # (B,) int64 flat row of each sequence's last token
     starts: list[int] = field(init=False)  # host: first flat row per sequence
+    _window_layouts: dict[int, WindowLayout] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.start_positions:
@@ -85,6 +88,14 @@ class ForwardBatch:
         """Flat rows of sequence b."""
         start = self.starts[b]
         return slice(start, start + self.seq_lens[b])
+
+    def window_layout(self, window: int) -> WindowLayout:
+        """Where every sequence's window keys and ring writes lie for a sliding window of
+        ``window`` positions (``model/window_layout.py``); built once, shared by the layers."""
+        if window not in self._window_layouts:
+            self._window_layouts[window] = build_window_layout(
+                self.seq_lens, self.start_positions, window, self.device)
+        return self._window_layouts[window]
 
 
 def _starts(seq_lens: list[int]) -> list[int]:

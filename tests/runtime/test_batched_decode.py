@@ -266,20 +266,50 @@ def test_only_the_listed_reference_ops_sync_the_host(model):
 
 
 def test_prefill_window_lists_have_fixed_width(model):
-    """A chunk's window lists are (S, W) — query p lists positions p-W+1..p mapped into the
-    chunk's keys (the cached tail of the window, then the chunk) — however long the chunk."""
+    """A prefill batch's window lists are (N, W) — query p lists positions p-W+1..p mapped into
+    the batch's keys (every continuing chunk's cached tail of the window, then all the step's
+    rows; model/window_layout.py) — however long the chunks; the chunks' last rows go to their
+    rings."""
+    from deepinfer.kernels import formats
+
     spec, attn = model.spec, model.layers[0].attn
-    w, start, s = spec.sliding_window, 30, 20
-    cache = SequenceCache.empty(spec)
-    cache.num_tokens = start
-    kv = torch.randn(s, spec.head_dim, dtype=torch.bfloat16)
-    keys, idx = attn._window_keys(kv, torch.arange(start, start + s), start, cache)
-    first = start - w + 1  # key k holds position first + k
-    assert keys.shape[0] == (start - first) + s and idx.shape == (s, w)
-    for i in range(s):
-        p = start + i
-        assert idx[i].tolist() == [q - first for q in range(p - w + 1, p + 1)]
-        assert torch.equal(keys[idx[i, -1]], kv[i])  # the newest column is the query itself
+    w, lid = spec.sliding_window, attn.layer.layer_id
+    # a continuing chunk longer than the window, a fresh one, a continuing one shorter than
+    # the window whose cached tail starts at position 0
+    plan = [(30, w + 3), (0, 5), (2, 3)]
+    caches = []
+    for start, _ in plan:
+        cache = SequenceCache.empty(spec)
+        cache.num_tokens = start
+        ring = cache.window_ring(lid)
+        ring.copy_(formats.pack_window_kv(torch.randn(w, spec.head_dim)))  # cached rows
+        caches.append(cache)
+    rings = [c.window_ring(lid).clone() for c in caches]
+    batch = ForwardBatch.build([[1] * n for _, n in plan], caches)
+    kv = torch.randn(sum(n for _, n in plan), spec.head_dim, dtype=torch.bfloat16)
+    kv = formats.unpack_window_kv(formats.pack_window_kv(kv), spec.head_dim, torch.bfloat16)
+    keys, idx = attn._window_keys(kv, batch)
+    num_prev = sum(s - max(0, s - w + 1) for s, _ in plan)
+    assert keys.shape[0] == num_prev + kv.shape[0] and idx.shape == (kv.shape[0], w)
+    assert torch.equal(keys[num_prev:], kv)
+    for b, (start, n) in enumerate(plan):
+        first = max(0, start - w + 1)
+        for i in range(n):
+            row, p = batch.starts[b] + i, start + i
+            for col, q in enumerate(range(p - w + 1, p + 1)):
+                if q < first:
+                    assert idx[row, col] == -1
+                elif q >= start:  # a row of this step
+                    assert torch.equal(keys[idx[row, col]], kv[batch.starts[b] + q - start])
+                else:  # a cached row: the ring's record of position q
+                    want = formats.unpack_window_kv(rings[b][q % w], spec.head_dim,
+                                                    torch.bfloat16)
+                    assert torch.equal(keys[idx[row, col]], want)
+        ring = caches[b].window_ring(lid)
+        for p in range(start, start + n):  # this chunk's rows in its ring (the last W)
+            if p >= start + n - w:
+                assert torch.equal(ring[p % w],
+                                   formats.pack_window_kv(kv[batch.starts[b] + p - start]))
 
 
 MAX_DECODE_LAUNCHES = 230  # 216 at session 11 (748 before its fused cache writes)
