@@ -217,7 +217,7 @@ class Attention(nn.Module):
             cached = [batch.caches[b].window_ring(layer_id)[slot:slot + n]
                       for b, first, start in layout.prev
                       for slot, _, n in window_layout.ring_ranges(first, start - first, w)]
-            prev = formats.unpack_window_kv(torch.cat(cached), self.head_dim, torch.bfloat16)
+            prev = formats.unpack_window_kv(_cat(cached), self.head_dim, torch.bfloat16)
             keys = torch.cat([prev, kv])
         indices = window_layout.key_indices(layout, batch.positions, w)
         records = formats.pack_window_kv(kv[layout.tail_rows])
@@ -240,11 +240,12 @@ class Attention(nn.Module):
         for e in entries:
             offsets.append(base)
             base += e.shape[0]
-        sel = torch.cat([F.pad(p, (0, width - p.shape[1]), value=-1) for p in picks])
+        sel = _cat([p if p.shape[1] == width else F.pad(p, (0, width - p.shape[1]), value=-1)
+                    for p in picks])
         # per row its sequence's first entry row: a pinned, asynchronous copy (no host sync)
         shift = to_device(np.repeat(np.asarray(offsets, dtype=np.int64), batch.seq_lens),
                           sel.device)[:, None]
-        unpacked = formats.unpack_compressed_kv(torch.cat(entries), self.head_dim, torch.bfloat16)
+        unpacked = formats.unpack_compressed_kv(_cat(entries), self.head_dim, torch.bfloat16)
         return (torch.cat([keys, unpacked]),
                 torch.cat([indices, torch.where(sel >= 0, sel + shift, sel)], dim=1))
 
@@ -279,3 +280,8 @@ class Attention(nn.Module):
         if cand is not None:
             published.candidates[(layer.layer_id, b)] = cand
         return sel
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat`` along dim 0, without a copy for a single part (a lone sequence)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
