@@ -337,3 +337,38 @@ def test_graph_shaped_decode_launches_few_model_code_ops(model):
     assert len(worst) <= MAX_DECODE_LAUNCHES, \
         f"{len(worst)} launches in a decode step; most from: {where.most_common(8)}"
     assert not any("formats.py" in line for line in worst), "records packed in torch"
+
+
+@pytest.mark.parametrize("layer_id", [1, 4, 6])  # ratio 2; ratio 1 candidate source; Reindex
+def test_prefill_picks_without_scores_match_the_scored_top_k(model, monkeypatch, layer_id):
+    """A sequence with at most index_topk entries (and few enough candidate blocks) takes every
+    visible entry: ``Indexer._every_visible`` gives the scored path's picks and candidate mask
+    exactly, for every query position (nothing, some and all entries visible), with and without
+    a published candidate mask; above index_topk entries the scores decide."""
+    from deepinfer.kernels import formats
+    from deepinfer.runtime.model import indexer as indexer_mod
+
+    spec, k = model.spec, model.kernels
+    layer = model.layers[layer_id].attn
+    ind, ratio = layer.indexer, layer.layer.compress_ratio
+    g = torch.Generator().manual_seed(layer_id)
+    for t in (1, spec.index_topk - 1, spec.index_topk, spec.index_topk + 3):
+        positions = torch.arange(t * ratio + 2)  # rows before, at and after the last entry
+        n = positions.shape[0]
+        q = torch.randn(n, ind.n_heads, ind.head_dim, generator=g)
+        q = k.fake_quant_fp4_ue8m0_block32(q)
+        head_w = torch.randn(n, ind.n_heads, generator=g)
+        keys = formats.pack_index_key(torch.randn(t, ind.head_dim, generator=g))
+        cands = [None]
+        if layer.layer.candidate_source is not None:
+            cands.append(torch.rand(n, t, generator=g) > 0.3)
+        for cand in cands:
+            monkeypatch.setattr(indexer_mod, "SHORT_PICKS", False)
+            want = ind.select(k, q, head_w, keys, positions, cand)
+            monkeypatch.setattr(indexer_mod, "SHORT_PICKS", True)
+            got = ind.select(k, q, head_w, keys, positions, cand)
+            assert ind._picks_every_entry(t) == (t <= spec.index_topk)
+            assert torch.equal(got[0], want[0]), (t, cand is None)
+            assert (got[1] is None) == (want[1] is None)
+            if want[1] is not None:
+                assert torch.equal(got[1], want[1]), t
