@@ -372,3 +372,42 @@ def test_prefill_picks_without_scores_match_the_scored_top_k(model, monkeypatch,
             assert (got[1] is None) == (want[1] is None)
             if want[1] is not None:
                 assert torch.equal(got[1], want[1]), t
+
+
+# model-code ops that launch a GPU kernel per extra sequence of a prefill step (tiny model, 8-token
+# prompts): 765 before session 22 (each sequence's window keys, ring write, entry unpacking and
+# attention in its own torch ops), 114 after (per sequence only the entry appends, the top-k of
+# the sequences with more than index_topk entries, and the ring slices)
+MAX_PREFILL_LAUNCHES_PER_SEQUENCE = 130
+
+
+def test_prefill_step_launches_grow_little_per_sequence(model):
+    """A prefill step's attention runs over all its sequences at once: one sequence more adds
+    at most ``MAX_PREFILL_LAUNCHES_PER_SEQUENCE`` launching ops of model code (kernel ops
+    opaque), and records are packed once per layer, not once per sequence."""
+    import inspect
+
+    from deepinfer.kernels import formats
+
+    spec = model.spec
+
+    def launches(num_seqs: int) -> list[str]:
+        caches = [SequenceCache.empty(spec) for _ in range(num_seqs)]
+        chunks = [[3 + (7 * i + j) % 400 for j in range(8)] for i in range(num_seqs)]
+        with model_launches(model) as found:
+            model.forward(ForwardBatch.build(chunks, caches), all_logits=False)
+        return found
+
+    one, eight = launches(1), launches(8)
+    per_seq = (len(eight) - len(one)) / 7
+    where = collections.Counter(line.split(" at ")[1].split(" <- ")[0] for line in eight)
+    assert per_seq <= MAX_PREFILL_LAUNCHES_PER_SEQUENCE, \
+        f"{per_seq:.0f} launches per sequence; most from: {where.most_common(8)}"
+    # the window records of all sequences' last rows are packed in one call per layer
+    src, first = inspect.getsourcelines(formats.pack_window_kv)
+    call = first + next(i for i, text in enumerate(src) if "quant_fp8_ue8m0" in text)
+
+    def packing(found: list[str]) -> int:
+        return sum(f"formats.py:{call}" in line for line in found)
+
+    assert packing(one) > 0 and packing(eight) == packing(one), (packing(one), packing(eight))
