@@ -66,22 +66,22 @@ def record(llm, chunk: int, prompt: list[int]) -> dict[tuple[int, str], torch.Te
              torch.nn.functional.pad(sel, (0, self.spec.index_topk - sel.shape[1]), value=-1))
         return sel
 
-    real_per_sequence = Attention._per_sequence
+    real_prefill_attention = Attention._prefill_attention
 
     def per_sequence(self, k, q, kv, *rest):  # the attention op's query and key rows
         keep(self.layer.layer_id, "q", q)
         keep(self.layer.layer_id, "kv", kv)
-        return real_per_sequence(self, k, q, kv, *rest)
+        return real_prefill_attention(self, k, q, kv, *rest)
 
     Attention._selection = selection
-    Attention._per_sequence = per_sequence
+    Attention._prefill_attention = per_sequence
     base = llm.engine
     llm.engine = Engine(chunk_plan(llm.plan, chunk), llm.loaded, cuda_graphs=False)
     try:
         llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True))
     finally:
         Attention._selection = real_selection
-        Attention._per_sequence = real_per_sequence
+        Attention._prefill_attention = real_prefill_attention
         for h in handles:
             h.remove()
         llm.engine.worker.close()

@@ -81,3 +81,36 @@ w4a8_decode_checks_and_gemms() {
     --w4a8-variants "$@" >"$OUT/moe.log" 2>&1
   echo "moe rc=$?"; grep -E "w4a8 (gated|down)|ceiling" "$OUT/moe.log" | head -20
 }
+# A prefill change on short prompts against the tree in ab-base.tar (rounds 129 / 130): the tiny
+# model's GPU checks; chunk_check with 8 prompts of 1,024 tokens (chunks 8,192 / 512) in both
+# trees, their tokens and logprobs compared bit for bit; 64 prompts of 128 tokens in one generate
+# in both trees. $1: chunk_check's --repeats (lone-prompt timings).
+prefill_short_prompts_ab() {
+  local repeats=$1
+  ab_base_tree ab-base.tar || return 1
+  timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -q \
+    tests/gpu/test_model_gpu.py >"$OUT/tests.log" 2>&1
+  echo "GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|^\.\.\." "$OUT/tests.log" | tail -4
+  mkdir -p "$OUT/new" "$OUT/base" /tmp/j
+  local args=(--prompt-len 1024 --prompts 8 --chunks 8192,512 --tokens 4 --repeats "$repeats")
+  timeout 100 python3 bench/chunk_check.py "${args[@]}" --out "$OUT/new" \
+    >"$OUT/chunk_new.log" 2>&1
+  echo "chunk check new rc=$?"; sed -n '/^## chunked/,$p' "$OUT/chunk_new.log" | grep "^| [0-9]"
+  (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH timeout 100 python3 bench/chunk_check.py \
+    "${args[@]}" --out "$OUT/base" >"$OUT/chunk_base.log" 2>&1)
+  echo "chunk check base rc=$?"; sed -n '/^## chunked/,$p' "$OUT/chunk_base.log" | grep "^| [0-9]"
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+new, base = (json.load(open(glob.glob(f"{sys.argv[1]}/{d}/*chunk_check.json")[0]))
+             for d in ("new", "base"))
+for a, b in zip(new["runs"], base["runs"]):
+    same = a["tokens"] == b["tokens"] and a["logprobs"] == b["logprobs"]
+    print(f"chunk {a['chunk']}: new vs base tokens and logprobs bit-identical: {same}")
+PY
+  local short=(--prompt-lens 128 --batch-prompts 64 --repeats 2 --no-eager --no-profile --out /tmp/j)
+  timeout 90 python3 bench/prefill.py "${short[@]}" >"$OUT/prefill_new.log" 2>&1
+  echo "prefill new rc=$?"; grep -E "^prefill 64" "$OUT/prefill_new.log"
+  (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH timeout 90 python3 bench/prefill.py "${short[@]}" \
+    >"$OUT/prefill_base.log" 2>&1)
+  echo "prefill base rc=$?"; grep -E "^prefill 64" "$OUT/prefill_base.log"
+}

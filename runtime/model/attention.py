@@ -83,7 +83,7 @@ class Attention(nn.Module):
         else:
             kv = k.rms_norm(kv, self.kv_norm.weight, eps)
             kv = k.fake_quant_fp8_block32(k.apply_rope(kv, pos, inv_freq))
-            out = self._per_sequence(k, q, kv, comp, idx_q, batch, published)
+            out = self._prefill_attention(k, q, kv, comp, idx_q, batch, published)
         out = k.apply_rope(out, pos, inv_freq, inverse=True, in_place=True)
         z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
         return self.wo_b(k, z.flatten(1))
@@ -171,7 +171,7 @@ class Attention(nn.Module):
             published.candidate_rows[layer.layer_id] = cand
         return sel
 
-    def _per_sequence(self, k: KernelSet, q: torch.Tensor, kv: torch.Tensor,
+    def _prefill_attention(self, k: KernelSet, q: torch.Tensor, kv: torch.Tensor,
                       comp: tuple[torch.Tensor, torch.Tensor | None] | None,
                       idx_q: tuple[torch.Tensor, torch.Tensor] | None, batch: ForwardBatch,
                       published: Published) -> torch.Tensor:
