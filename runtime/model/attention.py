@@ -17,6 +17,7 @@ from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
 from deepinfer.kernels import formats
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.device import to_device
+from deepinfer.runtime.model import indexer as indexer_mod
 from deepinfer.runtime.model import window_layout
 from deepinfer.runtime.model.batch import ForwardBatch
 from deepinfer.runtime.model.cache import CacheView
@@ -176,22 +177,28 @@ class Attention(nn.Module):
                       idx_q: tuple[torch.Tensor, torch.Tensor] | None, batch: ForwardBatch,
                       published: Published) -> torch.Tensor:
         """Attention of any batch (prefill chunks, contiguous caches): per sequence its
-        compressed-entry appends and top-k (ratio > 0), then for all sequences at once the
-        window keys (each chunk sees its own earlier tokens; ``model/window_layout.py``), the
-        ring writes, the selected entries and one attention op. Returns (N, H, Dh) like q."""
+        compressed-entry appends and (unless every sequence takes all its visible entries:
+        ``_short_selection``) its top-k (ratio > 0), then for all sequences at once the window
+        keys (each chunk sees its own earlier tokens; ``model/window_layout.py``), the ring
+        writes, the selected entries and one attention op. Returns (N, H, Dh) like q."""
         layer = self.layer
         if not batch.caches:
             return torch.empty_like(q)
         picks: list[torch.Tensor] = []
         entries: list[torch.Tensor] = []
         if layer.compress_ratio > 0:
-            for b, cache in enumerate(batch.caches):
-                rows = batch.rows(b)
-                if comp is not None:
+            if comp is not None:  # a sequence's top-k reads only its own appends
+                for b, cache in enumerate(batch.caches):
+                    rows = batch.rows(b)
                     self._append_entries(k, comp[0][rows],
                                          None if comp[1] is None else comp[1][rows], cache)
-                picks.append(self._selection(k, b, rows, idx_q, batch.positions[rows], cache,
-                                             published))
+            picks = self._short_selection(idx_q, batch, published)  # all rows, or []
+            batched = bool(picks)
+            for b, cache in enumerate(batch.caches):
+                if not batched:
+                    rows = batch.rows(b)
+                    picks.append(self._selection(k, b, rows, idx_q, batch.positions[rows],
+                                                 cache, published))
                 entries.append(cache.entries(layer.kv_source))
         keys, indices = self._window_keys(kv, batch)
         if picks:
@@ -260,6 +267,26 @@ class Attention(nn.Module):
         keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
         entries = k.compressed_kv_records(latents, group_pos, self.inv_freq)
         cache.append_entries(src, entries, keys)
+
+    def _short_selection(self, idx_q: tuple[torch.Tensor, torch.Tensor] | None,
+                         batch: ForwardBatch, published: Published) -> list[torch.Tensor]:
+        """Every sequence's top-k at once when each takes every visible entry (an index source
+        that consumes no candidate mask, every sequence at most ``index_topk`` entries:
+        ``Indexer._picks_every_entry``): the picks of all rows in one tensor (a one-element
+        list; each sequence's (S_b, T_b) slice published), else [] (per sequence then)."""
+        layer = self.layer
+        if idx_q is None or layer.candidate_source is not None or not indexer_mod.SHORT_PICKS:
+            return []
+        counts = [cache.num_entries(layer.kv_source) for cache in batch.caches]
+        if not all(self.indexer._picks_every_entry(t) for t in counts):
+            return []
+        sel, cand = self.indexer._every_visible(batch.positions, max(counts), None)
+        for b, t in enumerate(counts):
+            rows = batch.rows(b)
+            published.topk[(layer.layer_id, b)] = sel[rows, :t]
+            if cand is not None:
+                published.candidates[(layer.layer_id, b)] = cand[rows, :t]
+        return [sel]
 
     def _selection(self, k: KernelSet, b: int, rows: slice,
                    idx_q: tuple[torch.Tensor, torch.Tensor] | None, pos: torch.Tensor,

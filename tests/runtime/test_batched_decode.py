@@ -411,3 +411,37 @@ def test_prefill_step_launches_grow_little_per_sequence(model):
         return sum(f"formats.py:{call}" in line for line in found)
 
     assert packing(one) > 0 and packing(eight) == packing(one), (packing(one), packing(eight))
+
+
+def test_prefill_short_picks_give_the_scored_forward(model, monkeypatch):
+    """Prefill batches whose top-k is taken without scores — every sequence's rows at once when
+    all are short (an index source consuming no candidate mask), per sequence otherwise — give
+    the scored forward's logits exactly, and so do the next tokens that read those caches."""
+    from deepinfer.runtime.model import indexer as indexer_mod
+
+    spec = model.spec
+    batched: list[int] = []
+    real = attention_mod.Attention._short_selection
+
+    def spy(self, *args):
+        out = real(self, *args)
+        batched.append(len(out))
+        return out
+
+    monkeypatch.setattr(attention_mod.Attention, "_short_selection", spy)
+
+    def forward(lens: list[int], short: bool):
+        monkeypatch.setattr(indexer_mod, "SHORT_PICKS", short)
+        caches = [SequenceCache.empty(spec) for _ in lens]
+        chunks = [[3 + (5 * i + j) % 400 for j in range(n)] for i, n in enumerate(lens)]
+        logits = model.forward(ForwardBatch.build(chunks, caches))
+        second = [[7 + i] for i in range(len(lens))]  # one more token each: the caches read
+        return logits, model.forward(ForwardBatch.build(second, caches))
+
+    # all short (ratio 2: at most 5 entries each), then one past index_topk entries
+    for lens in ([3, 8, 5, 11], [3, 8, 5, 2 * spec.index_topk + 5, 11]):
+        batched.clear()
+        got = forward(lens, True)
+        assert (1 in batched) == (max(lens) <= 2 * spec.index_topk), batched
+        for g, w in zip(got, forward(lens, False), strict=True):
+            assert torch.equal(g, w), lens
