@@ -376,8 +376,8 @@ def test_prefill_picks_without_scores_match_the_scored_top_k(model, monkeypatch,
 
 # model-code ops that launch a GPU kernel per extra sequence of a prefill step (tiny model, 8-token
 # prompts): 765 before session 22 (each sequence's window keys, ring write, entry unpacking and
-# attention in its own torch ops), 114 after (per sequence only the entry appends, the top-k of
-# the sequences with more than index_topk entries, and the ring slices)
+# attention in its own torch ops), 104 after (per sequence only the entry appends, the top-k of
+# the sequences with more than index_topk entries or a candidate mask, and the ring slices)
 MAX_PREFILL_LAUNCHES_PER_SEQUENCE = 130
 
 
