@@ -31,13 +31,16 @@ from deepinfer.runtime.model.rope_tables import layer_inv_freq
 class Published:
     """What index sources publish within one forward, per layer and sequence: top-k entry ids
     (S, k) and the candidate mask (S, T) of the candidate source; in a decode step, per layer
-    for all N rows at once."""
+    for all N rows at once. In a prefill step also each KV source's compressed entries of all
+    sequences, unpacked once (every later layer of that source reads the same ones)."""
 
     def __init__(self) -> None:
         self.topk: dict[tuple[int, int], torch.Tensor] = {}
         self.candidates: dict[tuple[int, int], torch.Tensor] = {}
         self.topk_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, index_topk)
         self.candidate_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, T)
+        # prefill: KV source -> (entries (sum T_b, Dh) bf16 in batch order, T_b per sequence)
+        self.entries: dict[int, tuple[torch.Tensor, list[int]]] = {}
 
 
 class Attention(nn.Module):
@@ -185,7 +188,6 @@ class Attention(nn.Module):
         if not batch.caches:
             return torch.empty_like(q)
         picks: list[torch.Tensor] = []
-        entries: list[torch.Tensor] = []
         if layer.compress_ratio > 0:
             if comp is not None:  # a sequence's top-k reads only its own appends
                 for b, cache in enumerate(batch.caches):
@@ -199,10 +201,10 @@ class Attention(nn.Module):
                     rows = batch.rows(b)
                     picks.append(self._selection(k, b, rows, idx_q, batch.positions[rows],
                                                  cache, published))
-                entries.append(cache.entries(layer.kv_source))
         keys, indices = self._window_keys(kv, batch)
         if picks:
-            keys, indices = self._with_entries(keys, indices, picks, entries, batch)
+            keys, indices = self._with_entries(keys, indices, picks,
+                                               self._entries(batch, published), batch)
         # one op over every sequence's rows (a 4K chunk's result is 268 MB)
         return k.sparse_attention_sink(q, keys, indices, self.attn_sink, self.head_dim ** -0.5)
 
@@ -236,23 +238,38 @@ class Attention(nn.Module):
             done += count
         return keys, indices
 
+    def _entries(self, batch: ForwardBatch, published: Published
+                 ) -> tuple[torch.Tensor, list[int]]:
+        """Every sequence's compressed entries of this layer's KV source, unpacked to bf16 at
+        once (batch order) and their counts; once per forward and source (``published``): the
+        source layer appends first, the layers after it read the same entries."""
+        src = self.layer.kv_source
+        if src in published.entries:
+            return published.entries[src]
+        records = [cache.entries(src) for cache in batch.caches]
+        out = (formats.unpack_compressed_kv(_cat(records), self.head_dim, torch.bfloat16),
+               [r.shape[0] for r in records])
+        if self.layer.layer_id >= src:  # the source's appends of this forward are in
+            published.entries[src] = out
+        return out
+
     def _with_entries(self, keys: torch.Tensor, indices: torch.Tensor,
-                      picks: list[torch.Tensor], entries: list[torch.Tensor],
+                      picks: list[torch.Tensor], entries: tuple[torch.Tensor, list[int]],
                       batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The selected compressed entries appended: every sequence's entries (records,
-        unpacked at once) after the window keys, and its queries' picks (S_b, k_b) -> key rows,
-        -1 padded to the widest k (entries < 0 are skipped)."""
+        """The selected compressed entries appended: ``entries`` (:meth:`_entries`) after the
+        window keys, and each sequence's picks (S_b, k_b) -> key rows, -1 padded to the widest
+        k (entries < 0 are skipped)."""
+        unpacked, counts = entries
         width = max(p.shape[1] for p in picks)
         base, offsets = keys.shape[0], []
-        for e in entries:
+        for n in counts:
             offsets.append(base)
-            base += e.shape[0]
+            base += n
         sel = _cat([p if p.shape[1] == width else F.pad(p, (0, width - p.shape[1]), value=-1)
                     for p in picks])
         # per row its sequence's first entry row: a pinned, asynchronous copy (no host sync)
         shift = to_device(np.repeat(np.asarray(offsets, dtype=np.int64), batch.seq_lens),
                           sel.device)[:, None]
-        unpacked = formats.unpack_compressed_kv(_cat(entries), self.head_dim, torch.bfloat16)
         return (torch.cat([keys, unpacked]),
                 torch.cat([indices, torch.where(sel >= 0, sel + shift, sel)], dim=1))
 
