@@ -195,12 +195,10 @@ class Attention(nn.Module):
                     self._append_entries(k, comp[0][rows],
                                          None if comp[1] is None else comp[1][rows], cache)
             picks = self._short_selection(idx_q, batch, published)  # all rows, or []
-            batched = bool(picks)
-            for b, cache in enumerate(batch.caches):
-                if not batched:
-                    rows = batch.rows(b)
-                    picks.append(self._selection(k, b, rows, idx_q, batch.positions[rows],
-                                                 cache, published))
+            if not picks:
+                picks = [self._selection(k, b, batch.rows(b), idx_q,
+                                         batch.positions[batch.rows(b)], cache, published)
+                         for b, cache in enumerate(batch.caches)]
         keys, indices = self._window_keys(kv, batch)
         if picks:
             keys, indices = self._with_entries(keys, indices, picks,
@@ -289,15 +287,15 @@ class Attention(nn.Module):
                          batch: ForwardBatch, published: Published) -> list[torch.Tensor]:
         """Every sequence's top-k at once when each takes every visible entry (an index source
         that consumes no candidate mask, every sequence at most ``index_topk`` entries:
-        ``Indexer._picks_every_entry``): the picks of all rows in one tensor (a one-element
+        ``Indexer.picks_every_entry``): the picks of all rows in one tensor (a one-element
         list; each sequence's (S_b, T_b) slice published), else [] (per sequence then)."""
         layer = self.layer
         if idx_q is None or layer.candidate_source is not None or not indexer_mod.SHORT_PICKS:
             return []
         counts = [cache.num_entries(layer.kv_source) for cache in batch.caches]
-        if not all(self.indexer._picks_every_entry(t) for t in counts):
+        if not all(self.indexer.picks_every_entry(t) for t in counts):
             return []
-        sel, cand = self.indexer._every_visible(batch.positions, max(counts), None)
+        sel, cand = self.indexer.every_visible(batch.positions, max(counts), None)
         for b, t in enumerate(counts):
             rows = batch.rows(b)
             published.topk[(layer.layer_id, b)] = sel[rows, :t]

@@ -12,7 +12,7 @@ from deepinfer.runtime.model.params import Linear, Norm
 
 # Prefill top-k over a sequence with at most ``index_topk`` entries (and, on the candidate source,
 # at most ``candidate_topk_blocks`` blocks) takes every visible entry: computed without scores
-# (``Indexer._every_visible``; ~20 launches per sequence and index layer less in a prefill step
+# (``Indexer.every_visible``; ~20 launches per sequence and index layer less in a prefill step
 # of short prompts, session 22). False: always score.
 SHORT_PICKS = True
 
@@ -60,12 +60,12 @@ class Indexer(nn.Module):
             (S, min(index_topk, T)) int64 entry ids sorted ascending, -1 = none; and the
             candidate mask if this layer is the candidate source (else None).
         """
-        if SHORT_PICKS and self._picks_every_entry(key_records.shape[0]):
-            return self._every_visible(positions, key_records.shape[0], candidates)
+        if SHORT_PICKS and self.picks_every_entry(key_records.shape[0]):
+            return self.every_visible(positions, key_records.shape[0], candidates)
         keys = formats.unpack_index_key(key_records, self.head_dim, torch.bfloat16)
         return self._topk(k, k.index_scores(q, head_w, keys), positions, candidates)
 
-    def _picks_every_entry(self, num_entries: int) -> bool:
+    def picks_every_entry(self, num_entries: int) -> bool:
         """Whether a top-k over ``num_entries`` keys must take every visible (and candidate)
         entry whatever the scores: at most ``index_topk`` of them and, on the candidate
         source, at most ``candidate_topk_blocks`` blocks (every block holding a visible entry
@@ -75,10 +75,10 @@ class Indexer(nn.Module):
         return num_entries <= spec.index_topk and (
             not self.layer.is_candidate_source or blocks <= spec.candidate_topk_blocks)
 
-    def _every_visible(self, positions: torch.Tensor, num_entries: int,
+    def every_visible(self, positions: torch.Tensor, num_entries: int,
                        candidates: torch.Tensor | None
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`select`'s result when it takes every visible entry (``_picks_every_entry``),
+        """:meth:`select`'s result when it takes every visible entry (``picks_every_entry``),
         without scores: the (S, T) picks are the visible (candidate) entries ascending, then -1;
         the candidate source's mask keeps the blocks holding a visible entry. Exact as long as
         the visible scores are finite (the reference and the kernels pick finite scores)."""

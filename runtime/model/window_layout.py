@@ -1,7 +1,8 @@
 """Where the sliding-window keys of a prefill batch lie: one layout per forward, every layer's.
 
-The attention of a prefill step runs once over all of its sequences (``Attention._prefill``):
-one key tensor, one list of key rows per query. Its window part is
+The attention of a prefill step runs once over all of its sequences
+(``Attention._prefill_attention``): one key tensor, one list of key rows per query. Its window
+part is
 
     keys = [cached rows of every continuing sequence, in batch order] + [the step's kv rows]
 
@@ -41,14 +42,12 @@ class WindowLayout:
             of each flat row's sequence.
         prev: (b, first_b, start_b) of each sequence with cached rows (start_b > 0), in batch
             order; their rows start the key tensor in this order.
-        num_prev: P, the cached rows of all sequences.
         tail_rows: (T,) int64 on the device, the flat rows whose records go to the rings.
         tails: (b, first position, count) per sequence, in ``tail_rows`` order.
     """
 
     shifts: torch.Tensor
     prev: list[tuple[int, int, int]]
-    num_prev: int
     tail_rows: torch.Tensor
     tails: list[tuple[int, int, int]]
 
@@ -73,7 +72,7 @@ def build_window_layout(seq_lens: list[int], start_positions: list[int], window:
              for b, (s, n, c) in enumerate(zip(starts, lens, count, strict=True))]
     prev = [(b, int(f), int(s)) for b, (f, s) in enumerate(zip(first, starts, strict=True))
             if s > f]
-    return WindowLayout(shifts, prev, num_prev, to_device(tail_rows, device), tails)
+    return WindowLayout(shifts, prev, to_device(tail_rows, device), tails)
 
 
 def key_indices(layout: WindowLayout, positions: torch.Tensor, window: int) -> torch.Tensor:

@@ -342,7 +342,7 @@ def test_graph_shaped_decode_launches_few_model_code_ops(model):
 @pytest.mark.parametrize("layer_id", [1, 4, 6])  # ratio 2; ratio 1 candidate source; Reindex
 def test_prefill_picks_without_scores_match_the_scored_top_k(model, monkeypatch, layer_id):
     """A sequence with at most index_topk entries (and few enough candidate blocks) takes every
-    visible entry: ``Indexer._every_visible`` gives the scored path's picks and candidate mask
+    visible entry: ``Indexer.every_visible`` gives the scored path's picks and candidate mask
     exactly, for every query position (nothing, some and all entries visible), with and without
     a published candidate mask; above index_topk entries the scores decide."""
     from deepinfer.kernels import formats
@@ -367,7 +367,7 @@ def test_prefill_picks_without_scores_match_the_scored_top_k(model, monkeypatch,
             want = ind.select(k, q, head_w, keys, positions, cand)
             monkeypatch.setattr(indexer_mod, "SHORT_PICKS", True)
             got = ind.select(k, q, head_w, keys, positions, cand)
-            assert ind._picks_every_entry(t) == (t <= spec.index_topk)
+            assert ind.picks_every_entry(t) == (t <= spec.index_topk)
             assert torch.equal(got[0], want[0]), (t, cand is None)
             assert (got[1] is None) == (want[1] is None)
             if want[1] is not None:
