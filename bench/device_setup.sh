@@ -114,3 +114,22 @@ PY
     >"$OUT/prefill_base.log" 2>&1)
   echo "prefill base rc=$?"; grep -E "^prefill 64" "$OUT/prefill_base.log"
 }
+# Lone and batched prefill timings of this tree and the one in ab-base.tar, interleaved
+# (base, new, base, new: the first process on a fresh machine runs slower), $1 = the
+# bench/prefill.py arguments in one string; prints each run's median lines.
+prefill_ab_interleaved() {
+  ab_base_tree ab-base.tar || return 1
+  local args=($1) i tree
+  for i in 1 2; do
+    for tree in base new; do
+      if [ $tree = base ]; then
+        (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH timeout 140 python3 bench/prefill.py \
+          "${args[@]}" --out /tmp/j >"$OUT/prefill_${tree}_$i.log" 2>&1)
+      else
+        timeout 140 python3 bench/prefill.py "${args[@]}" --out /tmp/j \
+          >"$OUT/prefill_${tree}_$i.log" 2>&1
+      fi
+      echo "$tree $i rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_${tree}_$i.log"
+    done
+  done
+}

@@ -21,9 +21,11 @@ partial rows), except the engram history, which :meth:`CachePool.view` resets at
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from deepinfer.artifacts.model_spec import ModelSpec
+from deepinfer.runtime.device import to_device
 
 __all__ = ["CachePool", "PagedSequenceCache"]
 
@@ -62,15 +64,18 @@ class CachePool:
         self.engram_history = torch.full((num_state_slots, spec.engram_max_ngram_size - 1), -1,
                                          dtype=torch.int64, device=device)
 
-    def view(self, block_table: torch.Tensor, slot: int, num_tokens: int) -> PagedSequenceCache:
+    def view(self, block_table: torch.Tensor, slot: int, num_tokens: int,
+             host_block_table: np.ndarray | None = None) -> PagedSequenceCache:
         """The cache of a sequence holding ``num_tokens`` tokens in ``block_table`` (int64 block
         ids, enough for the tokens of the coming step; copied to the pool's device unless it is
-        there already, as the engine's tables are) and state slot ``slot``."""
+        there already, as the engine's tables are) and state slot ``slot``.
+        ``host_block_table``: the same ids on the host (a CPU table is its own), which lets a
+        prefill step address every sequence's entries in one op (``append_entries_many``)."""
         if slot <= 0 or slot >= self.num_state_slots:
             raise ValueError(f"state slot {slot} outside 1..{self.num_state_slots - 1}")
         if num_tokens == 0:
             self.engram_history[slot] = -1
-        return PagedSequenceCache(self, block_table, slot, num_tokens)
+        return PagedSequenceCache(self, block_table, slot, num_tokens, host_block_table)
 
     def flat_window(self) -> torch.Tensor:
         """uint8 (slots * L * W, window_record_bytes) view of every window ring: the record of
@@ -115,10 +120,80 @@ class CachePool:
 class PagedSequenceCache:
     """One sequence's cache over a :class:`CachePool` (the model's ``CacheView``)."""
 
-    def __init__(self, pool: CachePool, block_table: torch.Tensor, slot: int, num_tokens: int):
+    def __init__(self, pool: CachePool, block_table: torch.Tensor, slot: int, num_tokens: int,
+                 host_block_table: np.ndarray | None = None):
         self.pool, self.slot, self.num_tokens = pool, slot, num_tokens
+        if host_block_table is None and block_table.device.type == "cpu":
+            host_block_table = block_table.numpy()
+        self.host_block_table = (None if host_block_table is None
+                                 else np.asarray(host_block_table, dtype=np.int64))
         self.block_table = block_table.to(device=pool.device, dtype=torch.int64)  # (blocks,)
         self._num_entries = {s: num_tokens // r for s, r in pool.ratio.items()}
+
+    @staticmethod
+    def _host_addressed(caches: list) -> bool:
+        """Whether every cache is a view of one pool with a host block table."""
+        first = caches[0]
+        return all(isinstance(c, PagedSequenceCache) and c.pool is first.pool
+                   and c.host_block_table is not None for c in caches)
+
+    def _flat_rows(self, source_layer: int, first: int, count: int) -> np.ndarray:
+        """Flat pool rows (``CachePool.flat_entries``) of entries first .. first + count - 1."""
+        per_block = self.pool.entries_per_block[source_layer]
+        ids = np.arange(first, first + count, dtype=np.int64)
+        return self.host_block_table[ids // per_block] * per_block + ids % per_block
+
+    def _check_room(self, source_layer: int, last: int) -> None:
+        """Raise when entry ``last`` lies beyond the block table (host ints, no device read)."""
+        per_block = self.pool.entries_per_block[source_layer]
+        if last // per_block >= self.block_table.shape[0]:
+            raise RuntimeError(f"sequence in slot {self.slot}: entry {last} of layer "
+                               f"{source_layer} needs block {last // per_block} but its table "
+                               f"has {self.block_table.shape[0]} blocks")
+
+    @staticmethod
+    def window_pool_many(caches: list) -> tuple[torch.Tensor, list[int]] | None:
+        """``CachePool.window`` and every cache's state slot (``model/cache.py``
+        shared_window), or None unless every cache is a view of one pool."""
+        first = caches[0]
+        if not all(isinstance(c, PagedSequenceCache) and c.pool is first.pool for c in caches):
+            return None
+        return first.pool.window, [c.slot for c in caches]
+
+    @staticmethod
+    def append_entries_many(caches: list, source_layer: int, entries: torch.Tensor,
+                            keys: torch.Tensor, counts: list[int]) -> bool:
+        """``append_entries`` of every cache at once (``model/cache.py`` append_entries_all):
+        one host-built row list, one copy, two writes. False (nothing done) unless every cache
+        is a view of one pool with a host block table."""
+        if not PagedSequenceCache._host_addressed(caches):
+            return False
+        s, rows = source_layer, []
+        for cache, n in zip(caches, counts, strict=True):  # every check before any write
+            if n:
+                cache._check_room(s, cache._num_entries[s] + n - 1)
+                rows.append(cache._flat_rows(s, cache._num_entries[s], n))
+        if rows:
+            pool = caches[0].pool
+            flat = to_device(np.concatenate(rows), pool.device)
+            pool.flat_entries(s)[flat] = entries
+            pool.flat_index_keys(s)[flat] = keys
+        for cache, n in zip(caches, counts, strict=True):
+            cache._num_entries[s] += n
+        return True
+
+    @staticmethod
+    def entries_many(caches: list, source_layer: int
+                     ) -> tuple[torch.Tensor, list[int]] | None:
+        """Every cache's entries of a KV source in one gather (``model/cache.py``
+        entries_all), or None unless every cache is a view of one pool with a host table."""
+        if not PagedSequenceCache._host_addressed(caches):
+            return None
+        counts = [c._num_entries[source_layer] for c in caches]
+        rows = np.concatenate([c._flat_rows(source_layer, 0, n)
+                               for c, n in zip(caches, counts, strict=True)])
+        pool = caches[0].pool
+        return pool.flat_entries(source_layer)[to_device(rows, pool.device)], counts
 
     @property
     def engram_history(self) -> torch.Tensor:
@@ -151,10 +226,7 @@ class PagedSequenceCache:
         if entries.shape[0] == 0:
             return
         first, last = self._num_entries[s], self._num_entries[s] + entries.shape[0] - 1
-        if last // per_block >= self.block_table.shape[0]:  # host ints: no device read-back
-            raise RuntimeError(f"sequence in slot {self.slot}: entry {last} of layer {s} "
-                               f"needs block {last // per_block} but its table has "
-                               f"{self.block_table.shape[0]} blocks")
+        self._check_room(s, last)
         ids = torch.arange(first, last + 1, device=entries.device)
         block_index = torch.div(ids, per_block, rounding_mode="floor")
         blocks, rows = self.block_table[block_index], ids % per_block

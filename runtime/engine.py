@@ -339,7 +339,8 @@ class Engine:
         else:
             any_image = any(any(m) for m in masks)
             tables = to_device(host_tables, self.device)
-            caches = [self.pool.view(tables[i], int(slots[i]), int(start[i])) for i in range(n)]
+            caches = [self.pool.view(tables[i], int(slots[i]), int(start[i]), host_tables[i])
+                      for i in range(n)]
             batch = ForwardBatch.build(chunks, caches, masks if any_image else None,
                                        torch.cat(embeds) if embeds else None,
                                        device=self.device)

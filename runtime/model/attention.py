@@ -20,7 +20,11 @@ from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model import indexer as indexer_mod
 from deepinfer.runtime.model import window_layout
 from deepinfer.runtime.model.batch import ForwardBatch
-from deepinfer.runtime.model.cache import CacheView
+from deepinfer.runtime.model.cache import (
+    CacheView,
+    append_entries_all,
+    entries_all,
+)
 from deepinfer.runtime.model.compressor import Compressor
 from deepinfer.runtime.model.decode_rows import DecodeRows, attend_records
 from deepinfer.runtime.model.indexer import Indexer
@@ -30,15 +34,19 @@ from deepinfer.runtime.model.rope_tables import layer_inv_freq
 
 class Published:
     """What index sources publish within one forward, per layer and sequence: top-k entry ids
-    (S, k) and the candidate mask (S, T) of the candidate source; in a decode step, per layer
-    for all N rows at once. In a prefill step also each KV source's compressed entries of all
-    sequences, unpacked once (every later layer of that source reads the same ones)."""
+    (S, k) and the candidate mask (S, T) of the candidate source; in a decode step (and a
+    prefill step's short selections), per layer for all N rows at once. In a prefill step
+    also each KV source's compressed entries of all sequences, unpacked once (every later layer
+    of that source reads the same ones)."""
 
     def __init__(self) -> None:
         self.topk: dict[tuple[int, int], torch.Tensor] = {}
         self.candidates: dict[tuple[int, int], torch.Tensor] = {}
-        self.topk_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, index_topk)
-        self.candidate_rows: dict[int, torch.Tensor] = {}  # decode step: layer -> (N, T)
+        # all N rows at once: decode step, layer -> (N, index_topk) and (N, T); prefill step,
+        # when every sequence took every visible entry (Attention._short_selection), layer ->
+        # (N, max T_b) both
+        self.topk_rows: dict[int, torch.Tensor] = {}
+        self.candidate_rows: dict[int, torch.Tensor] = {}
         # prefill: KV source -> (entries (sum T_b, Dh) bf16 in batch order, T_b per sequence)
         self.entries: dict[int, tuple[torch.Tensor, list[int]]] = {}
 
@@ -189,11 +197,8 @@ class Attention(nn.Module):
             return torch.empty_like(q)
         picks: list[torch.Tensor] = []
         if layer.compress_ratio > 0:
-            if comp is not None:  # a sequence's top-k reads only its own appends
-                for b, cache in enumerate(batch.caches):
-                    rows = batch.rows(b)
-                    self._append_entries(k, comp[0][rows],
-                                         None if comp[1] is None else comp[1][rows], cache)
+            if comp is not None:  # before the top-k, which reads them
+                self._append_entries(k, comp, batch)
             picks = self._short_selection(idx_q, batch, published)  # all rows, or []
             if not picks:
                 picks = [self._selection(k, b, batch.rows(b), idx_q,
@@ -219,15 +224,25 @@ class Attention(nn.Module):
         """
         w, layer_id = self.spec.sliding_window, self.layer.layer_id
         layout = batch.window_layout(w)
+        pool = batch.window_pool() if layout.pool_rows is not None else None
         keys = kv
         if layout.prev:  # read before the ring writes below overwrite those slots
-            cached = [batch.caches[b].window_ring(layer_id)[slot:slot + n]
-                      for b, first, start in layout.prev
-                      for slot, _, n in window_layout.ring_ranges(first, start - first, w)]
-            prev = formats.unpack_window_kv(_cat(cached), self.head_dim, torch.bfloat16)
+            if pool is not None:  # every sequence's rows in one gather
+                state, ring_slot = layout.pool_rows[0]
+                cached = pool[0][state, layer_id, ring_slot]
+            else:
+                cached = _cat([batch.caches[b].window_ring(layer_id)[slot:slot + n]
+                               for b, first, start in layout.prev
+                               for slot, _, n in window_layout.ring_ranges(first, start - first,
+                                                                           w)])
+            prev = formats.unpack_window_kv(cached, self.head_dim, torch.bfloat16)
             keys = torch.cat([prev, kv])
         indices = window_layout.key_indices(layout, batch.positions, w)
         records = formats.pack_window_kv(kv[layout.tail_rows])
+        if pool is not None:  # every sequence's tail in one write
+            state, ring_slot = layout.pool_rows[1]
+            pool[0][state, layer_id, ring_slot] = records
+            return keys, indices
         done = 0
         for b, first, count in layout.tails:
             ring = batch.caches[b].window_ring(layer_id)
@@ -244,9 +259,8 @@ class Attention(nn.Module):
         src = self.layer.kv_source
         if src in published.entries:
             return published.entries[src]
-        records = [cache.entries(src) for cache in batch.caches]
-        out = (formats.unpack_compressed_kv(_cat(records), self.head_dim, torch.bfloat16),
-               [r.shape[0] for r in records])
+        records, counts = entries_all(batch.caches, src)
+        out = formats.unpack_compressed_kv(records, self.head_dim, torch.bfloat16), counts
         if self.layer.layer_id >= src:  # the source's appends of this forward are in
             published.entries[src] = out
         return out
@@ -271,32 +285,44 @@ class Attention(nn.Module):
         return (torch.cat([keys, unpacked]),
                 torch.cat([indices, torch.where(sel >= 0, sel + shift, sel)], dim=1))
 
-    def _append_entries(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
-                        cache: CacheView) -> None:
-        """Compress the groups this chunk completes; append their index keys and FP4 entries."""
+    def _append_entries(self, k: KernelSet, comp: tuple[torch.Tensor, torch.Tensor | None],
+                        batch: ForwardBatch) -> None:
+        """Compress the groups the step's chunks complete, every sequence at once; append
+        their index keys and FP4 entries to each sequence's cache."""
         src = self.layer.layer_id
-        latents, groups = self.compressor.emit(k, kv, gate, cache)
+        latents, group_pos, counts = self.compressor.emit(k, comp[0], comp[1], batch)
         if latents.shape[0] == 0:
             return
-        group_pos = groups * self.layer.compress_ratio
         keys = self.indexer.index_key_records(k, latents, group_pos, self.inv_freq)
         entries = k.compressed_kv_records(latents, group_pos, self.inv_freq)
-        cache.append_entries(src, entries, keys)
+        append_entries_all(batch.caches, src, entries, keys, counts)
 
     def _short_selection(self, idx_q: tuple[torch.Tensor, torch.Tensor] | None,
                          batch: ForwardBatch, published: Published) -> list[torch.Tensor]:
-        """Every sequence's top-k at once when each takes every visible entry (an index source
-        that consumes no candidate mask, every sequence at most ``index_topk`` entries:
-        ``Indexer.picks_every_entry``): the picks of all rows in one tensor (a one-element
-        list; each sequence's (S_b, T_b) slice published), else [] (per sequence then)."""
+        """Every sequence's top-k at once when each takes every visible entry (every sequence
+        at most ``index_topk`` entries: ``Indexer.picks_every_entry``; a layer consuming a
+        candidate mask needs its source's mask of every row): the picks of all rows in one
+        tensor (a one-element list; published for all rows and each sequence's (S_b, T_b)
+        slice), or a reusing layer's index source's such picks; else [] (per sequence)."""
         layer = self.layer
-        if idx_q is None or layer.candidate_source is not None or not indexer_mod.SHORT_PICKS:
+        if idx_q is None:  # a layer reusing its index source's picks: all rows if it has them
+            reused = published.topk_rows.get(layer.index_source)
+            return [] if reused is None else [reused]
+        if not indexer_mod.SHORT_PICKS:
             return []
         counts = [cache.num_entries(layer.kv_source) for cache in batch.caches]
         if not all(self.indexer.picks_every_entry(t) for t in counts):
             return []
-        sel, cand = self.indexer.every_visible(batch.positions, max(counts), None)
-        for b, t in enumerate(counts):
+        width, candidates = max(counts), None
+        if layer.candidate_source is not None:  # the source's mask of every row, same width
+            candidates = published.candidate_rows.get(layer.candidate_source)
+            if candidates is None or candidates.shape[1] != width:
+                return []
+        sel, cand = self.indexer.every_visible(batch.positions, width, candidates)
+        published.topk_rows[layer.layer_id] = sel
+        if cand is not None:
+            published.candidate_rows[layer.layer_id] = cand
+        for b, t in enumerate(counts):  # for the layers that read one sequence's picks
             rows = batch.rows(b)
             published.topk[(layer.layer_id, b)] = sel[rows, :t]
             if cand is not None:

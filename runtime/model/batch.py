@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from deepinfer.runtime.device import to_device
-from deepinfer.runtime.model.cache import CacheView
+from deepinfer.runtime.model.cache import CacheView, shared_window
 from deepinfer.runtime.model.window_layout import WindowLayout, build_window_layout
 
 
@@ -36,6 +36,7 @@ class ForwardBatch:
     starts: list[int] = field(init=False)  # host: first flat row per sequence
     _window_layouts: dict[int, WindowLayout] = field(
         default_factory=dict, init=False, repr=False, compare=False)
+    _window_pool: list = field(default_factory=list, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.start_positions:
@@ -89,12 +90,21 @@ class ForwardBatch:
         start = self.starts[b]
         return slice(start, start + self.seq_lens[b])
 
+    def window_pool(self) -> tuple[torch.Tensor, list[int]] | None:
+        """The pool all the batch's window rings share and their state slots, or None
+        (``model/cache.py`` shared_window); asked once per forward."""
+        if not self._window_pool:  # asked: [the answer]
+            self._window_pool.append(shared_window(self.caches))
+        return self._window_pool[0]
+
     def window_layout(self, window: int) -> WindowLayout:
         """Where every sequence's window keys and ring writes lie for a sliding window of
         ``window`` positions (``model/window_layout.py``); built once, shared by the layers."""
         if window not in self._window_layouts:
+            shared = self.window_pool()
             self._window_layouts[window] = build_window_layout(
-                self.seq_lens, self.start_positions, window, self.device)
+                self.seq_lens, self.start_positions, window, self.device,
+                None if shared is None else shared[1])
         return self._window_layouts[window]
 
 

@@ -16,7 +16,8 @@ A :class:`SequenceCache` holds everything a sequence needs to continue from ``nu
 The model touches a cache only through the methods below (``window_ring``, ``entries``,
 ``index_key_records``, ``num_entries``, ``append_entries``, ``partial``, ``set_partial``,
 ``engram_history``, ``num_tokens``): the runtime's paged form (``runtime/cache_pool.py``, blocks
-and state slots) implements the same methods over shared pools.
+and state slots) implements the same methods over shared pools, and may serve a whole batch's
+appends and reads in one op (``append_entries_all``, ``entries_all``, ``shared_window``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,44 @@ class CacheView(Protocol):
                        keys: torch.Tensor) -> None: ...
     def partial(self, source_layer: int) -> tuple[torch.Tensor, torch.Tensor]: ...
     def set_partial(self, source_layer: int, kv: torch.Tensor, gate: torch.Tensor) -> None: ...
+
+
+def append_entries_all(caches: list[CacheView], source_layer: int, entries: torch.Tensor,
+                       keys: torch.Tensor, counts: list[int]) -> None:
+    """Append to each cache its slice of ``entries`` / ``keys`` ((sum counts, bytes), batch
+    order, ``counts[b]`` rows for ``caches[b]``): one write for all when the caches' type offers
+    ``append_entries_many`` and it takes them (the paged pool), else per sequence."""
+    many = getattr(type(caches[0]), "append_entries_many", None)
+    if many is not None and many(caches, source_layer, entries, keys, counts):
+        return
+    done = 0
+    for cache, n in zip(caches, counts, strict=True):
+        if n:
+            cache.append_entries(source_layer, entries[done:done + n], keys[done:done + n])
+        done += n
+
+
+def entries_all(caches: list[CacheView], source_layer: int) -> tuple[torch.Tensor, list[int]]:
+    """Every cache's (T_b, compressed_record_bytes) entries of a KV source, concatenated in
+    batch order, and the T_b: one gather when the caches' type offers ``entries_many`` and it
+    takes them (the paged pool), else per sequence."""
+    many = getattr(type(caches[0]), "entries_many", None)
+    got = many(caches, source_layer) if many is not None else None
+    if got is not None:
+        return got
+    records = [cache.entries(source_layer) for cache in caches]
+    joined = records[0] if len(records) == 1 else torch.cat(records)
+    return joined, [r.shape[0] for r in records]
+
+
+def shared_window(caches: list[CacheView]) -> tuple[torch.Tensor, list[int]] | None:
+    """The (slots, layers, W, window_record_bytes) pool every cache's window ring lives in and
+    each cache's state slot, when the caches' type offers ``window_pool_many`` and they share
+    one pool (the paged cache); else None (rings per sequence: ``window_ring``)."""
+    if not caches:
+        return None
+    many = getattr(type(caches[0]), "window_pool_many", None)
+    return many(caches) if many is not None else None
 
 
 @dataclass

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
 from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
 from deepinfer.kernels.registry import KernelSet
-from deepinfer.runtime.model.cache import CacheView
+from deepinfer.runtime.device import to_device
+from deepinfer.runtime.model.batch import ForwardBatch
+from deepinfer.runtime.model.group_layout import build_group_layout
 from deepinfer.runtime.model.params import Linear, Norm
 
 
@@ -38,27 +41,46 @@ class Compressor(nn.Module):
         return self.wkv(k, xf), self.wgate(k, xf)
 
     def emit(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
-             cache: CacheView) -> tuple[torch.Tensor, torch.Tensor]:
-        """Latents of the groups one sequence's chunk completes; updates the partial state.
+             batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+        """Latents of the groups every sequence's chunk completes, all sequences at once (batch
+        order); updates each sequence's partial state (``model/group_layout.py``).
 
         Args:
-            kv, gate: this sequence's rows of :meth:`project`.
+            kv, gate: (N, Dh) rows of :meth:`project` for the batch's rows (gate None at
+                ratio 1).
         Returns:
-            latents (G, Dh) bf16 (pre-RoPE) and their group indices (G,) int64, starting at the
-            number of entries already in the cache. RoPE position of group j is ``j * ratio``.
+            latents (G, Dh) bf16 (pre-RoPE), their RoPE positions (G,) int64 (entry id *
+            ratio; entry ids continue each cache's count) and G_b per sequence (sum G).
         """
-        first = cache.num_entries(self.layer_id)
-        if self.ratio == 1:
-            return kv, first + torch.arange(kv.shape[0], device=kv.device)
-        src = self.layer_id
-        partial_kv, partial_gate = cache.partial(src)
-        kv_all = torch.cat([partial_kv, kv])
-        gate_all = torch.cat([partial_gate, gate])
-        groups = kv_all.shape[0] // self.ratio
-        done = groups * self.ratio
-        cache.set_partial(src, kv_all[done:], gate_all[done:])
-        d = kv_all.shape[-1]
-        pooled = k.compress_pool(kv_all[:done].view(groups, self.ratio, d),
-                                 gate_all[:done].view(groups, self.ratio, d))
+        if self.ratio == 1:  # one entry per token, at the token's position
+            return kv, batch.positions, list(batch.seq_lens)
+        src, r = self.layer_id, self.ratio
+        layout = build_group_layout(batch.seq_lens, batch.start_positions, r)
+        parts = [batch.caches[b].partial(src) for b in layout.with_partial]
+        source_kv = torch.cat([*(p[0] for p in parts), kv]) if parts else kv
+        source_gate = torch.cat([*(p[1] for p in parts), gate]) if parts else gate
+        for b, ranges in layout.open_rows:  # source holds its own copy of the partial rows
+            batch.caches[b].set_partial(src, _rows(source_kv, ranges), _rows(source_gate, ranges))
+        num_groups = sum(layout.counts)
+        d = kv.shape[-1]
+        if num_groups == 0:
+            return kv.new_zeros(0, d, dtype=torch.bfloat16), batch.positions[:0], layout.counts
+        rows = layout.group_rows
+        host = layout.positions if rows is None else np.concatenate([layout.positions, rows])
+        packed = to_device(host, kv.device)
+        if rows is None:
+            group_kv = source_kv[:layout.contiguous_rows]
+            group_gate = source_gate[:layout.contiguous_rows]
+        else:
+            group_kv, group_gate = source_kv[packed[num_groups:]], source_gate[packed[num_groups:]]
+        pooled = k.compress_pool(group_kv.view(num_groups, r, d),
+                                 group_gate.view(num_groups, r, d))
         latents = k.rms_norm(pooled.to(torch.bfloat16), self.norm.weight, self.eps)
-        return latents, first + torch.arange(groups, device=kv.device)
+        return latents, packed[:num_groups], layout.counts
+
+
+def _rows(source: torch.Tensor, ranges: list[tuple[int, int]]) -> torch.Tensor:
+    """The source rows of ``ranges`` ((start, stop) pairs) in order; a view for one range."""
+    if len(ranges) == 1:
+        return source[ranges[0][0]:ranges[0][1]]
+    return torch.cat([source[a:z] for a, z in ranges]) if ranges else source[:0]

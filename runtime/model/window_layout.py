@@ -20,7 +20,10 @@ layer (session 22: 64 prompts of 128 tokens prefilled in ~1.7 s against 0.16 s f
 prompt, bench/decode.py's engine loop in round 127a).
 
 The ring writes (the last min(S_b, W) rows of each sequence, Q8_32 records at ring slot p % W)
-are ``tails``: a sequence's run of positions covers at most two contiguous ring ranges.
+are ``tails``: a sequence's run of positions covers at most two contiguous ring ranges. When
+every sequence's ring lives in one pool (the paged cache: ``(slots, layers, W, bytes)``, each
+sequence in its state slot), ``pool_rows`` addresses the cached rows read and the tail rows
+written directly, so each layer reads and writes every sequence's ring in one op.
 """
 
 from __future__ import annotations
@@ -44,18 +47,25 @@ class WindowLayout:
             order; their rows start the key tensor in this order.
         tail_rows: (T,) int64 on the device, the flat rows whose records go to the rings.
         tails: (b, first position, count) per sequence, in ``tail_rows`` order.
+        pool_rows: when the rings share one pool, (state slot, ring slot) int64 device tensors
+            of the cached rows (``prev`` order, positions ascending) and of the tail rows
+            (``tail_rows`` order): ``((prev_slot, prev_ring), (tail_slot, tail_ring))``.
     """
 
     shifts: torch.Tensor
     prev: list[tuple[int, int, int]]
     tail_rows: torch.Tensor
     tails: list[tuple[int, int, int]]
+    pool_rows: tuple[tuple[torch.Tensor, torch.Tensor],
+                     tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def build_window_layout(seq_lens: list[int], start_positions: list[int], window: int,
-                        device: torch.device | str) -> WindowLayout:
+                        device: torch.device | str,
+                        state_slots: list[int] | None = None) -> WindowLayout:
     """The layout of sequences with ``seq_lens`` new tokens from ``start_positions`` (host
-    lists, batch order) for a sliding window of ``window`` positions."""
+    lists, batch order) for a sliding window of ``window`` positions; ``state_slots``: each
+    sequence's slot when their rings share one pool (``pool_rows``)."""
     lens = np.asarray(seq_lens, dtype=np.int64)
     starts = np.asarray(start_positions, dtype=np.int64)
     row0 = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
@@ -64,7 +74,6 @@ def build_window_layout(seq_lens: list[int], start_positions: list[int], window:
     prev_off = np.concatenate([[0], np.cumsum(cached)[:-1]]).astype(np.int64)
     num_prev = int(cached.sum())
     per_seq = np.stack([first, starts, prev_off - first, num_prev + row0 - starts])
-    shifts = to_device(np.ascontiguousarray(np.repeat(per_seq, lens, axis=1)), device)
     count = np.minimum(lens, window)
     tail_rows = np.concatenate([np.arange(r + n - c, r + n, dtype=np.int64)
                                 for r, n, c in zip(row0, lens, count, strict=True)])
@@ -72,7 +81,20 @@ def build_window_layout(seq_lens: list[int], start_positions: list[int], window:
              for b, (s, n, c) in enumerate(zip(starts, lens, count, strict=True))]
     prev = [(b, int(f), int(s)) for b, (f, s) in enumerate(zip(first, starts, strict=True))
             if s > f]
-    return WindowLayout(shifts, prev, to_device(tail_rows, device), tails)
+    host = [np.repeat(per_seq, lens, axis=1).ravel(), tail_rows]
+    if state_slots is not None:  # (state slot, ring slot) of every cached and every tail row
+        slots = np.asarray(state_slots, dtype=np.int64)
+        prev_pos = [np.arange(f, s, dtype=np.int64) for _, f, s in prev]
+        tail_pos = [np.arange(f, f + c, dtype=np.int64) for _, f, c in tails]
+        host += [np.repeat(slots[[b for b, _, _ in prev]], [s - f for _, f, s in prev]),
+                 np.concatenate(prev_pos) % window if prev_pos else np.zeros(0, np.int64),
+                 np.repeat(slots, count), np.concatenate(tail_pos) % window]
+    sizes = [a.size for a in host]
+    parts = to_device(np.concatenate(host), device).split(sizes)  # one copy
+    pool_rows = None
+    if state_slots is not None:
+        pool_rows = ((parts[2], parts[3]), (parts[4], parts[5]))
+    return WindowLayout(parts[0].view(4, -1), prev, parts[1], tails, pool_rows)
 
 
 def key_indices(layout: WindowLayout, positions: torch.Tensor, window: int) -> torch.Tensor:

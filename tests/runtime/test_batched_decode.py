@@ -265,11 +265,12 @@ def test_only_the_listed_reference_ops_sync_the_host(model):
     assert not found, "\n".join(found)
 
 
-def test_prefill_window_lists_have_fixed_width(model):
+@pytest.mark.parametrize("paged", [False, True])  # rings per sequence / in one pool
+def test_prefill_window_lists_have_fixed_width(model, paged):
     """A prefill batch's window lists are (N, W) — query p lists positions p-W+1..p mapped into
     the batch's keys (every continuing chunk's cached tail of the window, then all the step's
     rows; model/window_layout.py) — however long the chunks; the chunks' last rows go to their
-    rings."""
+    rings (on the paged cache every sequence's in one op: ``WindowLayout.pool_rows``)."""
     from deepinfer.kernels import formats
 
     spec, attn = model.spec, model.layers[0].attn
@@ -277,15 +278,20 @@ def test_prefill_window_lists_have_fixed_width(model):
     # a continuing chunk longer than the window, a fresh one, a continuing one shorter than
     # the window whose cached tail starts at position 0
     plan = [(30, w + 3), (0, 5), (2, 3)]
+    pool = garbage_pool(spec, num_blocks=48, num_slots=7) if paged else None
     caches = []
-    for start, _ in plan:
-        cache = SequenceCache.empty(spec)
-        cache.num_tokens = start
+    for b, (start, _) in enumerate(plan):
+        if paged:
+            cache = pool.view(torch.arange(1 + 12 * b, 13 + 12 * b), SLOTS[b], start)
+        else:
+            cache = SequenceCache.empty(spec)
+            cache.num_tokens = start
         ring = cache.window_ring(lid)
         ring.copy_(formats.pack_window_kv(torch.randn(w, spec.head_dim)))  # cached rows
         caches.append(cache)
     rings = [c.window_ring(lid).clone() for c in caches]
     batch = ForwardBatch.build([[1] * n for _, n in plan], caches)
+    assert (batch.window_layout(w).pool_rows is not None) == paged
     kv = torch.randn(sum(n for _, n in plan), spec.head_dim, dtype=torch.bfloat16)
     kv = formats.unpack_window_kv(formats.pack_window_kv(kv), spec.head_dim, torch.bfloat16)
     keys, idx = attn._window_keys(kv, batch)
@@ -374,14 +380,17 @@ def test_prefill_picks_without_scores_match_the_scored_top_k(model, monkeypatch,
                 assert torch.equal(got[1], want[1]), t
 
 
-# model-code ops that launch a GPU kernel per extra sequence of a prefill step (tiny model, 8-token
-# prompts): 765 before session 22 (each sequence's window keys, ring write, entry unpacking and
-# attention in its own torch ops), 104 after (per sequence only the entry appends, the top-k of
-# the sequences with more than index_topk entries or a candidate mask, and the ring slices)
-MAX_PREFILL_LAUNCHES_PER_SEQUENCE = 130
+# model-code ops that launch a GPU kernel per extra sequence of a prefill step (tiny model, kernel
+# ops opaque). 8-token prompts on contiguous caches: 765 before session 22 (each sequence's window
+# keys, ring write, entry unpacking and attention in its own torch ops), 104 after, 92 in session
+# 23 (entry appends batched); what remains is mostly the scored top-k of the sequences with more
+# than index_topk (6) entries, per sequence. 4-token prompts (every top-k score-free) on the paged
+# cache, whose rings and entries are written and read for all sequences at once: 3.
+MAX_PREFILL_LAUNCHES_PER_SEQUENCE = {(8, False): 110, (4, True): 8}
 
 
-def test_prefill_step_launches_grow_little_per_sequence(model):
+@pytest.mark.parametrize("prompt_len,paged", list(MAX_PREFILL_LAUNCHES_PER_SEQUENCE))
+def test_prefill_step_launches_grow_little_per_sequence(model, prompt_len, paged):
     """A prefill step's attention runs over all its sequences at once: one sequence more adds
     at most ``MAX_PREFILL_LAUNCHES_PER_SEQUENCE`` launching ops of model code (kernel ops
     opaque), and records are packed once per layer, not once per sequence."""
@@ -390,10 +399,16 @@ def test_prefill_step_launches_grow_little_per_sequence(model):
     from deepinfer.kernels import formats
 
     spec = model.spec
+    bound = MAX_PREFILL_LAUNCHES_PER_SEQUENCE[(prompt_len, paged)]
 
     def launches(num_seqs: int) -> list[str]:
-        caches = [SequenceCache.empty(spec) for _ in range(num_seqs)]
-        chunks = [[3 + (7 * i + j) % 400 for j in range(8)] for i in range(num_seqs)]
+        if paged:
+            pool = garbage_pool(spec, num_blocks=4 * num_seqs + 1, num_slots=num_seqs + 1)
+            caches = [pool.view(torch.arange(1 + 4 * i, 5 + 4 * i), i + 1, 0)
+                      for i in range(num_seqs)]
+        else:
+            caches = [SequenceCache.empty(spec) for _ in range(num_seqs)]
+        chunks = [[3 + (7 * i + j) % 400 for j in range(prompt_len)] for i in range(num_seqs)]
         with model_launches(model) as found:
             model.forward(ForwardBatch.build(chunks, caches), all_logits=False)
         return found
@@ -401,7 +416,7 @@ def test_prefill_step_launches_grow_little_per_sequence(model):
     one, eight = launches(1), launches(8)
     per_seq = (len(eight) - len(one)) / 7
     where = collections.Counter(line.split(" at ")[1].split(" <- ")[0] for line in eight)
-    assert per_seq <= MAX_PREFILL_LAUNCHES_PER_SEQUENCE, \
+    assert per_seq <= bound, \
         f"{per_seq:.0f} launches per sequence; most from: {where.most_common(8)}"
     # the window records of all sequences' last rows are packed in one call per layer
     src, first = inspect.getsourcelines(formats.pack_window_kv)

@@ -32,6 +32,7 @@ def test_paged_chunked_batch_equals_contiguous(model):
     tables = [blocks[i * 20:(i + 1) * 20] for i in range(3)]
     slots = [4, 1, 3]
     contiguous = [SequenceCache.empty(spec) for _ in prompts]
+    lone = [SequenceCache.empty(spec) for _ in prompts]
     done = [0, 0, 0]
     for step in range(3):
         chunks, paged = [], []
@@ -45,6 +46,9 @@ def test_paged_chunked_batch_equals_contiguous(model):
         expect = model(ForwardBatch.build(chunks, contiguous))
         got = model(ForwardBatch.build(chunks, paged))
         assert torch.equal(got, expect), f"step {step}"
+        alone = torch.cat([model(ForwardBatch.build([c], [cache]))  # one sequence per step
+                           for c, cache in zip(chunks, lone, strict=True)])
+        assert torch.equal(alone, expect), f"step {step}: batched against one at a time"
 
 
 def test_copy_slot_and_block_fork_a_sequence(model):
