@@ -167,7 +167,8 @@ def prefill_profile(llm, length: int, vocab: int) -> dict:
 def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
     """Host timestamps (ms after ``generate`` began) of one prefill's phases: the engine's
     inputs, the launch on the worker thread, the forward's check / engram hash / backbone
-    (entered, and left: every kernel enqueued), the result collected, ``generate`` done. Where
+    (entered, and left: every kernel enqueued) / each layer's start, the result collected,
+    ``generate`` done. Where
     the GPU waits for the host (the profile's idle gaps) in the host's own terms."""
     engine, model = llm.engine, llm.loaded.model
     marks: list[tuple[str, float]] = []
@@ -191,6 +192,8 @@ def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
             mark(model, "_hash_ids", "engram hash", None),
             mark(model, "_backbone", "backbone enqueue", "backbone enqueued"),
             mark(engine, "_collect", None, "result collected")]
+    undo += [mark(block, "forward", f"layer {i} enqueue", None)  # the host's pace per layer
+             for i, block in enumerate(model.layers)]
     try:
         prompt = make_prompt(length, vocab, 42)
         t0 = time.perf_counter()
