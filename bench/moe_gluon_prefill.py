@@ -18,7 +18,8 @@ the bf16 ceiling as well.
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
 as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
 replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
-them — whether this kernel's two-TMA-operand structure beats the decode kernel at decode sizes.
+them — whether this kernel's two-TMA-operand structure beats the decode kernel at decode sizes
+— and whether each pipeline's output is bit-identical to the decode pipeline's.
 Prints a table; GPU only (Gluon has no interpreter path).
 """
 
@@ -127,6 +128,7 @@ def main() -> None:
         refs = [moe_gluon.reference_grouped(v, f.data.view(torch.uint8), f.scale, flat, div)
                 for _, _, _, div, _, f, v in cases]
         ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
+        outs = {}  # each pipeline's output, for the bit comparison with the decode pipeline
         for bm, stages, wg, exp in [(bm, st, wg, bool(ex)) for bm in args.bm
                                     for st in args.stages for wg in args.warpgroups
                                     for ex in args.expanded if bm * wg <= 128]:  # registers
@@ -144,6 +146,7 @@ def main() -> None:
             whole_fn = functools.partial(pf.run_experts_w4a8_prefill, x, ids, route_w, *kw, 10.0,
                                          stages=stages, block_m=bm, warpgroups=wg,
                                          expanded=exp)
+            outs[f"w4a8 prefill BM {bm}"] = whole_fn()
             print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
                                f"{num_tokens} | w4a8 run_experts_w4a8_prefill"
                                f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
@@ -165,6 +168,7 @@ def main() -> None:
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          parts=parts)
+            outs[f"w4a16 BM {bm} parts {parts}"] = whole_fn()
             print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
                                f" parts{parts} (all launches) | {bm} | {stages} | "
@@ -177,6 +181,9 @@ def main() -> None:
             print(f"| {num_tokens} | w4a8 run_experts_w4a8 (the decode pipeline, all launches) "
                   f"| 8 | 4 | 1 | {rl.graph_us(dec_fn, 10) / 1e3:.3f} | | | | {err:.1e} |",
                   flush=True)
+            for label, other in outs.items():
+                print(f"{num_tokens} tokens: {label} bit-identical to the decode pipeline: "
+                      f"{torch.equal(other, out)}", flush=True)
         g_ms, d_ms, whole = triton_kernel_ms(x, ids, route_w, words)
         print(f"| {num_tokens} | triton gated (w1 + w3) | | | | {g_ms:.3f} | | | | |")
         print(f"| {num_tokens} | triton down | | | | {d_ms:.3f} | | | | |")
