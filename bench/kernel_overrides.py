@@ -94,6 +94,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--route-decode-max-tokens", type=int, default=None,
                     help="router scores on the decode tiles up to this many tokens (default: "
                     "moe_routing.ROUTE_DECODE_MAX_TOKENS; 64: the tiling before session 22)")
+    ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
+                    help="W4A8 experts on the decode pipeline up to this many pairs per expert "
+                    "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
 
 
 def apply_args(args: argparse.Namespace) -> None:
@@ -102,7 +105,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
-          args.w4a16_prefill_parts, args.route_decode_max_tokens)
+          args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -117,9 +120,15 @@ def apply(attention_config: str | None, moe_configs: list[str],
           linear_wide_max_rows: int | None = None,
           w4a8_prefill_kernel: str | None = None,
           w4a16_prefill_parts: int | None = None,
-          route_decode_max_tokens: int | None = None) -> None:
+          route_decode_max_tokens: int | None = None,
+          moe_decode_max_pairs: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if moe_decode_max_pairs is not None:
+        from deepinfer.kernels.triton import moe_experts
+        if moe_decode_max_pairs < 0:
+            raise SystemExit(f"--moe-decode-max-pairs {moe_decode_max_pairs}: expected >= 0")
+        moe_experts.DECODE_MAX_PAIRS_PER_EXPERT = moe_decode_max_pairs
     if route_decode_max_tokens is not None:
         from deepinfer.kernels.triton import moe_routing
         if route_decode_max_tokens < 64:

@@ -581,6 +581,16 @@ def _one_mul_mode(wanted, *weights) -> int:
 # the prefill pipeline with that many pairs per program instead (both operands by TMA after a
 # gather; bench/kernel_overrides.py --w4a8-decode-bm, measured by bench/h200_round54.sh).
 W4A8_DECODE_PREFILL_BM = 0
+# W4A8 layout: the decode pipeline (``moe_gluon_w4a8``, 8 pairs per program) up to this many
+# pairs per expert, the prefill pipelines above. H200 rounds 133a / 134a (one layer of the slice,
+# the whole pipeline as a CUDA graph, ms; decode / bf16 prefill BM 64 / BM 128): 512 tokens (8
+# pairs per expert) 2.84 / 3.48, 768 (12) 3.78 / 3.65, 1,024 (16) 4.47 / 3.78 / 4.20, 2,048
+# (32) 8.06 / 4.64 / 4.80. Before session 23: 16 (a lone 1K prompt's experts in the decode
+# pipeline: 33 of its 47 ms of GPU time, round 132a).
+DECODE_MAX_PAIRS_PER_EXPERT = 10
+# The bf16 prefill pipeline's pairs per program: 64 up to this many pairs per expert, its
+# BLOCK_M (128) above (128 beat 64 at 4K and 16K tokens: session 15).
+W4A16_BM64_MAX_PAIRS_PER_EXPERT = 32
 # W4A8 layout at prefill sizes: "w4a16" decodes the weights to bf16 for bf16 wgmmas
 # (``moe_gluon_w4a16_prefill``: no per-group promotion), "w4a8" keeps FP8 wgmmas with the
 # per-32-K promotion (``moe_gluon_w4a8_prefill``); bench/kernel_overrides.py
@@ -629,7 +639,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
             raise ValueError("moe: W4A8-order MXFP4 weights (mxfp4_to_w4a8_order) need all of "
                              "w1, w3, w2 in that order and mma='bf16' or 'auto'")
         if _w4a8_gluon(x, interpret, skip_foreign_ids, config):
-            decode = num_pairs <= 16 * num_experts
+            decode = num_pairs <= DECODE_MAX_PAIRS_PER_EXPERT * num_experts
             if decode and not W4A8_DECODE_PREFILL_BM:  # decode sizes: 8 pairs per program
                 from deepinfer.kernels.triton.moe_gluon_w4a8 import run_experts_w4a8
                 return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids,
@@ -638,8 +648,10 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                 from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as w4a16
 
                 if w4a16.accepts(w1, w3, w2):  # else the FP8 kernel below
+                    few = num_pairs <= W4A16_BM64_MAX_PAIRS_PER_EXPERT * num_experts
                     return w4a16.run_experts_w4a16_prefill(x, expert_ids, weights, w1, w3, w2,
-                                                           limit, combine_ids, combine=combine)
+                                                           limit, combine_ids, combine=combine,
+                                                           block_m=64 if few else None)
             from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import (
                 BLOCK_M,
                 run_experts_w4a8_prefill,

@@ -7,7 +7,8 @@ The slice's FP8 projections (``linear._launch``, the dispatch both registered op
 grouped) and the mHC coefficients at 8,192 rows, against the same call on the first 1,024 /
 2,048 / 4,096 rows: bit-identical (session 22 round 124a: wkv split K at 4,096 rows and not at
 8,192, the coefficients 8 and 4 ways, and a prompt's first token flipped between 4K and 8K
-chunks). Below that many rows the launches still split by size; a check there would not hold.
+chunks), and the routed experts' dispatch (session 23: 1,024 rows ran the decode pipeline).
+Below that many rows the launches still split by size; a check there would not hold.
 """
 
 from __future__ import annotations
@@ -67,3 +68,36 @@ def test_mhc_coeffs_rows_invariant_gpu():
         part = tri_mhc.hc_coeffs(x[:rows].contiguous(), *rest)
         for label, p, f in zip(("pre", "post", "comb"), part, full, strict=True):
             assert torch.equal(p, f[:rows]), f"hc_coeffs {label}: {rows} rows differ"
+
+
+def test_routed_experts_rows_invariant_gpu():
+    """The routed experts of the slice (384 W4A8-order MXFP4 experts, top-6, D 5120, I 2304)
+    through ``run_experts``' dispatch: at 1,024 rows (16 pairs per expert) they ran the decode
+    pipeline (FP8 sums) before session 23 and the bf16 prefill pipeline at 8,192, so a row's
+    result depended on its step's size; now every step from ``INVARIANT_MIN_ROWS`` rows runs the
+    bf16 pipeline (64 or 128 pairs per block: the same sums per row)."""
+    from deepinfer.kernels.triton import moe_experts, moe_gluon_w4a8
+
+    torch.manual_seed(13)
+    experts, topk, d, inter = 384, 6, V41_HIDDEN, 2304
+    ids = torch.rand(FULL_ROWS, experts, device="cuda").topk(topk, dim=1).indices
+    route_w = torch.rand(FULL_ROWS, topk, device="cuda")
+    x = (torch.randn(FULL_ROWS, d, device="cuda") * 0.5).to(torch.bfloat16)
+
+    def stack(out_features: int, in_features: int):
+        packed = torch.randint(0, 256, (experts, out_features, in_features // 2),
+                               dtype=torch.uint8, device="cuda")
+        scale = torch.randint(119, 123, (experts, out_features, in_features // 32),
+                              dtype=torch.uint8, device="cuda")
+        data = moe_gluon_w4a8.to_kernel_order_gpu(packed).view(torch.int8)
+        return moe_experts.ExpertWeights(data, scale, "mxfp4", scale_max=int(scale.max()),
+                                         w4a8_order=True)
+
+    weights = [stack(inter, d), stack(inter, d), stack(d, inter)]
+    full = moe_experts.run_experts(x, ids, route_w, *weights, 10.0)
+    for rows in _prefixes():
+        part = moe_experts.run_experts(x[:rows].contiguous(), ids[:rows].contiguous(),
+                                       route_w[:rows].contiguous(), *weights, 10.0)
+        bad = (part != full[:rows]).any(dim=1).nonzero().flatten()
+        assert bad.numel() == 0, \
+            f"experts: {bad.numel()} of {rows} rows differ from the {FULL_ROWS}-row call"
