@@ -582,7 +582,7 @@ def _one_mul_mode(wanted, *weights) -> int:
 # gather; bench/kernel_overrides.py --w4a8-decode-bm, measured by bench/h200_round54.sh).
 W4A8_DECODE_PREFILL_BM = 0
 # W4A8 layout: the decode pipeline (``moe_gluon_w4a8``, 8 pairs per program) up to this many
-# pairs per expert, the prefill pipelines above. H200 rounds 133a / 134a (one layer of the slice,
+# pairs per expert, the prefill pipelines above. H200 rounds 133a / 133b (one layer of the slice,
 # the whole pipeline as a CUDA graph, ms; decode / bf16 prefill BM 64 / BM 128): 512 tokens (8
 # pairs per expert) 2.84 / 3.48, 768 (12) 3.78 / 3.65, 1,024 (16) 4.47 / 3.78 / 4.20, 2,048
 # (32) 8.06 / 4.64 / 4.80. Before session 23: 16 (a lone 1K prompt's experts in the decode
