@@ -237,7 +237,7 @@ class Attention(nn.Module):
                                                                            w)])
             prev = formats.unpack_window_kv(cached, self.head_dim, torch.bfloat16)
             keys = torch.cat([prev, kv])
-        indices = window_layout.key_indices(layout, batch.positions, w)
+        indices = batch.window_indices(w)  # shared by the layers: not written to
         records = formats.pack_window_kv(kv[layout.tail_rows])
         if pool is not None:  # every sequence's tail in one write
             state, ring_slot = layout.pool_rows[1]

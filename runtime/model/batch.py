@@ -10,7 +10,11 @@ import torch
 
 from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model.cache import CacheView, shared_window
-from deepinfer.runtime.model.window_layout import WindowLayout, build_window_layout
+from deepinfer.runtime.model.window_layout import (
+    WindowLayout,
+    build_window_layout,
+    key_indices,
+)
 
 
 @dataclass
@@ -37,6 +41,8 @@ class ForwardBatch:
     _window_layouts: dict[int, WindowLayout] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     _window_pool: list = field(default_factory=list, init=False, repr=False, compare=False)
+    _window_indices: dict[int, torch.Tensor] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.start_positions:
@@ -106,6 +112,14 @@ class ForwardBatch:
                 self.seq_lens, self.start_positions, window, self.device,
                 None if shared is None else shared[1])
         return self._window_layouts[window]
+
+    def window_indices(self, window: int) -> torch.Tensor:
+        """(N, W) int64 key rows of each query's window (``window_layout.key_indices``): the
+        same for every layer, so built once per forward (~10 launches a layer before)."""
+        if window not in self._window_indices:
+            self._window_indices[window] = key_indices(self.window_layout(window),
+                                                       self.positions, window)
+        return self._window_indices[window]
 
 
 def _starts(seq_lens: list[int]) -> list[int]:
