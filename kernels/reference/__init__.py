@@ -11,6 +11,7 @@ HOST_SYNC_OPS = frozenset({"moe_routed_experts"})
 
 def register_all() -> None:
     """Register every reference op under the ``reference`` backend."""
+    from deepinfer.kernels import formats
     from deepinfer.kernels.reference import (
         attention,
         attention_fused,
@@ -42,6 +43,11 @@ def register_all() -> None:
         "write_window_kv": attention_fused.write_window_kv,
         "compressed_kv_records": attention_fused.compressed_kv_records,
         "index_key_records": attention_fused.index_key_records,
+        # cache records <-> rows (the prefill path; one Triton launch each on the GPU)
+        "pack_window_kv": formats.pack_window_kv,
+        "unpack_window_kv": formats.unpack_window_kv,
+        "unpack_compressed_kv": formats.unpack_compressed_kv,
+        "unpack_index_key": formats.unpack_index_key,
         "linear": linear.linear,
         "linear_quant_act": linear.linear_quant_act,
         "grouped_linear": linear.grouped_linear,

@@ -24,7 +24,7 @@ def _probe_triton() -> bool:
 HAS_TRITON: bool = _probe_triton()
 
 # Attention-side modules (another owner), each exposing register_triton_<area>(); optional.
-_OPTIONAL_AREAS = ("attention", "cache_write", "compressor", "indexer", "topk")
+_OPTIONAL_AREAS = ("attention", "cache_write", "compressor", "indexer", "records", "topk")
 
 
 def _register_gemm_side() -> list[str]:

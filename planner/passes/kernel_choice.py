@@ -45,12 +45,16 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "linear": TRITON_ARCHS,  # kernels/triton/linear.py
     "linear_quant_act": TRITON_ARCHS,  # kernels/triton/gemm_fp8.py
     "moe_routed_experts": TRITON_ARCHS,  # kernels/triton/moe_experts.py
+    "pack_window_kv": TRITON_ARCHS,  # kernels/triton/records.py
     "rms_norm": TRITON_ARCHS,  # kernels/triton/norm.py
     "route_sqrtsoftplus": TRITON_ARCHS,  # kernels/triton/moe_routing.py
     "select_candidate_blocks": TRITON_ARCHS,  # kernels/triton/topk.py
     "sparse_attention_sink": TRITON_ARCHS,  # kernels/triton/attention.py
     "sparse_attention_sink_records": TRITON_ARCHS,  # kernels/triton/attention.py
     "topk_positions": TRITON_ARCHS,  # kernels/triton/topk.py
+    "unpack_compressed_kv": TRITON_ARCHS,  # kernels/triton/records.py
+    "unpack_index_key": TRITON_ARCHS,  # kernels/triton/records.py
+    "unpack_window_kv": TRITON_ARCHS,  # kernels/triton/records.py
     "window_kv_records": TRITON_ARCHS,  # kernels/triton/cache_write.py
     "write_window_kv": TRITON_ARCHS,  # kernels/triton/cache_write.py
 }

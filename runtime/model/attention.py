@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
-from deepinfer.kernels import formats
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.device import to_device
 from deepinfer.runtime.model import indexer as indexer_mod
@@ -204,14 +203,14 @@ class Attention(nn.Module):
                 picks = [self._selection(k, b, batch.rows(b), idx_q,
                                          batch.positions[batch.rows(b)], cache, published)
                          for b, cache in enumerate(batch.caches)]
-        keys, indices = self._window_keys(kv, batch)
+        keys, indices = self._window_keys(k, kv, batch)
         if picks:
             keys, indices = self._with_entries(keys, indices, picks,
-                                               self._entries(batch, published), batch)
+                                               self._entries(k, batch, published), batch)
         # one op over every sequence's rows (a 4K chunk's result is 268 MB)
         return k.sparse_attention_sink(q, keys, indices, self.attn_sink, self.head_dim ** -0.5)
 
-    def _window_keys(self, kv: torch.Tensor, batch: ForwardBatch
+    def _window_keys(self, k: KernelSet, kv: torch.Tensor, batch: ForwardBatch
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Window rows visible to the batch's chunks, and per-query row lists; writes each
         chunk's last rows to its sequence's ring.
@@ -235,10 +234,10 @@ class Attention(nn.Module):
                                for b, first, start in layout.prev
                                for slot, _, n in window_layout.ring_ranges(first, start - first,
                                                                            w)])
-            prev = formats.unpack_window_kv(cached, self.head_dim, torch.bfloat16)
+            prev = k.unpack_window_kv(cached, self.head_dim, torch.bfloat16)
             keys = torch.cat([prev, kv])
         indices = batch.window_indices(w)  # shared by the layers: not written to
-        records = formats.pack_window_kv(kv[layout.tail_rows])
+        records = k.pack_window_kv(kv[layout.tail_rows])
         if pool is not None:  # every sequence's tail in one write
             state, ring_slot = layout.pool_rows[1]
             pool[0][state, layer_id, ring_slot] = records
@@ -251,7 +250,7 @@ class Attention(nn.Module):
             done += count
         return keys, indices
 
-    def _entries(self, batch: ForwardBatch, published: Published
+    def _entries(self, k: KernelSet, batch: ForwardBatch, published: Published
                  ) -> tuple[torch.Tensor, list[int]]:
         """Every sequence's compressed entries of this layer's KV source, unpacked to bf16 at
         once (batch order) and their counts; once per forward and source (``published``): the
@@ -260,7 +259,7 @@ class Attention(nn.Module):
         if src in published.entries:
             return published.entries[src]
         records, counts = entries_all(batch.caches, src)
-        out = formats.unpack_compressed_kv(records, self.head_dim, torch.bfloat16), counts
+        out = k.unpack_compressed_kv(records, self.head_dim, torch.bfloat16), counts
         if self.layer.layer_id >= src:  # the source's appends of this forward are in
             published.entries[src] = out
         return out

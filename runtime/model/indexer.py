@@ -6,7 +6,6 @@ import torch
 from torch import nn
 
 from deepinfer.artifacts.model_spec import LayerSpec, ModelSpec
-from deepinfer.kernels import formats
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.params import Linear, Norm
 
@@ -62,7 +61,7 @@ class Indexer(nn.Module):
         """
         if SHORT_PICKS and self.picks_every_entry(key_records.shape[0]):
             return self.every_visible(positions, key_records.shape[0], candidates)
-        keys = formats.unpack_index_key(key_records, self.head_dim, torch.bfloat16)
+        keys = k.unpack_index_key(key_records, self.head_dim, torch.bfloat16)
         return self._topk(k, k.index_scores(q, head_w, keys), positions, candidates)
 
     def picks_every_entry(self, num_entries: int) -> bool:

@@ -453,3 +453,28 @@ def test_compress_pool():
     got = tri.compress_pool_chunk(pk, pg, ck, cg, 2)
     want = ref_comp_fused.compress_pool_chunk(pk, pg, ck, cg, 2)
     _record("compress_pool_chunk P=1 S=4095 r=2", _rel(got, want), POOL_TOL, 0.0)
+
+
+def test_record_packing_and_unpacking():
+    """kernels/triton/records.py on the GPU at the released shapes: every byte value unpacked
+    as the CPU reference does (bit patterns, NaNs in place), 4K rows packed byte for byte."""
+    from deepinfer.kernels.triton import records
+
+    g = torch.Generator().manual_seed(24)
+    for name, d, nbytes in (("window", D, formats.window_record_bytes(D)),
+                            ("compressed", D, formats.compressed_record_bytes(D)),
+                            ("index_key", DI, formats.index_key_record_bytes(DI))):
+        rec = torch.randint(0, 256, (4099, nbytes), generator=g, dtype=torch.uint8)
+        rec[:, :256] = torch.arange(256, dtype=torch.uint8)[:nbytes]
+        want = getattr(formats, f"unpack_{name}" + ("_kv" if name != "index_key" else ""))(
+            rec, d, torch.bfloat16)
+        fn = getattr(records, f"unpack_{name}" + ("_kv" if name != "index_key" else ""))
+        got = fn(rec.cuda(), d, torch.bfloat16).cpu()
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan), name
+        assert torch.equal(got.masked_fill(nan, 0).view(torch.int16),
+                           want.masked_fill(nan, 0).view(torch.int16)), name
+    x = torch.randn(4099, D, generator=g) * torch.exp(torch.randn(4099, 1, generator=g) * 4)
+    x = x.to(torch.bfloat16)
+    got = records.pack_window_kv(x.cuda()).cpu()
+    assert torch.equal(got, formats.pack_window_kv(x))
