@@ -93,18 +93,25 @@ def batch_prefill(llm, length: int, vocab: int, prompts: int, roof: dict, repeat
                 toks, wall_s = first_tokens(llm, *(make_prompt(length, vocab, s) for s in seeds))
                 times[overlap].append(wall_s)
                 tokens[overlap].append(toks)
-        busy = {}
+        busy, table = {}, None
         for overlap in (True, False):  # one more run each under the profiler: GPU busy time
             engine.eager_in_flight = overlap
             wall_s, ivs = profiled(lambda: prefill_s(llm, *(make_prompt(length, vocab, 900 + i)
                                                              for i in range(prompts))))
             busy[overlap] = (wall_s * 1e3, bc.busy_us(ivs) / 1e3)
+            if overlap:  # the kernels of the whole batch (steps in flight)
+                table = {"prompt_len": length, "prompts": prompts, "mode": "eager prefill",
+                         "replays": 1, "wall_ms_per_replay": wall_s * 1e3,
+                         "gpu_busy_ms_per_replay": bc.busy_us(ivs) / 1e3,
+                         "kernels": [{**r, "us_per_replay": r["total_us"]}
+                                     for r in bc.kernel_table(ivs, 40)],
+                         "idle_before": bc.idle_by_next(ivs, 12)}
     finally:
         engine.eager_in_flight = saved
     compute_ms = roof["compute_ms"] * roof["steps"]  # one prompt's
     # the same prompts in both modes: the same first tokens (one stream orders the steps)
     out = {"prompt_len": length, "prompts": prompts,
-           "same_tokens": tokens[True] == tokens[False]}
+           "same_tokens": tokens[True] == tokens[False], "kernels": table}
     for overlap, key in ((True, "in_flight"), (False, "collected")):
         t_ms = statistics.median(times[overlap]) * 1e3
         out[key] = {"time_ms": t_ms, "ms_per_prompt": t_ms / prompts,
@@ -363,6 +370,10 @@ def report(res: dict) -> None:
     if res.get("kernels"):
         bc.print_kernel_profile(f"kernels of one {res['kernels']['prompt_len']}-token prefill",
                                 res["kernels"])
+    for b in res.get("prefill_batch") or []:
+        if b.get("kernels"):
+            bc.print_kernel_profile(f"kernels of {b['prompts']} x {b['prompt_len']}-token "
+                                    "prompts in one generate (steps in flight)", b["kernels"])
     syncs = res.get("sync_sites")
     if syncs:
         print(f"\nhost syncs in one {syncs['prompt_len']}-token prefill: "

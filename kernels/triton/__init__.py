@@ -55,6 +55,7 @@ def _register_gemm_side() -> list[str]:
         "hc_collapse": (mhc.hc_collapse, mhc.supports_mhc),
         "hc_expand": (mhc.hc_expand, mhc.supports_mhc),
         "engram_inject": (engram.engram_inject, engram.supports_engram),
+        "engram_hash_windows": (engram.engram_hash_windows, engram.supports_engram),
         "rms_norm": (norm.rms_norm, norm.supports_rms_norm),
         "linear": (linear.linear, linear.supports_linear),
         "grouped_linear": (linear.grouped_linear, linear.supports_linear),

@@ -1,7 +1,7 @@
 """Engram n-gram hashing, and gate and injection (model-spec §2.9).
 
-``engram_hash_ids`` (reference: ``runtime/model/engram_hash.engram_hash_ids``, same contract):
-one program per BP positions; per position the M look-backs are read from the compressed context,
+``engram_hash_windows`` (reference ``reference.engram.engram_hash_windows``, same contract):
+one program per BP positions; per position the M look-backs are read from its window,
 blocked look-backs (and all further ones) become pad_id, then for every engram layer the int64
 rolling hash ``roll = tok0*m0; roll ^= tok_n*m_n`` gives (M-1)*H ids ``roll % prime + offset``.
 Products cannot overflow int64: the multipliers are bounded by (2^63-1) // compressed_vocab.
@@ -88,22 +88,22 @@ def engram_inject(x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, wqk: 
 
 
 @triton.jit
-def _engram_hash_kernel(ctx_ptr, mult_ptr, prime_ptr, offset_ptr, out_ptr, num_positions, S,
-                        stride_cb, pad_id, L: tl.constexpr, M: tl.constexpr, H: tl.constexpr,
+def _engram_hash_kernel(win_ptr, mult_ptr, prime_ptr, offset_ptr, out_ptr, num_rows, stride_wr,
+                        stride_wm, pad_id, L: tl.constexpr, M: tl.constexpr, H: tl.constexpr,
                         HP: tl.constexpr, BP: tl.constexpr):
-    q = tl.program_id(0) * BP + tl.arange(0, BP)  # flat position b * S + s
-    mask_q = q < num_positions
-    q = tl.where(mask_q, q, 0)
-    b = (q // S).to(tl.int64)
-    s = (q % S).to(tl.int64)
+    """BP look-back windows (M ids, oldest first) -> their L x (M-1)H table rows."""
+    q = tl.program_id(0) * BP + tl.arange(0, BP)  # window (row) index
+    mask_q = q < num_rows
+    q = tl.where(mask_q, q, 0).to(tl.int64)
     heads = tl.arange(0, HP)
     mask_h = heads < H
     num_ids: tl.constexpr = (M - 1) * H
     for layer in tl.static_range(L):
         blocked = tl.zeros((BP,), dtype=tl.int1)
         roll = tl.zeros((BP,), dtype=tl.int64)
-        for k in tl.static_range(M):  # look-back k reads context[b, s + M - 1 - k]
-            raw = tl.load(ctx_ptr + b * stride_cb + s + (M - 1 - k), mask=mask_q, other=0)
+        for k in tl.static_range(M):  # look-back k reads window[q, M - 1 - k]
+            raw = tl.load(win_ptr + q * stride_wr + (M - 1 - k) * stride_wm, mask=mask_q,
+                          other=0)
             blocked = blocked | (raw < 0)
             tok = tl.where(blocked, pad_id, raw).to(tl.int64)
             prod = tok * tl.load(mult_ptr + layer * M + k)
@@ -115,37 +115,50 @@ def _engram_hash_kernel(ctx_ptr, mult_ptr, prime_ptr, offset_ptr, out_ptr, num_p
                 prime = tl.load(prime_ptr + base + heads, mask=mask_h, other=1)
                 offset = tl.load(offset_ptr + base + heads, mask=mask_h, other=0)
                 ids = roll[:, None] % prime[None, :] + offset[None, :]  # [BP, HP]
-                out_off = q.to(tl.int64)[:, None] * (L * num_ids) + base + heads[None, :]
+                out_off = q[:, None] * (L * num_ids) + base + heads[None, :]
                 tl.store(out_ptr + out_off, ids, mask=mask_q[:, None] & mask_h[None, :])
 
 
-def engram_hash_ids(context_ids: torch.Tensor, constants) -> torch.Tensor:
-    """Registered op ``engram_hash_ids``; contract of runtime/model/engram_hash.engram_hash_ids.
+def engram_hash_windows(windows: torch.Tensor, constants) -> torch.Tensor:
+    """Registered op ``engram_hash_windows`` (reference ``reference.engram.engram_hash_windows``,
+    same contract), one launch.
 
     Args:
-        context_ids: (B, M - 1 + S) int64 compressed ids, -1 = blocked.
+        windows: (..., M) int64 compressed ids of each position's look-back window, oldest
+            first, -1 = blocked (any strides).
         constants: an EngramHashConstants (primes (L, M-1, H), offsets (L, (M-1)*H),
             multipliers (L, M) int64, pad_id); read by attribute only.
     Returns:
-        (B, S, L, (M - 1) * H) int64.
+        (..., L, (M - 1) * H) int64.
     """
-    multipliers = constants.multipliers.to(device=context_ids.device, dtype=torch.int64)
+    multipliers = constants.multipliers.to(device=windows.device, dtype=torch.int64)
     num_layers, num_lookback = multipliers.shape
-    primes = constants.primes.to(device=context_ids.device, dtype=torch.int64).contiguous()
-    offsets = constants.offsets.to(device=context_ids.device, dtype=torch.int64).contiguous()
+    primes = constants.primes.to(device=windows.device, dtype=torch.int64).contiguous()
+    offsets = constants.offsets.to(device=windows.device, dtype=torch.int64).contiguous()
     n_heads = primes.shape[2]
-    ctx = context_ids.to(torch.int64).contiguous()
-    batch, num_positions = ctx.shape[0], ctx.shape[1] - (num_lookback - 1)
-    out = torch.empty((batch, max(num_positions, 0), num_layers, (num_lookback - 1) * n_heads),
-                      dtype=torch.int64, device=ctx.device)
-    if batch == 0 or num_positions <= 0:
-        return out
-    block_p = 64
-    _engram_hash_kernel[(triton.cdiv(batch * num_positions, block_p),)](
-        ctx, multipliers.contiguous(), primes, offsets, out, batch * num_positions,
-        num_positions, ctx.stride(0), int(constants.pad_id), L=num_layers, M=num_lookback,
-        H=n_heads, HP=max(2, triton.next_power_of_2(n_heads)), BP=block_p, num_warps=4)
-    return out
+    assert windows.shape[-1] == num_lookback, \
+        f"engram_hash_windows: windows {tuple(windows.shape)}, expected {num_lookback} ids each"
+    win = windows.reshape(-1, num_lookback)
+    if win.dtype != torch.int64:
+        win = win.to(torch.int64)
+    out = torch.empty((win.shape[0], num_layers, (num_lookback - 1) * n_heads),
+                      dtype=torch.int64, device=windows.device)
+    if win.shape[0]:
+        block_p = 64
+        _engram_hash_kernel[(triton.cdiv(win.shape[0], block_p),)](
+            win, multipliers.contiguous(), primes, offsets, out, win.shape[0], win.stride(0),
+            win.stride(1), int(constants.pad_id), L=num_layers, M=num_lookback, H=n_heads,
+            HP=max(2, triton.next_power_of_2(n_heads)), BP=block_p, num_warps=4)
+    return out.reshape(*windows.shape[:-1], num_layers, (num_lookback - 1) * n_heads)
+
+
+def engram_hash_ids(context_ids: torch.Tensor, constants) -> torch.Tensor:
+    """The contract of runtime/model/engram_hash.engram_hash_ids, unchecked: context_ids
+    (B, M - 1 + S) int64 compressed ids (-1 blocked) -> (B, S, L, (M - 1) * H) int64, by
+    :func:`engram_hash_windows` over each position's window (a strided view)."""
+    num_lookback = constants.multipliers.shape[1]
+    return engram_hash_windows(context_ids.to(torch.int64).unfold(1, num_lookback, 1),
+                               constants)
 
 
 def supports_engram(spec: dict) -> bool:

@@ -31,6 +31,7 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "apply_rope": TRITON_ARCHS,  # kernels/triton/rope.py
     "compress_pool": TRITON_ARCHS,  # kernels/triton/compressor.py
     "compressed_kv_records": TRITON_ARCHS,  # kernels/triton/cache_write.py
+    "engram_hash_windows": TRITON_ARCHS,  # kernels/triton/engram.py
     "engram_inject": TRITON_ARCHS,  # kernels/triton/engram.py
     "expert_ffn": TRITON_ARCHS,  # kernels/triton/moe_experts.py
     "fake_quant_fp4_ue8m0_block32": TRITON_ARCHS,  # kernels/triton/quant_fp4.py

@@ -23,7 +23,6 @@ from deepinfer.runtime.model.block import Block
 from deepinfer.runtime.model.decode_rows import DecodeRows
 from deepinfer.runtime.model.engram_hash import (
     BLOCKED,
-    hash_windows,
     make_engram_hash_constants,
 )
 from deepinfer.runtime.model.params import Norm
@@ -136,7 +135,7 @@ class DeepseekV41(nn.Module):
         for b, cache in enumerate(batch.caches):
             end = batch.starts[b] + batch.seq_lens[b] + (b + 1) * m1  # end of its part of flat
             cache.engram_history = flat[end - m1:end].clone()
-        return hash_windows(windows, self.engram_hash)
+        return self.kernels.engram_hash_windows(windows, self.engram_hash)
 
     def _hash_ids_decode(self, rows: DecodeRows) -> torch.Tensor | None:
         """:meth:`_hash_ids` of a decode step: each row's history is its state slot's row of
@@ -146,7 +145,7 @@ class DeepseekV41(nn.Module):
         history = rows.pool.engram_history
         windows = torch.cat([history[rows.slots], self.token_map[rows.input_ids][:, None]], 1)
         history[rows.slots] = windows[:, 1:]
-        return hash_windows(windows, self.engram_hash)
+        return self.kernels.engram_hash_windows(windows, self.engram_hash)
 
     @torch.no_grad()
     def forward(self, batch: ForwardBatch, all_logits: bool = True) -> torch.Tensor:

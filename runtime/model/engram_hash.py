@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-BLOCKED = -1
+from deepinfer.kernels.reference.engram import BLOCKED, lookback_tokens
+from deepinfer.kernels.reference.engram import engram_hash_windows as hash_windows
+
 """Compressed id of a position that is before the sequence start or inside an image span."""
 
 _INT64_MAX = 2**63 - 1
@@ -236,54 +238,8 @@ def engram_hash_ids(context_ids: torch.Tensor, constants: EngramHashConstants) -
     windows = context_ids.unfold(1, num_lookback, 1)  # (B, S, M)
     # Overflow guard: every product tok * mult must stay below 2**63 (the multiplier bound
     # promises this only for ids below compressed_vocab_size).
-    max_tok = int(_lookback_tokens(windows, constants.pad_id).max())
+    max_tok = int(lookback_tokens(windows, constants.pad_id).max())
     max_mult = int(constants.multipliers.max())
     if max_tok > _INT64_MAX // max_mult:
         raise ValueError(f"compressed id {max_tok} too large for the hash multipliers")
     return hash_windows(windows, constants, check=True)
-
-
-def hash_windows(windows: torch.Tensor, constants: EngramHashConstants,
-                 check: bool = False) -> torch.Tensor:
-    """The hash ids of :func:`engram_hash_ids` from each position's look-back window.
-
-    Args:
-        windows: ``(..., M) int64``; ``windows[..., i]`` is the compressed id of position
-            ``p - (M - 1) + i`` (``BLOCKED`` = not looked back at). Unchecked: ids must be
-            ``BLOCKED`` or in ``[0, compressed_vocab_size)``, as ``token_map`` and histories
-            built from it are; then no product overflows, and nothing here reads the device
-            back (no host sync).
-        check: assert that no rolling hash went negative (an int64 overflow; one host sync).
-    Returns:
-        ``(..., L, (M - 1) * H) int64`` table rows (offsets included).
-    """
-    num_lookback = constants.max_ngram_size
-    tok = _lookback_tokens(windows, constants.pad_id)  # (..., M), all >= 0
-    device = windows.device
-    multipliers = constants.multipliers.to(device)
-    primes = constants.primes.to(device)
-    offsets = constants.offsets.to(device)
-    per_layer = []
-    for l in range(len(constants.layer_ids)):
-        products = tok * multipliers[l]  # (..., M)
-        roll = products[..., 0]
-        rolls = []
-        for n in range(1, num_lookback):
-            roll = torch.bitwise_xor(roll, products[..., n])
-            rolls.append(roll)
-        rolls_t = torch.stack(rolls, dim=-1)  # (..., M-1)
-        # A negative roll would mean int64 overflow (and a remainder the reference never sees);
-        # XOR of non-negative products is non-negative, so this only backs up the guard.
-        if check:
-            assert bool((rolls_t >= 0).all()), "engram rolling hash went negative (int64 overflow)"
-        ids = torch.remainder(rolls_t.unsqueeze(-1), primes[l])  # (..., M-1, H)
-        per_layer.append(ids.flatten(-2) + offsets[l])  # (..., (M-1)*H)
-    return torch.stack(per_layer, dim=-2)
-
-
-def _lookback_tokens(windows: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """``(..., M)`` windows -> ``(..., M)`` ids by look-back distance ``k`` (``[..., k]`` = id at
-    ``p - k``), ``pad_id`` from the first blocked look-back on."""
-    lookback = windows.flip(-1)
-    is_blocked = torch.cumsum((lookback == BLOCKED).to(torch.int64), dim=-1) > 0
-    return lookback.masked_fill(is_blocked, pad_id)

@@ -177,6 +177,27 @@ def test_engram_hash_ids_matches_runtime():
         assert torch.equal(out, engram_hash.engram_hash_ids(ctx, constants))  # bitwise
 
 
+def test_engram_hash_windows_matches_reference():
+    """The registered op the model calls (prefill: windows gathered from the flat histories
+    and chunks; decode: history rows + the new id), against the reference: leading dims,
+    strided windows, blocked ids anywhere in a window, empty input."""
+    from deepinfer.kernels.reference import engram as ref_engram
+    from deepinfer.runtime.model import engram_hash
+
+    g = torch.Generator().manual_seed(6)
+    constants = engram_hash.make_engram_hash_constants((1, 14), 4, 8, 16_000_000, 99092, 5)
+    windows = torch.randint(-1, 99092, (2, 37, 4), generator=g)
+    windows[0, :5, :2] = -1
+    windows[1, 3, 2] = -1  # blocked in the middle: it and everything older read pad_id
+    got = tri_engram.engram_hash_windows(windows, constants)
+    assert got.shape == (2, 37, 2, 24)
+    assert torch.equal(got, ref_engram.engram_hash_windows(windows, constants))
+    strided = windows.transpose(0, 1)  # (37, 2, 4), not contiguous
+    assert torch.equal(tri_engram.engram_hash_windows(strided, constants),
+                       ref_engram.engram_hash_windows(strided, constants))
+    assert tri_engram.engram_hash_windows(windows[:, :0], constants).shape == (2, 0, 2, 24)
+
+
 # --- SM90 compile gate -----------------------------------------------------------------------
 
 V41_HIDDEN, V41_HC = 5120, 4
@@ -258,9 +279,9 @@ def test_sm90_compile(sm90_compile):
          "num_stages": 1},
         {"id": "engram_hash_l2_m4_h8", "module": "deepinfer.kernels.triton.engram",
          "kernel": "_engram_hash_kernel",
-         "signature": {"ctx_ptr": "*i64", "mult_ptr": "*i64", "prime_ptr": "*i64",
-                       "offset_ptr": "*i64", "out_ptr": "*i64", "num_positions": "i32", "S": "i32",
-                       "stride_cb": "i32", "pad_id": "i64"},
+         "signature": {"win_ptr": "*i64", "mult_ptr": "*i64", "prime_ptr": "*i64",
+                       "offset_ptr": "*i64", "out_ptr": "*i64", "num_rows": "i32",
+                       "stride_wr": "i32", "stride_wm": "i32", "pad_id": "i64"},
          "constexprs": {"L": 2, "M": 4, "H": 8, "HP": 8, "BP": 64}, "num_warps": 4,
          "num_stages": 1},
         {"id": "rms_norm_2048", "module": "deepinfer.kernels.triton.norm",
