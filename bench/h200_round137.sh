@@ -9,7 +9,7 @@
 source "$(dirname "$0")/device_setup.sh"
 case "${PART:-a}" in
 a) timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -q \
-     tests/gpu/test_gemm_side_gpu.py -k engram_hash tests/gpu/test_attention_side_gpu.py \
+     tests/gpu/test_gemm_side_gpu.py tests/gpu/test_attention_side_gpu.py \
      -k "engram_hash or record" >"$OUT/tests_kernels.log" 2>&1
    echo "kernel checks rc=$?"; tail -1 "$OUT/tests_kernels.log"
    prefill_short_prompts_ab 2 ;;
