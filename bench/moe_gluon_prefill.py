@@ -81,6 +81,13 @@ def main() -> None:
                         help="warpgroups per program of the bf16 prefill kernel (1 or 2)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
+    parser.add_argument("--l2-experts", type=int, nargs="*", default=[],
+                        help="also time each bf16 GEMM with its blocks remapped onto N experts "
+                             "(block expert e -> e %% N: the same blocks and token tiles, the "
+                             "weights L2-resident: what HBM weight streaming costs; wrong "
+                             "values, a timing probe)")
+    parser.add_argument("--skip-triton", action="store_true",
+                        help="skip the Triton run_experts rows")
     parser.add_argument("--graphs", action="store_true",
                         help="time the whole pipelines as CUDA graphs and print the decode "
                              "pipeline beside them (decode sizes)")
@@ -165,6 +172,15 @@ def main() -> None:
                 print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
                                f"{num_tokens} | w4a16 {name} parts{parts} | {bm} | "
                                f"{stages} | {wg}"), flush=True)
+                for n_l2 in args.l2_experts:  # the same launch, weights of n_l2 experts only
+                    remapped = torch.where(blocks >= 0, blocks % n_l2, blocks)
+                    probe = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale,
+                                              pairs, remapped, num_pairs, out, bm, stages,
+                                              one_mul, wg, parts)
+                    probe()
+                    print(f"| {num_tokens} | w4a16 {name} parts{parts}, weights of {n_l2} "
+                          f"experts (L2 probe) | {bm} | {stages} | {wg} | "
+                          f"{rl.median_ms(probe):.3f} | | | | probe |", flush=True)
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          parts=parts)
@@ -184,6 +200,8 @@ def main() -> None:
             for label, other in outs.items():
                 print(f"{num_tokens} tokens: {label} bit-identical to the decode pipeline: "
                       f"{torch.equal(other, out)}", flush=True)
+        if args.skip_triton:
+            continue
         g_ms, d_ms, whole = triton_kernel_ms(x, ids, route_w, words)
         print(f"| {num_tokens} | triton gated (w1 + w3) | | | | {g_ms:.3f} | | | | |")
         print(f"| {num_tokens} | triton down | | | | {d_ms:.3f} | | | | |")
