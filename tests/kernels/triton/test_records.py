@@ -34,36 +34,29 @@ def _garbage(rows: int, record_bytes: int, seed: int) -> torch.Tensor:
     return rec
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("head_dim", [64, 512])
-def test_unpack_window_kv_every_byte(dtype, head_dim):
-    rec = _garbage(7, formats.window_record_bytes(head_dim), 1)
-    rec[0, head_dim:] = 0  # scale 2^-127: subnormal products, rounded once to bf16
-    rec[1, head_dim:] = 255  # NaN scale
-    rec[2, head_dim:] = 254
-    _same(tri.unpack_window_kv(rec, head_dim, dtype),
-          formats.unpack_window_kv(rec, head_dim, dtype))
+# per record kind: head dims, where its scale bytes start, and the scale bytes forced into whole
+# rows (rows 0, 1, ...) on top of the garbage
+UNPACK_CASES = {
+    # 2^-127 (subnormal products, rounded once to bf16), NaN, the largest
+    "window_kv": ((64, 512), lambda d: d, (0, 255, 254)),
+    # e4m3 NaN scales, 448
+    "compressed_kv": ((64, 512), lambda d: d // 2, (0x7F, 0x7E)),
+    # 2^-127, NaN, 2^-126 (e2m1 0.5 lands on a bf16 subnormal)
+    "index_key": ((32, 128), lambda d: d // 2, (0, 255, 1)),
+}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("head_dim", [64, 512])
-def test_unpack_compressed_kv_every_byte(dtype, head_dim):
-    rec = _garbage(6, formats.compressed_record_bytes(head_dim), 2)
-    rec[0, head_dim // 2:] = 0x7F  # NaN scales
-    rec[1, head_dim // 2:] = 0x7E  # 448
-    _same(tri.unpack_compressed_kv(rec, head_dim, dtype),
-          formats.unpack_compressed_kv(rec, head_dim, dtype))
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("head_dim", [32, 128])
-def test_unpack_index_key_every_byte(dtype, head_dim):
-    rec = _garbage(6, formats.index_key_record_bytes(head_dim), 3)
-    rec[0, head_dim // 2:] = 0
-    rec[1, head_dim // 2:] = 255
-    rec[2, head_dim // 2:] = 1  # 2^-126: e2m1 0.5 lands on a bf16 subnormal
-    _same(tri.unpack_index_key(rec, head_dim, dtype),
-          formats.unpack_index_key(rec, head_dim, dtype))
+@pytest.mark.parametrize("kind,head_dim", [(kind, d) for kind, (dims, _, _) in
+                                           UNPACK_CASES.items() for d in dims])
+def test_unpack_every_byte(kind, head_dim, dtype):
+    _, scale_start, forced = UNPACK_CASES[kind]
+    name = "unpack_index_key" if kind == "index_key" else f"unpack_{kind}"
+    nbytes = getattr(formats, f"{kind.removesuffix('_kv')}_record_bytes")(head_dim)
+    rec = _garbage(7, nbytes, len(name))
+    for row, byte in enumerate(forced):
+        rec[row, scale_start(head_dim):] = byte
+    _same(getattr(tri, name)(rec, head_dim, dtype), getattr(formats, name)(rec, head_dim, dtype))
 
 
 def test_unpack_keeps_leading_dims_and_strided_rows():
