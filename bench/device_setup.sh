@@ -133,3 +133,11 @@ prefill_ab_interleaved() {
     done
   done
 }
+# A lone 1K prompt's host phases (prefill.py --host-phases: each layer's enqueue start) in this
+# tree (rounds 136b / 137b).
+lone_1k_host_phases() {
+  timeout 100 python3 bench/prefill.py --prompt-lens 1024 --repeats 3 --no-eager --no-profile \
+    --host-phases --out /tmp/j >"$OUT/prefill_phases.log" 2>&1
+  echo "phases rc=$?"; grep -E "^prefill 1024" "$OUT/prefill_phases.log"
+  sed -n '/^host phases/,/generate done/p' "$OUT/prefill_phases.log"
+}

@@ -16,9 +16,6 @@ a) timeout 120 python3 -m pytest -p no:cacheprovider -m gpu -rf -q \
    echo "launch rc=$?"; grep "^|" "$OUT/launch.log"
    prefill_short_prompts_ab 3 ;;
 b) prefill_ab_interleaved "--prompt-lens 1024,4096 --repeats 5 --no-eager --no-profile"
-   timeout 100 python3 bench/prefill.py --prompt-lens 1024 --repeats 3 --no-eager --no-profile \
-     --host-phases --out /tmp/j >"$OUT/prefill_phases.log" 2>&1
-   echo "phases rc=$?"; grep -E "^prefill 1024" "$OUT/prefill_phases.log"
-   sed -n '/^host phases/,/generate done/p' "$OUT/prefill_phases.log" ;;
+   lone_1k_host_phases ;;
 esac
 rm -f "$OUT/install.log"

@@ -17,9 +17,6 @@ b) timeout 330 python3 bench/prefill.py --prompt-lens 4096 --batch-prompts 8 --r
      --no-eager --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
    echo "prefill rc=$?"; sed -n '/^## prefill/,$p' "$OUT/prefill_4k.log" | grep -v "^USDT" \
      | cut -c1-150 | head -90
-   timeout 100 python3 bench/prefill.py --prompt-lens 1024 --repeats 3 --no-eager --no-profile \
-     --host-phases --out /tmp/j >"$OUT/prefill_phases.log" 2>&1
-   echo "phases rc=$?"; grep -E "^prefill 1024" "$OUT/prefill_phases.log"
-   sed -n '/^host phases/,/generate done/p' "$OUT/prefill_phases.log" ;;
+   lone_1k_host_phases ;;
 esac
 rm -f "$OUT/install.log"

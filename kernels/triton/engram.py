@@ -152,15 +152,6 @@ def engram_hash_windows(windows: torch.Tensor, constants) -> torch.Tensor:
     return out.reshape(*windows.shape[:-1], num_layers, (num_lookback - 1) * n_heads)
 
 
-def engram_hash_ids(context_ids: torch.Tensor, constants) -> torch.Tensor:
-    """The contract of runtime/model/engram_hash.engram_hash_ids, unchecked: context_ids
-    (B, M - 1 + S) int64 compressed ids (-1 blocked) -> (B, S, L, (M - 1) * H) int64, by
-    :func:`engram_hash_windows` over each position's window (a strided view)."""
-    num_lookback = constants.multipliers.shape[1]
-    return engram_hash_windows(context_ids.to(torch.int64).unfold(1, num_lookback, 1),
-                               constants)
-
-
 def supports_engram(spec: dict) -> bool:
     """CUDA SM90+; ``hc_mult`` (optional) a power of two."""
     hc = spec.get("hc_mult", 4)

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from deepinfer.kernels.reference.engram import BLOCKED, lookback_tokens
-from deepinfer.kernels.reference.engram import engram_hash_windows as hash_windows
+from deepinfer.kernels.reference.engram import BLOCKED, engram_hash_windows, lookback_tokens
 
 """Compressed id of a position that is before the sequence start or inside an image span."""
 
@@ -242,4 +241,4 @@ def engram_hash_ids(context_ids: torch.Tensor, constants: EngramHashConstants) -
     max_mult = int(constants.multipliers.max())
     if max_tok > _INT64_MAX // max_mult:
         raise ValueError(f"compressed id {max_tok} too large for the hash multipliers")
-    return hash_windows(windows, constants, check=True)
+    return engram_hash_windows(windows, constants, check=True)

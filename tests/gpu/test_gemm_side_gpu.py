@@ -472,10 +472,10 @@ def test_engram_hash_gpu():
     constants = engram_hash.make_engram_hash_constants((1, 14), 4, 8, 16_000_000, 99092, 5)
     ctx = torch.randint(-1, 99092, (8, 3 + 4096), device="cuda")
     with nan_poisoned_allocations():
-        out = tri_engram.engram_hash_ids(ctx, constants)
+        out = tri_engram.engram_hash_windows(ctx.unfold(1, 4, 1), constants)
     bad = int((out != engram_hash.engram_hash_ids(ctx, constants)).sum())
-    _row("engram_hash_ids (mismatches)", "B8 S4096 L2 M4 H8", bad, 0,
-         _ms(lambda: tri_engram.engram_hash_ids(ctx, constants)))
+    _row("engram_hash_windows (mismatches)", "B8 S4096 L2 M4 H8", bad, 0,
+         _ms(lambda: tri_engram.engram_hash_windows(ctx.unfold(1, 4, 1), constants)))
 
 
 # --- plain/grouped projections, RoPE, Q4E8_32 fake quant (kernels/triton/linear.py, rope.py,
