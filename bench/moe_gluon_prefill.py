@@ -87,6 +87,9 @@ def main() -> None:
                         help="the bf16 kernel's K loop waits (PIPE): 0, every group waited "
                              "before the next is scaled; 1, one group in flight (rows of both "
                              "interleaved)")
+    parser.add_argument("--probe-no-decode", action="store_true",
+                        help="a timing probe: the bf16 kernel without its integer decode (the "
+                             "weight words scaled as they are: wrong values, rel. L2 ~1)")
     parser.add_argument("--l2-experts", type=int, nargs="*", default=[],
                         help="also time each bf16 GEMM with its blocks remapped onto N experts "
                              "(block expert e -> e %% N: the same blocks and token tiles, the "
@@ -111,6 +114,10 @@ def main() -> None:
     from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
 
+    if args.probe_no_decode:  # before any compile (moe_gluon_w4a16_prefill._NO_DECODE)
+        from triton.experimental.gluon import language as gl
+        pf16._NO_DECODE = gl.constexpr(True)
+        print("PROBE: the bf16 kernel without its integer decode (wrong values)")
     rl = roofline()
     ceil = rl.measure_ceilings()
     hbm, fp8 = ceil["hbm_bytes_per_s"], ceil["fp8_flops_per_s"]

@@ -116,6 +116,11 @@ if HAS_GLUON:
     # the weight ring's stage as int32 words (the same bytes: unswizzled rows)
     _WORDS_SHARED = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
     _ONE_MUL_ASM = gl.constexpr(SCALE_ONE_MUL)
+    # a timing probe, never the engine's: True sends the weight words to the scale and the
+    # wgmmas without the integer decode (wrong values): what the K loop costs without it. Set by
+    # bench/moe_gluon_prefill.py --probe-no-decode before anything compiles, in its own process
+    # (triton refuses a changed global after a compile).
+    _NO_DECODE = gl.constexpr(False)
     _TWO_MUL_ASM = gl.constexpr(SCALE_TWO_MUL)
 
     @gluon.jit
@@ -178,6 +183,8 @@ if HAS_GLUON:
     def _extract(words):
         """A group's words [BO, 4] -> its unscaled bf16x2 bits (e, o, x, y: [BO, 4] int32 each):
         integer work only, so it may run while the wgmmas do."""
+        if _NO_DECODE:
+            return words, words, words, words
         return gl.inline_asm_elementwise(_EXTRACT_ASM, "=r,=r,=r,=r,r", [words],
                                          dtype=(gl.int32, gl.int32, gl.int32, gl.int32),
                                          is_pure=True, pack=1)
