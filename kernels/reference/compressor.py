@@ -12,5 +12,5 @@ def compress_pool(kv: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     Returns:
         (G, D) fp32 pooled latents.
     """
-    w = torch.softmax(gate.float(), dim=1)
+    w = torch.softmax(gate.double(), dim=1).float()
     return (w.double() * kv.double()).sum(dim=1).float()

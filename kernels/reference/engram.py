@@ -23,7 +23,7 @@ def engram_inject(x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, wqk: 
     rstd = (torch.rsqrt(h.double().pow(2).mean(-1).float() + eps)
             * torch.rsqrt(key.double().pow(2).mean(-1).float() + eps))
     dot = (h * wqk[None] * key).double().sum(-1).float() * rstd / dim ** 0.5  # (N, S)
-    gate = torch.sigmoid(torch.sign(dot) * torch.sqrt(dot.abs().clamp(min=1e-6)))
+    gate = torch.sigmoid((torch.sign(dot) * torch.sqrt(dot.abs().clamp(min=1e-6))).double()).float()
     if text_mask is not None:
         gate = gate * text_mask[:, None].float()
     return (h + gate.unsqueeze(-1) * value.unsqueeze(1)).to(x.dtype)

@@ -22,10 +22,10 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     m = (v.double() @ fn.double().t()).float() * r  # (N, 2S + S*S); fp64 sums
 
     s = n_streams
-    pre = torch.sigmoid(m[:, :s] * scale[0] + base[:s]) + hc_eps
-    post = 2 * torch.sigmoid(m[:, s:2 * s] * scale[1] + base[s:2 * s])
+    pre = torch.sigmoid((m[:, :s] * scale[0] + base[:s]).double()).float() + hc_eps
+    post = 2 * torch.sigmoid((m[:, s:2 * s] * scale[1] + base[s:2 * s]).double()).float()
     comb = (m[:, 2 * s:] * scale[2] + base[2 * s:]).view(-1, s, s)
-    comb = torch.softmax(comb, dim=-1) + hc_eps
+    comb = torch.softmax(comb.double(), dim=-1).float() + hc_eps
     comb = comb / (comb.sum(dim=-2, keepdim=True) + hc_eps)
     for _ in range(sinkhorn_iters - 1):
         comb = comb / (comb.sum(dim=-1, keepdim=True) + hc_eps)

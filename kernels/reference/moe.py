@@ -31,7 +31,8 @@ def route_sqrtsoftplus(x: torch.Tensor, gate_weight: torch.Tensor, bias: torch.T
         scaled by route_scale; expert ids (N, topk) int64.
     """
     logits = (x.double() @ gate_weight.double().t()).float()  # fp64 sums, fp32 result
-    scores = torch.sqrt(torch.nn.functional.softplus(logits / gate_temp))  # (N, E)
+    soft = torch.nn.functional.softplus((logits / gate_temp).double())  # fp64: row-invariant
+    scores = torch.sqrt(soft.float())  # (N, E)
     sel_bias = bias.float().expand_as(scores)
     if image_mask is not None and bias_vl is not None:
         sel_bias = torch.where(image_mask[:, None], bias_vl.float()[None, :], sel_bias)
@@ -46,7 +47,7 @@ def swiglu_limit(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Te
     """``silu(min(gate, limit)) * clamp(up, -limit, limit)`` in fp32."""
     g = gate.float().clamp(max=limit)
     u = up.float().clamp(-limit, limit)
-    return torch.nn.functional.silu(g) * u
+    return torch.nn.functional.silu(g.double()).float() * u
 
 
 def expert_ffn(x: torch.Tensor, w1: Weight, w3: Weight, w2: Weight,

@@ -1,11 +1,13 @@
 """Incremental execution of the tiny V4.1 model: decode and chunked prefill against one-shot.
 
 Tolerance: exact (``torch.equal``). The reference backend accumulates every reduction in fp64
-and rounds once to the declared dtype, so a GEMM, a softmax or a top-k score does not depend on
-how many rows or keys share the call; incremental, chunked and batched execution therefore
-compute the same bits as the one-shot forward. Anything looser would hide real cache bugs
-behind the FP8/FP4 rounding boundaries, where a 1-ulp difference upstream can flip a quantized
-value or a top-k pick and move logits by 1e-2 (measured with fp32 accumulation).
+and rounds once to the declared dtype, and evaluates elementwise transcendentals (sigmoid,
+softmax, softplus, SiLU) in fp64 too (tests/kernels/test_reference_row_invariance.py says why),
+so a GEMM, a softmax or a top-k score does not depend on how many rows or keys share the call;
+incremental, chunked and batched execution therefore compute the same bits as the one-shot
+forward. Anything looser would hide real cache bugs behind the FP8/FP4 rounding boundaries,
+where a 1-ulp difference upstream can flip a quantized value or a top-k pick and move logits by
+1e-2 (measured with fp32 accumulation).
 """
 
 import copy
