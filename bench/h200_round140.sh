@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at a072ab1 / 046e287: the PIPE loop and its flags (--w4a16-pipe, ncu_probe --w4a16-pipe)
+# were removed after these rounds (no gain, session 26); check that commit out to rerun it.
 # Device round 140 (session 25): the prefill expert GEMM's K loop with one group's wgmmas in
 # flight while the next group is scaled (moe_gluon_w4a16_prefill PIPE) against the shipped
 # loop (every group waited first).

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at a072ab1 / 046e287: the PIPE loop and its flags (--w4a16-pipe, ncu_probe --w4a16-pipe)
+# were removed after these rounds (no gain, session 26); check that commit out to rerun it.
 # Device round 144 (session 25): the prefill expert GEMM at 4K tokens, with and without its
 # integer decode (--probe-no-decode), each over the K loop's waits (PIPE 0 / 1) and 1 / 2
 # warpgroups per program (≈ 3 min): whether the loop's skeleton (round 142: ~1.2 ms of the

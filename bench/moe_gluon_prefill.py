@@ -42,7 +42,7 @@ def gemm_row(rl, run, out, ref, w, f, touched: int, fp8: float, bf16: float | No
     """Run one expert GEMM launch, check ``out`` against ``ref`` (rel. L2) and time it: a table
     row ``| label | ms | TFLOP/s | of FP8 [(of bf16)] | weight GB/s | rel. L2 |``. FLOPs count
     the real pairs only (out's rows); bytes: the touched experts' weights and scales. ``out``
-    is NaN-filled before the checked run (rows that share it cannot pass on another's output)."""
+    is NaN-filled before the checked run (a row the launch misses cannot pass on stale values)."""
     out.fill_(float("nan"))
     run()
     err = ((out - ref).norm() / ref.norm()).item()
@@ -83,10 +83,6 @@ def main() -> None:
                         help="warpgroups per program of the bf16 prefill kernel (1 or 2)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
-    parser.add_argument("--w4a16-pipe", type=int, nargs="+", default=[0],
-                        help="the bf16 kernel's K loop waits (PIPE): 0, every group waited "
-                             "before the next is scaled; 1, one group in flight (rows of both "
-                             "interleaved)")
     parser.add_argument("--probe-no-decode", action="store_true",
                         help="a timing probe: the bf16 kernel without its integer decode (the "
                              "weight words scaled as they are: wrong values, rel. L2 ~1)")
@@ -179,14 +175,12 @@ def main() -> None:
                 one_mul = f.scale_max is not None and f.scale_max <= 128
                 gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
-                for pipe in args.w4a16_pipe:
-                    run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale,
-                                            pairs, blocks, num_pairs, out, bm, stages, one_mul,
-                                            wg, parts, pipe=bool(pipe))
-                    print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                                   f"{num_tokens} | w4a16 {name} parts{parts}"
-                                   f"{' pipe' if pipe else ''} | {bm} | {stages} | {wg}"),
-                          flush=True)
+                run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale, pairs,
+                                        blocks, num_pairs, out, bm, stages, one_mul, wg,
+                                        parts)
+                print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
+                               f"{num_tokens} | w4a16 {name} parts{parts} | {bm} | "
+                               f"{stages} | {wg}"), flush=True)
                 for n_l2 in args.l2_experts:  # the same launch, weights of n_l2 experts only
                     remapped = torch.where(blocks >= 0, blocks % n_l2, blocks)
                     probe = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale,
@@ -196,17 +190,14 @@ def main() -> None:
                     print(f"| {num_tokens} | w4a16 {name} parts{parts}, weights of {n_l2} "
                           f"experts (L2 probe) | {bm} | {stages} | {wg} | "
                           f"{rl.median_ms(probe):.3f} | | | | probe |", flush=True)
-            for pipe in args.w4a16_pipe:  # the module default, read at each call
-                pf16.PIPE = bool(pipe)
-                whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w,
-                                             *kw, 10.0, stages=stages, block_m=bm,
-                                             warpgroups=wg, parts=parts)
-                outs[f"w4a16 BM {bm} parts {parts}{' pipe' if pipe else ''}"] = whole_fn()
-                print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
-                                   f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
-                                   f" parts{parts}{' pipe' if pipe else ''} (all launches) | "
-                                   f"{bm} | {stages} | {wg}"), flush=True)
-            pf16.PIPE = False
+            whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
+                                         10.0, stages=stages, block_m=bm, warpgroups=wg,
+                                         parts=parts)
+            outs[f"w4a16 BM {bm} parts {parts}"] = whole_fn()
+            print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
+                               f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
+                               f" parts{parts} (all launches) | {bm} | {stages} | "
+                               f"{wg}"), flush=True)
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

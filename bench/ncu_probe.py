@@ -70,12 +70,7 @@ def main() -> int:
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--shape", default="wo_b", help="projection: a bench/gemm_decode.py shape")
     ap.add_argument("--variant", default="wm", help="projection: a bench/gemm_decode.py variant")
-    ap.add_argument("--w4a16-pipe", action="store_true",
-                    help="experts-w4a8 at prefill sizes: the bf16 kernel's PIPE waits")
     args = ap.parse_args()
-    if args.w4a16_pipe:
-        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
-        moe_gluon_w4a16_prefill.PIPE = True
     if args.kernel == "projection":
         call = projection_call(args.tokens, args.shape, args.variant)
     elif args.kernel.startswith("experts"):

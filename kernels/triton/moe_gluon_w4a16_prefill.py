@@ -93,10 +93,6 @@ WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # 2 / 4 7.24 / 6.83 / 6.67 ms at 4K tokens, 19.67 / 18.46 / 17.51 at 16K (the 4K prefill end to
 # end: 111.3 vs 110.3 ms, inside the run-to-run spread)
 PARTS = 4
-# the K loop's wgmma waits: False, every group's wgmmas waited before the next group is scaled
-# (one A register set); True, the next group scaled and issued while the previous one runs
-# (two A sets, one group in flight; ``_retire``)
-PIPE = False
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -215,13 +211,14 @@ if HAS_GLUON:
 
     @gluon.jit
     def _mma_group(a, x_t, acc, acc2, R0: gl.constexpr, BN: gl.constexpr,
-                   BN2: gl.constexpr, C0: gl.constexpr, LA2: gl.constexpr):
+                   BN2: gl.constexpr, C0: gl.constexpr):
         """The async wgmma of one 32-K group: acc += a @ x_t[R0 : R0 + BN, C0 : C0 + 32]^T
-        (BN2 > 0: the same registers, as layout LA2, into acc2 against the next BN2
-        tokens)."""
+        (BN2 > 0: the same registers into acc2 against the next BN2 tokens)."""
         x_g = x_t.slice(C0, 32, dim=1)
         acc = warpgroup_mma(a, x_g.slice(R0, BN, dim=0).permute((1, 0)), acc, is_async=True)
         if BN2 > 0:
+            LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc2.type.layout,
+                                                    k_width=2)
             acc2 = warpgroup_mma(gl.convert_layout(a, LA2),
                                  x_g.slice(R0 + BN, BN2, dim=0).permute((1, 0)), acc2,
                                  is_async=True)
@@ -237,29 +234,6 @@ if HAS_GLUON:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             acc2 = acc
         return acc, acc2
-
-    @gluon.jit
-    def _retire(acc, acc2, a_done, a, BN2: gl.constexpr, LEFT: gl.constexpr):
-        """``PIPE``'s wait: all but the last LEFT (1 or 0) groups' wgmmas finished; the A
-        operands of the group waited for (a_done) and of the one left running (a) kept alive
-        until then."""
-        if BN2 > 0:
-            acc, acc2, a_done, a = warpgroup_mma_wait(num_outstanding=2 * LEFT,
-                                                      deps=(acc, acc2, a_done, a))
-        else:
-            acc, a_done, a = warpgroup_mma_wait(num_outstanding=LEFT, deps=(acc, a_done, a))
-            acc2 = acc
-        return acc, acc2
-
-    @gluon.jit
-    def _next_group(bits, sw, g: gl.constexpr, acc, acc2, ONE_MUL: gl.constexpr,
-                    LA: gl.constexpr, BN2: gl.constexpr, PIPE: gl.constexpr):
-        """Group g's A operand from its extracted bits, and the wait that must come first:
-        PIPE — none (the previous group's wgmma keeps running while this one is scaled);
-        otherwise every wgmma waited (one A register set)."""
-        if not PIPE:
-            acc, acc2 = _wait(acc, acc2, BN2)
-        return _scaled(bits, sw, g, ONE_MUL, LA), acc, acc2
 
     @gluon.jit
     def _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, slot0, stride_om,
@@ -279,7 +253,7 @@ if HAS_GLUON:
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                    STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
                    BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr,
-                   PG: gl.constexpr, PIPE: gl.constexpr, num_warps: gl.constexpr):
+                   PG: gl.constexpr, num_warps: gl.constexpr):
         """The K loop of one program against the first BN (+ BN2) tokens of its block (the
         rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
         BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
@@ -308,12 +282,10 @@ if HAS_GLUON:
 
         acc = gl.zeros([BO, BN], gl.float32, MMA)
         acc2 = acc  # unused unless BN2 > 0
-        # the second accumulator's layout (BN2 > 0) and its A operand's
-        MMA2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
-                                                        warps_per_cta=[num_warps, 1],
-                                                        instr_shape=[16, max(BN2, 8), 16])
-        LA2: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA2, k_width=2)
         if BN2 > 0:
+            MMA2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                            warps_per_cta=[num_warps, 1],
+                                                            instr_shape=[16, BN2, 16])
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
             # every warp is past step i - 1 (its wgmmas waited, this step's bytes loaded): the
@@ -326,34 +298,29 @@ if HAS_GLUON:
             mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
             xa = xa_s.index(i % STAGES)
             xb = xb_s.index(i % STAGES)
-            acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 0, LA2)
-            a0 = a
-            a, acc, acc2 = _next_group(_extract(p1), sw, 1, acc, acc2, ONE_MUL, LA, BN2, PIPE)
-            acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 32, LA2)
-            if PIPE:
-                acc, acc2 = _retire(acc, acc2, a0, a, BN2, 1)
-            a0 = a
-            a, acc, acc2 = _next_group(_extract(p2), sw, 2, acc, acc2, ONE_MUL, LA, BN2, PIPE)
-            acc, acc2 = _mma_group(a, xb, acc, acc2, 0, BN, BN2, 0, LA2)
-            if PIPE:
-                acc, acc2 = _retire(acc, acc2, a0, a, BN2, 1)
-            a0 = a
-            a, acc, acc2 = _next_group(_extract(p3), sw, 3, acc, acc2, ONE_MUL, LA, BN2, PIPE)
-            acc, acc2 = _mma_group(a, xb, acc, acc2, 0, BN, BN2, 32, LA2)
-            if PIPE:
-                acc, acc2 = _retire(acc, acc2, a0, a, BN2, 1)
+            acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
+            bits = _extract(p1)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 1, ONE_MUL, LA)
+            acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 32)
+            bits = _extract(p2)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 2, ONE_MUL, LA)
+            acc, acc2 = _mma_group(a, xb, acc, acc2, 0, BN, BN2, 0)
+            bits = _extract(p3)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 3, ONE_MUL, LA)
+            acc, acc2 = _mma_group(a, xb, acc, acc2, 0, BN, BN2, 32)
             # the next step's bytes (the last step reloads its own: a finished phase waits for
-            # nothing), its first group extracted (PIPE: and scaled) while this step's last
-            # group runs
+            # nothing), its first group extracted while this step's last group runs
             nxt = gl.minimum(i + 1, num_steps - 1)
             sw = sw_next
             sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
             mbarrier.wait(bars.index(STAGES + nxt % WSTAGES), (nxt // WSTAGES) & 1)
             p0, p1, p2, p3 = _step_words(w_s, nxt % WSTAGES, PG)
-            a0 = a
-            a, acc, acc2 = _next_group(_extract(p0), sw, 0, acc, acc2, ONE_MUL, LA, BN2, PIPE)
-            if PIPE:  # nothing in flight across the loop's back edge (C7515, moe_gluon)
-                acc, acc2 = _retire(acc, acc2, a0, a, BN2, 0)
+            bits = _extract(p0)
+            acc, acc2 = _wait(acc, acc2, BN2)
+            a = _scaled(bits, sw, 0, ONE_MUL, LA)
         _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
         if BN2 > 0:
             _store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN, stride_om,
@@ -365,7 +332,7 @@ if HAS_GLUON:
                               stride_sn4, stride_om, STAGES: gl.constexpr,
                               WSTAGES: gl.constexpr, BM: gl.constexpr,
                               ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
-                              PG: gl.constexpr, PIPE: gl.constexpr, num_warps: gl.constexpr):
+                              PG: gl.constexpr, num_warps: gl.constexpr):
         # PG (``group_layout``): the weight tile's int32 words [BO, 16] in registers. x_desc /
         # xh_desc / xq_desc: token boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64]. PARTS (1, 2,
         # 4): a block runs N = the parts of BM that hold pairs (sorted pairs pad each expert's
@@ -402,37 +369,35 @@ if HAS_GLUON:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 4, 0,
-                               ONE_MUL, PG, PIPE, num_warps)
+                               ONE_MUL, PG, num_warps)
                 elif used == 2:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, PIPE, num_warps)
+                               ONE_MUL, PG, num_warps)
                 elif used == 3:  # BM / 2 + BM / 4 (two accumulators)
                     _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, PG,
-                               PIPE, num_warps)
+                               num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, PIPE,
-                               num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
             elif PARTS == 2:
                 if used == 1:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, PIPE, num_warps)
+                               ONE_MUL, PG, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, PIPE,
-                               num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
             else:
                 _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                            out_ptr, num_pairs, row0, tile * BO, block, num_steps, stride_om,
-                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, PIPE, num_warps)
+                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
             for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -496,8 +461,8 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                        out: torch.Tensor, block_m: int, stages: int = STAGES,
                        one_mul: bool = False, warpgroups: int = WARPGROUPS,
-                       parts: int | None = None, weight_stages: int | None = None,
-                       pipe: bool | None = None) -> torch.Tensor:
+                       parts: int | None = None, weight_stages: int | None = None
+                       ) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
@@ -505,8 +470,7 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` (1 or 2) x 64 weight
     rows per program share its token tile. ``parts`` (1, 2, 4): a block multiplies only its parts of
     block_m / parts tokens that hold pairs (default ``PARTS``, read at the call).
-    ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call).
-    ``pipe``: the K loop's waits (default ``PIPE``, read at the call)."""
+    ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call)."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -517,7 +481,6 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     parts = PARTS if parts is None else parts
     assert parts in (1, 2, 4), f"w4a16_prefill_gemm: parts {parts} (1, 2 or 4)"
     weight_stages = WEIGHT_STAGES if weight_stages is None else weight_stages
-    pipe = PIPE if pipe is None else pipe
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_kernel[grid](
@@ -525,7 +488,8 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         token_descriptor(tokens, block_m // 4), tiled_descriptor(w, rows), s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
-        PARTS=parts, PG=group_layout(warpgroups), PIPE=pipe, num_warps=4 * warpgroups)
+        PARTS=parts,
+        PG=group_layout(warpgroups), num_warps=4 * warpgroups)
     return out
 
 
@@ -610,13 +574,11 @@ def aot_cases() -> list[dict[str, Any]]:
     bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 warpgroups (a weight
     box within one step tile of the order), parts 1 / 2 / 4; and the token gather."""
     cases = []
-    for bm, stages, one_mul, wg, parts, pipe in (
-            (64, 4, True, 1, 1, False), (64, 4, False, 1, 2, False),
-            (128, 3, True, 1, 2, False), (128, 2, True, 2, 2, False),
-            (128, 2, True, 2, 4, False), (64, 4, False, 1, 4, False),
-            (128, 2, True, 2, 4, True), (64, 4, False, 1, 1, True)):
+    for bm, stages, one_mul, wg, parts in ((64, 4, True, 1, 1), (64, 4, False, 1, 2),
+                                           (128, 3, True, 1, 2), (128, 2, True, 2, 2),
+                                           (128, 2, True, 2, 4), (64, 4, False, 1, 4)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
-                            f"_wg{wg}_parts{parts}{'_pipe' if pipe else ''}",
+                            f"_wg{wg}_parts{parts}",
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -628,7 +590,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                     "stride_om": "i32"},
                       "constexprs": {"STAGES": stages, "WSTAGES": WEIGHT_STAGES, "BM": bm,
                                      "ONE_MUL": one_mul,
-                                     "PARTS": parts, "PIPE": pipe,
+                                     "PARTS": parts,
                                      "PG": {"call": "group_layout", "args": [wg]},
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,

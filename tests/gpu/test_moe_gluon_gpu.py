@@ -230,20 +230,18 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,parts,pipe", [
-    (64, True, 119, 1, 1, False), (64, False, 119, 1, 2, False), (128, True, 119, 1, 2, False),
-    (64, False, 126, 1, 1, False), (128, True, 119, 2, 2, False), (128, True, 119, 2, 1, False),
-    (128, True, 119, 2, 4, False), (128, False, 126, 1, 4, False), (64, True, 119, 1, 4, False),
-    (128, True, 119, 2, 4, True), (64, False, 126, 1, 2, True)])
-def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, parts, pipe):
+@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,parts", [
+    (64, True, 119, 1, 1), (64, False, 119, 1, 2), (128, True, 119, 1, 2),
+    (64, False, 126, 1, 1), (128, True, 119, 2, 2), (128, True, 119, 2, 1),
+    (128, True, 119, 2, 4), (128, False, 126, 1, 4), (64, True, 119, 1, 4)])
+def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, parts):
     """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
     in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
     products and fp32 sums, 1e-5 as the bf16 decode kernel. Scale bytes 119..128 (the
     one-multiply contract) or 126..135 (past it: the two-multiply decode). ``parts``: a block
     runs N = its parts of BM / parts that hold pairs; the routing is skewed (~35 to ~345 pairs
     per expert) so that the experts' last blocks take every one of the four quarter fills,
-    which is checked. Padding token rows are left unwritten by the gather (NaN-poisoned).
-    ``pipe``: the K loop with one group's wgmmas in flight while the next is scaled."""
+    which is checked. Padding token rows are left unwritten by the gather (NaN-poisoned)."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
@@ -268,10 +266,10 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, part
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
     pf.w4a16_prefill_gemm(gathered, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
                           ids.numel(), out, block_m, one_mul=one_mul, warpgroups=warpgroups,
-                          parts=parts, pipe=pipe)
+                          parts=parts)
     ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
     _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
-         f" parts{parts}{' pipe' if pipe else ''} {'one' if one_mul else 'two'}-mul s{scale_lo}",
+         f" parts{parts} {'one' if one_mul else 'two'}-mul s{scale_lo}",
          f"{tokens}x{k}", _rel(out, ref), 1e-5)
 
 
