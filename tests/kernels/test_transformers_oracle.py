@@ -467,8 +467,9 @@ def test_swiglu_limit_vs_hf_apply_gate(limit):
     expected = experts._apply_gate(gate_up)
     gate, up = gate_up[:, :inter], gate_up[:, inter:]
     got = moe.swiglu_limit(gate, up, limit)
-    # Exact: min(gate, limit), clamp(up, +-limit), silu, product - same fp32 ops.
-    assert torch.equal(got, expected)
+    # min(gate, limit), clamp(up, +-limit), product: the same fp32 ops; silu ours in fp64 rounded
+    # once (row-invariant, tests/kernels/test_reference_row_invariance.py), HF's fp32 (~1 ulp)
+    torch.testing.assert_close(got, expected, rtol=5e-7, atol=0.0)
     # the clamps are really exercised: gate above, up above and below the limit
     assert (gate > limit).sum() > 100 and (up > limit).sum() > 100 and (up < -limit).sum() > 100
     # and the gate is clamped on one side only (large negative gates pass through silu)
