@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran at 0ac127f; that EXTRACT was reverted in session 26 (round 146: 4-6 % slower at 4K tokens
+# against 7e7734f, three interleaved runs); check 0ac127f out to rerun this round.
 # Device round 141 (session 25): the prefill expert GEMM's decode with 11 instead of 16
 # integer-pipe instructions per word (mxfp4_w4a8_bf16 EXTRACT: shifts on the multiply pipe;
 # round 140b: the integer pipe throttles the kernel) against the tree in ab-base.tar.

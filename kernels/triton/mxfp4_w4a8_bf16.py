@@ -7,14 +7,14 @@ e2m1 nibbles: the "lo" values K = 32 G + 4 q + b (byte b: s e1 e0 m at bits 7, 4
 "hi" values K = 32 G + 16 + 4 q + b (placed for the FP8 kernel's rotations). The PTX turns one
 word into four bf16x2 registers — the lo values of bytes (0, 2), (1, 3), the hi values of bytes
 (0, 2), (1, 3) — as bf16 bits s | e1 e0 m << 6 (value * 2^-126; e2m1's subnormal 0.5 lands on
-bf16's) — ``EXTRACT``, integer instructions only —, then multiplies by the scale: one bf16x2 FMA
-by 2^(S - 1) (``SCALE_ONE_MUL``, every scale byte S <= 128) or two (2^126, then 2^(S - 127):
-``SCALE_TWO_MUL``); the multiplier comes in as an operand (``scale_multiplier``: the kernel
-builds it once per row and 32-K group, not per word). The kernel extracts a group's words while
-the previous group's wgmmas run and scales them after the wait. 20 (24) instructions per 8
-weights, 11 of them on the integer pipe. tests/kernels/triton/test_moe_w4a16_prefill.py emulates
-both PTX strings (``ptx_subset``) against ``decode_twin`` and the twin against the checkpoint's
-values.
+bf16's) — ``EXTRACT``, integer instructions only —, then multiplies by the scale: one bf16x2
+FMA by 2^(S - 1) (``SCALE_ONE_MUL``, every scale byte S <= 128) or two (2^126, then 2^(S -
+127): ``SCALE_TWO_MUL``); the multiplier comes in as an operand (``scale_multiplier``: the
+kernel builds it once per row and 32-K group, not per word). The kernel extracts a group's
+words while the previous group's wgmmas run and scales them after the wait. 20 (24)
+instructions per 8 weights. tests/kernels/triton/test_moe_w4a16_prefill.py
+emulates both PTX strings (``ptx_subset``) against ``decode_twin`` and the twin against the
+checkpoint's values.
 """
 
 from __future__ import annotations
@@ -24,22 +24,15 @@ import torch
 # one W4A8-order word -> e, o = the lo values of bytes (0, 2), (1, 3); x, y the hi values of
 # bytes (0, 2), (1, 3), as unscaled bf16x2 bits.
 # lo byte b: s e1 e0 m at bits 7, 4, 3, 2 (e = bytes 0 / 2: x (<< 8 | << 4) — the sum's
-# carries stay below the kept bits —; o = bytes 1 / 3: e1 e0 m >> 4, s kept), masked to s | e1 e0
-# m << 6. The integer pipe (LOP3, SHF: half a warp per cycle) bounds the prefill kernel's decode
-# (session 25, round 140b): the shifts go to the multiply pipe where they can — x >> 4 of a
-# value with no bit below 4 as the high word of x * (2^28 + 1) (a multiplier ptxas cannot turn
-# back into a shift; the low word x + (x << 28) does not carry), the rotation by 2 as a multiply
-# by 4 (its wrapped bits are masked off) — 11 integer-pipe instructions a word instead of 16.
+# carries stay below the kept bits —; o = bytes 1 / 3: x | x >> 4), masked to s | e1 e0 m << 6
 _EXTRACT = """
-.reg .b32 e, o, h, x, y, t;
+.reg .b32 e, o, h, x, y;
 and.b32 e, $4, 0x009C009C; mul.lo.u32 e, e, 272; and.b32 e, e, 0x81C081C0;
-and.b32 o, $4, 0x1C001C00; mul.hi.u32 o, o, 0x10000001; and.b32 t, $4, 0x80008000;
-or.b32 o, o, t;
-mul.lo.u32 x, $4, 4; shf.l.wrap.b32 y, $4, $4, 4;
+and.b32 o, $4, 0x9C009C00; shr.u32 x, o, 4; or.b32 o, o, x; and.b32 o, o, 0x81C081C0;
+shf.l.wrap.b32 x, $4, $4, 2; shf.l.wrap.b32 y, $4, $4, 4;
 and.b32 x, x, 0x88888888; and.b32 y, y, 0x14141414; or.b32 h, x, y;
 and.b32 x, h, 0x009C009C; mul.lo.u32 x, x, 272; and.b32 x, x, 0x81C081C0;
-and.b32 y, h, 0x1C001C00; mul.hi.u32 y, y, 0x10000001; and.b32 t, h, 0x80008000;
-or.b32 y, y, t;
+and.b32 y, h, 0x9C009C00; shr.u32 h, y, 4; or.b32 y, y, h; and.b32 y, y, 0x81C081C0;
 """
 # the decode in two parts (the kernel runs the first while wgmmas are in flight): EXTRACT, one
 # word ($4) -> the unscaled bits ($0..$3: e, o, x, y); SCALE_*, those bits ($8..$11) times the
@@ -94,14 +87,13 @@ def decode_twin(words: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     def rotl(x, s):
         return ((x << s) | (x >> (32 - s))) & m32
 
-    def hi_word(x, m):  # mul.hi.u32
-        return ((x * m) >> 32) & m32
-
     e = ((w & 0x009C009C) * 272) & 0x81C081C0
-    o = hi_word(w & 0x1C001C00, 0x10000001) | (w & 0x80008000)
-    h = (((w * 4) & m32) & 0x88888888) | (rotl(w, 4) & 0x14141414)
+    o = w & 0x9C009C00
+    o = (o | (o >> 4)) & 0x81C081C0
+    h = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
     x = ((h & 0x009C009C) * 272) & 0x81C081C0
-    y = hi_word(h & 0x1C001C00, 0x10000001) | (h & 0x80008000)
+    y = h & 0x9C009C00
+    y = (y | (y >> 4)) & 0x81C081C0
     halves = []
     for reg in (e, o, x, y):
         halves += [reg & 0xFFFF, reg >> 16]

@@ -1,12 +1,12 @@
 """A tiny emulator of the PTX our inline asm uses (``mxfp4_unpack.E2M1X4_TO_BF16*``), so that CI
 checks the asm's bits on CPU — the interpreter runs the tl twin instead of the asm.
 
-Supported: ``.reg`` declarations, ``mov.b32`` (also ``mov.b32 {lo, hi}, r``: a 32-bit register
-split into two 16-bit ones), ``prmt.b32`` (default mode), ``shl.b32``, ``shr.b32`` /
-``shr.u32``, ``shf.r.wrap.b32`` / ``shf.l.wrap.b32`` (funnel shifts of b:a, mod 32),
-``and.b32``, ``or.b32``, ``add.u32`` and ``mul.lo.u32`` (mod 2^32), ``mul.hi.u32`` (the
-product's high word), ``fma.rn.bf16x2`` (exact product and sum, one round-to-nearest-even to
-bf16, subnormals kept). Registers are Python ints (32-bit).
+Supported: ``.reg`` declarations, ``mov.b32`` (also ``mov.b32 {lo, hi}, r``: a 32-bit
+register split into two 16-bit ones), ``prmt.b32`` (default mode), ``shl.b32``,
+``shr.b32`` / ``shr.u32``, ``shf.r.wrap.b32`` / ``shf.l.wrap.b32`` (funnel shifts of b:a, mod
+32), ``and.b32``, ``or.b32``, ``add.u32`` and ``mul.lo.u32`` (mod 2^32), ``fma.rn.bf16x2``
+(exact product and sum, one round-to-nearest-even to bf16, subnormals kept). Registers are
+Python ints (32-bit).
 """
 
 from __future__ import annotations
@@ -111,8 +111,6 @@ def run(asm: str, inputs: dict[int, int], num_outputs: int) -> list[int]:
             regs[d] = (srcs[0] + srcs[1]) & 0xFFFFFFFF
         elif op == "mul.lo.u32":
             regs[d] = (srcs[0] * srcs[1]) & 0xFFFFFFFF
-        elif op == "mul.hi.u32":
-            regs[d] = (srcs[0] * srcs[1]) >> 32
         elif op == "shf.r.wrap.b32":
             lo, hi, n = srcs[0], srcs[1], srcs[2] % 32
             regs[d] = (((hi << 32) | lo) >> n) & 0xFFFFFFFF
