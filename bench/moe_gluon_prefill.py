@@ -15,10 +15,11 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
 ``--w4a16-bm`` / ``--w4a16-stages``: the same rows for the bf16 kernel
 (``moe_gluon_w4a16_prefill``: weights decoded to bf16, no per-group promotion), its FLOPs against
 the bf16 ceiling as well.
-``--ss S:W ...``: the same rows for ``moe_gluon_w4a16_ss`` (tokens as the wgmma A operand, the
-decoded weights stored to shared memory as B, N = 256), token ring S and weight ring W deep, at
-BM 128, beside the shipped kernel's rows; with ``--ss-compare`` each of its outputs is compared
-bit for bit with the shipped kernel's (BM 128, ``--w4a16-wg`` / ``--w4a16-parts``' first values).
+``--ss S:W ...`` / ``--ws S:W ...``: the same rows for ``moe_gluon_w4a16_ss`` (tokens as the
+wgmma A operand, the decoded weights stored to shared memory as B, N = 256) / its
+warp-specialized form ``moe_gluon_w4a16_ws``, token ring S and weight ring W deep, at BM 128,
+beside the shipped kernel's rows; with ``--ss-compare`` each of their outputs is compared bit
+for bit with the shipped kernel's (BM 128, ``--w4a16-wg`` / ``--w4a16-parts``' first values).
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
 as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
 replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
@@ -71,12 +72,15 @@ def pipeline_row(rl, fn, ref, graphs: bool, label: str) -> str:
 
 def ss_rows(args, rl, ss, pf16, cases, refs, ids, num_experts: int, num_pairs: int,
             touched: int, fp8: float, bf16: float, num_tokens: int) -> None:
-    """The ``--ss`` rows: each GEMM of ``cases`` on ``moe_gluon_w4a16_ss`` per ring depth pair,
-    checked against its reference; with ``--ss-compare`` against the shipped kernel's output
-    (BM 128) bit for bit."""
+    """The ``--ss`` / ``--ws`` rows: each GEMM of ``cases`` on ``moe_gluon_w4a16_ss`` /
+    ``moe_gluon_w4a16_ws`` per ring depth pair, checked against its reference; with
+    ``--ss-compare`` against the shipped kernel's output (BM 128) bit for bit."""
     from deepinfer.kernels.triton import moe_align
+    from deepinfer.kernels.triton import moe_gluon_w4a16_ws as ws
 
-    if not args.ss:
+    variants = ([("SS", ss.w4a16_ss_gemm, d) for d in args.ss]
+                + [("WS", ws.w4a16_ws_gemm, d) for d in args.ws])
+    if not variants:
         return
     pairs, blocks = moe_align.align_pairs(ids, num_experts, ss.BLOCK_M)
     for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
@@ -88,17 +92,18 @@ def ss_rows(args, rl, ss, pf16, cases, refs, ids, num_experts: int, num_pairs: i
             pf16.w4a16_prefill_gemm(gathered, w, f.scale, pairs, blocks, num_pairs, shipped,
                                     ss.BLOCK_M, one_mul=one_mul, warpgroups=args.w4a16_wg[0],
                                     parts=args.w4a16_parts[0])
-        for depths in args.ss:
+        for kind, gemm, depths in variants:
             st, wst = (int(d) for d in depths.split(":"))
             out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
-            run = functools.partial(ss.w4a16_ss_gemm, gathered, w, f.scale, pairs, blocks,
-                                    num_pairs, out, one_mul, st, wst)
+            run = functools.partial(gemm, gathered, w, f.scale, pairs, blocks, num_pairs, out,
+                                    one_mul, st, wst)
             print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                           f"{num_tokens} | w4a16 SS {name} | 128 | {st}:{wst} | 2"), flush=True)
+                           f"{num_tokens} | w4a16 {kind} {name} | 128 | {st}:{wst} | 2"),
+                  flush=True)
             if shipped is not None:
                 diff = (out - shipped).abs().max().item()
-                print(f"{num_tokens} tokens: SS {name} {st}:{wst} bit-identical to the shipped "
-                      f"kernel: {torch.equal(out, shipped)} (max abs diff {diff:.3e})",
+                print(f"{num_tokens} tokens: {kind} {name} {st}:{wst} bit-identical to the "
+                      f"shipped kernel: {torch.equal(out, shipped)} (max abs diff {diff:.3e})",
                       flush=True)
 
 
@@ -122,6 +127,8 @@ def main() -> None:
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
     parser.add_argument("--ss", nargs="*", default=[],
                         help="moe_gluon_w4a16_ss ring depths as TOKEN:WEIGHT, e.g. 2:2 3:3")
+    parser.add_argument("--ws", nargs="*", default=[],
+                        help="moe_gluon_w4a16_ws ring depths as TOKEN:WEIGHT, e.g. 2:3")
     parser.add_argument("--ss-compare", action="store_true",
                         help="compare each --ss output bit for bit with the shipped kernel's")
     parser.add_argument("--probe-no-decode", action="store_true",

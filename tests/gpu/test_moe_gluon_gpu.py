@@ -276,17 +276,20 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, part
 @pytest.mark.parametrize("gated", [True, False])
 @pytest.mark.parametrize("one_mul,scale_lo,stages", [(True, 119, 2), (False, 126, 2),
                                                      (True, 119, 3)])
-def test_w4a16_ss_gluon(gated, one_mul, scale_lo, stages):
+@pytest.mark.parametrize("kind", ["ss", "ws"])
+def test_w4a16_ss_gluon(gated, one_mul, scale_lo, stages, kind):
     """The shared-memory-operand prefill kernel (tokens as wgmma A, the decoded weights stored
-    as B, 256 rows a program) against the reference on the Q8_32 values: exact products and
+    as B, 256 rows a program; ``ws``: its warp-specialized form, a decoder warpgroup feeding
+    two consumer warpgroups) against the reference on the Q8_32 values: exact products and
     fp32 sums, 1e-5 as the register-A kernel. Skewed routing gives blocks of one token tile
     (last fills 1-64) and of two (65-128), both checked present; padding token rows are
-    NaN-poisoned. Its output against the register-A kernel's (BM 128) is printed: the same
-    products in the same K order."""
+    NaN-poisoned. Its output equals the register-A kernel's (BM 128) bit for bit: the same
+    products summed in the same K order by the same wgmma k16 steps."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_ss as ss
+    from deepinfer.kernels.triton import moe_gluon_w4a16_ws as ws
 
     torch.manual_seed(3)
     k, o = (D, I) if gated else (I, D)
@@ -307,16 +310,18 @@ def test_w4a16_ss_gluon(gated, one_mul, scale_lo, stages):
     with nan_poisoned_allocations():
         gathered = pf.gather_tokens(xv.to(torch.bfloat16), pairs, ids.numel(), div)
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
-    ss.w4a16_ss_gemm(gathered, w, scale, pairs, blocks, ids.numel(), out, one_mul=one_mul,
-                     stages=stages, weight_stages=stages)
+    gemm = ss.w4a16_ss_gemm if kind == "ss" else ws.w4a16_ws_gemm
+    gemm(gathered, w, scale, pairs, blocks, ids.numel(), out, one_mul=one_mul, stages=stages,
+         weight_stages=stages + (kind == "ws"))
     ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
     shipped = torch.empty_like(out)
     pf.w4a16_prefill_gemm(gathered, w, scale, pairs, blocks, ids.numel(), shipped, ss.BLOCK_M,
                           one_mul=one_mul)
-    print(f"SS vs register-A kernel: bit-identical {torch.equal(out, shipped)}, max abs diff "
+    print(f"{kind} vs register-A kernel: bit-identical {torch.equal(out, shipped)}, max abs diff "
           f"{(out - shipped).abs().max().item():.3e}")
-    _row(f"w4a16 SS {'gated' if gated else 'down'} s{stages} {'one' if one_mul else 'two'}-mul"
+    _row(f"w4a16 {kind} {'gated' if gated else 'down'} s{stages} {'one' if one_mul else 'two'}-mul"
          f" s{scale_lo}", f"{tokens}x{k}", _rel(out, ref), 1e-5)
+    assert torch.equal(out, shipped)
 
 
 def test_w4a16_prefill_pipeline_matches_run_experts():
