@@ -41,8 +41,11 @@ from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 DECODED = 4  # decoded tiles in the ring [256, 32] bf16 (16 KB each)
 STAGES = 2  # token ring depth
 WEIGHT_STAGES = 3  # weight ring depth
-DECODER_REGS = 152  # the decoder warpgroup's registers per thread (setmaxnreg)
-MAXNREG = 168  # launch cap: 12 warps x 32 x 168 <= 64K registers
+DECODER_WARPS = 8  # the decoder partition: 4 (one warpgroup) or 8 (two, each 128 rows)
+# registers per decoder thread (setmaxnreg) and the launch cap (all warps x 32 x cap <= 64K),
+# by DECODER_WARPS; the consumers take the rest
+DECODER_REGS = {4: 152, 8: 96}
+MAXNREG = {4: 168, 8: 128}
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -88,7 +91,8 @@ if HAS_GLUON:
                  stride_sn4, row0, num_steps, STAGES: gl.constexpr, WSTAGES: gl.constexpr,
                  ONE_MUL: gl.constexpr, PG: gl.constexpr):
         """The decoder warpgroup: the weight ring and the decoded tiles of every group."""
-        DEC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+        DEC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                       warps_per_cta=[gl.num_warps(), 1],
                                                        instr_shape=[16, 32, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=DEC, k_width=2)
         r_w = tile * _ROWS + gl.arange(0, _ROWS, layout=gl.SliceLayout(1, PG))
@@ -172,8 +176,8 @@ if HAS_GLUON:
     def _w4a16_ws_kernel(x_desc, xh_desc, w_desc, s_ptr, pairs_ptr, block_expert_ptr, out_ptr,
                          num_pairs, O, K, stride_se, stride_sn4, stride_om,
                          STAGES: gl.constexpr, WSTAGES: gl.constexpr, ONE_MUL: gl.constexpr,
-                         PG: gl.constexpr, DECODER_REGS: gl.constexpr,
-                         num_warps: gl.constexpr):
+                         PG: gl.constexpr, DECODER_WARPS: gl.constexpr,
+                         DECODER_REGS: gl.constexpr, num_warps: gl.constexpr):
         # x_desc / xh_desc: token boxes [128, 64] / [64, 64]; PG (``group_layout_ws``): the
         # weight stage's words [256, 16] in the decoder warpgroup's registers
         gl.static_assert(num_warps == 8, "two consumer warpgroups")
@@ -205,7 +209,7 @@ if HAS_GLUON:
                 (_decoder, (w_desc, w_s, bars, d_s, dec_ready, dec_empty, s_ptr, expert, tile,
                             stride_se, stride_sn4, row0, num_steps, STAGES, WSTAGES, ONE_MUL,
                             PG)),
-            ], [4], [DECODER_REGS])
+            ], [DECODER_WARPS], [DECODER_REGS])
             MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                            instr_shape=[16, 128, 16])
             _store_ss(acc0, pairs_ptr, out_ptr, num_pairs, tile * _ROWS, block * 128,
@@ -218,9 +222,12 @@ if HAS_GLUON:
 def w4a16_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                   sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                   out: torch.Tensor, one_mul: bool = False, stages: int | None = None,
-                  weight_stages: int | None = None) -> torch.Tensor:
+                  weight_stages: int | None = None, decoder_warps: int | None = None
+                  ) -> torch.Tensor:
     """``moe_gluon_w4a16_ss.w4a16_ss_gemm``'s contract on the warp-specialized kernel (rings:
-    ``STAGES`` / ``WEIGHT_STAGES`` by default, read at the call)."""
+    ``STAGES`` / ``WEIGHT_STAGES``, decoder warps ``DECODER_WARPS`` by default, read at the
+    call)."""
+    dw = DECODER_WARPS if decoder_warps is None else decoder_warps
     assert HAS_GLUON, "w4a16_ws_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -234,16 +241,21 @@ def w4a16_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         out_features, k, s.stride(0), s.stride(1) // 4, out.stride(0),
         STAGES=STAGES if stages is None else stages,
         WSTAGES=WEIGHT_STAGES if weight_stages is None else weight_stages, ONE_MUL=one_mul,
-        PG=group_layout_ws(), DECODER_REGS=DECODER_REGS, num_warps=8, maxnreg=MAXNREG)
+        PG=group_layout_ws(dw), DECODER_WARPS=dw, DECODER_REGS=DECODER_REGS[dw], num_warps=8,
+        maxnreg=MAXNREG[dw])
     return out
 
 
 @functools.cache
-def group_layout_ws():
-    """A weight stage's int32 words [256, 16] in the decoder warpgroup's registers:
-    ``moe_gluon_w4a16_prefill.group_layout(1)`` (4 warps of 16 rows, rows r and r + 8 of a
-    thread) repeated over rows 64-255, the decoded [256, 32] tile then the wgmma A-operand
-    layout of 4 warps (stored by stmatrix)."""
+def group_layout_ws(decoder_warps: int):
+    """A weight stage's int32 words [256, 16] in the decoder partition's registers:
+    ``moe_gluon_w4a16_prefill.group_layout`` (warps of 16 rows, rows r and r + 8 of a thread)
+    repeated over the rows past 16 x warps, the decoded [256, 32] tile then the wgmma
+    A-operand layout of that many warps along M (stored by stmatrix). 8 warps: the SS
+    kernel's layout."""
+    if decoder_warps == 8:
+        return ss.group_layout_ss()
+    assert decoder_warps == 4, decoder_warps
     return gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [8, 0], [64, 0], [128, 0]],
         lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
@@ -252,15 +264,18 @@ def group_layout_ws():
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_ss.py): both decodes, two
-    ring depths."""
+    ring depths, 4 and 8 decoder warps."""
     cases = []
-    for stages, wstages, one_mul in ((2, 3, True), (2, 3, False), (3, 3, True)):
+    for stages, wstages, one_mul, dw in ((2, 3, True, 8), (2, 3, False, 8), (3, 3, True, 8),
+                                         (2, 3, True, 4)):
         base = ss.aot_cases()[0]
         cases.append({**base,
-                      "id": f"w4a16_ws_s{stages}_w{wstages}_{'one' if one_mul else 'two'}",
+                      "id": f"w4a16_ws_s{stages}_w{wstages}_{'one' if one_mul else 'two'}"
+                            f"_dw{dw}",
                       "module": __name__, "kernel": "_w4a16_ws_kernel",
                       "constexprs": {"STAGES": stages, "WSTAGES": wstages, "ONE_MUL": one_mul,
-                                     "PG": {"call": "group_layout_ws", "args": []},
-                                     "DECODER_REGS": DECODER_REGS, "num_warps": 8},
-                      "maxnreg": MAXNREG})
+                                     "PG": {"call": "group_layout_ws", "args": [dw]},
+                                     "DECODER_WARPS": dw, "DECODER_REGS": DECODER_REGS[dw],
+                                     "num_warps": 8},
+                      "maxnreg": MAXNREG[dw]})
     return cases

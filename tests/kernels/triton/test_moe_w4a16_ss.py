@@ -35,11 +35,11 @@ def test_w4a16_ss_compiles_for_sm90(sm90_compile):
 
 @pytest.mark.skipif(not ws.HAS_GLUON, reason="needs triton's Gluon")
 def test_w4a16_ws_compiles_for_sm90(sm90_compile):
-    """sm_90 compile gate of the warp-specialized form: both decodes, two ring depths, no
+    """sm_90 compile gate of the warp-specialized form: both decodes, two ring depths, 4 and 8 decoder warps, no
     spills under the launch's register cap, the consumers' 24 wgmmas (8 + 16), the decoder's
     tile stored by stmatrix (4 groups x 8), the two partitions' register split."""
     cases = ws.aot_cases()
-    assert len(cases) == 3
+    assert len(cases) == 4
     results = sm90_compile(cases)
     for case in cases:
         r = results[case["id"]]
