@@ -1,6 +1,7 @@
 """The shared-memory-operand prefill expert GEMM (kernels/triton/moe_gluon_w4a16_ss.py) and its
-warp-specialized form (moe_gluon_w4a16_ws.py) on CPU: their sm_90 compile gates. Gluon has no interpreter: the kernel runs on the GPU only
-(tests/gpu/test_moe_gluon_gpu.py::test_w4a16_ss_gluon); its decode is the register-A kernel's
+warp-specialized form (moe_gluon_w4a16_ws.py) on CPU: their sm_90 compile gates. Gluon has no
+interpreter: the kernels run on the GPU only (tests/gpu/test_moe_gluon_gpu.py::
+test_w4a16_ss_gluon); their decode is the register-A kernel's
 (tests/kernels/triton/test_moe_w4a16_prefill.py checks that bit logic).
 """
 
@@ -35,9 +36,9 @@ def test_w4a16_ss_compiles_for_sm90(sm90_compile):
 
 @pytest.mark.skipif(not ws.HAS_GLUON, reason="needs triton's Gluon")
 def test_w4a16_ws_compiles_for_sm90(sm90_compile):
-    """sm_90 compile gate of the warp-specialized form: both decodes, two ring depths, 4 and 8 decoder warps, no
-    spills under the launch's register cap, the consumers' 24 wgmmas (8 + 16), the decoder's
-    tile stored by stmatrix (4 groups x 8), the two partitions' register split."""
+    """sm_90 compile gate of the warp-specialized form: both decodes, two ring depths, 4 and 8
+    decoder warps, no spills under the launch's register cap, the consumers' 24 wgmmas (8 +
+    16)."""
     cases = ws.aot_cases()
     assert len(cases) == 4
     results = sm90_compile(cases)
