@@ -93,11 +93,11 @@ def ss_rows(args, rl, ss, pf16, cases, refs, ids, num_experts: int, num_pairs: i
                                     ss.BLOCK_M, one_mul=one_mul, warpgroups=args.w4a16_wg[0],
                                     parts=args.w4a16_parts[0])
         for kind, gemm, depths in variants:
-            st, wst, *dw = (int(d) for d in depths.split(":"))
+            st, wst, *more = (int(d) for d in depths.split(":"))
             out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
             run = functools.partial(gemm, gathered, w, f.scale, pairs, blocks, num_pairs, out,
                                     one_mul, st, wst,
-                                    **({"decoder_warps": dw[0]} if dw else {}))
+                                    **dict(zip(("decoder_warps", "inflight"), more, strict=False)))
             print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
                            f"{num_tokens} | w4a16 {kind} {name} | 128 | {depths} | 2"),
                   flush=True)
@@ -129,8 +129,8 @@ def main() -> None:
     parser.add_argument("--ss", nargs="*", default=[],
                         help="moe_gluon_w4a16_ss ring depths as TOKEN:WEIGHT, e.g. 2:2 3:3")
     parser.add_argument("--ws", nargs="*", default=[],
-                        help="moe_gluon_w4a16_ws ring depths as TOKEN:WEIGHT[:DECODER_WARPS], "
-                             "e.g. 2:3 2:3:4")
+                        help="moe_gluon_w4a16_ws ring depths as TOKEN:WEIGHT[:DECODER_WARPS"
+                             "[:INFLIGHT]], e.g. 2:3 2:3:4 3:3:4:2")
     parser.add_argument("--ss-compare", action="store_true",
                         help="compare each --ss output bit for bit with the shipped kernel's")
     parser.add_argument("--probe-no-decode", action="store_true",

@@ -46,6 +46,7 @@ DECODER_WARPS = 8  # the decoder partition: 4 (one warpgroup) or 8 (two, each 12
 # by DECODER_WARPS; the consumers take the rest
 DECODER_REGS = {4: 152, 8: 96}
 MAXNREG = {4: 168, 8: 128}
+INFLIGHT = 1  # groups of wgmmas a consumer leaves in flight after issuing one (1 or 2)
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -117,9 +118,9 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consume(d_s, dec_ready, dec_empty, n, x_t, C0: gl.constexpr, acc0, acc1,
-                 NT: gl.constexpr):
-        """Group n: wait for its decoded tile, issue its wgmmas, wait until only they are in
-        flight and free the tile of group n - 1."""
+                 NT: gl.constexpr, INFLIGHT: gl.constexpr):
+        """Group n: wait for its decoded tile, issue its wgmmas, wait until only the last
+        INFLIGHT groups' are in flight and free the tile of group n - INFLIGHT."""
         slot = n % _DECODED
         mbarrier.wait(dec_ready.index(slot), (n // _DECODED) & 1)
         b = d_s.index(slot).permute((1, 0))  # [32, 256]: K-major B
@@ -127,13 +128,15 @@ if HAS_GLUON:
         acc0 = warpgroup_mma(x_g.slice(0, 64, dim=0), b, acc0, is_async=True)
         if NT == 2:
             acc1 = warpgroup_mma(x_g.slice(64, 64, dim=0), b, acc1, is_async=True)
-        acc0, acc1 = _wait_ss(acc0, acc1, NT, 1)
-        mbarrier.arrive(dec_empty.index((n + _DECODED - 1) % _DECODED), count=1, pred=n > 0)
+        acc0, acc1 = _wait_ss(acc0, acc1, NT, INFLIGHT)
+        mbarrier.arrive(dec_empty.index((n + _DECODED - INFLIGHT) % _DECODED), count=1,
+                        pred=n >= INFLIGHT)
         return acc0, acc1
 
     @gluon.jit
     def _consumer_loop(x_desc, xa_s, xb_s, d_s, bars, dec_ready, dec_empty, x_row0, num_steps,
-                       STAGES: gl.constexpr, NT: gl.constexpr, MMA: gl.constexpr):
+                       STAGES: gl.constexpr, NT: gl.constexpr, MMA: gl.constexpr,
+                       INFLIGHT: gl.constexpr):
         """The consumer's K loop over NT token tiles; returns both accumulators (the second
         zeros when NT = 1)."""
         for b in gl.static_range(STAGES - 1):
@@ -144,14 +147,22 @@ if HAS_GLUON:
             mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
             xa = xa_s.index(i % STAGES)
             xb = xb_s.index(i % STAGES)
-            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i, xa, 0, acc0, acc1, NT)
-            # group 4 i - 1, the last reader of token stage (i - 1) % STAGES, is done, in both
-            # warpgroups (the arrive's partition barrier): refill it
-            _issue_x(x_desc, x_desc, xa_s, xb_s, bars, x_row0, i + STAGES - 1, num_steps,
-                     STAGES, 64 * NT, 0)
-            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i + 1, xa, 32, acc0, acc1, NT)
-            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i + 2, xb, 0, acc0, acc1, NT)
-            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i + 3, xb, 32, acc0, acc1, NT)
+            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i, xa, 0, acc0, acc1, NT,
+                                  INFLIGHT)
+            if INFLIGHT == 1:
+                # group 4 i - 1, the last reader of token stage (i - 1) % STAGES, is done in
+                # both warpgroups (the arrive's partition barrier): refill it
+                _issue_x(x_desc, x_desc, xa_s, xb_s, bars, x_row0, i + STAGES - 1, num_steps,
+                         STAGES, 64 * NT, 0)
+            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i + 1, xa, 32, acc0, acc1, NT,
+                                  INFLIGHT)
+            if INFLIGHT == 2:  # here group 4 i - 1 is done
+                _issue_x(x_desc, x_desc, xa_s, xb_s, bars, x_row0, i + STAGES - 1, num_steps,
+                         STAGES, 64 * NT, 0)
+            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i + 2, xb, 0, acc0, acc1, NT,
+                                  INFLIGHT)
+            acc0, acc1 = _consume(d_s, dec_ready, dec_empty, 4 * i + 3, xb, 32, acc0, acc1, NT,
+                                  INFLIGHT)
         acc0, acc1 = _wait_ss(acc0, acc1, NT, 0)
         if NT == 1:
             acc1 = acc0
@@ -159,17 +170,17 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(x_desc, xh_desc, xa_s, xb_s, d_s, bars, dec_ready, dec_empty, pairs_ptr,
-                  num_pairs, block, num_steps, STAGES: gl.constexpr):
+                  num_pairs, block, num_steps, STAGES: gl.constexpr, INFLIGHT: gl.constexpr):
         """The consumer warpgroups (default partition): one token tile or two, by whether slot
         64 of the block holds a pair."""
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2],
                                                        instr_shape=[16, 128, 16])
         if gl.load(pairs_ptr + block * 128 + 64) < num_pairs:
             acc0, acc1 = _consumer_loop(x_desc, xa_s, xb_s, d_s, bars, dec_ready, dec_empty,
-                                        block * 128, num_steps, STAGES, 2, MMA)
+                                        block * 128, num_steps, STAGES, 2, MMA, INFLIGHT)
         else:
             acc0, acc1 = _consumer_loop(xh_desc, xa_s, xb_s, d_s, bars, dec_ready, dec_empty,
-                                        block * 128, num_steps, STAGES, 1, MMA)
+                                        block * 128, num_steps, STAGES, 1, MMA, INFLIGHT)
         return acc0, acc1
 
     @gluon.jit
@@ -177,7 +188,8 @@ if HAS_GLUON:
                          num_pairs, O, K, stride_se, stride_sn4, stride_om,
                          STAGES: gl.constexpr, WSTAGES: gl.constexpr, ONE_MUL: gl.constexpr,
                          PG: gl.constexpr, DECODER_WARPS: gl.constexpr,
-                         DECODER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                         DECODER_REGS: gl.constexpr, INFLIGHT: gl.constexpr,
+                         num_warps: gl.constexpr):
         # x_desc / xh_desc: token boxes [128, 64] / [64, 64]; PG (``group_layout_ws``): the
         # weight stage's words [256, 16] in the decoder warpgroup's registers
         gl.static_assert(num_warps == 8, "two consumer warpgroups")
@@ -205,7 +217,7 @@ if HAS_GLUON:
                 mbarrier.init(dec_empty.index(b), count=1)
             acc0, acc1 = gl.warp_specialize([
                 (_consumer, (x_desc, xh_desc, xa_s, xb_s, d_s, bars, dec_ready, dec_empty,
-                             pairs_ptr, num_pairs, block, num_steps, STAGES)),
+                             pairs_ptr, num_pairs, block, num_steps, STAGES, INFLIGHT)),
                 (_decoder, (w_desc, w_s, bars, d_s, dec_ready, dec_empty, s_ptr, expert, tile,
                             stride_se, stride_sn4, row0, num_steps, STAGES, WSTAGES, ONE_MUL,
                             PG)),
@@ -222,11 +234,11 @@ if HAS_GLUON:
 def w4a16_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                   sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                   out: torch.Tensor, one_mul: bool = False, stages: int | None = None,
-                  weight_stages: int | None = None, decoder_warps: int | None = None
-                  ) -> torch.Tensor:
+                  weight_stages: int | None = None, decoder_warps: int | None = None,
+                  inflight: int | None = None) -> torch.Tensor:
     """``moe_gluon_w4a16_ss.w4a16_ss_gemm``'s contract on the warp-specialized kernel (rings:
-    ``STAGES`` / ``WEIGHT_STAGES``, decoder warps ``DECODER_WARPS`` by default, read at the
-    call)."""
+    ``STAGES`` / ``WEIGHT_STAGES``, decoder warps ``DECODER_WARPS``, groups of wgmmas in flight
+    ``INFLIGHT`` by default, read at the call)."""
     dw = DECODER_WARPS if decoder_warps is None else decoder_warps
     assert HAS_GLUON, "w4a16_ws_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
@@ -241,7 +253,8 @@ def w4a16_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         out_features, k, s.stride(0), s.stride(1) // 4, out.stride(0),
         STAGES=STAGES if stages is None else stages,
         WSTAGES=WEIGHT_STAGES if weight_stages is None else weight_stages, ONE_MUL=one_mul,
-        PG=group_layout_ws(dw), DECODER_WARPS=dw, DECODER_REGS=DECODER_REGS[dw], num_warps=8,
+        PG=group_layout_ws(dw), DECODER_WARPS=dw, DECODER_REGS=DECODER_REGS[dw],
+        INFLIGHT=INFLIGHT if inflight is None else inflight, num_warps=8,
         maxnreg=MAXNREG[dw])
     return out
 
@@ -276,6 +289,6 @@ def aot_cases() -> list[dict[str, Any]]:
                       "constexprs": {"STAGES": stages, "WSTAGES": wstages, "ONE_MUL": one_mul,
                                      "PG": {"call": "group_layout_ws", "args": [dw]},
                                      "DECODER_WARPS": dw, "DECODER_REGS": DECODER_REGS[dw],
-                                     "num_warps": 8},
+                                     "INFLIGHT": 1 + (stages == 3), "num_warps": 8},
                       "maxnreg": MAXNREG[dw]})
     return cases
