@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran at the commit named in bench/results/2026-12-02-h200-session27/README.md; the SS and WS
+# kernels (moe_gluon_w4a16_ss / _ws), their --ss / --ws rows and ncu_probe's gemm-ss / gemm-ws
+# were removed afterwards (slower than the shipped kernel): check out 0857b46 to rerun.
 # Device round 147 (session 27): moe_gluon_w4a16_ss (tokens as the wgmma A operand, the
 # decoded weights stored to shared memory as B, 256 rows a program) — its GPU checks, then it
 # against the shipped register-A kernel (BM 128, 2 warpgroups, parts 4) at 1K / 4K / 8K tokens,

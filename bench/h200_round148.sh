@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran at the commit named in bench/results/2026-12-02-h200-session27/README.md; the SS and WS
+# kernels (moe_gluon_w4a16_ss / _ws), their --ss / --ws rows and ncu_probe's gemm-ss / gemm-ws
+# were removed afterwards (slower than the shipped kernel): check out 0857b46 to rerun.
 # Device round 148 (session 27): moe_gluon_w4a16_ws (the SS kernel of round 147 with a decoder
 # warpgroup feeding two consumer warpgroups through mbarriers) — GPU checks of SS and WS (bit
 # for bit against the shipped kernel), then WS at rings 2:3, 2:4, 3:3 against the shipped

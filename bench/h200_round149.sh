@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran at the commit named in bench/results/2026-12-02-h200-session27/README.md; the SS and WS
+# kernels (moe_gluon_w4a16_ss / _ws), their --ss / --ws rows and ncu_probe's gemm-ss / gemm-ws
+# were removed afterwards (slower than the shipped kernel): check out 0857b46 to rerun.
 # Device round 149 (session 27): moe_gluon_w4a16_ws with two decoder warpgroups (8 warps, 96
 # registers; round 148's one decoder warpgroup ran 2.09-2.12 ms per 4K gated call against the
 # shipped kernel's 1.75: its SASS issues ~240 instructions a group from one warp per SM

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran at the commit named in bench/results/2026-12-02-h200-session27/README.md; the SS and WS
+# kernels (moe_gluon_w4a16_ss / _ws), their --ss / --ws rows and ncu_probe's gemm-ss / gemm-ws
+# were removed afterwards (slower than the shipped kernel): check out 0857b46 to rerun.
 # Device round 150 (session 27): Nsight Compute on one gated prefill expert GEMM at 4K tokens —
 # the register-A kernel (shipped), the SS kernel and its warp-specialized form (8 decoder
 # warps): tensor-pipe activity, shared-memory traffic and bank conflicts, issue and stall

@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran at the commit named in bench/results/2026-12-02-h200-session27/README.md; the SS and WS
+# kernels (moe_gluon_w4a16_ss / _ws), their --ss / --ws rows and ncu_probe's gemm-ss / gemm-ws
+# were removed afterwards (slower than the shipped kernel): check out 0857b46 to rerun.
 # Device round 151 (session 27): the no-decode probe (--probe-no-decode: the weight words go
 # to the scale and the wgmmas without the integer EXTRACT; wrong values, a timing probe) on the
 # shipped register-A kernel, the SS kernel and the WS kernel (4 and 8 decoder warps) at 1K /

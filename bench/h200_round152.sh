@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# Ran at the commit named in bench/results/2026-12-02-h200-session27/README.md; the SS and WS
+# kernels (moe_gluon_w4a16_ss / _ws), their --ss / --ws rows and ncu_probe's gemm-ss / gemm-ws
+# were removed afterwards (slower than the shipped kernel): check out 0857b46 to rerun.
 # Device round 152 (session 27): the WS kernel with two groups of wgmmas in flight per consumer
 # (INFLIGHT 2: the decoded tile of group n - 2 freed after group n's issue) against one, token
 # ring 3 deep, 4 and 8 decoder warps, at 1K / 4K / 8K tokens, bit for bit against the shipped

@@ -15,11 +15,6 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
 ``--w4a16-bm`` / ``--w4a16-stages``: the same rows for the bf16 kernel
 (``moe_gluon_w4a16_prefill``: weights decoded to bf16, no per-group promotion), its FLOPs against
 the bf16 ceiling as well.
-``--ss S:W ...`` / ``--ws S:W ...``: the same rows for ``moe_gluon_w4a16_ss`` (tokens as the
-wgmma A operand, the decoded weights stored to shared memory as B, N = 256) / its
-warp-specialized form ``moe_gluon_w4a16_ws``, token ring S and weight ring W deep, at BM 128,
-beside the shipped kernel's rows; with ``--ss-compare`` each of their outputs is compared bit
-for bit with the shipped kernel's (BM 128, ``--w4a16-wg`` / ``--w4a16-parts``' first values).
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
 as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
 replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
@@ -70,44 +65,6 @@ def pipeline_row(rl, fn, ref, graphs: bool, label: str) -> str:
     return f"| {label} | {ms:.3f} | | | | {err:.1e} |"
 
 
-def ss_rows(args, rl, ss, pf16, cases, refs, ids, num_experts: int, num_pairs: int,
-            touched: int, fp8: float, bf16: float, num_tokens: int) -> None:
-    """The ``--ss`` / ``--ws`` rows: each GEMM of ``cases`` on ``moe_gluon_w4a16_ss`` /
-    ``moe_gluon_w4a16_ws`` per ring depth pair, checked against its reference; with
-    ``--ss-compare`` against the shipped kernel's output (BM 128) bit for bit."""
-    from deepinfer.kernels.triton import moe_align
-    from deepinfer.kernels.triton import moe_gluon_w4a16_ws as ws
-
-    variants = ([("SS", ss.w4a16_ss_gemm, d) for d in args.ss]
-                + [("WS", ws.w4a16_ws_gemm, d) for d in args.ws])
-    if not variants:
-        return
-    pairs, blocks = moe_align.align_pairs(ids, num_experts, ss.BLOCK_M)
-    for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
-        one_mul = f.scale_max is not None and f.scale_max <= 128
-        gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
-        shipped = None
-        if args.ss_compare:
-            shipped = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
-            pf16.w4a16_prefill_gemm(gathered, w, f.scale, pairs, blocks, num_pairs, shipped,
-                                    ss.BLOCK_M, one_mul=one_mul, warpgroups=args.w4a16_wg[0],
-                                    parts=args.w4a16_parts[0])
-        for kind, gemm, depths in variants:
-            st, wst, *more = (int(d) for d in depths.split(":"))
-            out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
-            run = functools.partial(gemm, gathered, w, f.scale, pairs, blocks, num_pairs, out,
-                                    one_mul, st, wst,
-                                    **dict(zip(("decoder_warps", "inflight"), more, strict=False)))
-            print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                           f"{num_tokens} | w4a16 {kind} {name} | 128 | {depths} | 2"),
-                  flush=True)
-            if shipped is not None:
-                diff = (out - shipped).abs().max().item()
-                print(f"{num_tokens} tokens: {kind} {name} {depths} bit-identical to the "
-                      f"shipped kernel: {torch.equal(out, shipped)} (max abs diff {diff:.3e})",
-                      flush=True)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
@@ -126,13 +83,6 @@ def main() -> None:
                         help="warpgroups per program of the bf16 prefill kernel (1 or 2)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
-    parser.add_argument("--ss", nargs="*", default=[],
-                        help="moe_gluon_w4a16_ss ring depths as TOKEN:WEIGHT, e.g. 2:2 3:3")
-    parser.add_argument("--ws", nargs="*", default=[],
-                        help="moe_gluon_w4a16_ws ring depths as TOKEN:WEIGHT[:DECODER_WARPS"
-                             "[:INFLIGHT]], e.g. 2:3 2:3:4 3:3:4:2")
-    parser.add_argument("--ss-compare", action="store_true",
-                        help="compare each --ss output bit for bit with the shipped kernel's")
     parser.add_argument("--probe-no-decode", action="store_true",
                         help="a timing probe: the bf16 kernel without its integer decode (the "
                              "weight words scaled as they are: wrong values, rel. L2 ~1)")
@@ -159,7 +109,6 @@ def main() -> None:
     )
     from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
-    from deepinfer.kernels.triton import moe_gluon_w4a16_ss as ss
 
     if args.probe_no_decode:  # before any compile (moe_gluon_w4a16_prefill._NO_DECODE)
         from triton.experimental.gluon import language as gl
@@ -249,8 +198,6 @@ def main() -> None:
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
                                f" parts{parts} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
-        ss_rows(args, rl, ss, pf16, cases, refs, ids, e, num_pairs, touched, fp8, bf16,
-                num_tokens)
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

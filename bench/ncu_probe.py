@@ -8,10 +8,10 @@ experts: ``run_experts`` (the gated and the down GEMM, the combine) at moe_confi
 the shapes and random MXFP4 weights of bench/moe_decode.py; experts-w4a8: the same weights in
 the W4A8 Gluon layout (the SM90 default: ``moe_gluon_w4a8.run_experts_w4a8``; above 16 pairs
 per expert, e.g. --tokens 4096, the prefill pipeline ``run_experts_w4a8_prefill``); attention: the
-decode-shaped sparse attention over records of bench/attention_decode.py; gemm-w4a16 /
-gemm-ss / gemm-ws: one gated prefill expert GEMM (w1, K 5120) on the register-A kernel
-(``moe_gluon_w4a16_prefill``, BM 128, 2 warpgroups, parts 4), the shared-memory-operand one
-(``moe_gluon_w4a16_ss``) or its warp-specialized form (``moe_gluon_w4a16_ws``). Each is run twice
+decode-shaped sparse attention over records of bench/attention_decode.py; gemm-w4a16: one
+gated prefill expert GEMM (w1, K 5120) on the engine's kernel (``moe_gluon_w4a16_prefill``, BM
+128, 2 warpgroups, parts 4; session 27's round 150 also ran two shared-memory-operand kernels
+here, at commit 0857b46). Each is run twice
 first (compile, warm caches), then once under the profiler. Prints nothing but what it ran:
 the figures are ncu's.
 """
@@ -40,16 +40,14 @@ def experts_call(num_tokens: int, w4a8: bool = False):
     return lambda: moe_experts.run_experts(x, ids, route_w, *ws, 10.0)
 
 
-def gemm_call(num_tokens: int, kind: str):
-    """One gated prefill expert GEMM of bench/moe_gluon_prefill.py's shapes on ``kind``'s
-    kernel (tokens gathered for BM 128)."""
+def gemm_call(num_tokens: int):
+    """One gated prefill expert GEMM of bench/moe_gluon_prefill.py's shapes (tokens gathered
+    for BM 128)."""
     from moe_decode import EXPERTS, HIDDEN, INTER, TOPK, make_inputs, random_experts
 
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon_w4a8, quant_act
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
-    from deepinfer.kernels.triton import moe_gluon_w4a16_ss as ss
-    from deepinfer.kernels.triton import moe_gluon_w4a16_ws as ws
 
     torch.manual_seed(0)
     f = random_experts(EXPERTS, HIDDEN, INTER, "cuda")[0]
@@ -62,11 +60,7 @@ def gemm_call(num_tokens: int, kind: str):
     gathered = pf16.gather_tokens(xv.to(torch.bfloat16), pairs, ids.numel(), TOPK)
     out = torch.empty((ids.numel(), INTER), dtype=torch.float32, device="cuda")
     args = (gathered, w, f.scale, pairs, blocks, ids.numel(), out)
-    if kind == "gemm-w4a16":
-        return lambda: pf16.w4a16_prefill_gemm(*args, 128, one_mul=one_mul, warpgroups=2,
-                                               parts=4)
-    gemm = ss.w4a16_ss_gemm if kind == "gemm-ss" else ws.w4a16_ws_gemm
-    return lambda: gemm(*args, one_mul=one_mul)
+    return lambda: pf16.w4a16_prefill_gemm(*args, 128, one_mul=one_mul, warpgroups=2, parts=4)
 
 
 def attention_call(num_queries: int, context: int):
@@ -98,14 +92,14 @@ def projection_call(num_rows: int, shape: str, variant: str):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("kernel", choices=("experts", "experts-w4a8", "attention", "projection",
-                                       "gemm-w4a16", "gemm-ss", "gemm-ws"))
+                                       "gemm-w4a16"))
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--shape", default="wo_b", help="projection: a bench/gemm_decode.py shape")
     ap.add_argument("--variant", default="wm", help="projection: a bench/gemm_decode.py variant")
     args = ap.parse_args()
     if args.kernel.startswith("gemm-"):
-        call = gemm_call(args.tokens, args.kernel)
+        call = gemm_call(args.tokens)
     elif args.kernel == "projection":
         call = projection_call(args.tokens, args.shape, args.variant)
     elif args.kernel.startswith("experts"):

@@ -273,57 +273,6 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, part
          f"{tokens}x{k}", _rel(out, ref), 1e-5)
 
 
-@pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("one_mul,scale_lo,stages", [(True, 119, 2), (False, 126, 2),
-                                                     (True, 119, 3)])
-@pytest.mark.parametrize("kind", ["ss", "ws"])
-def test_w4a16_ss_gluon(gated, one_mul, scale_lo, stages, kind):
-    """The shared-memory-operand prefill kernel (tokens as wgmma A, the decoded weights stored
-    as B, 256 rows a program; ``ws``: its warp-specialized form, a decoder warpgroup feeding
-    two consumer warpgroups) against the reference on the Q8_32 values: exact products and
-    fp32 sums, 1e-5 as the register-A kernel. Skewed routing gives blocks of one token tile
-    (last fills 1-64) and of two (65-128), both checked present; padding token rows are
-    NaN-poisoned. Its output equals the register-A kernel's (BM 128) bit for bit: the same
-    products summed in the same K order by the same wgmma k16 steps."""
-    from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
-    from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
-    from deepinfer.kernels.triton import moe_gluon_w4a16_ss as ss
-    from deepinfer.kernels.triton import moe_gluon_w4a16_ws as ws
-
-    torch.manual_seed(3)
-    k, o = (D, I) if gated else (I, D)
-    tokens = TOKENS * 16
-    skew = torch.linspace(0.2, 2.0, EXPERTS, device="cuda")
-    ids = (torch.rand(tokens, EXPERTS, device="cuda") ** (1 / skew)).topk(TOPK, dim=1).indices
-    last_fill = (torch.bincount(ids.reshape(-1), minlength=EXPERTS) - 1) % ss.BLOCK_M + 1
-    assert (last_fill <= 64).any() and (last_fill > 64).any(), last_fill
-    div = TOPK if gated else 1
-    x = (torch.randn(tokens * TOPK // div, k, device="cuda") * 0.5).to(torch.bfloat16)
-    packed, _ = _mxfp4(o, k)
-    scale = torch.randint(scale_lo, scale_lo + 10, (EXPERTS, o, k // 32), dtype=torch.uint8,
-                          device="cuda")
-    codes, scales = quant_act.quant_q8_32(x)
-    xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
-    pairs, blocks = moe_align.align_pairs(ids, EXPERTS, ss.BLOCK_M)
-    w = moe_gluon_w4a8.to_kernel_order(packed)
-    with nan_poisoned_allocations():
-        gathered = pf.gather_tokens(xv.to(torch.bfloat16), pairs, ids.numel(), div)
-        out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
-    gemm = ss.w4a16_ss_gemm if kind == "ss" else ws.w4a16_ws_gemm
-    gemm(gathered, w, scale, pairs, blocks, ids.numel(), out, one_mul=one_mul, stages=stages,
-         weight_stages=stages + (kind == "ws"))
-    ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
-    shipped = torch.empty_like(out)
-    pf.w4a16_prefill_gemm(gathered, w, scale, pairs, blocks, ids.numel(), shipped, ss.BLOCK_M,
-                          one_mul=one_mul)
-    print(f"{kind} vs register-A kernel: bit-identical {torch.equal(out, shipped)}, max abs diff "
-          f"{(out - shipped).abs().max().item():.3e}")
-    _row(f"w4a16 {kind} {'gated' if gated else 'down'} s{stages} {'one' if one_mul else 'two'}-mul"
-         f" s{scale_lo}", f"{tokens}x{k}", _rel(out, ref), 1e-5)
-    assert torch.equal(out, shipped)
-
-
 def test_w4a16_prefill_pipeline_matches_run_experts():
     """``run_experts_w4a16_prefill`` against the Triton ``run_experts`` (W4A16, checkpoint
     order) on the same weights at 1,024 tokens, and the dispatch: ``run_experts`` on W4A8-order
