@@ -14,7 +14,8 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
     (word order, the engine's prefill config) and its two ``_moe_gemm_kernel`` launches.
 ``--w4a16-bm`` / ``--w4a16-stages``: the same rows for the bf16 kernel
 (``moe_gluon_w4a16_prefill``: weights decoded to bf16, no per-group promotion), its FLOPs against
-the bf16 ceiling as well.
+the bf16 ceiling as well; ``--w4a16-rep 1 2``: also with two A fragments per warpgroup (128 rows
+on one warpgroup), each config's output compared bit for bit with its BM's first.
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
 as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
 replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
@@ -81,6 +82,8 @@ def main() -> None:
     parser.add_argument("--w4a16-stages", type=int, nargs="+", default=[3])
     parser.add_argument("--w4a16-wg", type=int, nargs="+", default=[2],
                         help="warpgroups per program of the bf16 prefill kernel (1 or 2)")
+    parser.add_argument("--w4a16-rep", type=int, nargs="+", default=[1],
+                        help="A fragments per warpgroup and group (64 rep weight rows each)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
     parser.add_argument("--probe-no-decode", action="store_true",
@@ -167,9 +170,12 @@ def main() -> None:
                                f"{num_tokens} | w4a8 run_experts_w4a8_prefill"
                                f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
-        for bm, stages, wg, parts in [(bm, st, wg, pt) for bm in args.w4a16_bm
-                                      for st in args.w4a16_stages for wg in args.w4a16_wg
-                                      for pt in args.w4a16_parts]:
+        firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
+        for bm, stages, wg, parts, rep in [(bm, st, wg, pt, rp) for bm in args.w4a16_bm
+                                           for st in args.w4a16_stages
+                                           for wg in args.w4a16_wg
+                                           for pt in args.w4a16_parts
+                                           for rp in args.w4a16_rep if wg * rp <= 2]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
@@ -177,10 +183,16 @@ def main() -> None:
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
                 run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale, pairs,
                                         blocks, num_pairs, out, bm, stages, one_mul, wg,
-                                        parts)
+                                        parts, rep=rep)
                 print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                               f"{num_tokens} | w4a16 {name} parts{parts} | {bm} | "
+                               f"{num_tokens} | w4a16 {name} parts{parts} rep{rep} | {bm} | "
                                f"{stages} | {wg}"), flush=True)
+                if (name, bm) in firsts:
+                    same = torch.equal(out, firsts[(name, bm)])
+                    print(f"{num_tokens} tokens: {name} BM {bm} parts{parts} rep{rep} WG {wg} "
+                          f"bit-identical to this BM's first config: {same}", flush=True)
+                else:
+                    firsts[(name, bm)] = out.clone()
                 for n_l2 in args.l2_experts:  # the same launch, weights of n_l2 experts only
                     remapped = torch.where(blocks >= 0, blocks % n_l2, blocks)
                     probe = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale,
@@ -190,6 +202,8 @@ def main() -> None:
                     print(f"| {num_tokens} | w4a16 {name} parts{parts}, weights of {n_l2} "
                           f"experts (L2 probe) | {bm} | {stages} | {wg} | "
                           f"{rl.median_ms(probe):.3f} | | | | probe |", flush=True)
+            if rep != 1:  # the pipeline runs the engine's rep
+                continue
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          parts=parts)

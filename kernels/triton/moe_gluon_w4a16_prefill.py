@@ -253,7 +253,7 @@ if HAS_GLUON:
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                    STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
                    BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr,
-                   PG: gl.constexpr, num_warps: gl.constexpr):
+                   PG: gl.constexpr, REP: gl.constexpr, num_warps: gl.constexpr):
         """The K loop of one program against the first BN (+ BN2) tokens of its block (the
         rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
         BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
@@ -263,7 +263,7 @@ if HAS_GLUON:
         extracted (integer instructions); after the wait they are scaled (bf16x2 FMAs) and
         issued. A 128-K step's first group comes from the next ring stage, loaded during the
         step's last group."""
-        BO: gl.constexpr = 16 * num_warps
+        BO: gl.constexpr = 16 * num_warps * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BN, 16])
@@ -332,13 +332,15 @@ if HAS_GLUON:
                               stride_sn4, stride_om, STAGES: gl.constexpr,
                               WSTAGES: gl.constexpr, BM: gl.constexpr,
                               ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
-                              PG: gl.constexpr, num_warps: gl.constexpr):
+                              PG: gl.constexpr, REP: gl.constexpr,
+                              num_warps: gl.constexpr):
         # PG (``group_layout``): the weight tile's int32 words [BO, 16] in registers. x_desc /
         # xh_desc / xq_desc: token boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64]. PARTS (1, 2,
         # 4): a block runs N = the parts of BM that hold pairs (sorted pairs pad each expert's
         # last block at its end): 2: BM / 2 or BM; 4: BM / 4, BM / 2, 3 BM / 4 (two
         # accumulators) or BM
-        BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup, one token tile
+        # 64 REP weight rows per warpgroup (REP A fragments per group), one token tile
+        BO: gl.constexpr = 16 * num_warps * REP
         tile = gl.program_id(0)
         block = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
@@ -369,35 +371,37 @@ if HAS_GLUON:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 4, 0,
-                               ONE_MUL, PG, num_warps)
+                               ONE_MUL, PG, REP, num_warps)
                 elif used == 2:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, num_warps)
+                               ONE_MUL, PG, REP, num_warps)
                 elif used == 3:  # BM / 2 + BM / 4 (two accumulators)
                     _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, PG,
-                               num_warps)
+                               REP, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP,
+                               num_warps)
             elif PARTS == 2:
                 if used == 1:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, num_warps)
+                               ONE_MUL, PG, REP, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
-                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
+                               stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP,
+                               num_warps)
             else:
                 _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                            out_ptr, num_pairs, row0, tile * BO, block, num_steps, stride_om,
-                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, num_warps)
+                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP, num_warps)
             for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -461,8 +465,8 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                        out: torch.Tensor, block_m: int, stages: int = STAGES,
                        one_mul: bool = False, warpgroups: int = WARPGROUPS,
-                       parts: int | None = None, weight_stages: int | None = None
-                       ) -> torch.Tensor:
+                       parts: int | None = None, weight_stages: int | None = None,
+                       rep: int = 1) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
@@ -470,11 +474,13 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` (1 or 2) x 64 weight
     rows per program share its token tile. ``parts`` (1, 2, 4): a block multiplies only its parts of
     block_m / parts tokens that hold pairs (default ``PARTS``, read at the call).
-    ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call)."""
+    ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call).
+    ``rep`` (1 or 2): A fragments per warpgroup and group (64 rep weight rows a warpgroup, one
+    accumulator of 64 rep rows), the per-step bookkeeping paid once for them."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
-    rows = ROWS * warpgroups
+    rows = ROWS * warpgroups * rep
     assert k % BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
     assert TILE_ROWS % rows == 0, (warpgroups, TILE_ROWS)  # a weight box within a step tile
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
@@ -489,22 +495,24 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts,
-        PG=group_layout(warpgroups), num_warps=4 * warpgroups)
+        PG=group_layout(warpgroups, rep), REP=rep, num_warps=4 * warpgroups)
     return out
 
 
 @functools.cache
-def group_layout(warpgroups: int):
-    """The weight tile's int32 words [64 WG, 16] (word 4 q + G of a row: quad lane q, group G)
-    in registers: a thread's 4 words of rows r and r + 8 (one 16-byte shared load per row),
-    lanes q and g, warps 16 rows each. Built here as lists of lists (inside a jit function a
-    literal's inner lists become tuples, and layouts derived from it stop comparing equal:
-    linear_wide's ``operand_layout``)."""
+def group_layout(warpgroups: int, rep: int = 1):
+    """The weight tile's int32 words [64 WG rep, 16] (word 4 q + G of a row: quad lane q,
+    group G) in registers: a thread's 4 words of rows r and r + 8 (one 16-byte shared load per
+    row; rep 2: and of rows r + 64 WG, r + 64 WG + 8), lanes q and g, warps 16 rows each (the
+    wgmma A layout of 4 WG warps along M, repeated). Built here as lists of lists (inside a
+    jit function a literal's inner lists become tuples, and layouts derived from it stop
+    comparing equal: linear_wide's ``operand_layout``)."""
+    assert rep in (1, 2), rep
     return gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [8, 0]],
+        reg_bases=[[0, 1], [0, 2], [8, 0]] + ([[64 * warpgroups, 0]] if rep == 2 else []),
         lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
         warp_bases=[list(w) for w in warp_rows(warpgroups)], block_bases=[],
-        shape=[64 * warpgroups, 16])
+        shape=[64 * warpgroups * rep, 16])
 
 
 def fitting_warpgroups(out_features: list[int], warpgroups: int = WARPGROUPS) -> int | None:
@@ -574,16 +582,18 @@ def aot_cases() -> list[dict[str, Any]]:
     bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 warpgroups (a weight
     box within one step tile of the order), parts 1 / 2 / 4; and the token gather."""
     cases = []
-    for bm, stages, one_mul, wg, parts in ((64, 4, True, 1, 1), (64, 4, False, 1, 2),
-                                           (128, 3, True, 1, 2), (128, 2, True, 2, 2),
-                                           (128, 2, True, 2, 4), (64, 4, False, 1, 4)):
+    for bm, stages, one_mul, wg, parts, rep in (
+            (64, 4, True, 1, 1, 1), (64, 4, False, 1, 2, 1), (128, 3, True, 1, 2, 1),
+            (128, 2, True, 2, 2, 1), (128, 2, True, 2, 4, 1), (64, 4, False, 1, 4, 1),
+            (128, 2, True, 1, 4, 2)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
-                            f"_wg{wg}_parts{parts}",
+                            f"_wg{wg}_parts{parts}" + (f"_rep{rep}" if rep > 1 else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
                                     "xq_desc": f"tma:bf16:128:{bm // 4}x64",
-                                    "w_desc": f"tma:u8:0:{64 * wg}x64", "s_ptr": "*u8",
+                                    "w_desc": f"tma:u8:0:{64 * wg * rep}x64",
+                                    "s_ptr": "*u8",
                                     "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
                                     "out_ptr": "*bf16", "num_pairs": "i32", "O": "i32",
                                     "K": "i32", "stride_se": "i32", "stride_sn4": "i32",
@@ -591,7 +601,8 @@ def aot_cases() -> list[dict[str, Any]]:
                       "constexprs": {"STAGES": stages, "WSTAGES": WEIGHT_STAGES, "BM": bm,
                                      "ONE_MUL": one_mul,
                                      "PARTS": parts,
-                                     "PG": {"call": "group_layout", "args": [wg]},
+                                     "PG": {"call": "group_layout", "args": [wg, rep]},
+                                     "REP": rep,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "expect_wgmma": True, "divisible": ["K", "O"]})

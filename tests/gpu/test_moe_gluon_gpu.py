@@ -230,11 +230,12 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,parts", [
-    (64, True, 119, 1, 1), (64, False, 119, 1, 2), (128, True, 119, 1, 2),
-    (64, False, 126, 1, 1), (128, True, 119, 2, 2), (128, True, 119, 2, 1),
-    (128, True, 119, 2, 4), (128, False, 126, 1, 4), (64, True, 119, 1, 4)])
-def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, parts):
+@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,parts,rep", [
+    (64, True, 119, 1, 1, 1), (64, False, 119, 1, 2, 1), (128, True, 119, 1, 2, 1),
+    (64, False, 126, 1, 1, 1), (128, True, 119, 2, 2, 1), (128, True, 119, 2, 1, 1),
+    (128, True, 119, 2, 4, 1), (128, False, 126, 1, 4, 1), (64, True, 119, 1, 4, 1),
+    (128, True, 119, 1, 4, 2), (128, False, 126, 1, 4, 2)])
+def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, parts, rep):
     """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
     in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
     products and fp32 sums, 1e-5 as the bf16 decode kernel. Scale bytes 119..128 (the
@@ -266,10 +267,10 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, part
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
     pf.w4a16_prefill_gemm(gathered, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
                           ids.numel(), out, block_m, one_mul=one_mul, warpgroups=warpgroups,
-                          parts=parts)
+                          parts=parts, rep=rep)
     ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
     _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
-         f" parts{parts} {'one' if one_mul else 'two'}-mul s{scale_lo}",
+         f" parts{parts} rep{rep} {'one' if one_mul else 'two'}-mul s{scale_lo}",
          f"{tokens}x{k}", _rel(out, ref), 1e-5)
 
 

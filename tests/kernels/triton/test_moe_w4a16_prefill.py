@@ -139,11 +139,12 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     per program."""
     cases = [c for c in pf.aot_cases() if c["kernel"] == "_w4a16_prefill_kernel"]
     gather = [c for c in pf.aot_cases() if c["kernel"] == "_gather_tokens_kernel"]
-    assert len(cases) == 6 and len(gather) == 1
+    assert len(cases) == 7 and len(gather) == 1
     results = sm90_compile(cases + gather)
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
         # 8 per 128-K step and accumulator: loops of 1, 2 and 5 (4 + the second accumulator)
-        assert r["wgmma_count"] == {1: 8, 2: 16, 4: 40}[case["constexprs"]["PARTS"]], \
+        rep = case["constexprs"]["REP"]  # A fragments per warpgroup: that many wgmmas per k16
+        assert r["wgmma_count"] == rep * {1: 8, 2: 16, 4: 40}[case["constexprs"]["PARTS"]], \
             (case["id"], r["wgmma_count"])
