@@ -27,6 +27,10 @@ measures the variants alone, then the best end to end.
                                                    (moe_experts.W4A8_PREFILL_KERNEL)
     --w4a16-prefill-parts 1|2|4                    the bf16 prefill expert GEMM's block N in
                                                    parts of BM (moe_gluon_w4a16_prefill.PARTS)
+    --w4a16-rep-max-pairs N                        ... one warpgroup of two A fragments up
+                                                   to N pairs per expert (0: off; default
+                                                   moe_gluon_w4a16_prefill.
+                                                   REP_MAX_PAIRS_PER_EXPERT)
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
@@ -94,6 +98,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--route-decode-max-tokens", type=int, default=None,
                     help="router scores on the decode tiles up to this many tokens (default: "
                     "moe_routing.ROUTE_DECODE_MAX_TOKENS; 64: the tiling before session 22)")
+    ap.add_argument("--w4a16-rep-max-pairs", type=int, default=None,
+                    help="the bf16 prefill expert GEMM on one warpgroup of two A fragments up "
+                    "to this many pairs per expert (0: off; default: moe_gluon_w4a16_prefill."
+                    "REP_MAX_PAIRS_PER_EXPERT)")
     ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
                     help="W4A8 experts on the decode pipeline up to this many pairs per expert "
                     "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
@@ -105,7 +113,8 @@ def apply_args(args: argparse.Namespace) -> None:
           args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
-          args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs)
+          args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
+          args.w4a16_rep_max_pairs)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -121,9 +130,15 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a8_prefill_kernel: str | None = None,
           w4a16_prefill_parts: int | None = None,
           route_decode_max_tokens: int | None = None,
-          moe_decode_max_pairs: int | None = None) -> None:
+          moe_decode_max_pairs: int | None = None,
+          w4a16_rep_max_pairs: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if w4a16_rep_max_pairs is not None:
+        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
+        if w4a16_rep_max_pairs < 0:
+            raise SystemExit(f"--w4a16-rep-max-pairs {w4a16_rep_max_pairs}: expected >= 0")
+        moe_gluon_w4a16_prefill.REP_MAX_PAIRS_PER_EXPERT = w4a16_rep_max_pairs
     if moe_decode_max_pairs is not None:
         from deepinfer.kernels.triton import moe_experts
         if moe_decode_max_pairs < 0:

@@ -93,6 +93,13 @@ WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # 2 / 4 7.24 / 6.83 / 6.67 ms at 4K tokens, 19.67 / 18.46 / 17.51 at 16K (the 4K prefill end to
 # end: 111.3 vs 110.3 ms, inside the run-to-run spread)
 PARTS = 4
+# steps with at most this many pairs per expert on average run one warpgroup with two A
+# fragments (``rep`` 2: 128 weight rows on one warpgroup, the per-step bookkeeping once for
+# both; the same bits). H200 round 153 (session 27), ms per call, 2 warpgroups x 64 rows / 1 x
+# 128: 1K tokens (16 pairs per expert) gated 1.590 / 1.453, down 1.600 / 1.513; 4K (64) gated
+# 1.897 / 1.802, down 1.999 / 1.921; 8K (128) gated 2.844 / 3.451, down 3.023 / 3.254 — its
+# 208 registers (BN 128) leave 8 warps per SM, which loses once most blocks are full. 0: off
+REP_MAX_PAIRS_PER_EXPERT = 64
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -524,6 +531,20 @@ def fitting_warpgroups(out_features: list[int], warpgroups: int = WARPGROUPS) ->
     return wg if wg >= 1 else None
 
 
+def program_shape(out_features: list[int], pairs_per_expert: float, warpgroups: int,
+                  rep: int | None = None) -> tuple[int, int]:
+    """(warpgroups, rep) of a call's programs: ``rep`` given, or 2 when the step holds at most
+    ``REP_MAX_PAIRS_PER_EXPERT`` pairs per expert on average (read at the call) — one
+    warpgroup of 2 x 64 rows in place of ``warpgroups`` x 64, when 128 rows tile every
+    projection — else 1 with ``warpgroups`` as given."""
+    if rep is None:
+        rep = 2 if 0 < pairs_per_expert <= REP_MAX_PAIRS_PER_EXPERT else 1
+    assert rep in (1, 2), f"program_shape: rep {rep} (1 or 2)"
+    if rep == 2 and all(o % (2 * ROWS) == 0 for o in out_features):
+        return 1, 2
+    return warpgroups, 1
+
+
 def accepts(w1, w3, w2) -> bool:
     """Whether the three projections' stacks fit the kernel: K (in features) a multiple of 128
     (the W4A8 order's step) and output features a multiple of 64."""
@@ -538,12 +559,14 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
                               w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
                               stages: int = STAGES, block_m: int | None = None,
                               warpgroups: int = WARPGROUPS, parts: int | None = None,
-                              combine: bool = True) -> torch.Tensor:
+                              combine: bool = True, rep: int | None = None) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
     ``moe_experts.run_experts``). Launches: Q8_32 values of x, align, gather, gated GEMM (two
     launches: g, u in x.dtype), ``moe_swiglu.swiglu_fake_q8``, gather, down GEMM, combine
-    (``combine=False``: the per-pair outputs)."""
+    (``combine=False``: the per-pair outputs). ``rep`` (None: ``program_shape``'s choice by
+    pairs per expert): 2 runs one warpgroup of two A fragments per program; the bits do not
+    depend on it."""
     from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
     from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
 
@@ -554,6 +577,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     block_m = block_m or BLOCK_M
     warpgroups = fitting_warpgroups([inter, dim], warpgroups)
     assert warpgroups, f"run_experts_w4a16_prefill: O {inter} / {dim} not multiples of {ROWS}"
+    warpgroups, rep = program_shape([inter, dim], num_pairs / d1.shape[0], warpgroups, rep)
     one_mul = all(getattr(w, "scale_max", None) is not None and w.scale_max <= 128
                   for w in (w1, w3, w2))
     xq = quant_act.fake_quant_fp8_block32(x.contiguous()).to(torch.bfloat16)
@@ -561,7 +585,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 
     def gemm(tokens, d, s, out):
         w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
-                           one_mul, warpgroups, parts)
+                           one_mul, warpgroups, parts, rep=rep)
 
     xg = gather_tokens(xq, pairs, num_pairs, topk)
     g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)

@@ -344,3 +344,19 @@ def test_idle_by_next_charges_gaps_to_the_activity_after_them():
                     {"name": "a", "gaps": 1, "total_us": 0.5, "max_us": 0.5,
                      "max_at_ms": round(26.5 / 1e3, 2), "max_after": "c"}]
     assert bc.idle_by_next([]) == [] and bc.idle_by_next(ivs, top=1)[0]["name"] == "c"
+
+
+def test_kernel_overrides_w4a16_rep_max_pairs(monkeypatch):
+    """--w4a16-rep-max-pairs moves the pairs-per-expert bound of the prefill expert GEMM's
+    two-A-fragment programs (0: off); a negative value exits naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    monkeypatch.setattr(pf, "REP_MAX_PAIRS_PER_EXPERT", pf.REP_MAX_PAIRS_PER_EXPERT)
+    kernel_overrides.apply(None, [], w4a16_rep_max_pairs=0)
+    assert pf.REP_MAX_PAIRS_PER_EXPERT == 0
+    assert pf.program_shape([2304, 5120], 64.0, 2) == (2, 1)
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], w4a16_rep_max_pairs=-1)
+    assert "--w4a16-rep-max-pairs" in str(info.value)

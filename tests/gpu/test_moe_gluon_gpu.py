@@ -288,6 +288,10 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
             out = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, block_m=block_m)
         _row(f"w4a16 prefill pipeline bm{block_m}", f"{tokens} tokens top{TOPK}/{EXPERTS}",
              _rel(out, ref), 1e-2)
+    # one warpgroup of two A fragments (rep 2) against one of one: the same bits
+    by_rep = [pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, rep=rep)
+              for rep in (1, 2)]
+    assert torch.equal(by_rep[0], by_rep[1])
     with _prefill_kernel("w4a16"):
         via = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
         via_pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)

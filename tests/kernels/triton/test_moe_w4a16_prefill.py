@@ -148,3 +148,20 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
         rep = case["constexprs"]["REP"]  # A fragments per warpgroup: that many wgmmas per k16
         assert r["wgmma_count"] == rep * {1: 8, 2: 16, 4: 40}[case["constexprs"]["PARTS"]], \
             (case["id"], r["wgmma_count"])
+
+
+def test_program_shape_by_pairs_per_expert(monkeypatch):
+    """Up to ``REP_MAX_PAIRS_PER_EXPERT`` pairs per expert (a 4K-token step of V4.1-Flash: 64)
+    a program is one warpgroup of two A fragments, above it (8K: 128) ``warpgroups`` of one;
+    an explicit rep wins; projections that 128 rows do not tile keep one fragment; 0 turns
+    the two-fragment programs off."""
+    monkeypatch.setattr(pf, "REP_MAX_PAIRS_PER_EXPERT", 64)
+    flash = [2304, 5120]
+    assert pf.program_shape(flash, 4096 * 6 / 384, 2) == (1, 2)
+    assert pf.program_shape(flash, 1024 * 6 / 384, 2) == (1, 2)
+    assert pf.program_shape(flash, 8192 * 6 / 384, 2) == (2, 1)
+    assert pf.program_shape(flash, 8192 * 6 / 384, 2, rep=2) == (1, 2)
+    assert pf.program_shape(flash, 16.0, 2, rep=1) == (2, 1)
+    assert pf.program_shape([2304, 64 * 81], 16.0, 1) == (1, 1)
+    monkeypatch.setattr(pf, "REP_MAX_PAIRS_PER_EXPERT", 0)
+    assert pf.program_shape(flash, 16.0, 2) == (2, 1)
