@@ -609,7 +609,7 @@ def aot_cases() -> list[dict[str, Any]]:
     for bm, stages, one_mul, wg, parts, rep in (
             (64, 4, True, 1, 1, 1), (64, 4, False, 1, 2, 1), (128, 3, True, 1, 2, 1),
             (128, 2, True, 2, 2, 1), (128, 2, True, 2, 4, 1), (64, 4, False, 1, 4, 1),
-            (128, 2, True, 1, 4, 2)):
+            (128, 2, True, 1, 4, 2), (64, 4, True, 1, 4, 2)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
                             f"_wg{wg}_parts{parts}" + (f"_rep{rep}" if rep > 1 else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_kernel",

@@ -234,7 +234,7 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
     (64, True, 119, 1, 1, 1), (64, False, 119, 1, 2, 1), (128, True, 119, 1, 2, 1),
     (64, False, 126, 1, 1, 1), (128, True, 119, 2, 2, 1), (128, True, 119, 2, 1, 1),
     (128, True, 119, 2, 4, 1), (128, False, 126, 1, 4, 1), (64, True, 119, 1, 4, 1),
-    (128, True, 119, 1, 4, 2), (128, False, 126, 1, 4, 2)])
+    (128, True, 119, 1, 4, 2), (128, False, 126, 1, 4, 2), (64, True, 119, 1, 4, 2)])
 def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, parts, rep):
     """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
     in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
