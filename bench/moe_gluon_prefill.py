@@ -202,15 +202,13 @@ def main() -> None:
                     print(f"| {num_tokens} | w4a16 {name} parts{parts}, weights of {n_l2} "
                           f"experts (L2 probe) | {bm} | {stages} | {wg} | "
                           f"{rl.median_ms(probe):.3f} | | | | probe |", flush=True)
-            if rep != 1:  # the pipeline runs the engine's rep
-                continue
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
-                                         parts=parts)
-            outs[f"w4a16 BM {bm} parts {parts}"] = whole_fn()
+                                         parts=parts, rep=rep)
+            outs[f"w4a16 BM {bm} parts {parts} rep {rep}"] = whole_fn()
             print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
-                               f" parts{parts} (all launches) | {bm} | {stages} | "
+                               f" parts{parts} rep{rep} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,

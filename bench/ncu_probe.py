@@ -98,7 +98,7 @@ def main() -> int:
     ap.add_argument("--shape", default="wo_b", help="projection: a bench/gemm_decode.py shape")
     ap.add_argument("--variant", default="wm", help="projection: a bench/gemm_decode.py variant")
     args = ap.parse_args()
-    if args.kernel.startswith("gemm-"):
+    if args.kernel == "gemm-w4a16":
         call = gemm_call(args.tokens)
     elif args.kernel == "projection":
         call = projection_call(args.tokens, args.shape, args.variant)

@@ -43,7 +43,7 @@ the whole K loop:
     the same token slice, so the step's bookkeeping (TMA issue, barriers, waits, descriptors)
     is paid once for 128 rows — 4.5 instructions per weight instead of 5.4 in the sm_90 SASS,
     at 208 registers; the pipeline runs it (one warpgroup) up to ``REP_MAX_PAIRS_PER_EXPERT``
-    (session 27, rounds 153-154: 4-16 % faster at 2K / 4K tokens, slower at 8K). The same
+    (session 27, rounds 153-154: 1-16 % faster at 2K / 4K tokens, slower at 8K). The same
     bits either way.
   * Grid: (O / (64 WG REP) tiles, blocks) with the tiles fastest, so one block's token tile (BM x
     K bf16) comes from HBM once and from L2 for its other tiles; an expert's second block is
@@ -104,7 +104,9 @@ PARTS = 4
 # both; the same bits). H200 round 153 (session 27), ms per call, 2 warpgroups x 64 rows / 1 x
 # 128: 1K tokens (16 pairs per expert) gated 1.590 / 1.453, down 1.600 / 1.513; 4K (64) gated
 # 1.897 / 1.802, down 1.999 / 1.921; 8K (128) gated 2.844 / 3.451, down 3.023 / 3.254 — its
-# 208 registers (BN 128) leave 8 warps per SM, which loses once most blocks are full. 0: off
+# 208 registers (BN 128) leave 8 warps per SM, which loses once most blocks are full. Round
+# 154 at the engine's BM 64 (up to 32 pairs per expert): 1K 1.272 / 1.269 gated, 2K 1.560 /
+# 1.396 gated, 1.599 / 1.349 down. 0: off
 REP_MAX_PAIRS_PER_EXPERT = 64
 
 if HAS_GLUON:
@@ -610,7 +612,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py; also
     bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 warpgroups (a weight
-    box within one step tile of the order), parts 1 / 2 / 4; and the token gather."""
+    box within one step tile of the order), parts 1 / 2 / 4, REP 2 on one warpgroup at BM 64
+    and 128; and the token gather."""
     cases = []
     for bm, stages, one_mul, wg, parts, rep in (
             (64, 4, True, 1, 1, 1), (64, 4, False, 1, 2, 1), (128, 3, True, 1, 2, 1),

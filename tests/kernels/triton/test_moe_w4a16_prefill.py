@@ -135,8 +135,8 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     """sm_90 compile gate: the decoded weights reach the wgmma A operand with no shuffles (the
     second accumulator of 3 / 4 quarters reads the same registers), 8 wgmma (k16) per 128-K
     step and accumulator in each N's loop (PARTS 2: N = BM / 2, BM; 4: BM / 4, BM / 2, BM / 2 +
-    BM / 4, BM), no spills, for 64 / 128 pairs per program, both decodes and 1, 2, 4 warpgroups
-    per program."""
+    BM / 4, BM; REP 2: twice that), no spills, for 64 / 128 pairs per program, both decodes,
+    1, 2 warpgroups per program and one warpgroup of two A fragments."""
     cases = [c for c in pf.aot_cases() if c["kernel"] == "_w4a16_prefill_kernel"]
     gather = [c for c in pf.aot_cases() if c["kernel"] == "_gather_tokens_kernel"]
     assert len(cases) == 8 and len(gather) == 1
