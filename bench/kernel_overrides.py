@@ -31,6 +31,9 @@ measures the variants alone, then the best end to end.
                                                    to N pairs per expert (0: off; default
                                                    moe_gluon_w4a16_prefill.
                                                    REP_MAX_PAIRS_PER_EXPERT)
+    --w4a16-kernel base|ws                         the bf16 prefill expert GEMM's kernel
+                                                   (moe_gluon_w4a16_prefill.KERNEL; ws: TMA
+                                                   issue on a producer warp)
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
@@ -102,6 +105,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the bf16 prefill expert GEMM on one warpgroup of two A fragments up "
                     "to this many pairs per expert (0: off; default: moe_gluon_w4a16_prefill."
                     "REP_MAX_PAIRS_PER_EXPERT)")
+    ap.add_argument("--w4a16-kernel", default=None,
+                    help="the bf16 prefill expert GEMM's kernel: base or ws (its TMA issue on a "
+                    "producer warp; default: moe_gluon_w4a16_prefill.KERNEL)")
     ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
                     help="W4A8 experts on the decode pipeline up to this many pairs per expert "
                     "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
@@ -114,7 +120,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
-          args.w4a16_rep_max_pairs)
+          args.w4a16_rep_max_pairs, args.w4a16_kernel)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -131,7 +137,8 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a16_prefill_parts: int | None = None,
           route_decode_max_tokens: int | None = None,
           moe_decode_max_pairs: int | None = None,
-          w4a16_rep_max_pairs: int | None = None) -> None:
+          w4a16_rep_max_pairs: int | None = None,
+          w4a16_kernel: str | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if w4a16_rep_max_pairs is not None:
@@ -139,6 +146,11 @@ def apply(attention_config: str | None, moe_configs: list[str],
         if w4a16_rep_max_pairs < 0:
             raise SystemExit(f"--w4a16-rep-max-pairs {w4a16_rep_max_pairs}: expected >= 0")
         moe_gluon_w4a16_prefill.REP_MAX_PAIRS_PER_EXPERT = w4a16_rep_max_pairs
+    if w4a16_kernel is not None:
+        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
+        if w4a16_kernel not in ("base", "ws"):
+            raise SystemExit(f"--w4a16-kernel {w4a16_kernel}: expected base or ws")
+        moe_gluon_w4a16_prefill.KERNEL = w4a16_kernel
     if moe_decode_max_pairs is not None:
         from deepinfer.kernels.triton import moe_experts
         if moe_decode_max_pairs < 0:

@@ -15,7 +15,9 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
 ``--w4a16-bm`` / ``--w4a16-stages``: the same rows for the bf16 kernel
 (``moe_gluon_w4a16_prefill``: weights decoded to bf16, no per-group promotion), its FLOPs against
 the bf16 ceiling as well; ``--w4a16-rep 1 2``: also with two A fragments per warpgroup (128 rows
-on one warpgroup), each config's output compared bit for bit with its BM's first.
+on one warpgroup), each config's output compared bit for bit with its BM's first;
+``--w4a16-kernel base ws:200``: the kernels (``ws``: ``moe_gluon_w4a16_prefill_ws``, the TMA
+issue on a producer warp) and register caps per thread, the pipeline rows on each as well.
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
 as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
 replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
@@ -84,6 +86,9 @@ def main() -> None:
                         help="warpgroups per program of the bf16 prefill kernel (1 or 2)")
     parser.add_argument("--w4a16-rep", type=int, nargs="+", default=[1],
                         help="A fragments per warpgroup and group (64 rep weight rows each)")
+    parser.add_argument("--w4a16-kernel", nargs="+", default=["base"],
+                        help="base or ws (the TMA issue on a producer warp), each with an "
+                             "optional launch register cap per thread: base:168, ws:128")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
     parser.add_argument("--probe-no-decode", action="store_true",
@@ -112,6 +117,7 @@ def main() -> None:
     )
     from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as pf16_ws
 
     if args.probe_no_decode:  # before any compile (moe_gluon_w4a16_prefill._NO_DECODE)
         from triton.experimental.gluon import language as gl
@@ -171,26 +177,32 @@ def main() -> None:
                                f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
-        for bm, stages, wg, parts, rep in [(bm, st, wg, pt, rp) for bm in args.w4a16_bm
-                                           for st in args.w4a16_stages
-                                           for wg in args.w4a16_wg
-                                           for pt in args.w4a16_parts
-                                           for rp in args.w4a16_rep if wg * rp <= 2]:
+        for bm, stages, wg, parts, rep, kern in [
+                (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
+                for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
+                for kn in args.w4a16_kernel if wg * rp <= 2]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
+            pf16.KERNEL, _, cap = kern.partition(":")  # the pipeline rows' kernel, too
+            pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
                 gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
-                run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale, pairs,
-                                        blocks, num_pairs, out, bm, stages, one_mul, wg,
-                                        parts, rep=rep)
+                if pf16.KERNEL == "ws":
+                    run = functools.partial(pf16_ws.w4a16_prefill_ws_gemm, gathered, w, f.scale,
+                                            pairs, blocks, num_pairs, out, bm, one_mul, wg,
+                                            parts, rep, stages, maxnreg=pf16.MAXNREG)
+                else:
+                    run = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale,
+                                            pairs, blocks, num_pairs, out, bm, stages, one_mul,
+                                            wg, parts, rep=rep, maxnreg=pf16.MAXNREG)
                 print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                               f"{num_tokens} | w4a16 {name} parts{parts} rep{rep} | {bm} | "
-                               f"{stages} | {wg}"), flush=True)
+                               f"{num_tokens} | w4a16 {name} parts{parts} rep{rep} {kern} | "
+                               f"{bm} | {stages} | {wg}"), flush=True)
                 if (name, bm) in firsts:
                     same = torch.equal(out, firsts[(name, bm)])
                     print(f"{num_tokens} tokens: {name} BM {bm} parts{parts} rep{rep} WG {wg} "
-                          f"bit-identical to this BM's first config: {same}", flush=True)
+                          f"{kern} bit-identical to this BM's first config: {same}", flush=True)
                 else:
                     firsts[(name, bm)] = out.clone()
                 for n_l2 in args.l2_experts:  # the same launch, weights of n_l2 experts only
@@ -205,11 +217,12 @@ def main() -> None:
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          parts=parts, rep=rep)
-            outs[f"w4a16 BM {bm} parts {parts} rep {rep}"] = whole_fn()
+            outs[f"w4a16 BM {bm} parts {parts} rep {rep} {kern}"] = whole_fn()
             print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
-                               f" parts{parts} rep{rep} (all launches) | {bm} | {stages} | "
-                               f"{wg}"), flush=True)
+                               f" parts{parts} rep{rep} {kern} (all launches) | {bm} | "
+                               f"{stages} | {wg}"), flush=True)
+        pf16.KERNEL, pf16.MAXNREG = "base", None
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

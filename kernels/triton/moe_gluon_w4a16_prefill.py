@@ -108,6 +108,12 @@ PARTS = 4
 # 154 at the engine's BM 64 (up to 32 pairs per expert): 1K 1.272 / 1.269 gated, 2K 1.560 /
 # 1.396 gated, 1.599 / 1.349 down. 0: off
 REP_MAX_PAIRS_PER_EXPERT = 64
+# the kernel the pipeline launches, read at the call: "base" (this module's) or "ws" (the same
+# loop with its TMA issue on a producer warp: ``moe_gluon_w4a16_prefill_ws``; the same bits)
+KERNEL = "base"
+# the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
+# two programs per SM), read at the call
+MAXNREG: int | None = None
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -481,7 +487,7 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        out: torch.Tensor, block_m: int, stages: int = STAGES,
                        one_mul: bool = False, warpgroups: int = WARPGROUPS,
                        parts: int | None = None, weight_stages: int | None = None,
-                       rep: int = 1) -> torch.Tensor:
+                       rep: int = 1, maxnreg: int | None = None) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
@@ -491,7 +497,8 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     block_m / parts tokens that hold pairs (default ``PARTS``, read at the call).
     ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call).
     ``rep`` (1 or 2): A fragments per warpgroup and group (64 rep weight rows a warpgroup, one
-    accumulator of 64 rep rows), the per-step bookkeeping paid once for them."""
+    accumulator of 64 rep rows), the per-step bookkeeping paid once for them. ``maxnreg``:
+    the launch's register cap per thread (None: the compiler's choice)."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -510,7 +517,8 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts,
-        PG=group_layout(warpgroups, rep), REP=rep, num_warps=4 * warpgroups)
+        PG=group_layout(warpgroups, rep), REP=rep, num_warps=4 * warpgroups,
+        **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
 
@@ -592,8 +600,16 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], block_m)
 
     def gemm(tokens, d, s, out):
-        w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
-                           one_mul, warpgroups, parts, rep=rep)
+        if KERNEL == "ws":
+            from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import (
+                w4a16_prefill_ws_gemm,
+            )
+            w4a16_prefill_ws_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, one_mul,
+                                  warpgroups, parts, rep, maxnreg=MAXNREG)
+        else:
+            assert KERNEL == "base", f"moe_gluon_w4a16_prefill.KERNEL {KERNEL!r} (base or ws)"
+            w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
+                               one_mul, warpgroups, parts, rep=rep, maxnreg=MAXNREG)
 
     xg = gather_tokens(xq, pairs, num_pairs, topk)
     g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)

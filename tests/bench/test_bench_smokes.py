@@ -360,3 +360,18 @@ def test_kernel_overrides_w4a16_rep_max_pairs(monkeypatch):
     with pytest.raises(SystemExit) as info:
         kernel_overrides.apply(None, [], w4a16_rep_max_pairs=-1)
     assert "--w4a16-rep-max-pairs" in str(info.value)
+
+
+def test_kernel_overrides_w4a16_kernel(monkeypatch):
+    """--w4a16-kernel picks the prefill expert GEMM's kernel (base or ws); anything else exits
+    naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    monkeypatch.setattr(pf, "KERNEL", pf.KERNEL)
+    kernel_overrides.apply(None, [], w4a16_kernel="ws")
+    assert pf.KERNEL == "ws"
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], w4a16_kernel="fast")
+    assert "--w4a16-kernel" in str(info.value)

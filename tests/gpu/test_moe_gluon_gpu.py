@@ -184,6 +184,19 @@ def _prefill_kernel(name: str):
         moe_experts.W4A8_PREFILL_KERNEL = saved
 
 
+@contextlib.contextmanager
+def _w4a16_kernel(name: str):
+    """``moe_gluon_w4a16_prefill.KERNEL`` set to ``name`` inside the block."""
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    saved = pf.KERNEL
+    pf.KERNEL = name
+    try:
+        yield
+    finally:
+        pf.KERNEL = saved
+
+
 def _prefill_pipeline_case():
     """1,024 tokens x top-6 of 32 experts (~192 pairs per expert: prefill sizes), bf16 x,
     routing weights, and the three projections' MXFP4 stacks twice: checkpoint order (Triton's
@@ -243,8 +256,26 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, part
     runs N = its parts of BM / parts that hold pairs; the routing is skewed (~35 to ~345 pairs
     per expert) so that the experts' last blocks take every one of the four quarter fills,
     which is checked. Padding token rows are left unwritten by the gather (NaN-poisoned)."""
+    from deepinfer.kernels.triton import moe_gluon
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    c = _w4a16_prefill_case(gated, block_m, scale_lo)
+    out = c["out"]
+    pf.w4a16_prefill_gemm(c["gathered"], c["weights"], c["scale"], c["pairs"], c["blocks"],
+                          c["num_pairs"], out, block_m, one_mul=one_mul, warpgroups=warpgroups,
+                          parts=parts, rep=rep)
+    ref = moe_gluon.reference_grouped(c["xv"], c["packed"], c["scale"], c["ids"], c["div"])
+    _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
+         f" parts{parts} rep{rep} {'one' if one_mul else 'two'}-mul s{scale_lo}",
+         f"{c['num_pairs'] // TOPK}x{c['xv'].shape[1]}", _rel(out, ref), 1e-5)
+
+
+def _w4a16_prefill_case(gated: bool, block_m: int, scale_lo: int) -> dict:
+    """Inputs of the prefill expert GEMM with skewed routing (~35 to ~345 pairs per expert:
+    the experts' last blocks take all four quarter fills, checked), scale bytes scale_lo ..
+    scale_lo + 9, the gathered tokens (padding rows NaN-poisoned) and a poisoned output."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
-    from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
+    from deepinfer.kernels.triton import moe_align, moe_gluon_w4a8, quant_act
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
     torch.manual_seed(2)
@@ -265,13 +296,31 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, part
     with nan_poisoned_allocations():
         gathered = pf.gather_tokens(xv.to(torch.bfloat16), pairs, ids.numel(), div)
         out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
-    pf.w4a16_prefill_gemm(gathered, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
-                          ids.numel(), out, block_m, one_mul=one_mul, warpgroups=warpgroups,
-                          parts=parts, rep=rep)
-    ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
-    _row(f"w4a16 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
-         f" parts{parts} rep{rep} {'one' if one_mul else 'two'}-mul s{scale_lo}",
-         f"{tokens}x{k}", _rel(out, ref), 1e-5)
+    return {"ids": ids.reshape(-1), "div": div, "xv": xv, "packed": packed, "scale": scale,
+            "weights": moe_gluon_w4a8.to_kernel_order(packed), "pairs": pairs,
+            "blocks": blocks, "num_pairs": ids.numel(), "gathered": gathered, "out": out}
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,rep,stages", [
+    (128, True, 119, 1, 2, 2), (128, False, 126, 1, 2, 2), (64, True, 119, 1, 2, 3),
+    (128, True, 119, 2, 1, 2), (64, False, 126, 1, 1, 2)])
+def test_w4a16_prefill_ws_gives_the_base_kernels_bits(gated, block_m, one_mul, scale_lo,
+                                                      warpgroups, rep, stages):
+    """The producer-warp kernel (``moe_gluon_w4a16_prefill_ws``) against the base kernel on
+    the same inputs, parts 4 (every quarter fill): bit-identical outputs (the same decode and
+    wgmmas in the same order), at its register cap and ring depths 2 / 3."""
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
+
+    c = _w4a16_prefill_case(gated, block_m, scale_lo)
+    args = (c["gathered"], c["weights"], c["scale"], c["pairs"], c["blocks"], c["num_pairs"])
+    want = pf.w4a16_prefill_gemm(*args, c["out"].clone(), block_m, one_mul=one_mul,
+                                 warpgroups=warpgroups, parts=4, rep=rep)
+    got = ws.w4a16_prefill_ws_gemm(*args, c["out"], block_m, one_mul, warpgroups, 4, rep,
+                                   stages)
+    assert not got.isnan().any()  # every pair's row written
+    assert torch.equal(got, want), (got - want).abs().max()
 
 
 def test_w4a16_prefill_pipeline_matches_run_experts():
@@ -292,6 +341,11 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
     by_rep = [pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, rep=rep)
               for rep in (1, 2)]
     assert torch.equal(by_rep[0], by_rep[1])
+    # the producer-warp kernel (``KERNEL`` "ws"), both program shapes: the same bits
+    for rep in (1, 2):
+        with _w4a16_kernel("ws"):
+            assert torch.equal(pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0,
+                                                            rep=rep), by_rep[0])
     with _prefill_kernel("w4a16"):
         via = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
         via_pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)

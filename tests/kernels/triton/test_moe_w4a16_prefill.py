@@ -150,6 +150,27 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
             (case["id"], r["wgmma_count"])
 
 
+@pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
+def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
+    """sm_90 compile gate of the producer-warp kernel (``moe_gluon_w4a16_prefill_ws``): the
+    base kernel's wgmma count per loop (PARTS 4, times REP), no spills under its launch
+    register cap (two programs per SM at one consumer warpgroup), and the one shuffle the
+    warp-specialized dispatch makes (the warp index), none in the data path."""
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
+
+    cases = ws.aot_cases()
+    assert len(cases) == 3
+    results = sm90_compile(cases)
+    for case in cases:
+        r = results[case["id"]]
+        assert r["shfl"] == 1, f"{case['id']}: {r['shfl']} shuffles"
+        assert r["wgmma_count"] == case["constexprs"]["REP"] * 40, (case["id"], r["wgmma_count"])
+        wg = case["num_warps"] // 4
+        if r["regs"] is not None:  # cuobjdump present
+            assert r["regs"] <= ws.launch_regs(wg), (case["id"], r["regs"])
+    assert ws.launch_regs(1) == 128 and ws.launch_regs(2) == 168
+
+
 def test_program_shape_by_pairs_per_expert(monkeypatch):
     """Up to ``REP_MAX_PAIRS_PER_EXPERT`` pairs per expert (a 4K-token step of V4.1-Flash: 64)
     a program is one warpgroup of two A fragments, above it (8K: 128) ``warpgroups`` of one;

@@ -1,0 +1,276 @@
+"""The prefill expert GEMM of ``moe_gluon_w4a16_prefill`` with its TMA issue moved to a producer
+warp (Gluon, SM90 only): the same decode, the same wgmmas in the same order, the same bits.
+
+    out[p, o] = sum over K of W_e[o, k] * x[p, k]      (p: the block's pairs, sorted by expert)
+
+Why: in the shipped kernel's K loop (sm_90 SASS, session 27) a 128-K step's TMA issue — two
+expects, three to five copies, the stage bookkeeping, ELECT / R2UR / VOTEU per copy — costs
+~80 instructions per thread and Triton's barrier analysis puts a CTA barrier between each two
+of those operations on the shared barrier array (7 BAR.SYNC and a MEMBAR.ALL.CTA a step): the
+kernel is issue-bound (Nsight Compute: IPC 2.24, 1.3 of 3.96 warps eligible), so that work is
+paid in time. Here:
+
+  * a producer partition of one warp (``PRODUCER_REGS`` registers) fills a ring of ``stages``
+    stages, each one weight tile [64 WG REP rows, 64 B] and the step's token boxes, under one
+    "full" barrier per stage (one expect for all of the step's bytes); it waits for the
+    stage's "empty" barrier before refilling it;
+  * the default partition (the consumer warpgroups) runs the shipped loop — a step's weight
+    words loaded from shared memory at the end of the step before, each 32-K group's bits
+    extracted while the previous group's wgmmas run, scaled and issued after their wait — and
+    frees a stage once its last wgmma is waited (its weight words are already in registers):
+    one partition barrier and one arrive a step, no TMA work.
+
+Ring stages are shared by the weights and the tokens (a stage frees when both are consumed).
+Shapes, contract and reference: ``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
+from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as base
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
+
+STAGES = 2  # ring depth (weights and tokens together; 40 KB a stage at BM 128, 128 rows)
+PRODUCER_WARPS = 1  # warps of the producer partition
+PRODUCER_REGS = 40  # registers per thread of the producer warp (setmaxnreg)
+# a program's warps: the consumer warpgroups and the producer's warpgroup (Triton pads a worker
+# partition to whole warpgroups: one warp works, three wait at 24 registers)
+REGISTER_FILE = 65536  # 32-bit registers per SM (H200)
+group_layout = base.group_layout  # the consumer's weight words in registers (compile gate)
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+    from deepinfer.kernels.triton.moe_gluon import tile_row0
+
+    _TILE = gl.constexpr(TILE_ROWS)
+
+    @gluon.jit
+    def _producer(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, x_row0,
+                  num_steps, S: gl.constexpr, BO: gl.constexpr, BN: gl.constexpr,
+                  BN2: gl.constexpr):
+        """Step i's weight tile and token boxes into stage i % S once the consumer freed it
+        (its (i // S)-th use; the first S uses wait for nothing)."""
+        for i in range(num_steps):
+            st = i % S
+            mbarrier.wait(empty.index(st), ((i // S) & 1) ^ 1, pred=i >= S)
+            bar = full.index(st)
+            mbarrier.expect(bar, BO * 64 + (BN + BN2) * 256)
+            tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar, w_s.index(st))
+            tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128], bar,
+                                            xa_s.index(st).slice(0, BN, dim=0))
+            tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128 + 64], bar,
+                                            xb_s.index(st).slice(0, BN, dim=0))
+            if BN2 > 0:
+                tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, i * 128], bar,
+                                                xa_s.index(st).slice(BN, BN2, dim=0))
+                tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, i * 128 + 64], bar,
+                                                xb_s.index(st).slice(BN, BN2, dim=0))
+
+    @gluon.jit
+    def _consumer(w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row_lo,
+                  block, num_steps, stride_om, S: gl.constexpr, BM: gl.constexpr,
+                  BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
+                  REP: gl.constexpr, NW: gl.constexpr):
+        """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
+        stage is freed after its last group's wait (step i + 1's words are loaded by then)."""
+        BO: gl.constexpr = 16 * NW * REP
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
+                                                       instr_shape=[16, BN, 16])
+        LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+        sw = gl.load(s_words)
+        sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
+        mbarrier.wait(full.index(0), 0)
+        p0, p1, p2, p3 = base._step_words(w_s, 0, PG)
+        a = base._scaled(base._extract(p0), sw, 0, ONE_MUL, LA)
+        acc = gl.zeros([BO, BN], gl.float32, MMA)
+        acc2 = acc  # unused unless BN2 > 0
+        if BN2 > 0:
+            MMA2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                            warps_per_cta=[NW, 1],
+                                                            instr_shape=[16, BN2, 16])
+            acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
+        for i in range(num_steps):
+            st = i % S
+            xa = xa_s.index(st)
+            xb = xb_s.index(st)
+            acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
+            bits = base._extract(p1)
+            acc, acc2 = base._wait(acc, acc2, BN2)
+            a = base._scaled(bits, sw, 1, ONE_MUL, LA)
+            acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 32)
+            bits = base._extract(p2)
+            acc, acc2 = base._wait(acc, acc2, BN2)
+            a = base._scaled(bits, sw, 2, ONE_MUL, LA)
+            acc, acc2 = base._mma_group(a, xb, acc, acc2, 0, BN, BN2, 0)
+            bits = base._extract(p3)
+            acc, acc2 = base._wait(acc, acc2, BN2)
+            a = base._scaled(bits, sw, 3, ONE_MUL, LA)
+            acc, acc2 = base._mma_group(a, xb, acc, acc2, 0, BN, BN2, 32)
+            # the next step's words (the last step reloads its own: a completed phase waits
+            # for nothing), its first group extracted while this step's last group runs
+            nxt = gl.minimum(i + 1, num_steps - 1)
+            sw = sw_next
+            sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
+            mbarrier.wait(full.index(nxt % S), (nxt // S) & 1)
+            p0, p1, p2, p3 = base._step_words(w_s, nxt % S, PG)
+            bits = base._extract(p0)
+            acc, acc2 = base._wait(acc, acc2, BN2)
+            # every wgmma of step i is done and its words are in registers: stage st is free
+            # (the arrive follows a partition barrier: all warps got here)
+            mbarrier.arrive(empty.index(st), count=1)
+            a = base._scaled(bits, sw, 0, ONE_MUL, LA)
+        base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
+        if BN2 > 0:
+            base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
+                        stride_om, MMA2)
+
+    @gluon.jit
+    def _ws_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr,
+                  out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
+                  S: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr,
+                  ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
+                  NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                  PRODUCER_REGS: gl.constexpr):
+        """One block's program at N = BN (+ BN2): consumer warpgroups and a producer warp."""
+        BO: gl.constexpr = 16 * NW * REP
+        gl.warp_specialize([
+            (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
+                         row_lo, block, num_steps, stride_om, S, BM, BN, BN2, ONE_MUL, PG, REP,
+                         NW)),
+            (_producer, (x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0,
+                         block * BM, num_steps, S, BO, BN, BN2)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+    @gluon.jit
+    def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, w_desc, s_ptr, pairs_ptr,
+                                 block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
+                                 stride_sn4, stride_om, S: gl.constexpr, BM: gl.constexpr,
+                                 ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
+                                 PG: gl.constexpr, REP: gl.constexpr,
+                                 PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                                 num_warps: gl.constexpr):
+        # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
+        # the consumer warpgroups' warps (the producer warp comes on top)
+        BO: gl.constexpr = 16 * num_warps * REP
+        tile = gl.program_id(0)
+        block = gl.program_id(1)
+        expert = gl.load(block_expert_ptr + block)
+        if expert >= 0:
+            gl.static_assert(_TILE % BO == 0, "a weight box within one step tile")
+            num_steps = K // 128
+            row0 = tile_row0(expert * O + tile * BO, num_steps, _TILE)
+            w_s = gl.allocate_shared_memory(gl.uint8, [S, BO, 64], w_desc.layout)
+            xa_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
+            xb_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
+            full = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+            empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+            for b in gl.static_range(S):
+                mbarrier.init(full.index(b), count=1)
+                mbarrier.init(empty.index(b), count=1)
+            r_w = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
+            s_words = (s_ptr + expert.to(gl.int64) * stride_se
+                       + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
+                                                                 bitcast=True)
+            used = 1
+            for q in gl.static_range(1, PARTS):
+                used += (gl.load(pairs_ptr + block * BM + q * (BM // PARTS)) < num_pairs).to(
+                    gl.int32)
+            lo = tile * BO
+            if PARTS == 4 and used == 1:
+                _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          S, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
+                          PRODUCER_REGS)
+            elif PARTS >= 2 and used * (4 // PARTS) == 2:
+                _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          S, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
+                          PRODUCER_REGS)
+            elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
+                _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
+                          PRODUCER_REGS)
+            else:
+                _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          S, BM, BM, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
+                          PRODUCER_REGS)
+            for b in gl.static_range(S):
+                mbarrier.invalidate(full.index(b))
+                mbarrier.invalidate(empty.index(b))
+
+
+def launch_regs(warpgroups: int) -> int:
+    """The launch's register cap per thread: two programs per SM at one consumer warpgroup
+    (256 threads: 128), one at two (384 threads: 168). Triton's setmaxnreg then gives the
+    consumer 216 / 232 registers inside the warp-specialized region and the producer warp
+    ``PRODUCER_REGS`` (without a cap ptxas takes 255 and one program fits an SM)."""
+    programs = 2 if warpgroups == 1 else 1
+    return REGISTER_FILE // (programs * 128 * (warpgroups + 1)) // 8 * 8
+
+
+def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
+                          sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
+                          out: torch.Tensor, block_m: int, one_mul: bool = False,
+                          warpgroups: int = 1, parts: int | None = None, rep: int = 2,
+                          stages: int | None = None, maxnreg: int | None = None
+                          ) -> torch.Tensor:
+    """``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``'s contract and bits on the producer-warp
+    kernel (``stages``: the ring's depth, default ``STAGES`` read at the call; ``maxnreg``: the
+    launch's register cap per thread, None: ``launch_regs``)."""
+    assert HAS_GLUON, "w4a16_prefill_ws_gemm needs triton's Gluon"
+    num_experts, out_features, half = w.shape
+    k = half * 2
+    rows = base.ROWS * warpgroups * rep
+    assert k % base.BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
+    assert TILE_ROWS % rows == 0, (warpgroups, rep)  # a weight box within a step tile
+    assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
+    parts = base.PARTS if parts is None else parts
+    assert parts in (1, 2, 4), f"w4a16_prefill_ws_gemm: parts {parts} (1, 2 or 4)"
+    assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
+    grid = (out_features // rows, block_expert.numel())
+    _w4a16_prefill_ws_kernel[grid](
+        base.token_descriptor(tokens, block_m), base.token_descriptor(tokens, block_m // 2),
+        base.token_descriptor(tokens, block_m // 4), tiled_descriptor(w, rows), s, sorted_pairs,
+        block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
+        out.stride(0), S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul,
+        PARTS=parts, PG=base.group_layout(warpgroups, rep), REP=rep,
+        PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4 * warpgroups,
+        maxnreg=maxnreg or launch_regs(warpgroups))
+    return out
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
+    warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape)."""
+    cases = []
+    for bm, stages, wg, rep in ((128, 2, 1, 2), (64, 3, 1, 2), (128, 2, 2, 1)):
+        cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}",
+                      "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
+                      "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
+                                    "xh_desc": f"tma:bf16:128:{bm // 2}x64",
+                                    "xq_desc": f"tma:bf16:128:{bm // 4}x64",
+                                    "w_desc": f"tma:u8:0:{64 * wg * rep}x64",
+                                    "s_ptr": "*u8", "pairs_ptr": "*i32",
+                                    "block_expert_ptr": "*i32", "out_ptr": "*bf16",
+                                    "num_pairs": "i32", "O": "i32", "K": "i32",
+                                    "stride_se": "i32", "stride_sn4": "i32",
+                                    "stride_om": "i32"},
+                      "constexprs": {"S": stages, "BM": bm, "ONE_MUL": True, "PARTS": 4,
+                                     "PG": {"call": "group_layout", "args": [wg, rep]},
+                                     "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
+                                     "PRODUCER_REGS": PRODUCER_REGS,
+                                     "num_warps": 4 * wg},
+                      "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
+                      "maxnreg": launch_regs(wg), "expect_wgmma": True,
+                      "divisible": ["K", "O"]})
+    return cases
