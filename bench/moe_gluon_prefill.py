@@ -180,7 +180,7 @@ def main() -> None:
         for bm, stages, wg, parts, rep, kern in [
                 (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
-                for kn in args.w4a16_kernel if wg * rp <= 2]:
+                for kn in args.w4a16_kernel if wg * rp <= (4 if kn.startswith("ws") else 2)]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             pf16.KERNEL, _, cap = kern.partition(":")  # the pipeline rows' kernel, too
             pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)

@@ -53,17 +53,25 @@ if HAS_GLUON:
     _TILE = gl.constexpr(TILE_ROWS)
 
     @gluon.jit
-    def _producer(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, x_row0,
+    def _producer(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1, x_row0,
                   num_steps, S: gl.constexpr, BO: gl.constexpr, BN: gl.constexpr,
                   BN2: gl.constexpr):
         """Step i's weight tile and token boxes into stage i % S once the consumer freed it
-        (its (i // S)-th use; the first S uses wait for nothing)."""
+        (its (i // S)-th use; the first S uses wait for nothing). BO > one step tile (256
+        rows): two weight boxes, the second from row1."""
         for i in range(num_steps):
             st = i % S
             mbarrier.wait(empty.index(st), ((i // S) & 1) ^ 1, pred=i >= S)
             bar = full.index(st)
             mbarrier.expect(bar, BO * 64 + (BN + BN2) * 256)
-            tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar, w_s.index(st))
+            if BO > _TILE:
+                tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(0, _TILE, dim=0))
+                tma.async_copy_global_to_shared(w_desc, [row1 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(_TILE, _TILE, dim=0))
+            else:
+                tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
+                                                w_s.index(st))
             tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128], bar,
                                             xa_s.index(st).slice(0, BN, dim=0))
             tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128 + 64], bar,
@@ -134,7 +142,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _ws_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr,
-                  out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
+                  out_ptr, num_pairs, row0, row1, row_lo, block, num_steps, stride_om,
                   S: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr,
                   ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                   NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
@@ -145,7 +153,7 @@ if HAS_GLUON:
             (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
                          row_lo, block, num_steps, stride_om, S, BM, BN, BN2, ONE_MUL, PG, REP,
                          NW)),
-            (_producer, (x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0,
+            (_producer, (x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
                          block * BM, num_steps, S, BO, BN, BN2)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
@@ -164,9 +172,10 @@ if HAS_GLUON:
         block = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
-            gl.static_assert(_TILE % BO == 0, "a weight box within one step tile")
+            gl.static_assert(_TILE % BO == 0 or BO == 2 * _TILE, "weight boxes of step tiles")
             num_steps = K // 128
             row0 = tile_row0(expert * O + tile * BO, num_steps, _TILE)
+            row1 = tile_row0(expert * O + tile * BO + _TILE, num_steps, _TILE)  # BO 256
             w_s = gl.allocate_shared_memory(gl.uint8, [S, BO, 64], w_desc.layout)
             xa_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
             xb_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
@@ -186,22 +195,26 @@ if HAS_GLUON:
             lo = tile * BO
             if PARTS == 4 and used == 1:
                 _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
+                          stride_om,
                           S, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
                           PRODUCER_REGS)
             elif PARTS >= 2 and used * (4 // PARTS) == 2:
                 _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
+                          stride_om,
                           S, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
                           PRODUCER_REGS)
             elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
                 _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
+                          stride_om,
                           S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
                           PRODUCER_REGS)
             else:
                 _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, lo, block, num_steps, stride_om,
+                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
+                          stride_om,
                           S, BM, BM, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
                           PRODUCER_REGS)
             for b in gl.static_range(S):
@@ -232,7 +245,7 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
     k = half * 2
     rows = base.ROWS * warpgroups * rep
     assert k % base.BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
-    assert TILE_ROWS % rows == 0, (warpgroups, rep)  # a weight box within a step tile
+    assert TILE_ROWS % rows == 0 or rows == 2 * TILE_ROWS, (warpgroups, rep)  # step tiles
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
     parts = base.PARTS if parts is None else parts
     assert parts in (1, 2, 4), f"w4a16_prefill_ws_gemm: parts {parts} (1, 2 or 4)"
@@ -240,7 +253,8 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_ws_kernel[grid](
         base.token_descriptor(tokens, block_m), base.token_descriptor(tokens, block_m // 2),
-        base.token_descriptor(tokens, block_m // 4), tiled_descriptor(w, rows), s, sorted_pairs,
+        base.token_descriptor(tokens, block_m // 4), tiled_descriptor(w, min(rows, TILE_ROWS)),
+        s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts, PG=base.group_layout(warpgroups, rep), REP=rep,
@@ -253,13 +267,13 @@ def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape)."""
     cases = []
-    for bm, stages, wg, rep in ((128, 2, 1, 2), (64, 3, 1, 2), (128, 2, 2, 1)):
+    for bm, stages, wg, rep in ((128, 2, 1, 2), (64, 3, 1, 2), (128, 2, 2, 1), (128, 3, 2, 2)):
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}",
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
                                     "xq_desc": f"tma:bf16:128:{bm // 4}x64",
-                                    "w_desc": f"tma:u8:0:{64 * wg * rep}x64",
+                                    "w_desc": f"tma:u8:0:{min(64 * wg * rep, 128)}x64",
                                     "s_ptr": "*u8", "pairs_ptr": "*i32",
                                     "block_expert_ptr": "*i32", "out_ptr": "*bf16",
                                     "num_pairs": "i32", "O": "i32", "K": "i32",

@@ -154,12 +154,13 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
 def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     """sm_90 compile gate of the producer-warp kernel (``moe_gluon_w4a16_prefill_ws``): the
     base kernel's wgmma count per loop (PARTS 4, times REP), no spills under its launch
-    register cap (two programs per SM at one consumer warpgroup), and the one shuffle the
+    register cap (two programs per SM at one consumer warpgroup; two warpgroups of two A
+    fragments: 256 rows from two weight boxes a step), and the one shuffle the
     warp-specialized dispatch makes (the warp index), none in the data path."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
     cases = ws.aot_cases()
-    assert len(cases) == 3
+    assert len(cases) == 4
     results = sm90_compile(cases)
     for case in cases:
         r = results[case["id"]]
