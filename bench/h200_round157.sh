@@ -18,7 +18,7 @@ timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_moe_g
   -k "w4a16_prefill_ws" >"$OUT/gpu_ws.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_ws.log" | tail -6
 moe 4k --tokens 4096 4096 --w4a16-bm 128 --w4a16-stages 2 3 --w4a16-wg 1 2 --w4a16-rep 2 \
-  --w4a16-parts 4 --w4a16-kernel ws
+  --w4a16-parts 4 --w4a16-kernel base ws
 moe 8k --tokens 8192 --w4a16-bm 128 --w4a16-stages 2 3 --w4a16-wg 2 --w4a16-rep 1 2 \
   --w4a16-parts 4 --w4a16-kernel base ws
 rm -f "$OUT/install.log"
