@@ -31,9 +31,10 @@ measures the variants alone, then the best end to end.
                                                    to N pairs per expert (0: off; default
                                                    moe_gluon_w4a16_prefill.
                                                    REP_MAX_PAIRS_PER_EXPERT)
-    --w4a16-kernel base|ws                         the bf16 prefill expert GEMM's kernel
+    --w4a16-kernel base|ws|auto                    the bf16 prefill expert GEMM's kernel
                                                    (moe_gluon_w4a16_prefill.KERNEL; ws: TMA
-                                                   issue on a producer warp)
+                                                   issue on a producer warp; auto: ws for
+                                                   REP 2 programs)
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
@@ -106,8 +107,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     "to this many pairs per expert (0: off; default: moe_gluon_w4a16_prefill."
                     "REP_MAX_PAIRS_PER_EXPERT)")
     ap.add_argument("--w4a16-kernel", default=None,
-                    help="the bf16 prefill expert GEMM's kernel: base or ws (its TMA issue on a "
-                    "producer warp; default: moe_gluon_w4a16_prefill.KERNEL)")
+                    help="the bf16 prefill expert GEMM's kernel: base, ws (its TMA issue on a "
+                    "producer warp) or auto (ws for REP 2 programs; default: "
+                    "moe_gluon_w4a16_prefill.KERNEL)")
     ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
                     help="W4A8 experts on the decode pipeline up to this many pairs per expert "
                     "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
@@ -148,8 +150,8 @@ def apply(attention_config: str | None, moe_configs: list[str],
         moe_gluon_w4a16_prefill.REP_MAX_PAIRS_PER_EXPERT = w4a16_rep_max_pairs
     if w4a16_kernel is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
-        if w4a16_kernel not in ("base", "ws"):
-            raise SystemExit(f"--w4a16-kernel {w4a16_kernel}: expected base or ws")
+        if w4a16_kernel not in ("base", "ws", "auto"):
+            raise SystemExit(f"--w4a16-kernel {w4a16_kernel}: expected base, ws or auto")
         moe_gluon_w4a16_prefill.KERNEL = w4a16_kernel
     if moe_decode_max_pairs is not None:
         from deepinfer.kernels.triton import moe_experts

@@ -177,6 +177,7 @@ def main() -> None:
                                f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
+        default_kernel = pf16.KERNEL, pf16.MAXNREG  # restored after the rows
         for bm, stages, wg, parts, rep, kern in [
                 (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
@@ -222,7 +223,7 @@ def main() -> None:
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
                                f" parts{parts} rep{rep} {kern} (all launches) | {bm} | "
                                f"{stages} | {wg}"), flush=True)
-        pf16.KERNEL, pf16.MAXNREG = "base", None
+        pf16.KERNEL, pf16.MAXNREG = default_kernel
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

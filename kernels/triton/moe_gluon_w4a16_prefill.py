@@ -108,9 +108,15 @@ PARTS = 4
 # 154 at the engine's BM 64 (up to 32 pairs per expert): 1K 1.272 / 1.269 gated, 2K 1.560 /
 # 1.396 gated, 1.599 / 1.349 down. 0: off
 REP_MAX_PAIRS_PER_EXPERT = 64
-# the kernel the pipeline launches, read at the call: "base" (this module's) or "ws" (the same
-# loop with its TMA issue on a producer warp: ``moe_gluon_w4a16_prefill_ws``; the same bits)
-KERNEL = "base"
+# the kernel the pipeline launches, read at the call: "base" (this module's), "ws" (the same
+# loop with its TMA issue on a producer warp: ``moe_gluon_w4a16_prefill_ws``; the same bits) or
+# "auto": ws for the one-warpgroup REP 2 programs, base for the rest. H200 rounds 156-157
+# (session 28), ms per call gated / down, base vs ws: 4K tokens (BM 128) 1.669 / 1.754 vs
+# 1.519 / 1.684, 1.641 / 1.924 vs 1.606 / 1.837, 1.841 / 1.923 vs 1.637 / 1.775, 1.805 / 1.881
+# vs 1.568 / 1.841; 1K / 2K (BM 64) level (1.160 / 1.270 vs 1.174 / 1.222, 1.322 / 1.318 vs
+# 1.305 / 1.379); 8K on two warpgroups of one fragment: ws slower (2.616 / 2.807 vs 3.016 /
+# 3.291), its two warpgroups of two fragments level (2.627 / 2.884 vs 2.698 / 2.905)
+KERNEL = "auto"
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
@@ -581,8 +587,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     ``moe_experts.run_experts``). Launches: Q8_32 values of x, align, gather, gated GEMM (two
     launches: g, u in x.dtype), ``moe_swiglu.swiglu_fake_q8``, gather, down GEMM, combine
     (``combine=False``: the per-pair outputs). ``rep`` (None: ``program_shape``'s choice by
-    pairs per expert): 2 runs one warpgroup of two A fragments per program; the bits do not
-    depend on it."""
+    pairs per expert): 2 runs one warpgroup of two A fragments per program; ``KERNEL`` picks
+    the base or the producer-warp kernel; the bits depend on neither."""
     from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
     from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
 
@@ -599,15 +605,17 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     xq = quant_act.fake_quant_fp8_block32(x.contiguous()).to(torch.bfloat16)
     pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], block_m)
 
+    assert KERNEL in ("base", "ws", "auto"), f"moe_gluon_w4a16_prefill.KERNEL {KERNEL!r}"
+    ws = KERNEL == "ws" or (KERNEL == "auto" and rep == 2)
+
     def gemm(tokens, d, s, out):
-        if KERNEL == "ws":
+        if ws:
             from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import (
                 w4a16_prefill_ws_gemm,
             )
             w4a16_prefill_ws_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, one_mul,
                                   warpgroups, parts, rep, maxnreg=MAXNREG)
         else:
-            assert KERNEL == "base", f"moe_gluon_w4a16_prefill.KERNEL {KERNEL!r} (base or ws)"
             w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
                                one_mul, warpgroups, parts, rep=rep, maxnreg=MAXNREG)
 

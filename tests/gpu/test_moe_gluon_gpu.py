@@ -341,14 +341,17 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
         _row(f"w4a16 prefill pipeline bm{block_m}", f"{tokens} tokens top{TOPK}/{EXPERTS}",
              _rel(out, ref), 1e-2)
     # one warpgroup of two A fragments (rep 2) against one of one: the same bits
-    by_rep = [pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, rep=rep)
-              for rep in (1, 2)]
+    with _w4a16_kernel("base"):
+        by_rep = [pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, rep=rep)
+                  for rep in (1, 2)]
     assert torch.equal(by_rep[0], by_rep[1])
-    # the producer-warp kernel (``KERNEL`` "ws"), both program shapes: the same bits
-    for rep in (1, 2):
-        with _w4a16_kernel("ws"):
-            assert torch.equal(pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0,
-                                                            rep=rep), by_rep[0])
+    # the producer-warp kernel (``KERNEL`` "ws", and "auto": ws for REP 2), both program
+    # shapes: the same bits
+    for name in ("ws", "auto"):
+        for rep in (1, 2):
+            with _w4a16_kernel(name):
+                assert torch.equal(pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0,
+                                                                rep=rep), by_rep[0])
     with _prefill_kernel("w4a16"):
         via = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
         via_pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
