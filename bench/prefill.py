@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
 import host_syncs  # noqa: E402
 import kernel_overrides  # noqa: E402
+import prefill_families  # noqa: E402
 
 DEFAULTS = {"prompt_lens": ("4096,16384", "512,1024"), "eager_probe_len": (512, 128)}
 
@@ -307,6 +308,7 @@ def run(args, root: Path, progress) -> dict:
         progress(res)
     if not args.no_profile and res["prefill"]:
         res["kernels"] = prefill_profile(llm, res["prefill"][0]["prompt_len"], vocab)
+        res["kernel_families"] = prefill_families.from_results(res, plan)
     if args.host_phases and res["prefill"]:
         res["host_phases"] = host_phases(llm, res["prefill"][0]["prompt_len"], vocab)
         print("host phases (ms after generate began):", flush=True)
@@ -370,6 +372,9 @@ def report(res: dict) -> None:
     if res.get("kernels"):
         bc.print_kernel_profile(f"kernels of one {res['kernels']['prompt_len']}-token prefill",
                                 res["kernels"])
+    if res.get("kernel_families"):
+        print(f"\nits kernels by family, each against its own compute floor "
+              f"(bench/prefill_families.py):\n{prefill_families.table(res['kernel_families'])}")
     for b in res.get("prefill_batch") or []:
         if b.get("kernels"):
             bc.print_kernel_profile(f"kernels of {b['prompts']} x {b['prompt_len']}-token "

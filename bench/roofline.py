@@ -127,16 +127,25 @@ def rooflines(plan: dict, decode: list[tuple[int, int]], prefill: list[int], cei
                               "bytes": cost["bytes"]["total_bytes"],
                               "flops": cost["flops"]["total_flops"], **roofline_ms(cost, ceil)})
     for prompt in prefill:
-        rows = min(prompt, topo.scheduler.max_num_batched_tokens)
-        # one prompt: logits only for its last row (the head runs on one row per step at most)
-        cost = step_cost(spec, topo, placement, rows, prompt / 2, dp_per_ep, rows, logit_rows=1)
+        rows, steps, cost = prefill_cost(plan, prompt)
         r = roofline_ms(cost, ceil)
-        steps = -(-prompt // rows)
         out["prefill"].append({"prompt_len": prompt, "rows_per_step": rows, "steps": steps,
                                "bytes": cost["bytes"]["total_bytes"],
                                "flops": cost["flops"]["total_flops"], **r,
                                "prompt_roofline_ms": r["roofline_ms"] * steps})
     return out
+
+
+def prefill_cost(plan: dict, prompt: int) -> tuple[int, int, dict]:
+    """(rows per step, steps, the cost model's ``step_cost`` of one step) of a lone prompt:
+    steps of ``max_num_batched_tokens`` rows at the average context prompt / 2, logits for one
+    row (the head runs on a step's prompt-last row only)."""
+    spec, topo = spec_of(plan), topology_of(plan)
+    dp_per_ep = max(1, topo.parallel.ep // topo.parallel.cp)
+    rows = min(prompt, topo.scheduler.max_num_batched_tokens)
+    cost = step_cost(spec, topo, plan["expert_placement"], rows, prompt / 2, dp_per_ep, rows,
+                     logit_rows=1)
+    return rows, -(-prompt // rows), cost
 
 
 def _pairs(text: str) -> list[tuple[int, int]]:

@@ -1,0 +1,138 @@
+"""A prefill's kernel table by family, each family against its own compute floor: which kernel
+holds the prompt back, with its own η (issue 7: "where a target is missed, the note says which
+kernel or overhead holds it back, with its own η").
+
+    python bench/prefill_families.py bench/results/<run>/…-prefill.json
+
+A family is the kernels whose names start with its prefixes; its floor is the cost model's
+FLOPs of that work (``planner/passes/cost_model.py``, the same numbers as the prefill's
+roofline) over the rate the roofline counts for it — the routed experts and the dense GEMMs
+(projections, shared expert, router, mHC coefficients, head) at the FP8 matmul rate, attention
+and the indexer's scores at the bf16 rate — and, for the FP8 / FP4 GEMMs, over the bf16 rate as
+well (this engine runs them exactly on bf16 tensor cores). η = floor / measured GPU time. The
+rest (norms, quantization, gathers, top-k, copies: memory-bound kernels with no FLOP floor) is
+one row. ``prefill.py`` prints this table under its kernel table; the command above rebuilds it
+from a results JSON (its plan compiled here: no GPU needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+# (family, the cost model's FLOPs key, the rate the roofline counts, kernel name prefixes)
+FAMILIES = (
+    ("routed experts", "expert_flops", "fp8", ("_w4a16_prefill", "_w4a8_prefill", "_moe_gemm")),
+    ("dense GEMMs", "dense_flops", "fp8", ("_linear_wide", "_linear_kernel", "_linear_decode",
+                                            "_hc_coeffs", "_route_scores", "_gemm_head")),
+    ("attention", "attention_flops", "bf16", ("_attn_prefill", "_sparse_attn")),
+    ("indexer scores", "indexer_flops", "bf16", ("_index_scores",)),
+)
+REST = "rest (memory-bound, no FLOP floor)"
+
+
+def family_of(name: str) -> str:
+    """The family of a kernel (or profiler activity) name; REST when no prefix matches."""
+    for family, _, _, prefixes in FAMILIES:
+        if name.startswith(prefixes):
+            return family
+    return REST
+
+
+def family_rows(kernels: list[dict], flops: dict, steps: int, ceilings: dict) -> list[dict]:
+    """Rows {family, calls, us, floor_us, eta, bf16_floor_us, bf16_eta} in FAMILIES order,
+    then REST (floors None). kernels: a profile's table ({"name", "calls", "us_per_replay"});
+    flops: one step's ``step_cost(...)["flops"]``, times ``steps``; ceilings: the run's
+    ``{"fp8_flops_per_s", "bf16_flops_per_s"}``."""
+    us = {f[0]: 0.0 for f in FAMILIES} | {REST: 0.0}
+    calls = dict.fromkeys(us, 0)
+    for k in kernels:
+        fam = family_of(k["name"])
+        us[fam] += k["us_per_replay"]
+        calls[fam] += k["calls"]
+    rows = []
+    for family, key, rate, _ in FAMILIES:
+        work = flops[key] * steps
+        floor = work / ceilings[f"{rate}_flops_per_s"] * 1e6
+        bf16 = work / ceilings["bf16_flops_per_s"] * 1e6
+        measured = us[family]
+        rows.append({"family": family, "calls": calls[family], "us": measured,
+                     "floor_us": floor, "eta": floor / measured if measured else None,
+                     "bf16_floor_us": bf16, "bf16_eta": bf16 / measured if measured else None})
+    rows.append({"family": REST, "calls": calls[REST], "us": us[REST], "floor_us": None,
+                 "eta": None, "bf16_floor_us": None, "bf16_eta": None})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: family, calls, GPU ms, floor ms (the roofline's rate), η, bf16 floor, η bf16."""
+
+    def ms(v):
+        return "" if v is None else f"{v / 1e3:.2f}"
+
+    def eta(v):
+        return "" if v is None else f"{v:.2f}"
+
+    out = ["| family | calls | GPU ms | floor ms (roofline rate) | η | floor ms at bf16 | "
+           "η at bf16 |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['family']} | {r['calls']} | {ms(r['us'])} | {ms(r['floor_us'])} | "
+                   f"{eta(r['eta'])} | {ms(r['bf16_floor_us'])} | {eta(r['bf16_eta'])} |")
+    return "\n".join(out)
+
+
+def from_results(res: dict, plan: dict) -> list[dict]:
+    """family_rows of a prefill results JSON's kernel profile (its prompt length and ceilings)
+    against ``plan`` (the plan the run used)."""
+    import roofline
+
+    prof = res["kernels"]
+    _, steps, cost = roofline.prefill_cost(plan, prof["prompt_len"])
+    return family_rows(prof["kernels"], cost["flops"], steps, res["ceilings"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("results", help="a bench/prefill.py results JSON with a kernel profile")
+    args = ap.parse_args(argv)
+    try:
+        with open(args.results) as f:
+            res = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"prefill_families: {args.results}: cannot read a results JSON ({e})",
+              file=sys.stderr)
+        return 2
+    if not res.get("kernels") or "topology" not in res:
+        print(f"prefill_families: {args.results}: no 'kernels' profile or 'topology' field "
+              "(run bench/prefill.py without --no-profile)", file=sys.stderr)
+        return 2
+    import tempfile
+    from pathlib import Path
+
+    import bench_common as bc
+
+    from deepinfer.artifacts.plan_dir import read_plan
+
+    topology = Path(res["topology"])
+    if not topology.exists() and not res["topology"].startswith("builtin:"):
+        topology = bc.REPO / "artifacts" / "topologies" / topology.name  # the run's checkout
+    if not topology.exists() and not res["topology"].startswith("builtin:"):
+        print(f"prefill_families: {args.results}: field 'topology': {res['topology']} is not "
+              "here (nor under artifacts/topologies/)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        topology = res["topology"] if res["topology"].startswith("builtin:") else str(topology)
+        plan = read_plan(bc.make_plan_dir(Path(tmp), topology, lambda compiled: 64))
+        rows = from_results(res, plan)
+    if plan["plan_id"] != res.get("plan_id"):
+        print(f"note: this checkout compiles plan {plan['plan_id'][:12]}, the run used "
+              f"{str(res.get('plan_id'))[:12]}: the FLOPs are this checkout's cost model")
+    print(f"{res['kernels']['prompt_len']}-token prefill, commit {res.get('commit')}, "
+          f"{res.get('gpu')}")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
