@@ -21,6 +21,17 @@ paid in time. Here:
     one partition barrier and one arrive a step, no TMA work.
 
 Ring stages are shared by the weights and the tokens (a stage frees when both are consumed).
+Programs of 64 WG REP weight rows as the base kernel's, plus two warpgroups of two fragments
+(256 rows: two weight boxes of the order's step tiles a step). SASS per step (REP 2, BM 128):
+495-502 instructions and 3 partition barriers against the base loop's 555-571 and 7 CTA
+barriers. Registers: ``launch_regs``.
+
+H200 (bench/moe_gluon_prefill.py --w4a16-kernel base ws, rounds 156-157, docs/performance.md
+session 28): 5-13 % faster per gated call and 2-8 % per down call at 4K tokens (REP 2, one
+warpgroup), level at 1K / 2K, slower on two warpgroups of one fragment at 8K (the padded
+producer warpgroup costs that one-program-per-SM shape its registers); 256-row programs slower
+than 128 at 4K, level at 8K. The pipeline runs it for REP 2 programs
+(``moe_gluon_w4a16_prefill.KERNEL`` "auto").
 Shapes, contract and reference: ``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``.
 """
 
