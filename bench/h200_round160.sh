@@ -2,7 +2,8 @@
 # Device round 160 (session 28): the producer-warp prefill expert GEMM's PIPE loop (two A
 # register sets: a group scaled and issued while the one before it runs; session 25 tried it
 # beside the TMA issue: no gain) — GPU bit checks (incl. PIPE), then the GEMMs at 4K (twice):
-# base / ws / ws-pipe (≈ 3 min). Pass the commit hash literally.
+# base / ws / ws-pipe (≈ 3 min). Ran at f71c10c: PIPE gave nothing (gated level, down 2-11 %
+# slower) and was removed after; run it from that commit. Pass the commit hash literally.
 source "$(dirname "$0")/device_setup.sh"
 timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_moe_gluon_gpu.py \
   -k "w4a16_prefill_ws" >"$OUT/gpu_ws.log" 2>&1

@@ -87,9 +87,8 @@ def main() -> None:
     parser.add_argument("--w4a16-rep", type=int, nargs="+", default=[1],
                         help="A fragments per warpgroup and group (64 rep weight rows each)")
     parser.add_argument("--w4a16-kernel", nargs="+", default=["base"],
-                        help="base, ws (the TMA issue on a producer warp) or ws-pipe (its PIPE "
-                             "loop), each with an optional launch register cap per thread: "
-                             "base:168, ws:128")
+                        help="base or ws (the TMA issue on a producer warp), each with an "
+                             "optional launch register cap per thread: base:168, ws:128")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
     parser.add_argument("--probe-no-decode", action="store_true",
@@ -179,7 +178,6 @@ def main() -> None:
                                f"{wg}"), flush=True)
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
         default_kernel = pf16.KERNEL, pf16.MAXNREG  # restored after the rows
-        default_pipe = pf16_ws.PIPE
         for bm, stages, wg, parts, rep, kern in [
                 (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
@@ -187,9 +185,6 @@ def main() -> None:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             pf16.KERNEL, _, cap = kern.partition(":")  # the pipeline rows' kernel, too
             pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)
-            pf16_ws.PIPE = pf16.KERNEL == "ws-pipe"  # the PIPE loop of the producer-warp kernel
-            if pf16_ws.PIPE:
-                pf16.KERNEL = "ws"
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
                 gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
@@ -229,7 +224,6 @@ def main() -> None:
                                f" parts{parts} rep{rep} {kern} (all launches) | {bm} | "
                                f"{stages} | {wg}"), flush=True)
         pf16.KERNEL, pf16.MAXNREG = default_kernel
-        pf16_ws.PIPE = default_pipe
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

@@ -49,7 +49,6 @@ from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 STAGES = 2  # ring depth (weights and tokens together; 40 KB a stage at BM 128, 128 rows)
 PRODUCER_WARPS = 1  # warps of the producer partition
 PRODUCER_REGS = 40  # registers per thread of the producer warp (setmaxnreg)
-PIPE = False  # two A register sets: a group scaled and issued while the one before it runs
 # a program's warps: the consumer warpgroups and the producer's warpgroup (Triton pads a worker
 # partition to whole warpgroups: one warp works, three wait at 24 registers)
 REGISTER_FILE = 65536  # 32-bit registers per SM (H200)
@@ -58,11 +57,7 @@ group_layout = base.group_layout  # the consumer's weight words in registers (co
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        mbarrier,
-        tma,
-        warpgroup_mma_wait,
-    )
+    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
     from deepinfer.kernels.triton.moe_gluon import tile_row0
 
@@ -99,32 +94,12 @@ if HAS_GLUON:
                                                 xb_s.index(st).slice(BN, BN2, dim=0))
 
     @gluon.jit
-    def _group(bits, sw, g: gl.constexpr, acc, acc2, ONE_MUL: gl.constexpr, LA: gl.constexpr,
-               BN2: gl.constexpr, P: gl.constexpr):
-        """Group g's A operand from its extracted bits; without PIPE every wgmma is waited
-        first (one A register set), with it the previous group's keeps running."""
-        if not P:
-            acc, acc2 = base._wait(acc, acc2, BN2)
-        return base._scaled(bits, sw, g, ONE_MUL, LA), acc, acc2
-
-    @gluon.jit
-    def _retired(acc, a_run, a, P: gl.constexpr):
-        """PIPE: wait until only the group just issued (operand a) runs — the one before it
-        (operand a_run) is done and its registers free; returns (acc, a), a the new a_run.
-        Without PIPE nothing is in flight here."""
-        if P:
-            acc, a_run, a = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a_run, a))
-        return acc, a
-
-    @gluon.jit
     def _consumer(w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row_lo,
                   block, num_steps, stride_om, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
-                  REP: gl.constexpr, NW: gl.constexpr, PIPE: gl.constexpr):
+                  REP: gl.constexpr, NW: gl.constexpr):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
-        stage is freed after its last group's wait (step i + 1's words are loaded by then).
-        PIPE: two A register sets, a group scaled and issued while the one before it runs
-        (session 25's PIPE loop, there beside the TMA issue); the same bits."""
+        stage is freed after its last group's wait (step i + 1's words are loaded by then)."""
         BO: gl.constexpr = 16 * NW * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BN, 16])
@@ -141,42 +116,36 @@ if HAS_GLUON:
                                                             warps_per_cta=[NW, 1],
                                                             instr_shape=[16, BN2, 16])
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
-        P: gl.constexpr = PIPE and BN2 == 0  # two accumulators: always the plain loop
         for i in range(num_steps):
             st = i % S
             xa = xa_s.index(st)
             xb = xb_s.index(st)
             acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
-            a_run = a
-            a, acc, acc2 = _group(base._extract(p1), sw, 1, acc, acc2, ONE_MUL, LA, BN2, P)
+            bits = base._extract(p1)
+            acc, acc2 = base._wait(acc, acc2, BN2)
+            a = base._scaled(bits, sw, 1, ONE_MUL, LA)
             acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 32)
-            acc, a_run = _retired(acc, a_run, a, P)
-            a, acc, acc2 = _group(base._extract(p2), sw, 2, acc, acc2, ONE_MUL, LA, BN2, P)
+            bits = base._extract(p2)
+            acc, acc2 = base._wait(acc, acc2, BN2)
+            a = base._scaled(bits, sw, 2, ONE_MUL, LA)
             acc, acc2 = base._mma_group(a, xb, acc, acc2, 0, BN, BN2, 0)
-            acc, a_run = _retired(acc, a_run, a, P)
-            a, acc, acc2 = _group(base._extract(p3), sw, 3, acc, acc2, ONE_MUL, LA, BN2, P)
+            bits = base._extract(p3)
+            acc, acc2 = base._wait(acc, acc2, BN2)
+            a = base._scaled(bits, sw, 3, ONE_MUL, LA)
             acc, acc2 = base._mma_group(a, xb, acc, acc2, 0, BN, BN2, 32)
-            acc, a_run = _retired(acc, a_run, a, P)
             # the next step's words (the last step reloads its own: a completed phase waits
-            # for nothing), its first group extracted (PIPE: and scaled) while this step's
-            # last group runs
+            # for nothing), its first group extracted while this step's last group runs
             nxt = gl.minimum(i + 1, num_steps - 1)
             sw = sw_next
             sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
             mbarrier.wait(full.index(nxt % S), (nxt // S) & 1)
             p0, p1, p2, p3 = base._step_words(w_s, nxt % S, PG)
             bits = base._extract(p0)
-            if P:
-                a = base._scaled(bits, sw, 0, ONE_MUL, LA)
-                acc, a_run, a = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a_run, a))
-                acc2 = acc
-            else:
-                acc, acc2 = base._wait(acc, acc2, BN2)
+            acc, acc2 = base._wait(acc, acc2, BN2)
             # every wgmma of step i is done and its words are in registers: stage st is free
             # (the arrive follows a partition barrier: all warps got here)
             mbarrier.arrive(empty.index(st), count=1)
-            if not P:
-                a = base._scaled(bits, sw, 0, ONE_MUL, LA)
+            a = base._scaled(bits, sw, 0, ONE_MUL, LA)
         base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
         if BN2 > 0:
             base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
@@ -188,13 +157,13 @@ if HAS_GLUON:
                   S: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr,
                   ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                   NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                  PRODUCER_REGS: gl.constexpr, PIPE: gl.constexpr):
+                  PRODUCER_REGS: gl.constexpr):
         """One block's program at N = BN (+ BN2): consumer warpgroups and a producer warp."""
         BO: gl.constexpr = 16 * NW * REP
         gl.warp_specialize([
             (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
                          row_lo, block, num_steps, stride_om, S, BM, BN, BN2, ONE_MUL, PG, REP,
-                         NW, PIPE)),
+                         NW)),
             (_producer, (x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
                          block * BM, num_steps, S, BO, BN, BN2)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -206,7 +175,7 @@ if HAS_GLUON:
                                  ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
                                  PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                 PIPE: gl.constexpr, num_warps: gl.constexpr):
+                                 num_warps: gl.constexpr):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
         # the consumer warpgroups' warps (the producer warp comes on top)
         BO: gl.constexpr = 16 * num_warps * REP
@@ -240,25 +209,25 @@ if HAS_GLUON:
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, PIPE)
+                          PRODUCER_REGS)
             elif PARTS >= 2 and used * (4 // PARTS) == 2:
                 _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, PIPE)
+                          PRODUCER_REGS)
             elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
                 _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, PIPE)
+                          PRODUCER_REGS)
             else:
                 _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, PIPE)
+                          PRODUCER_REGS)
             for b in gl.static_range(S):
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
@@ -277,12 +246,11 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
                           sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                           out: torch.Tensor, block_m: int, one_mul: bool = False,
                           warpgroups: int = 1, parts: int | None = None, rep: int = 2,
-                          stages: int | None = None, maxnreg: int | None = None,
-                          pipe: bool | None = None) -> torch.Tensor:
+                          stages: int | None = None, maxnreg: int | None = None
+                          ) -> torch.Tensor:
     """``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``'s contract and bits on the producer-warp
     kernel (``stages``: the ring's depth, default ``STAGES`` read at the call; ``maxnreg``: the
-    launch's register cap per thread, None: ``launch_regs``; ``pipe``: the PIPE loop, None:
-    ``PIPE``, read at the call)."""
+    launch's register cap per thread, None: ``launch_regs``)."""
     assert HAS_GLUON, "w4a16_prefill_ws_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -301,22 +269,17 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts, PG=base.group_layout(warpgroups, rep), REP=rep,
-        PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS,
-        PIPE=PIPE if pipe is None else pipe, num_warps=4 * warpgroups,
+        PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4 * warpgroups,
         maxnreg=maxnreg or launch_regs(warpgroups))
     return out
 
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
-    warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), two
-    warpgroups of REP 2 (256 rows), and the PIPE loop."""
+    warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape)."""
     cases = []
-    for bm, stages, wg, rep, pipe in ((128, 2, 1, 2, False), (64, 3, 1, 2, False),
-                                      (128, 2, 2, 1, False), (128, 3, 2, 2, False),
-                                      (128, 2, 1, 2, True)):
-        cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_pipe" if pipe else ""),
+    for bm, stages, wg, rep in ((128, 2, 1, 2), (64, 3, 1, 2), (128, 2, 2, 1), (128, 3, 2, 2)):
+        cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}",
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -330,7 +293,7 @@ def aot_cases() -> list[dict[str, Any]]:
                       "constexprs": {"S": stages, "BM": bm, "ONE_MUL": True, "PARTS": 4,
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
-                                     "PRODUCER_REGS": PRODUCER_REGS, "PIPE": pipe,
+                                     "PRODUCER_REGS": PRODUCER_REGS,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,

@@ -302,19 +302,16 @@ def _w4a16_prefill_case(gated: bool, block_m: int, scale_lo: int) -> dict:
 
 
 @pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,rep,stages,pipe", [
-    (128, True, 119, 1, 2, 2, False), (128, False, 126, 1, 2, 2, False),
-    (64, True, 119, 1, 2, 3, False), (128, True, 119, 2, 1, 2, False),
-    (64, False, 126, 1, 1, 2, False), (128, True, 119, 2, 2, 3, False),
-    (128, False, 126, 2, 2, 2, False), (128, True, 119, 1, 2, 2, True),
-    (64, False, 126, 1, 2, 2, True)])
+@pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,rep,stages", [
+    (128, True, 119, 1, 2, 2), (128, False, 126, 1, 2, 2), (64, True, 119, 1, 2, 3),
+    (128, True, 119, 2, 1, 2), (64, False, 126, 1, 1, 2), (128, True, 119, 2, 2, 3),
+    (128, False, 126, 2, 2, 2)])
 def test_w4a16_prefill_ws_gives_the_base_kernels_bits(gated, block_m, one_mul, scale_lo,
-                                                      warpgroups, rep, stages, pipe):
+                                                      warpgroups, rep, stages):
     """The producer-warp kernel (``moe_gluon_w4a16_prefill_ws``) against the base kernel on
     the same inputs, parts 4 (every quarter fill): bit-identical outputs (the same decode and
     wgmmas in the same order), at its register cap and ring depths 2 / 3; two warpgroups of
-    two A fragments (256 rows, two weight boxes a step) against the base kernel's 2 x 64; the
-    PIPE loop (two A register sets)."""
+    two A fragments (256 rows, two weight boxes a step) against the base kernel's 2 x 64."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
@@ -324,7 +321,7 @@ def test_w4a16_prefill_ws_gives_the_base_kernels_bits(gated, block_m, one_mul, s
     want = pf.w4a16_prefill_gemm(*args, c["out"].clone(), block_m, one_mul=one_mul,
                                  warpgroups=2, parts=4, rep=1)
     got = ws.w4a16_prefill_ws_gemm(*args, c["out"], block_m, one_mul, warpgroups, 4, rep,
-                                   stages, pipe=pipe)
+                                   stages)
     assert not got.isnan().any()  # every pair's row written
     assert torch.equal(got, want), (got - want).abs().max()
 
