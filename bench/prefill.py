@@ -305,6 +305,10 @@ def run(args, root: Path, progress) -> dict:
                                               roofs[length], args.repeats)
                                 for length in args.prompt_lens
                                 if length + 1 <= llm.max_model_len]
+        for b in res["prefill_batch"]:
+            if b.get("kernels"):
+                b["kernel_families"] = prefill_families.from_profile(b["kernels"], plan,
+                                                                     res["ceilings"])
         progress(res)
     if not args.no_profile and res["prefill"]:
         res["kernels"] = prefill_profile(llm, res["prefill"][0]["prompt_len"], vocab)
@@ -379,6 +383,8 @@ def report(res: dict) -> None:
         if b.get("kernels"):
             bc.print_kernel_profile(f"kernels of {b['prompts']} x {b['prompt_len']}-token "
                                     "prompts in one generate (steps in flight)", b["kernels"])
+        if b.get("kernel_families"):
+            print(f"\nby family:\n{prefill_families.table(b['kernel_families'])}")
     syncs = res.get("sync_sites")
     if syncs:
         print(f"\nhost syncs in one {syncs['prompt_len']}-token prefill: "

@@ -82,14 +82,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def from_results(res: dict, plan: dict) -> list[dict]:
-    """family_rows of a prefill results JSON's kernel profile (its prompt length and ceilings)
-    against ``plan`` (the plan the run used)."""
+def from_profile(prof: dict, plan: dict, ceilings: dict) -> list[dict]:
+    """family_rows of a kernel profile of ``prof["prompts"]`` (default 1) prompts of
+    ``prof["prompt_len"]`` tokens (prefill.py's lone-prompt or batch table) against ``plan``
+    (the plan the run used): each prompt's floor as the roofline counts it (its steps of
+    ``max_num_batched_tokens`` rows), times the prompts."""
     import roofline
 
-    prof = res["kernels"]
     _, steps, cost = roofline.prefill_cost(plan, prof["prompt_len"])
-    return family_rows(prof["kernels"], cost["flops"], steps, res["ceilings"])
+    return family_rows(prof["kernels"], cost["flops"], steps * prof.get("prompts", 1), ceilings)
+
+
+def from_results(res: dict, plan: dict) -> list[dict]:
+    """from_profile of a prefill results JSON's lone-prompt kernel profile and ceilings."""
+    return from_profile(res["kernels"], plan, res["ceilings"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,12 +131,17 @@ def main(argv: list[str] | None = None) -> int:
         topology = res["topology"] if res["topology"].startswith("builtin:") else str(topology)
         plan = read_plan(bc.make_plan_dir(Path(tmp), topology, lambda compiled: 64))
         rows = from_results(res, plan)
+        batches = [(b, from_profile(b["kernels"], plan, res["ceilings"]))
+                   for b in res.get("prefill_batch") or [] if b.get("kernels")]
     if plan["plan_id"] != res.get("plan_id"):
         print(f"note: this checkout compiles plan {plan['plan_id'][:12]}, the run used "
               f"{str(res.get('plan_id'))[:12]}: the FLOPs are this checkout's cost model")
     print(f"{res['kernels']['prompt_len']}-token prefill, commit {res.get('commit')}, "
           f"{res.get('gpu')}")
     print(table(rows))
+    for b, batch_rows in batches:
+        print(f"\n{b['prompts']} x {b['prompt_len']}-token prompts in one generate:")
+        print(table(batch_rows))
     return 0
 
 

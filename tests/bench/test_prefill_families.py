@@ -69,7 +69,10 @@ def _cpu_results(tmp_path: Path) -> tuple[Path, dict]:
     import bench_common as bc
 
     res = {"topology": bc.CPU_TOPOLOGY, "commit": "abc", "gpu": "test",
-           "ceilings": CEILINGS, "kernels": {"prompt_len": 64, "kernels": _kernels()}}
+           "ceilings": CEILINGS, "kernels": {"prompt_len": 64, "kernels": _kernels()},
+           "prefill_batch": [{"prompts": 2, "prompt_len": 64,
+                              "kernels": {"prompt_len": 64, "prompts": 2,
+                                          "kernels": _kernels()}}]}
     path = tmp_path / "r-prefill.json"
     path.write_text(json.dumps(res))
     return path, res
@@ -90,6 +93,11 @@ def test_floors_sum_to_the_prefill_compute_roofline(tmp_path):
     floors = sum(r["floor_us"] for r in rows if r["floor_us"] is not None)
     assert floors / 1e3 == pytest.approx(roof["compute_ms"] * roof["steps"])
     assert floors > 0
+    # a batch's table: each prompt's floors, times the prompts
+    batch = pf.from_profile(res["prefill_batch"][0]["kernels"], plan, CEILINGS)
+    for one, two in zip(rows, batch, strict=True):
+        if one["floor_us"] is not None:
+            assert two["floor_us"] == pytest.approx(2 * one["floor_us"])
 
 
 def test_command_line_on_a_results_json_and_bad_input(tmp_path):
@@ -98,6 +106,7 @@ def test_command_line_on_a_results_json_and_bad_input(tmp_path):
                         capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "| routed experts | 24 | 40.00 |" in ok.stdout and "64-token prefill" in ok.stdout
+    assert "2 x 64-token prompts in one generate:" in ok.stdout
     missing = subprocess.run([sys.executable, str(BENCH / "prefill_families.py"),
                               str(tmp_path / "nope.json")], capture_output=True, text=True)
     assert missing.returncode == 2 and "nope.json" in missing.stderr
