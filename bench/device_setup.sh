@@ -141,3 +141,15 @@ lone_1k_host_phases() {
   echo "phases rc=$?"; grep -E "^prefill 1024" "$OUT/prefill_phases.log"
   sed -n '/^host phases/,/generate done/p' "$OUT/prefill_phases.log"
 }
+# The prefill expert GEMMs (bench/moe_gluon_prefill.py, the FP8 kernel's rows skipped: BM 128 x
+# 2 warpgroups exceeds its register budget) with "$@" as its arguments, logged to
+# $OUT/moe_$1.log: prints the rows and how many were bit-identical to their BM's first config
+# (rounds 156-157).
+moe_prefill_bench() {
+  local name=$1; shift
+  timeout 170 python3 bench/moe_gluon_prefill.py --bm 128 --warpgroups 2 --skip-triton "$@" \
+    >"$OUT/moe_$name.log" 2>&1
+  echo "bench $name rc=$?"; grep -E "^\| [0-9]|False|Error|error" "$OUT/moe_$name.log" \
+    | grep -v "all launches" | cut -d'|' -f2,3,4,5,6,7
+  grep -c "bit-identical to this BM's first config: True" "$OUT/moe_$name.log"
+}

@@ -9,23 +9,18 @@
 # b: a lone 4K prompt end to end, base and ws interleaved (≈ 3 min).
 # Pass the commit hash literally.
 source "$(dirname "$0")/device_setup.sh"
-moe() {  # $1 log name, the rest bench/moe_gluon_prefill.py's arguments
-  local name=$1; shift
-  timeout 150 python3 bench/moe_gluon_prefill.py --bm 128 --warpgroups 2 --skip-triton "$@" \
-    >"$OUT/moe_$name.log" 2>&1
-  echo "bench $name rc=$?"; grep -E "^\| [0-9]|False|Error|error" "$OUT/moe_$name.log" \
-    | grep -v "all launches" | cut -d'|' -f2,3,4,5,6,7
-  grep -c "bit-identical to this BM's first config: True" "$OUT/moe_$name.log"
-}
 case "${PART:-a}" in
 a) timeout 240 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_moe_gluon_gpu.py \
      -k "w4a16_prefill" >"$OUT/gpu_ws.log" 2>&1
    echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_ws.log" | tail -6
-   moe small --tokens 1024 2048 --w4a16-bm 64 --w4a16-stages 2 3 --w4a16-wg 1 --w4a16-rep 2 \
+   moe_prefill_bench small --tokens 1024 2048 \
+     --w4a16-bm 64 --w4a16-stages 2 3 --w4a16-wg 1 --w4a16-rep 2 \
      --w4a16-parts 4 --w4a16-kernel base base:168 ws
-   moe 4k --tokens 4096 4096 --w4a16-bm 128 --w4a16-stages 2 --w4a16-wg 1 --w4a16-rep 2 \
+   moe_prefill_bench 4k --tokens 4096 4096 \
+     --w4a16-bm 128 --w4a16-stages 2 --w4a16-wg 1 --w4a16-rep 2 \
      --w4a16-parts 4 --w4a16-kernel base ws
-   moe 8k --tokens 8192 --w4a16-bm 128 --w4a16-stages 2 --w4a16-wg 2 1 --w4a16-rep 1 2 \
+   moe_prefill_bench 8k --tokens 8192 \
+     --w4a16-bm 128 --w4a16-stages 2 --w4a16-wg 2 1 --w4a16-rep 1 2 \
      --w4a16-parts 4 --w4a16-kernel base ws ;;
 b) mkdir -p /tmp/j
    for i in 1 2; do

@@ -354,6 +354,26 @@ if HAS_GLUON:
                    MMA2)
 
     @gluon.jit
+    def scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO: gl.constexpr,
+                    PG: gl.constexpr):
+        """Pointers to the scale bytes of a thread's weight rows (layout PG's rows of the
+        program's tile) as int32 words: a K step's 4 groups, step i at + i."""
+        r_w = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
+        return (s_ptr + expert.to(gl.int64) * stride_se
+                + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
+                                                          bitcast=True)
+
+    @gluon.jit
+    def parts_used(pairs_ptr, block, num_pairs, BM: gl.constexpr, PARTS: gl.constexpr):
+        """How many of the block's PARTS parts hold pairs: 1 .. PARTS (sorted pairs pad an
+        expert's last block at its end: a part is used when its first slot is a pair)."""
+        used = 1
+        for q in gl.static_range(1, PARTS):
+            used += (gl.load(pairs_ptr + block * BM + q * (BM // PARTS)) < num_pairs).to(
+                gl.int32)
+        return used
+
+    @gluon.jit
     def _w4a16_prefill_kernel(x_desc, xh_desc, xq_desc, w_desc, s_ptr, pairs_ptr,
                               block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
                               stride_sn4, stride_om, STAGES: gl.constexpr,
@@ -383,16 +403,8 @@ if HAS_GLUON:
                                              mbarrier.MBarrierLayout())
             for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.init(bars.index(b), count=1)
-            # the scale bytes of a thread's rows as int32 words (a K step's 4 groups)
-            r_w = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
-            s_words = (s_ptr + expert.to(gl.int64) * stride_se
-                       + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
-                                                                 bitcast=True)
-            # parts of the block that hold pairs: 1 .. PARTS (a part's first slot is a pair)
-            used = 1
-            for q in gl.static_range(1, PARTS):
-                used += (gl.load(pairs_ptr + block * BM + q * (BM // PARTS)) < num_pairs).to(
-                    gl.int32)
+            s_words = scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO, PG)
+            used = parts_used(pairs_ptr, block, num_pairs, BM, PARTS)
             if PARTS == 4:
                 if used == 1:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,

@@ -195,14 +195,8 @@ if HAS_GLUON:
             for b in gl.static_range(S):
                 mbarrier.init(full.index(b), count=1)
                 mbarrier.init(empty.index(b), count=1)
-            r_w = tile * BO + gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
-            s_words = (s_ptr + expert.to(gl.int64) * stride_se
-                       + r_w.to(gl.int64) * (stride_sn4 * 4)).to(gl.pointer_type(gl.int32),
-                                                                 bitcast=True)
-            used = 1
-            for q in gl.static_range(1, PARTS):
-                used += (gl.load(pairs_ptr + block * BM + q * (BM // PARTS)) < num_pairs).to(
-                    gl.int32)
+            s_words = base.scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO, PG)
+            used = base.parts_used(pairs_ptr, block, num_pairs, BM, PARTS)
             lo = tile * BO
             if PARTS == 4 and used == 1:
                 _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,

@@ -172,29 +172,27 @@ def test_w4a8_prefill_gluon(gated, block_m, warpgroups, expanded):
 
 
 @contextlib.contextmanager
+def _setting(module_name: str, attr: str, value):
+    """``deepinfer.kernels.triton.<module_name>.<attr>`` set to ``value`` inside the block."""
+    import importlib
+
+    module = importlib.import_module(f"deepinfer.kernels.triton.{module_name}")
+    saved = getattr(module, attr)
+    setattr(module, attr, value)
+    try:
+        yield
+    finally:
+        setattr(module, attr, saved)
+
+
 def _prefill_kernel(name: str):
     """``moe_experts.W4A8_PREFILL_KERNEL`` set to ``name`` inside the block."""
-    from deepinfer.kernels.triton import moe_experts
-
-    saved = moe_experts.W4A8_PREFILL_KERNEL
-    moe_experts.W4A8_PREFILL_KERNEL = name
-    try:
-        yield
-    finally:
-        moe_experts.W4A8_PREFILL_KERNEL = saved
+    return _setting("moe_experts", "W4A8_PREFILL_KERNEL", name)
 
 
-@contextlib.contextmanager
 def _w4a16_kernel(name: str):
     """``moe_gluon_w4a16_prefill.KERNEL`` set to ``name`` inside the block."""
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
-
-    saved = pf.KERNEL
-    pf.KERNEL = name
-    try:
-        yield
-    finally:
-        pf.KERNEL = saved
+    return _setting("moe_gluon_w4a16_prefill", "KERNEL", name)
 
 
 def _prefill_pipeline_case():
