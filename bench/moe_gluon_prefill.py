@@ -16,8 +16,9 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
 (``moe_gluon_w4a16_prefill``: weights decoded to bf16, no per-group promotion), its FLOPs against
 the bf16 ceiling as well; ``--w4a16-rep 1 2``: also with two A fragments per warpgroup (128 rows
 on one warpgroup), each config's output compared bit for bit with its BM's first;
-``--w4a16-kernel base ws:200``: the kernels (``ws``: ``moe_gluon_w4a16_prefill_ws``, the TMA
-issue on a producer warp) and register caps per thread, the pipeline rows on each as well.
+``--w4a16-kernel base ws``: the kernels (``ws``: ``moe_gluon_w4a16_prefill_ws``, the TMA issue
+on a producer warp), each with an optional launch register cap (``ws:128``), the pipeline rows
+on each as well.
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
 as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
 replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
@@ -105,6 +106,10 @@ def main() -> None:
                         help="time the whole pipelines as CUDA graphs and print the decode "
                              "pipeline beside them (decode sizes)")
     args = parser.parse_args()
+    for kern in args.w4a16_kernel:
+        name, _, cap = kern.partition(":")
+        if name not in ("base", "ws") or (cap and not cap.isdigit()):
+            parser.error(f"--w4a16-kernel {kern}: expected base or ws, optionally :REGISTERS")
     from bench_common import roofline
 
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0

@@ -618,15 +618,15 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], block_m)
 
     assert KERNEL in ("base", "ws", "auto"), f"moe_gluon_w4a16_prefill.KERNEL {KERNEL!r}"
-    ws = KERNEL == "ws" or (KERNEL == "auto" and rep == 2)
+    ws_gemm = None
+    if KERNEL == "ws" or (KERNEL == "auto" and rep == 2):  # lazy: that module imports this one
+        from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import w4a16_prefill_ws_gemm
+        ws_gemm = w4a16_prefill_ws_gemm
 
     def gemm(tokens, d, s, out):
-        if ws:
-            from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import (
-                w4a16_prefill_ws_gemm,
-            )
-            w4a16_prefill_ws_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, one_mul,
-                                  warpgroups, parts, rep, maxnreg=MAXNREG)
+        if ws_gemm is not None:
+            ws_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, one_mul, warpgroups,
+                    parts, rep, maxnreg=MAXNREG)
         else:
             w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
                                one_mul, warpgroups, parts, rep=rep, maxnreg=MAXNREG)

@@ -270,7 +270,8 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
-    warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape)."""
+    warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
+    two warpgroups of REP 2 (256 rows: two weight boxes a step)."""
     cases = []
     for bm, stages, wg, rep in ((128, 2, 1, 2), (64, 3, 1, 2), (128, 2, 2, 1), (128, 3, 2, 2)):
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}",
