@@ -375,3 +375,9 @@ def test_kernel_overrides_w4a16_kernel(monkeypatch):
     with pytest.raises(SystemExit) as info:
         kernel_overrides.apply(None, [], w4a16_kernel="fast")
     assert "--w4a16-kernel" in str(info.value)
+
+
+def test_moe_align_smoke_paths_equal_torch():
+    """Both align paths (one program; chunks above MAX_PAIRS) equal the torch version."""
+    out = _smoke("moe_align.py")
+    assert out.count("equal True") == 2, out

@@ -262,15 +262,17 @@ def test_moe_one_mul_matches_two_mul_gpu(num_tokens):
 
 
 def test_moe_align_pairs_matches_torch_gpu():
-    """The single-launch align kernel (moe_align) equals the torch version bit for bit on the
-    GPU — decode and larger sizes, other ranks' ids, both block sizes — also when replayed from
-    a CUDA graph with new ids (no host sync, fixed shapes)."""
+    """The align kernels (moe_align: one program, or chunks above MAX_PAIRS) equal the torch
+    version bit for bit on the GPU — decode and prefill sizes up to 196,608 pairs, other ranks'
+    ids, several block sizes — also when replayed from a CUDA graph with new ids (no host sync,
+    fixed shapes)."""
     from deepinfer.kernels.triton import moe_align
     from deepinfer.kernels.triton.moe_experts import _align_pairs
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     for tokens, experts, block_m in ((1, 384, 16), (64, 384, 16), (256, 384, 16), (682, 384, 16),
-                                     (64, 48, 64), (512, 16, 64)):
+                                     (64, 48, 64), (512, 16, 64), (1366, 384, 64),
+                                     (4096, 384, 128), (32768, 384, 128), (8192, 48, 16)):
         for foreign in (False, True):
             low, high = (-2, experts + 3) if foreign else (0, experts)
             ids = torch.randint(low, high, (tokens, V41_TOPK), device="cuda", generator=gen)
@@ -278,16 +280,17 @@ def test_moe_align_pairs_matches_torch_gpu():
                                                                                  block_m)
             assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), \
                 (tokens, experts, block_m, foreign)
-    ids = torch.randint(0, 384, (64, V41_TOPK), device="cuda", generator=gen)
-    moe_align.align_pairs(ids, 384, 16)  # compile outside the capture
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = moe_align.align_pairs(ids, 384, 16)
-    for _ in range(3):
-        ids.copy_(torch.randint(-1, 385, ids.shape, device="cuda", generator=gen))
-        graph.replay()
-        want = _align_pairs(ids, 384, 16)
-        assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1])
+    for tokens in (64, 4096):  # one program; the chunks
+        ids = torch.randint(0, 384, (tokens, V41_TOPK), device="cuda", generator=gen)
+        moe_align.align_pairs(ids, 384, 16)  # compile outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = moe_align.align_pairs(ids, 384, 16)
+        for _ in range(3):
+            ids.copy_(torch.randint(-1, 385, ids.shape, device="cuda", generator=gen))
+            graph.replay()
+            want = _align_pairs(ids, 384, 16)
+            assert torch.equal(out[0], want[0]) and torch.equal(out[1], want[1]), tokens
 
 
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, 512])
