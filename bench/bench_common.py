@@ -316,6 +316,47 @@ def idle_by_next(intervals: list[tuple[float, float, str]], top: int = 10) -> li
     return sorted(rows, key=lambda r: -r["total_us"])[:top]
 
 
+def op_table(prof, roots: list[str], top: int = 12, frames: int = 4) -> list[dict]:
+    """The torch ops (``aten::*``) of a finished ``torch.profiler.profile(record_shapes=True,
+    with_stack=True)`` grouped by op, input shapes and the Python frames that issued them,
+    largest own device time first (own CPU time where the profile has no device time): op,
+    calls, self_device_us, self_cpu_us, shapes, stack — the innermost ``frames`` Python frames
+    among the op's enclosing events whose name holds one of ``roots`` (our code: torch names a
+    frame "FILE(LINE): FUNCTION", FILE relative to a sys.path entry or absolute). Names
+    the source of a torch kernel the kernel table shows without one (e.g. a ``direct_copy`` of
+    150 MB a layer)."""
+    groups: dict[tuple, dict] = {}
+    for ev in prof.events():
+        if not ev.name.startswith("aten::"):
+            continue
+        ours, parent = [], ev.cpu_parent
+        while parent is not None and len(ours) < frames:
+            if not parent.name.startswith("aten::") and any(r in parent.name for r in roots):
+                ours.append(parent.name)
+            parent = parent.cpu_parent
+        shapes = str(ev.input_shapes)
+        row = groups.setdefault((ev.name, shapes, tuple(ours)), {
+            "op": ev.name, "calls": 0, "self_device_us": 0.0, "self_cpu_us": 0.0,
+            "shapes": shapes, "stack": ours})
+        row["calls"] += 1
+        row["self_device_us"] += float(getattr(ev, "self_device_time_total", 0.0))
+        row["self_cpu_us"] += float(ev.self_cpu_time_total)
+    rows = list(groups.values())
+    key = "self_device_us" if any(r["self_device_us"] > 0 for r in rows) else "self_cpu_us"
+    return sorted(rows, key=lambda r: -r[key])[:top]
+
+
+def print_op_table(title: str, rows: list[dict]) -> None:
+    """:func:`op_table`'s rows as a markdown table."""
+    print(f"\n{title}")
+    print("| op | calls | own device µs | own CPU µs | shapes | issued at |")
+    print("|---|---:|---:|---:|---|---|")
+    for r in rows:
+        where = " < ".join(f.rsplit("/", 1)[-1] for f in r["stack"]) or "?"
+        print(f"| `{r['op']}` | {r['calls']} | {r['self_device_us']:.1f} | "
+              f"{r['self_cpu_us']:.1f} | {r['shapes'][:60]} | {where.replace('|', '/')} |")
+
+
 def kernel_table(intervals: list[tuple[float, float, str]], top: int = 15) -> list[dict]:
     """GPU time per activity name, largest first: name, calls, total_us, share of GPU time;
     the top ``top`` rows, then (when more remain) one row summing the rest, named

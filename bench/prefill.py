@@ -172,6 +172,29 @@ def prefill_profile(llm, length: int, vocab: int) -> dict:
             "idle_before": bc.idle_by_next(ivs, 12)}
 
 
+def op_stacks(llm, length: int, vocab: int) -> list[dict]:
+    """One more prefill under torch.profiler with shapes and Python stacks: the torch ops by
+    own device time, each with the frames of our code that issued it (``bc.op_table``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from deepinfer.runtime import engine  # its package's directory: our frames
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available()
+                                           else [])
+    # the forward enqueued inline: the profiler records the torch ops of its own thread only
+    worker = llm.engine.worker
+    executor, worker._executor = worker._executor, None
+    try:
+        with profile(activities=activities, record_shapes=True, with_stack=True) as prof:
+            bc.timed(lambda: prefill_s(llm, make_prompt(length, vocab, 43)))
+    finally:
+        worker._executor = executor
+    # torch names a frame by its file relative to a sys.path entry, or absolute: an installed
+    # package's as deepinfer/..., an editable one's under its directory
+    return bc.op_table(prof, [str(Path(engine.__file__).resolve().parents[1]), "deepinfer/"],
+                       top=15)
+
+
 def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
     """Host timestamps (ms after ``generate`` began) of one prefill's phases: the engine's
     inputs, the launch on the worker thread, the forward's check / engram hash / backbone
@@ -322,6 +345,10 @@ def run(args, root: Path, progress) -> dict:
         res["host_profile"] = host_profile(llm, res["prefill"][0]["prompt_len"], vocab)
         for name, text in res["host_profile"].items():
             print(f"host profile, {name}:\n{text}", flush=True)
+    if args.op_stacks and res["prefill"]:
+        res["op_stacks"] = op_stacks(llm, res["prefill"][0]["prompt_len"], vocab)
+        bc.print_op_table("torch ops of one prefill by own device time (shapes, our frames):",
+                          res["op_stacks"])
     if args.sync_sites and res["prefill"]:
         import deepinfer
 
@@ -429,6 +456,9 @@ def main() -> int:
                     help="one more prefill under the CUDA sync debug mode: host syncs by site")
     ap.add_argument("--host-phases", action="store_true",
                     help="one more prefill with host timestamps of its phases")
+    ap.add_argument("--op-stacks", action="store_true",
+                    help="one more prefill profiled with shapes and stacks: torch ops by device "
+                         "time and the code that issued them")
     ap.add_argument("--host-profile", action="store_true",
                     help="cProfile one prefill's host work (generate and the worker's enqueue)")
     ap.add_argument("--eager-probe-len", type=int, default=None, help="default 512 (CPU: 128)")

@@ -4,6 +4,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 _PATH = Path(__file__).resolve().parents[2] / "bench" / "bench_common.py"
 _spec = importlib.util.spec_from_file_location("bench_common", _PATH)
@@ -39,3 +40,26 @@ def test_kernel_table_groups_by_name_largest_first():
 def test_gap_summary_median_and_p90():
     s = bc.gap_summary([float(x) for x in range(1, 11)])
     assert s["count"] == 10 and s["median_us"] == 5.5 and s["p90_us"] == 9.0
+
+
+def _casts(x):
+    """A dtype-casting copy (the kind of op op_table is for) and a matmul."""
+    return x.to(torch.float64).sum() + (x @ x).sum()
+
+
+def test_op_table_names_the_ops_their_shapes_and_our_issuing_frames():
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_stack=True) as prof:
+        for _ in range(3):
+            _casts(x)
+    # frame names: the file as torch shortens it (relative to a sys.path entry, or absolute)
+    rows = bc.op_table(prof, [Path(__file__).name], top=50)
+    copies = [r for r in rows if r["op"] == "aten::copy_" and "[64, 64]" in r["shapes"]]
+    assert len(copies) == 1 and copies[0]["calls"] == 3, copies
+    assert copies[0]["stack"] and "_casts" in copies[0]["stack"][0], copies[0]["stack"]
+    mm = [r for r in rows if r["op"] == "aten::mm"]
+    assert len(mm) == 1 and mm[0]["calls"] == 3 and mm[0]["self_cpu_us"] > 0
+    assert rows == sorted(rows, key=lambda r: -r["self_cpu_us"])  # no device time here
+    assert len(bc.op_table(prof, [], top=2)) == 2

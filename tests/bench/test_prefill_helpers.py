@@ -25,18 +25,24 @@ def test_eager_estimate_of_a_mostly_fixed_cost_is_not_scaled_by_tokens():
 
 def test_batch_prefill_runs_both_modes_on_cpu(tmp_path):
     """--batch-prompts: N prompts in one generate, eager steps in flight and collected, in the
-    table and the results JSON (CPU: the tiny plan)."""
+    table and the results JSON (CPU: the tiny plan); --op-stacks: the torch ops with the frames
+    of our code that issued them."""
     import json
     import subprocess
 
     bench = Path(__file__).resolve().parents[2] / "bench" / "prefill.py"
     done = subprocess.run([sys.executable, str(bench), "--prompt-lens", "32", "--repeats", "1",
-                           "--no-eager", "--no-profile", "--batch-prompts", "2",
+                           "--no-eager", "--no-profile", "--batch-prompts", "2", "--op-stacks",
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "| 2 x 32 | in_flight |" in done.stdout and "| 2 x 32 | collected |" in done.stdout
     (path,) = tmp_path.glob("*prefill.json")
-    (batch,) = json.loads(path.read_text())["prefill_batch"]
+    res = json.loads(path.read_text())
+    ops = res["op_stacks"]
+    assert ops and all(r["op"].startswith("aten::") for r in ops)
+    assert any(any("block.py" in f for f in r["stack"]) for r in ops), ops
+    assert "torch ops of one prefill" in done.stdout
+    (batch,) = res["prefill_batch"]
     assert batch["prompts"] == 2 and batch["prompt_len"] == 32 and batch["same_tokens"]
     for key in ("in_flight", "collected"):
         r = batch[key]
