@@ -33,6 +33,7 @@ import triton.language as tl
 from deepinfer.kernels import formats
 from deepinfer.kernels.triton import attention_decode, attention_prefill_gluon, attn_common
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 FMT_FLOAT = 0
 FMT_FP8 = 1
@@ -216,7 +217,7 @@ def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
     heads = PREFILL_BLOCK_HEADS if prefill else BLOCK_HEADS
     float_rows = FLOAT_HALVES and fmt_a == FMT_FLOAT and (fmt_b == FMT_FLOAT or not has_b)
     return dict(D=d, DJ=d // 2 // split, DC=min(DOT_SLICE, d // 2),
-                BH=min(heads, triton.next_power_of_2(h)),
+                BH=min(heads, next_power_of_2(h)),
                 BK=PREFILL_BLOCK_ROWS if prefill else BLOCK_ROWS,
                 FMT_A=fmt_a, FMT_B=fmt_b, HAS_B=has_b,
                 PREC="ieee" if q_dtype == torch.float32 else "tf32",
@@ -245,7 +246,7 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
     nsplit = meta["NSPLIT"]
     assert nsplit & (nsplit - 1) == 0, f"attention: row splits must be a power of two, {nsplit}"
     part, ml = attn_common.split_buffers(nsplit, q, out)
-    grid = (n, triton.cdiv(h, meta["BH"]), d // 2 // meta["DJ"] * nsplit)
+    grid = (n, cdiv(h, meta["BH"]), d // 2 // meta["DJ"] * nsplit)
     _sparse_attn_sink_kernel[grid](
         q, q.stride(0), q.stride(1),
         a, a.stride(0), ia, ia.stride(0), ia.shape[-1],

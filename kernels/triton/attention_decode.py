@@ -44,6 +44,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton import attn_common
 from deepinfer.kernels.triton.attn_common import e2m1_to_f32, ue8m0_to_f32
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.mxfp4_unpack import E2M1X4_TO_BF16
 
 # Launch configuration (one config: the interpreter cannot autotune; kernels.md §3.3).
@@ -224,7 +225,7 @@ def launch_meta(d: int, h: int, has_b: bool, q_dtype: torch.dtype = torch.bfloat
     """Constexprs and launch options of one decode launch (shared with the SM90 compile test).
     fp32 q keeps fp32 dots ("ieee"; the GPU default would be tf32). The inline-PTX record
     decode (ASM) needs bf16 q on a GPU; otherwise the tl twin runs (the interpreter)."""
-    return dict(D=d, BH=min(BLOCK_HEADS, max(16, triton.next_power_of_2(h))), BK=BLOCK_ROWS,
+    return dict(D=d, BH=min(BLOCK_HEADS, max(16, next_power_of_2(h))), BK=BLOCK_ROWS,
                 HAS_B=has_b, PREC="ieee" if q_dtype == torch.float32 else "tf32",
                 NSPLIT=ROW_SPLITS,
                 ASM=on_gpu and q_dtype == torch.bfloat16, num_warps=NUM_WARPS,
@@ -249,7 +250,7 @@ def launch(q: torch.Tensor, a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor,
     nsplit = meta["NSPLIT"]
     assert nsplit & (nsplit - 1) == 0, f"attention v2: row splits must be a power of two, {nsplit}"
     part, ml = attn_common.split_buffers(nsplit, q, out)
-    grid = (n, triton.cdiv(h, meta["BH"]), nsplit)
+    grid = (n, cdiv(h, meta["BH"]), nsplit)
     _sparse_attn_decode_kernel[grid](
         q, q.stride(0), q.stride(1),
         a, a.stride(0), ia, ia.stride(0), ia.shape[-1],

@@ -17,6 +17,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton import attn_common
 from deepinfer.kernels.triton.attn_common import cuda_sm90
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 BLOCK_CHANNELS = 128
 NUM_WARPS = 4
@@ -55,8 +56,8 @@ def _compress_pool_kernel(
 
 
 def launch_meta(ratio: int, d: int) -> dict[str, Any]:
-    return dict(R=ratio, RP=triton.next_power_of_2(ratio), D=d,
-                BD=min(BLOCK_CHANNELS, triton.next_power_of_2(d)), num_warps=NUM_WARPS,
+    return dict(R=ratio, RP=next_power_of_2(ratio), D=d,
+                BD=min(BLOCK_CHANNELS, next_power_of_2(d)), num_warps=NUM_WARPS,
                 num_stages=1)
 
 
@@ -68,7 +69,7 @@ def _launch(pkv, pgate, kv, gate, ratio, groups, out):
     if pkv.shape[0] == 0:  # no carried state: never read, but keep a valid pointer
         pkv, pgate = kv, gate
     meta = launch_meta(ratio, d)
-    _compress_pool_kernel[(groups, triton.cdiv(d, meta["BD"]))](
+    _compress_pool_kernel[(groups, cdiv(d, meta["BD"]))](
         pkv, pgate, pkv.stride(0), num_partial, kv, gate, kv.stride(0), out, out.stride(0),
         **meta)
     return out

@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 
 @triton.jit
@@ -79,7 +80,7 @@ def engram_inject(x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, wqk: 
     if num_tokens == 0:
         return y
     mask = text_mask.to(torch.int8).contiguous() if text_mask is not None else wqk
-    block_d = min(512, triton.next_power_of_2(dim))
+    block_d = min(512, next_power_of_2(dim))
     _engram_inject_kernel[(num_tokens,)](
         x, key, value, wqk, mask, y, dim, x.stride(0), x.stride(1), key.stride(0), key.stride(1),
         value.stride(0), wqk.stride(0), float(eps), HAS_MASK=text_mask is not None, S=s,
@@ -145,10 +146,10 @@ def engram_hash_windows(windows: torch.Tensor, constants) -> torch.Tensor:
                       dtype=torch.int64, device=windows.device)
     if win.shape[0]:
         block_p = 64
-        _engram_hash_kernel[(triton.cdiv(win.shape[0], block_p),)](
+        _engram_hash_kernel[(cdiv(win.shape[0], block_p),)](
             win, multipliers.contiguous(), primes, offsets, out, win.shape[0], win.stride(0),
             win.stride(1), int(constants.pad_id), L=num_layers, M=num_lookback, H=n_heads,
-            HP=max(2, triton.next_power_of_2(n_heads)), BP=block_p, num_warps=4)
+            HP=max(2, next_power_of_2(n_heads)), BP=block_p, num_warps=4)
     return out.reshape(*windows.shape[:-1], num_layers, (num_lookback - 1) * n_heads)
 
 

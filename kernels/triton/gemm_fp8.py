@@ -24,6 +24,7 @@ import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight
 from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
 
 SCALE_BLOCK = 32
@@ -216,11 +217,11 @@ def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight
     bk = cfg["BK"]
     while num_k % bk or (gather_cols and gather_cols % bk):
         bk //= 2  # K (and a table row) is a multiple of 32, so this stops at 32 at the latest
-    num_tiles = triton.cdiv(num_rows, cfg["BM"]) * triton.cdiv(num_cols, cfg["BN"])
+    num_tiles = cdiv(num_rows, cfg["BM"]) * cdiv(num_cols, cfg["BN"])
     if split_k is None:
         split_k = choose_split_k(num_tiles, num_k, bk) if num_rows <= 64 else 1
-    k_per_split = triton.cdiv(num_k // bk, split_k) * bk
-    split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
+    k_per_split = cdiv(num_k // bk, split_k) * bk
+    split_k = cdiv(num_k, k_per_split)  # no empty splits
     target = out
     if split_k > 1:
         target = torch.empty((split_k, num_rows, num_cols), dtype=torch.float32,
@@ -236,7 +237,7 @@ def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight
     if split_k > 1:
         assert out.is_contiguous()
         block = 1024
-        _splitk_sum_kernel[(triton.cdiv(num_rows * num_cols, block),)](
+        _splitk_sum_kernel[(cdiv(num_rows * num_cols, block),)](
             target, out, num_rows * num_cols, SPLIT_K=split_k, BLOCK=block, num_warps=4)
     return out
 

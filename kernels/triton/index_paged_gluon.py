@@ -36,8 +36,8 @@ import functools
 from typing import Any
 
 import torch
-import triton
 
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 BT = 64  # entries per tile: the wgmma M side (one warpgroup)
@@ -236,13 +236,13 @@ def group_layout():
 
 def heads_padded(hi: int) -> int:
     """The wgmma N side: the index heads padded to a power of two, at least 16."""
-    return max(16, triton.next_power_of_2(hi))
+    return max(16, next_power_of_2(hi))
 
 
 def programs_per_row(n: int, width: int) -> int:
     """Programs per query row: ``TARGET_PROGRAMS`` over all rows, at most one per tile of the
     row (shape-only: the same grid for every visible count, as CUDA graphs need)."""
-    return max(1, min(triton.cdiv(TARGET_PROGRAMS, n), triton.cdiv(width, BT)))
+    return max(1, min(cdiv(TARGET_PROGRAMS, n), cdiv(width, BT)))
 
 
 def accepts(q: torch.Tensor) -> bool:

@@ -32,6 +32,7 @@ from deepinfer.kernels import formats
 from deepinfer.kernels.triton import attn_common, mxfp4_unpack
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 BLOCK_KEYS = 128
 KEY_TILES = 8  # key tiles per program (q stays in registers/shared across them)
@@ -310,7 +311,7 @@ def _launch(q, w, keys, vis, records):
     if q.stride(-1) != 1 or w.stride(-1) != 1 or keys.stride(-1) != 1:
         raise ValueError("index scores: q, head weights and keys must be contiguous rows")
     meta = launch_meta(hi, d, records, vis is not None, q.dtype)
-    grid = (triton.cdiv(n, meta["BN"]), triton.cdiv(num_keys, meta["BT"] * meta["KT"]))
+    grid = (cdiv(n, meta["BN"]), cdiv(num_keys, meta["BT"] * meta["KT"]))
     _index_scores_kernel[grid](
         q, q.stride(0), q.stride(1), w, w.stride(0), keys, keys.stride(0),
         vis.contiguous() if vis is not None else w, out, out.stride(0), n, num_keys, **meta,
@@ -339,7 +340,7 @@ def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16,
     """Constexprs and launch options of the paged kernel ``kernel`` ("v1" or "v2"; default
     ``PAGED_KERNEL``), shared with the SM90 compile test. v2 unpacks records with the PTX (ASM)
     when q is bf16 on the GPU; otherwise (interpreter, fp32 or fp16 q) the fp32 twin."""
-    hp = max(16, triton.next_power_of_2(hi))
+    hp = max(16, next_power_of_2(hi))
     prec = "ieee" if q_dtype == torch.float32 else "tf32"
     if (kernel or PAGED_KERNEL) == "v1":
         return dict(HI=hi, HP=hp, D=d, BT=BLOCK_KEYS, KT=KEY_TILES, PREC=prec,
@@ -353,7 +354,7 @@ def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16,
 def paged_programs_per_row(n: int, width: int, block_keys: int) -> int:
     """v2's programs per query row: ``PAGED_TARGET_PROGRAMS`` over all rows, at most one per
     tile of the row (shape-only: the same grid for every visible count, as CUDA graphs need)."""
-    return max(1, min(triton.cdiv(PAGED_TARGET_PROGRAMS, n), triton.cdiv(width, block_keys)))
+    return max(1, min(cdiv(PAGED_TARGET_PROGRAMS, n), cdiv(width, block_keys)))
 
 
 def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: torch.Tensor,
@@ -386,7 +387,7 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
     meta = paged_launch_meta(hi, d, q.dtype)
     if PAGED_KERNEL == "v1":
         kernel = _index_scores_paged_kernel
-        grid = (n, triton.cdiv(width, meta["BT"] * meta["KT"]))
+        grid = (n, cdiv(width, meta["BT"] * meta["KT"]))
     else:
         kernel = _index_scores_paged_v2_kernel
         grid = (n, paged_programs_per_row(n, width, meta["BT"]))

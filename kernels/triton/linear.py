@@ -41,6 +41,7 @@ import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights, dense
 from deepinfer.kernels.triton import gemm_fp8, linear_decode, linear_wide, quant_act
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 FP8_TILE = 32
 NUM_SMS = 132  # H200
@@ -174,7 +175,7 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
         return dict(BM=32 if num_rows <= 32 else 64, BN=64, BK=32, GROUP_M=8, num_warps=4,
                     num_stages=3)
     if num_rows <= 64:
-        bm = max(16, triton.next_power_of_2(num_rows))
+        bm = max(16, next_power_of_2(num_rows))
         if x_split == 3:  # fp32 x (the logit head): BN=128 and these stages measured best
             return dict(BM=bm, BN=128, BK=64, GROUP_M=1, num_warps=4,
                         num_stages=4 if bm == 64 else 3)
@@ -262,7 +263,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     if num_k == 0:
         return out.zero_()
     bk = cfg["BK"]
-    num_tiles = triton.cdiv(num_rows, cfg["BM"]) * triton.cdiv(out_features, cfg["BN"])
+    num_tiles = cdiv(num_rows, cfg["BM"]) * cdiv(out_features, cfg["BN"])
     if split_k is None:
         split_k = 1
         if num_rows <= 64 and not interpret:
@@ -270,8 +271,8 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
         elif num_rows <= SPLIT_K_MAX_ROWS and not interpret:
             split_k = gemm_fp8.split_k_for_waves(num_tiles * groups, num_k, bk,
                                                  1 if num_rows <= 128 else 2, NUM_SMS)
-    k_per_split = triton.cdiv(triton.cdiv(num_k, bk), split_k) * bk
-    split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
+    k_per_split = cdiv(cdiv(num_k, bk), split_k) * bk
+    split_k = cdiv(num_k, k_per_split)  # no empty splits
     target = out
     if split_k > 1:
         target = torch.empty((split_k, num_rows, groups, out_features), dtype=torch.float32,
@@ -291,7 +292,7 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     if split_k > 1:
         total = num_rows * groups * out_features
         block = 1024
-        gemm_fp8._splitk_sum_kernel[(triton.cdiv(total, block),)](
+        gemm_fp8._splitk_sum_kernel[(cdiv(total, block),)](
             target, out, total, SPLIT_K=split_k, BLOCK=block, num_warps=4)
     return out
 

@@ -39,6 +39,7 @@ import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight
 from deepinfer.kernels.triton import gemm_fp8
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.quant_act import ue8m0_to_f32
 
 MAX_ROWS = 256  # the engine's decode dispatch (``supports``); the widest token tile (wgmma N)
@@ -173,7 +174,7 @@ def decode_config(num_rows: int, interpret: bool = False) -> dict:
     registers, 2 programs per SM; BT 128 116, 4): 264.4 -> 245.9 µs at 256 rows (session 13
     round 57a; 8 warps on BT 256, BO 128, one wave, 6 stages: 7-30 % slower), and split-K for
     3 waves: 246.3 -> 232.7 (round 58a; BT 64, BK 64, 3 / 5 stages: slower)."""
-    bt = min(MAX_ROWS, max(16, triton.next_power_of_2(max(num_rows, 1))))
+    bt = min(MAX_ROWS, max(16, next_power_of_2(max(num_rows, 1))))
     if interpret:
         return dict(BO=32, BT=min(bt, 64), BK=32, num_warps=4, num_stages=1, waves=1)
     return dict(BO=64, BT=min(bt, 128), BK=32, num_warps=4, num_stages=4,
@@ -222,18 +223,18 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     if x3.stride(2) != 1:
         x3 = x3.contiguous()
     bk, bt = cfg["BK"], cfg["BT"]
-    t_tiles = triton.cdiv(num_rows, bt)
-    num_tiles = triton.cdiv(out_features, cfg["BO"]) * groups * t_tiles
+    t_tiles = cdiv(num_rows, bt)
+    num_tiles = cdiv(out_features, cfg["BO"]) * groups * t_tiles
     if split_k is None:
         split_k = gemm_fp8.split_k_for_waves(num_tiles, num_k, bk, cfg["waves"], NUM_SMS)
-    k_per_split = triton.cdiv(triton.cdiv(num_k, bk), split_k) * bk
-    split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
+    k_per_split = cdiv(cdiv(num_k, bk), split_k) * bk
+    split_k = cdiv(num_k, k_per_split)  # no empty splits
     ws_row = t_tiles * bt  # the workspace's t extent
     target = out
     if split_k > 1:
         target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
                              device=x3.device)
-    _linear_decode_kernel[(triton.cdiv(out_features, cfg["BO"]) * t_tiles, split_k, groups)](
+    _linear_decode_kernel[(cdiv(out_features, cfg["BO"]) * t_tiles, split_k, groups)](
         x3, w, w_scale, target, num_rows, out_features, num_k, k_per_split,
         groups * out_features * ws_row, x3.stride(0), x3.stride(1), w.stride(0),
         w_scale.stride(0), out.stride(0), out.stride(1),
@@ -242,7 +243,7 @@ def linear_decode(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
         num_stages=cfg["num_stages"])
     if split_k > 1:
         block_o, block_t = 64, min(bt, 64)
-        _splitk_sum_t_kernel[(triton.cdiv(out_features, block_o), triton.cdiv(num_rows, block_t),
+        _splitk_sum_t_kernel[(cdiv(out_features, block_o), cdiv(num_rows, block_t),
                               groups)](
             target, out, num_rows, out_features, groups * out_features * ws_row, out.stride(0),
             out.stride(1), SPLIT_K=split_k, BT=ws_row, BLOCK_O=block_o, BLOCK_T=block_t,
@@ -268,7 +269,7 @@ def aot_cases() -> list[dict[str, Any]]:
                           "stride_wo": "i32", "stride_wsr": "i32", "stride_om": "i32",
                           "stride_og": "i32"},
             "constexprs": {"EVEN_K": True, "SPLIT_K": split_k,
-                           "T_TILES": triton.cdiv(rows, cfg["BT"]), "BO": cfg["BO"],
+                           "T_TILES": cdiv(rows, cfg["BT"]), "BO": cfg["BO"],
                            "BT": cfg["BT"], "BK": cfg["BK"], "DOT_BF16": True},
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
             "expect_wgmma": True, "no_spill": True,

@@ -45,10 +45,10 @@ import functools
 from typing import Any
 
 import torch
-import triton
 
 from deepinfer.kernels.quantized import Fp8BlockWeight
 from deepinfer.kernels.triton import gemm_fp8, linear_decode
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 try:  # Gluon ships with triton >= 3.5; the layouts below need the NVIDIA Hopper module
     from triton.experimental import gluon
@@ -289,10 +289,10 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
     on one warpgroup, 1,806 on two for all seven, ~1,785 as this picks per shape in that run;
     wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs: one program per SM
     holds fewer stages in flight than two)."""
-    bt = min(MAX_TILE_ROWS, max(64, triton.next_power_of_2(max(num_rows, 1))))
+    bt = min(MAX_TILE_ROWS, max(64, next_power_of_2(max(num_rows, 1))))
     if bt == 256:
         if (out_features and out_features % 128 == 0 and out_features // 128
-                * triton.cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
+                * cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
             return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1)
         return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
     return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
@@ -338,12 +338,12 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     x2 = x3.contiguous().view(num_rows, groups * num_k)
     x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bt, bk], token_layout(bk))
     w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bo, bk], weight_layout(bk))
-    t_tiles = triton.cdiv(num_rows, bt)
+    t_tiles = cdiv(num_rows, bt)
     o_tiles = out_features // bo
     if split_k is None:
         split_k = wide_split(num_rows, o_tiles * groups * t_tiles, num_k, bk, cfg["waves"])
-    k_per_split = triton.cdiv(num_k // bk, split_k) * bk
-    split_k = triton.cdiv(num_k, k_per_split)  # no empty splits
+    k_per_split = cdiv(num_k // bk, split_k) * bk
+    split_k = cdiv(num_k, k_per_split)  # no empty splits
     ws_row = t_tiles * bt
     target = out
     if split_k > 1:
@@ -363,8 +363,8 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
         LW=operand_layout(wg), num_warps=4 * wg, **extra)
     if split_k > 1:
         block_o, block_t = 64, 64
-        linear_decode._splitk_sum_t_kernel[(triton.cdiv(out_features, block_o),
-                                            triton.cdiv(num_rows, block_t), groups)](
+        linear_decode._splitk_sum_t_kernel[(cdiv(out_features, block_o),
+                                            cdiv(num_rows, block_t), groups)](
             target, out, num_rows, out_features, groups * out_features * ws_row, out.stride(0),
             out.stride(1), SPLIT_K=split_k, BT=ws_row, BLOCK_O=block_o, BLOCK_T=block_t,
             num_warps=4)

@@ -43,6 +43,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton import quant_act
 from deepinfer.kernels.triton.gemm_fp8 import INVARIANT_MIN_ROWS, is_interpreting
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 
 @triton.jit
@@ -292,7 +293,7 @@ def coeffs_split(num_tokens: int, num_k: int, cfg: dict) -> int:
     most = num_k // cfg["BK"] // 4
     if cfg.get("invariant_split") and num_tokens >= INVARIANT_MIN_ROWS:
         return max(1, min(cfg["invariant_split"], most))
-    num_m_blocks = triton.cdiv(num_tokens, cfg["BM"])
+    num_m_blocks = cdiv(num_tokens, cfg["BM"])
     return max(1, min(cfg["target_programs"] // num_m_blocks, most, 32))
 
 
@@ -324,11 +325,11 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     comb = torch.empty((num_tokens, s, s), dtype=torch.float32, device=dev)
     if num_tokens == 0:
         return pre, post, comb
-    num_m_blocks = triton.cdiv(num_tokens, cfg["BM"])
+    num_m_blocks = cdiv(num_tokens, cfg["BM"])
     num_k_blocks = num_k // cfg["BK"]
     split = coeffs_split(num_tokens, num_k, cfg) if split is None else split
-    k_blocks_per_split = triton.cdiv(num_k_blocks, split)
-    split = triton.cdiv(num_k_blocks, k_blocks_per_split)  # no empty splits
+    k_blocks_per_split = cdiv(num_k_blocks, split)
+    split = cdiv(num_k_blocks, k_blocks_per_split)  # no empty splits
     c = 2 * s * s  # the fused fn tile's columns: comb, pre, post, padding
     ws = (torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
           if split > 1 else pre)
@@ -342,7 +343,7 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
         BK=cfg["BK"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
     if split > 1:
         fin_bm = cfg["finalize_BM"]
-        _hc_finalize_kernel[(triton.cdiv(num_tokens, fin_bm),)](
+        _hc_finalize_kernel[(cdiv(num_tokens, fin_bm),)](
             ws, scale, base, pre, post, comb, num_tokens, num_k, float(norm_eps), float(hc_eps),
             SPLIT=split, BM=fin_bm, num_warps=4, **common)
     return pre, post, comb
@@ -355,8 +356,8 @@ def hc_collapse(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     out = torch.empty((num_tokens, dim), dtype=x.dtype, device=x.device)
     if num_tokens == 0:
         return out
-    block_d = min(1024, triton.next_power_of_2(dim))
-    _hc_collapse_kernel[(num_tokens, triton.cdiv(dim, block_d))](
+    block_d = min(1024, next_power_of_2(dim))
+    _hc_collapse_kernel[(num_tokens, cdiv(dim, block_d))](
         x, pre.to(torch.float32).contiguous(), out, dim, x.stride(0), x.stride(1), out.stride(0),
         S=s, BLOCK_D=block_d, num_warps=4)
     return out
@@ -371,8 +372,8 @@ def hc_expand(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
     y = torch.empty_like(x)
     if num_tokens == 0:
         return y
-    block_d = min(512, triton.next_power_of_2(dim))
-    _hc_expand_kernel[(num_tokens, triton.cdiv(dim, block_d))](
+    block_d = min(512, next_power_of_2(dim))
+    _hc_expand_kernel[(num_tokens, cdiv(dim, block_d))](
         out, x, post.to(torch.float32).contiguous(), comb.to(torch.float32).contiguous(), y, dim,
         out.stride(0), x.stride(0), x.stride(1), S=s, BLOCK_D=block_d, num_warps=4)
     return y

@@ -39,6 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
+
 # (token, slot) pairs handled by the one-program kernel; more go in chunks. H200 (CUDA graph, 384
 # experts, block_m 16): 1.8 / 6.1 / 15 / 32 / 60 us at 6 / 384 / 1536 / 4092 / 8190 pairs against
 # 49 / 81 / 87 / 92 / 135 us for the torch version's ~36 launches
@@ -222,7 +224,7 @@ def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
     assert not expert_ids.is_floating_point() and not expert_ids.is_complex(), \
         f"align_pairs: integer expert ids expected, got {expert_ids.dtype}"
     num_pairs = expert_ids.numel()
-    num_blocks = triton.cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs)
+    num_blocks = cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs)
     device = expert_ids.device
     sorted_pairs = torch.empty(num_blocks * block_m, dtype=torch.int32, device=device)
     block_expert = torch.empty(num_blocks, dtype=torch.int32, device=device)
@@ -236,7 +238,7 @@ def align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
     if num_pairs > MAX_PAIRS:
         _align_chunked(flat, sorted_pairs, block_expert, num_experts, block_m, e_bits)
         return sorted_pairs, block_expert
-    n_pad = triton.next_power_of_2(num_pairs)
+    n_pad = next_power_of_2(num_pairs)
     assert n_pad << e_bits < 2**31, f"align_pairs: {num_experts} experts: words overflow int32"
     _align_pairs_kernel[(1,)](
         flat, sorted_pairs, block_expert, num_pairs, num_experts, sorted_pairs.numel(),
@@ -252,7 +254,7 @@ def _align_chunked(flat: torch.Tensor, sorted_pairs: torch.Tensor, block_expert:
     the chunks' sorted words and ranks (num_chunks * CHUNK each), their counts and row bases
     (num_chunks * 2**e_bits each), int32."""
     num_pairs = flat.numel()
-    num_chunks = triton.cdiv(num_pairs, CHUNK)
+    num_chunks = cdiv(num_pairs, CHUNK)
     assert CHUNK << e_bits < 2**31, f"align_pairs: {num_experts} experts: words overflow int32"
     span, buckets = num_chunks * CHUNK, num_chunks << e_bits
     scratch = torch.empty(2 * span + 2 * buckets, dtype=torch.int32, device=flat.device)

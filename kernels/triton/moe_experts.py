@@ -48,6 +48,7 @@ from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
 from deepinfer.kernels.triton import moe_align, mxfp4_unpack, quant_act, shared_expert
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.moe_swiglu import ACT_CODES as _ACT_CODES
 from deepinfer.kernels.triton.moe_swiglu import swiglu_h
 from deepinfer.kernels.triton.moe_weights import (  # noqa: F401  (re-exported: the op's API)
@@ -443,7 +444,7 @@ def _align_pairs(expert_ids: torch.Tensor, num_experts: int, block_m: int
     flat = expert_ids.reshape(-1).to(torch.int64)
     flat = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)
     num_pairs = flat.numel()
-    num_blocks = triton.cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs)
+    num_blocks = cdiv(num_pairs, block_m) + min(num_experts + 1, num_pairs)
     counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=flat.device)
     counts.index_add_(0, flat, torch.ones_like(flat))  # bincount would sync on its max
     blocks_per_expert = (counts + block_m - 1) // block_m
@@ -693,7 +694,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                          "w3, w2 in word order and the SPLIT_K tiles (mma='bf16' or 'auto')")
     mode_up, mode_down = _one_mul_mode(one_mul, w1, w3), _one_mul_mode(one_mul, w2)
     bk_up = _block_k(dim, cfg["BK"])
-    _moe_gemm_kernel[(num_blocks, triton.cdiv(inter, cfg["BN"]))](
+    _moe_gemm_kernel[(num_blocks, cdiv(inter, cfg["BN"]))](
         a_codes, a_scale, d1, s1, d3, s3, sorted_pairs, block_expert, route_w, h_codes, h_scale,
         num_pairs, inter, dim, topk, float(limit),
         a_codes.stride(0), a_scale.stride(0), d1.stride(0), d1.stride(1),
@@ -708,7 +709,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                                                           device=x.device)
     down = {**cfg, **cfg.get("DOWN", {})}  # the down projection's own tiling, if any
     bk_down = _block_k(inter, down["BK"])
-    _moe_gemm_kernel[(num_blocks, triton.cdiv(dim, down["BN"]))](
+    _moe_gemm_kernel[(num_blocks, cdiv(dim, down["BN"]))](
         h_codes, h_scale, d2, s2, d2, s2, sorted_pairs, block_expert, route_w, y, y,
         num_pairs, dim, inter, 1, float(limit),
         h_codes.stride(0), h_scale.stride(0), d2.stride(0), d2.stride(1),
@@ -739,11 +740,11 @@ def combine_pairs(y: torch.Tensor, order_ids: torch.Tensor,
         assert residual.shape == (num_tokens, dim) and residual.stride(1) == 1, residual.shape
     res = out if residual is None else residual
     bf16_bits = out.dtype == torch.bfloat16
-    block_d = min(1024, triton.next_power_of_2(dim))
-    _moe_combine_kernel[(num_tokens, triton.cdiv(dim, block_d))](
+    block_d = min(1024, next_power_of_2(dim))
+    _moe_combine_kernel[(num_tokens, cdiv(dim, block_d))](
         y, order_ids.contiguous(), res, out.view(torch.int16) if bf16_bits else out, dim,
         y.stride(0), res.stride(0), out.stride(0), TOPK=topk,
-        KP=max(2, triton.next_power_of_2(topk)), BLOCK_D=block_d, HAS_RES=residual is not None,
+        KP=max(2, next_power_of_2(topk)), BLOCK_D=block_d, HAS_RES=residual is not None,
         OUT_BF16_BITS=bf16_bits, num_warps=4)
     return out
 

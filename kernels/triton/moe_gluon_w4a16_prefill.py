@@ -70,6 +70,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
+from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
@@ -494,7 +495,7 @@ def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,
         out = torch.empty((slots, k), dtype=x.dtype, device=x.device)
     assert out.shape == (slots, k) and out.dtype == x.dtype and out.is_contiguous(), out.shape
     if slots:
-        _gather_tokens_kernel[(triton.cdiv(slots, GATHER_SLOTS),)](
+        _gather_tokens_kernel[(cdiv(slots, GATHER_SLOTS),)](
             x, sorted_pairs, out, num_pairs, slots, k, row_div, x.stride(0), out.stride(0),
             SLOTS=GATHER_SLOTS, BLOCK_K=GATHER_BLOCK_K, num_warps=4)
     return out

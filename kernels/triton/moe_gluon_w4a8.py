@@ -53,6 +53,7 @@ from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
 from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
     to_w4a8_order as to_kernel_order,
 )
+from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
@@ -382,7 +383,7 @@ def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -
     words = dst.view(torch.int32)
     num_words = words.numel()
     if num_words:
-        _kernel_order_kernel[(triton.cdiv(num_words, CONVERT_BLOCK),)](
+        _kernel_order_kernel[(cdiv(num_words, CONVERT_BLOCK),)](
             src, words, num_words, half // 4, BLOCK=CONVERT_BLOCK, TILE=TILE_ROWS, num_warps=4)
     return dst.view(packed.dtype)
 

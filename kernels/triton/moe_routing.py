@@ -21,6 +21,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton import quant_act
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 
 @triton.jit
@@ -112,7 +113,7 @@ def route_config(num_tokens: int, num_experts: int, interpret: bool = False) -> 
     to 64 tokens, × BE=32 up to ``ROUTE_DECODE_MAX_TOKENS``, so that a decode batch spreads
     over ~100-200 programs. Top-k: BT=16 tokens × E_PAD in 8 warps (32 registers per [16, 512]
     fp32 tile)."""
-    e_pad = max(16, triton.next_power_of_2(num_experts))
+    e_pad = max(16, next_power_of_2(num_experts))
     if interpret:
         return dict(BM=16, BE=16, BK=32, num_warps=4, num_stages=1, BT=16, E_PAD=e_pad,
                     topk_warps=4)
@@ -139,7 +140,7 @@ def route_sqrtsoftplus(x: torch.Tensor, gate_weight: torch.Tensor, bias: torch.T
     if num_tokens == 0:
         return weights, ids
     scores = torch.empty((num_tokens, num_experts), dtype=torch.float32, device=x.device)
-    _route_scores_kernel[(triton.cdiv(num_tokens, cfg["BM"]), triton.cdiv(num_experts, cfg["BE"]))](
+    _route_scores_kernel[(cdiv(num_tokens, cfg["BM"]), cdiv(num_experts, cfg["BE"]))](
         x, gate_weight, scores, num_tokens, num_experts, dim, x.stride(0), gate_weight.stride(0),
         scores.stride(0), float(gate_temp), DOT_BF16=not is_interpreting(), BM=cfg["BM"],
         BE=cfg["BE"], BK=cfg["BK"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
@@ -147,11 +148,11 @@ def route_sqrtsoftplus(x: torch.Tensor, gate_weight: torch.Tensor, bias: torch.T
     bias = bias.to(torch.float32).contiguous()
     bias_vl_arg = bias_vl.to(torch.float32).contiguous() if has_image else bias
     mask_arg = image_mask.to(torch.int8).contiguous() if has_image else bias
-    _route_topk_kernel[(triton.cdiv(num_tokens, cfg["BT"]),)](
+    _route_topk_kernel[(cdiv(num_tokens, cfg["BT"]),)](
         scores, bias, bias_vl_arg, mask_arg, weights, ids, num_tokens, num_experts,
         scores.stride(0), float(route_scale), HAS_IMAGE=has_image,
         NORMALIZE=bool(normalize and topk > 1), TOPK=topk,
-        KP=max(2, triton.next_power_of_2(topk)), BT=cfg["BT"], E_PAD=cfg["E_PAD"],
+        KP=max(2, next_power_of_2(topk)), BT=cfg["BT"], E_PAD=cfg["E_PAD"],
         num_warps=cfg["topk_warps"])
     return weights, ids
 

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
 
 ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -104,7 +105,7 @@ def _launch(g, u, route_w, limit, act_dtype, out, scales, fake: bool) -> None:
     if num_pairs:
         bp, bn = 16, 128
         rw = route_w.reshape(-1).to(torch.float32).contiguous()
-        _swiglu_q8_kernel[(triton.cdiv(num_pairs, bp), triton.cdiv(inter, bn))](
+        _swiglu_q8_kernel[(cdiv(num_pairs, bp), cdiv(inter, bn))](
             g, u, rw, out, scales, num_pairs, inter, float(limit), g.stride(0), u.stride(0),
             out.stride(0), scales.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn,
             FAKE=fake, num_warps=4)

@@ -40,6 +40,7 @@ from deepinfer.kernels.mxfp4_word_order import (  # noqa: F401  (re-exported: th
     to_word_order,
     word_bit_permutation,
 )
+from deepinfer.kernels.triton.launch_math import cdiv
 
 # $4 = one word-order word, $5/$6 = the bf16x2 scales (as for mxfp4_unpack.E2M1X4_TO_BF16*);
 # shf.r.wrap with both sources the word is a rotation. The tails multiply like the
@@ -165,7 +166,7 @@ def permute_words(packed, rotations: list[tuple[int, int]], out):
     dst = out.view(torch.uint8).view(torch.int32).reshape(-1)
     num_words = src.numel()
     if num_words:
-        _permute_words_kernel[(triton.cdiv(num_words, PERMUTE_BLOCK),)](
+        _permute_words_kernel[(cdiv(num_words, PERMUTE_BLOCK),)](
             src, dst, num_words, rots, masks, NUM_ROTS=len(rotations), BLOCK=PERMUTE_BLOCK,
             num_warps=4)
     return out

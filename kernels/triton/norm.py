@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton.launch_math import next_power_of_2
 
 
 @triton.jit
@@ -39,7 +40,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         x2 = x2.contiguous()
     y = torch.empty((x2.shape[0], dim), dtype=x.dtype, device=x.device)
     if x2.shape[0] > 0:
-        block_d = min(2048, triton.next_power_of_2(dim))
+        block_d = min(2048, next_power_of_2(dim))
         _rms_norm_kernel[(x2.shape[0],)](x2, weight.contiguous(), y, dim, x2.stride(0),
                                          y.stride(0), float(eps), BLOCK_D=block_d,
                                          num_warps=8 if block_d >= 2048 else 4)

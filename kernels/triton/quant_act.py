@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
+
 FP8_BLOCK = 32
 E4M3_MAX = 448.0
 
@@ -110,8 +112,8 @@ def quant_q8_32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _launch_q8_32(x: torch.Tensor, out: torch.Tensor, scale_exp: torch.Tensor, fake: bool) -> None:
     num_rows, num_cols = x.shape
-    block_groups = min(32, triton.next_power_of_2(num_cols // FP8_BLOCK))
-    grid = (num_rows, triton.cdiv(num_cols // FP8_BLOCK, block_groups))
+    block_groups = min(32, next_power_of_2(num_cols // FP8_BLOCK))
+    grid = (num_rows, cdiv(num_cols // FP8_BLOCK, block_groups))
     _quant_q8_32_kernel[grid](x, out, scale_exp, num_cols, x.stride(0),
                               BLOCK_GROUPS=block_groups, FAKE=fake,
                               num_warps=4 if block_groups > 8 else 1)

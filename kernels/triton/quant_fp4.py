@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 BLOCK = 32
 _AMAX_FLOOR = 6.0 * 2.0**-126
@@ -67,7 +68,7 @@ def _fake_quant_fp4_kernel(x_ptr, y_ptr, num_blocks, BG: tl.constexpr):
 
 def launch_meta(num_blocks: int) -> dict[str, Any]:
     """BG = 64 blocks (2048 elements) per program, fewer for tiny inputs."""
-    bg = min(64, triton.next_power_of_2(max(num_blocks, 1)))
+    bg = min(64, next_power_of_2(max(num_blocks, 1)))
     return dict(BG=bg, num_warps=4 if bg >= 32 else 1)
 
 
@@ -82,7 +83,7 @@ def fake_quant_fp4_ue8m0_block32(x: torch.Tensor) -> torch.Tensor:
     if num_blocks == 0:
         return out.view(x.shape)
     meta = launch_meta(num_blocks)
-    _fake_quant_fp4_kernel[(triton.cdiv(num_blocks, meta["BG"]),)](flat, out, num_blocks, **meta)
+    _fake_quant_fp4_kernel[(cdiv(num_blocks, meta["BG"]),)](flat, out, num_blocks, **meta)
     return out.view(x.shape)
 
 

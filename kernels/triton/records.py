@@ -32,6 +32,7 @@ import triton.language as tl
 from deepinfer.kernels import formats
 from deepinfer.kernels.triton.attn_common import e2m1_to_f32, register_with_reference
 from deepinfer.kernels.triton.attn_common import ue8m0_to_f32 as ue8m0_any_to_f32
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.quant_act import is_cuda_sm90_plus, q8_32_groups
 
 ROWS_PER_PROGRAM = 4  # records per program: a 512-channel row is 1 KB of bf16
@@ -126,9 +127,9 @@ def pack_window_kv(x: torch.Tensor) -> torch.Tensor:
     x2 = _rows(x)
     out = torch.empty(x2.shape[0], d + d // 32, dtype=torch.uint8, device=x.device)
     if x2.shape[0]:
-        grid = (triton.cdiv(x2.shape[0], ROWS_PER_PROGRAM),)
+        grid = (cdiv(x2.shape[0], ROWS_PER_PROGRAM),)
         _pack_window_kernel[grid](x2, out, x2.shape[0], x2.stride(0), D=d,
-                                  BG=triton.next_power_of_2(d // 32), ROWS=ROWS_PER_PROGRAM,
+                                  BG=next_power_of_2(d // 32), ROWS=ROWS_PER_PROGRAM,
                                   num_warps=4)
     return out.reshape(*x.shape[:-1], d + d // 32)
 
@@ -141,10 +142,10 @@ def _unpack(rec: torch.Tensor, head_dim: int, dtype: torch.dtype, fmt: int, ref:
     r2 = _rows(rec)
     out = torch.empty(r2.shape[0], head_dim, dtype=dtype, device=rec.device)
     if r2.shape[0]:
-        grid = (triton.cdiv(r2.shape[0], ROWS_PER_PROGRAM),)
+        grid = (cdiv(r2.shape[0], ROWS_PER_PROGRAM),)
         dst = out.view(torch.int16) if dtype == torch.bfloat16 else out
         _unpack_kernel[grid](r2, dst, r2.shape[0], r2.stride(0), D=head_dim,
-                             BD=triton.next_power_of_2(head_dim), FMT=fmt,
+                             BD=next_power_of_2(head_dim), FMT=fmt,
                              OUT_BF16=dtype == torch.bfloat16, ROWS=ROWS_PER_PROGRAM,
                              num_warps=4)
     return out.reshape(*rec.shape[:-1], head_dim)

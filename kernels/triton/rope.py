@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 
 @triton.jit
@@ -71,9 +72,9 @@ def launch_meta(num_vectors: int, pass_dim: int, half: int, inverse: bool,
     ``half`` rotated pairs: BH covers up to 8 vectors (8 programs per row of a 64-head q), one
     warp each: on the H200, (4096, 64, 512) bf16 took 162 us (3.3 TB/s) against 220 us with
     BH=16 and 4 warps (BH=16 with one warp spills registers)."""
-    return dict(HALF=half, HALF_P=triton.next_power_of_2(half),
-                BH=min(8, triton.next_power_of_2(max(num_vectors, 1))),
-                BLOCK_C=min(512, triton.next_power_of_2(max(pass_dim, 1))),
+    return dict(HALF=half, HALF_P=next_power_of_2(half),
+                BH=min(8, next_power_of_2(max(num_vectors, 1))),
+                BLOCK_C=min(512, next_power_of_2(max(pass_dim, 1))),
                 INVERSE=inverse, COPY=copy, num_warps=1)
 
 
@@ -99,7 +100,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor,
     if num_rows == 0 or num_vectors == 0:
         return y.view(x.shape)
     meta = launch_meta(num_vectors, dim - 2 * half, half, inverse, copy=not in_place)
-    grid = (num_rows, triton.cdiv(num_vectors, meta["BH"]))
+    grid = (num_rows, cdiv(num_vectors, meta["BH"]))
     _rope_kernel[grid](x3, positions.contiguous(), inv_freq.to(torch.float32).contiguous(), y,
                        num_vectors, dim - 2 * half, x3.stride(0), x3.stride(1), y.stride(0),
                        y.stride(1), enable_fp_fusion=False, **meta)

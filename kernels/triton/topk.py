@@ -27,6 +27,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton import attn_common, topk_radix
 from deepinfer.kernels.triton.attn_common import cuda_sm90
+from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 TOPK_TILE = 4096  # scores per stage tile (at least 4 * KP)
 # rows up to this many scores take the radix path (one program per row re-reads a longer row
@@ -158,7 +159,7 @@ def _select(src: torch.Tensor, kp: int, mode: int,
     rows = src.shape[0]
     while True:
         meta = stage_meta(kp, mode, has_vis=num_visible is not None)
-        tiles = triton.cdiv(src.shape[1], meta["BT"])
+        tiles = cdiv(src.shape[1], meta["BT"])
         out = attn_common.alloc((rows, tiles * kp), torch.int64, src.device)
         vis = num_visible if num_visible is not None else out
         _topk_stage_kernel[(rows, tiles)](src, src.stride(0), src.shape[1], out, out.stride(0),
@@ -188,7 +189,7 @@ def topk_positions(scores: torch.Tensor, k: int, num_visible: torch.Tensor | Non
     n, k_out = out.shape
     if out.numel() == 0:
         return out
-    kp = max(2, triton.next_power_of_2(k_out))  # tl.topk / tl.sort need >= 2 elements
+    kp = max(2, next_power_of_2(k_out))  # tl.topk / tl.sort need >= 2 elements
     vis = None if num_visible is None else num_visible.to(torch.int64).contiguous()
     packed = _select(scores, kp, MODE_SCORES, vis)
     _topk_positions_final_kernel[(n,)](packed, packed.stride(0), out, out.stride(0), k_out,
@@ -211,17 +212,17 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
                          "stage")
     n, t = scores.shape
     mask = torch.zeros(n, t, dtype=torch.bool, device=scores.device)
-    nb = triton.cdiv(t, block_size)
+    nb = cdiv(t, block_size)
     keep = min(num_blocks, nb)
     if n == 0 or keep == 0:
         return mask
     if scores.stride(-1) != 1 or block_size & (block_size - 1):
         raise ValueError("select_candidate_blocks: contiguous rows and a power-of-2 block size")
-    kp = max(2, triton.next_power_of_2(keep))  # tl.topk / tl.sort need >= 2 elements
+    kp = max(2, next_power_of_2(keep))  # tl.topk / tl.sort need >= 2 elements
     radix = method == "radix" or (method == "auto" and nb <= RADIX_MAX_ENTRIES)
     keys = attn_common.alloc((n, nb), torch.float32 if radix else torch.int64, scores.device)
-    bb = min(BLOCK_KEY_TILE, triton.next_power_of_2(nb))
-    _block_keys_kernel[(n, triton.cdiv(nb, bb))](scores, scores.stride(0), t,
+    bb = min(BLOCK_KEY_TILE, next_power_of_2(nb))
+    _block_keys_kernel[(n, cdiv(nb, bb))](scores, scores.stride(0), t,
                                                  num_visible.contiguous(), keys,
                                                  keys.stride(0), nb, BB=bb, BS=block_size,
                                                  PACKED=not radix, num_warps=4)
@@ -229,7 +230,7 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
     if radix:  # the kept blocks' indices ascending, -1 for -inf picks (never kept)
         kept = topk_radix.topk_positions_radix(keys, keep, vis_blocks)
         bc = min(MASK_ROWS, kp)
-        _block_mask_kernel[(n, triton.cdiv(keep, bc))](kept, kept.stride(0), mask.view(torch.int8),
+        _block_mask_kernel[(n, cdiv(keep, bc))](kept, kept.stride(0), mask.view(torch.int8),
                                                        mask.stride(0), t, keep, BC=bc,
                                                        BS=block_size, num_warps=4)
         return mask

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton import attn_common
+from deepinfer.kernels.triton.launch_math import next_power_of_2
 
 RADIX_TILE = 4096  # scores per tile (a row up to this long is loaded once)
 RADIX_BITS = 8  # bits per histogram pass: 4 passes of 256 bins (4: 8 passes of 16 bins)
@@ -126,7 +127,7 @@ def launch_meta(num_entries: int, has_vis: bool) -> dict[str, Any]:
     if 32 % RADIX_BITS:
         raise ValueError(f"topk_radix: RADIX_BITS={RADIX_BITS} must divide 32")
     # at least one score per thread (a GPU tile is never smaller than 32 * NUM_WARPS)
-    bt = min(RADIX_TILE, max(32 * NUM_WARPS, triton.next_power_of_2(num_entries)))
+    bt = min(RADIX_TILE, max(32 * NUM_WARPS, next_power_of_2(num_entries)))
     return dict(BT=bt, BITS=RADIX_BITS, PASSES=32 // RADIX_BITS, ONE_TILE=num_entries <= bt,
                 HAS_VIS=has_vis, num_warps=NUM_WARPS, num_stages=1)
 
