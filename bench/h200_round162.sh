@@ -4,20 +4,16 @@
 #   * GPU checks: the align kernels bit for bit against the torch version (one program; the
 #     chunks above 8,192 pairs, up to 196,608 pairs; CUDA-graph replays of both), the prefill
 #     expert GEMM (base / ws / auto bits), batch invariance, the tiny model's GPU checks;
-#   * bench/moe_align.py: µs per call in CUDA graphs and host µs, kernel vs torch, 1 .. 32K
-#     tokens;
 #   * a lone 4K prompt and 8 x 4K in one generate with the kernel tables by family, the host
 #     phases and --op-stacks (the torch ops by own device time with the code that issued them:
-#     the ~71 µs direct_copy a layer is the one to name) (≈ 9 min). Pass the commit hash
-#     literally. Decode 64 / 256 x 4K: round 163.
+#     the ~71 µs direct_copy a layer is the one to name) (≈ 8 min). Pass the commit hash
+#     literally. bench/moe_align.py and decode 64 / 256 x 4K: round 163.
 source "$(dirname "$0")/device_setup.sh"
 timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_gemm_side_gpu.py \
   tests/gpu/test_moe_gluon_gpu.py tests/gpu/test_batch_invariance_gpu.py \
   tests/gpu/test_model_gpu.py -k "align or w4a16_prefill or invariant or model" \
   >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -6
-timeout 60 python3 bench/moe_align.py >"$OUT/moe_align.log" 2>&1
-echo "moe_align rc=$?"; grep -E "^\|" "$OUT/moe_align.log" | head -20
 timeout 280 python3 bench/prefill.py --prompt-lens 4096 --batch-prompts 8 --repeats 3 \
   --no-eager --host-phases --op-stacks --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"

@@ -1,7 +1,7 @@
 """Grouping MoE pairs by expert (kernels/triton/moe_align.py) against the torch version.
 
     TRITON_INTERPRET=0 python bench/moe_align.py [--tokens 1 64 256 1365 1366 4096 32768]
-        [--experts 384] [--topk 6] [--block-m 16 128]
+        [--experts 384] [--topk 6] [--block-m 16 128] [--variants 8192:4096 4096:2048 ...]
     python bench/moe_align.py --smoke                              # CPU interpreter, no timings
 
 Per (tokens, block_m): µs per call as a step runs it, inside a CUDA graph of ``--calls``
@@ -9,7 +9,9 @@ back-to-back calls (``roofline.graph_us``: median of 20 replays), for ``align_pa
 program up to MAX_PAIRS pairs, two launches of CHUNK-pair programs above) and the torch version
 ``moe_experts._align_pairs`` (~20 launches); the host µs per eager call of each (best of 3 loops
 of --calls calls, the GPU drained after each loop: what the prefill layer's host pays); and
-whether the two outputs are equal. Ids uniform over the experts. The floor a launch cannot
+whether the two outputs are equal. Ids uniform over the experts. ``--variants
+MAX_PAIRS:CHUNK``: the one-program limit and the chunk size (``moe_align``'s settings, read at
+the call), one row each; the first is the module's. The floor a launch cannot
 beat is its latency (~2-3 µs on the H200): the bytes moved (ids 8 B a pair, rows 4 B) take
 < 1 µs at HBM speed at every size here.
 """
@@ -17,6 +19,7 @@ beat is its latency (~2-3 µs on the H200): the bytes moved (ids 8 B a pair, row
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -57,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topk", type=int, default=6)
     ap.add_argument("--block-m", type=int, nargs="+", default=[16, 128])
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--variants", nargs="+", default=None,
+                    help="MAX_PAIRS:CHUNK pairs (default: the module's, then 4096:4096 and "
+                         "8192:2048)")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)
 
@@ -77,28 +83,37 @@ def main(argv: list[str] | None = None) -> int:
         from deepinfer.kernels.triton import moe_align
         from deepinfer.kernels.triton.moe_experts import _align_pairs
 
+        variants = args.variants or [f"{moe_align.MAX_PAIRS}:{moe_align.CHUNK}", "4096:4096",
+                                     "8192:2048"]
         print(f"## align_pairs — {torch.cuda.get_device_name()}, {args.experts} experts, "
-              f"top-{args.topk}, MAX_PAIRS {moe_align.MAX_PAIRS}, CHUNK {moe_align.CHUNK}")
-        print("| tokens | pairs | BM | path | kernel µs | torch µs | host µs kernel | "
-              "host µs torch | equal |")
-        print("|---:|---:|---:|---|---:|---:|---:|---:|---|")
-        for tokens in args.tokens:
+              f"top-{args.topk}")
+        print("| tokens | pairs | BM | MAX_PAIRS:CHUNK | path | kernel µs | torch µs | "
+              "host µs kernel | host µs torch | equal |")
+        print("|---:|---:|---:|---|---|---:|---:|---:|---:|---|")
+        torch_us: dict[tuple[int, int], tuple[float, float]] = {}
+        for tokens, variant, bm in itertools.product(args.tokens, variants, args.block_m):
+            max_pairs, chunk = (int(v) for v in variant.split(":"))
+            assert 0 < max_pairs <= 8192 and chunk & (chunk - 1) == 0 and chunk <= 8192, \
+                f"--variants {variant}: MAX_PAIRS in 1..8192, CHUNK a power of 2 <= 8192"
+            moe_align.MAX_PAIRS, moe_align.CHUNK = max_pairs, chunk
             ids = _ids(tokens, args.experts, args.topk, "cuda")
             pairs = ids.numel()
-            path = "one" if pairs <= moe_align.MAX_PAIRS else \
-                f"chunks x{-(-pairs // moe_align.CHUNK)}"
-            for bm in args.block_m:
-                def ours(ids=ids, bm=bm):
-                    return moe_align.align_pairs(ids, args.experts, bm)
+            path = "one" if pairs <= max_pairs else f"chunks x{-(-pairs // chunk)}"
 
-                def torch_version(ids=ids, bm=bm):
-                    return _align_pairs(ids, args.experts, bm)
+            def ours(ids=ids, bm=bm):
+                return moe_align.align_pairs(ids, args.experts, bm)
 
-                equal = _equal(ours(), torch_version())
-                k_us, t_us = graph_us(ours, args.calls), graph_us(torch_version, args.calls)
-                hk, ht = _host_us(ours, args.calls), _host_us(torch_version, args.calls)
-                print(f"| {tokens} | {pairs} | {bm} | {path} | {k_us:.1f} | {t_us:.1f} | "
-                      f"{hk:.1f} | {ht:.1f} | {equal} |")
+            def torch_version(ids=ids, bm=bm):
+                return _align_pairs(ids, args.experts, bm)
+
+            equal = _equal(ours(), torch_version())
+            if (tokens, bm) not in torch_us:  # the torch version once per size
+                torch_us[tokens, bm] = (graph_us(torch_version, args.calls),
+                                        _host_us(torch_version, args.calls))
+            t_us, ht = torch_us[tokens, bm]
+            k_us, hk = graph_us(ours, args.calls), _host_us(ours, args.calls)
+            print(f"| {tokens} | {pairs} | {bm} | {variant} | {path} | {k_us:.1f} | "
+                  f"{t_us:.1f} | {hk:.1f} | {ht:.1f} | {equal} |", flush=True)
 
     return smoke_or_gpu(args.smoke, smoke, bench)
 
