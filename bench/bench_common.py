@@ -188,6 +188,21 @@ def timed(fn):
     return out, time.perf_counter() - t0
 
 
+def host_us_per_call(fn, calls: int) -> float:
+    """Host µs per call of ``fn()``: the best of 3 loops of ``calls`` calls, the GPU drained
+    before each loop and after it (outside the timing): what enqueuing costs the host."""
+    best = float("inf")
+    for _ in range(3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        best = min(best, (t1 - t0) / calls * 1e6)
+    return best
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
     s = sorted(values)

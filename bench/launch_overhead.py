@@ -21,11 +21,16 @@ activity makes the step host-bound.
 from __future__ import annotations
 
 import argparse
-import time
+import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_common as bc  # noqa: E402
 
 
 @triton.jit
@@ -43,19 +48,6 @@ def _nop14(x_ptr, y_ptr, z_ptr, a, b, c, d, e, f, g, stride_a, stride_b, BLOCK: 
         v = v + (b + c + d + e + f + g + stride_a + stride_b)
     tl.store(y_ptr + i, v, mask=i < a)
     tl.store(z_ptr + i, v, mask=i < a)
-
-
-def _per_call_us(fn, calls: int) -> float:
-    best = float("inf")
-    for _ in range(3):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        best = min(best, (t1 - t0) / calls * 1e6)
-    return best
 
 
 def main() -> None:
@@ -87,7 +79,7 @@ def main() -> None:
     print("reference: a 1K prompt's prefill layer, ~37 µs of GPU time per activity (round 132a)")
     print("\n| call | host µs per call |\n|---|---:|")
     for name, fn in rows:
-        print(f"| {name} | {_per_call_us(fn, args.calls):.1f} |")
+        print(f"| {name} | {bc.host_us_per_call(fn, args.calls):.1f} |")
 
 
 if __name__ == "__main__":

@@ -21,26 +21,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_common import smoke_or_gpu  # noqa: E402
-
-
-def _host_us(fn, calls: int) -> float:
-    best = float("inf")
-    for _ in range(3):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return best
+from bench_common import host_us_per_call, smoke_or_gpu  # noqa: E402
 
 
 def _ids(tokens: int, experts: int, topk: int, device: str) -> torch.Tensor:
@@ -109,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
             equal = _equal(ours(), torch_version())
             if (tokens, bm) not in torch_us:  # the torch version once per size
                 torch_us[tokens, bm] = (graph_us(torch_version, args.calls),
-                                        _host_us(torch_version, args.calls))
+                                        host_us_per_call(torch_version, args.calls))
             t_us, ht = torch_us[tokens, bm]
-            k_us, hk = graph_us(ours, args.calls), _host_us(ours, args.calls)
+            k_us, hk = graph_us(ours, args.calls), host_us_per_call(ours, args.calls)
             print(f"| {tokens} | {pairs} | {bm} | {variant} | {path} | {k_us:.1f} | "
                   f"{t_us:.1f} | {hk:.1f} | {ht:.1f} | {equal} |", flush=True)
 
