@@ -9,12 +9,12 @@
 #     the ~71 µs direct_copy a layer is the one to name) (≈ 8 min). Pass the commit hash
 #     literally. bench/moe_align.py and decode 64 / 256 x 4K: round 163.
 source "$(dirname "$0")/device_setup.sh"
-timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_gemm_side_gpu.py \
+timeout 220 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_gemm_side_gpu.py \
   tests/gpu/test_moe_gluon_gpu.py tests/gpu/test_batch_invariance_gpu.py \
   tests/gpu/test_model_gpu.py -k "align or w4a16_prefill or invariant or model" \
   >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -6
-timeout 280 python3 bench/prefill.py --prompt-lens 4096 --batch-prompts 8 --repeats 3 \
+timeout 290 python3 bench/prefill.py --prompt-lens 4096 --batch-prompts 8 --repeats 2 \
   --no-eager --host-phases --op-stacks --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"
 sed -n '/^## prefill/,$p' "$OUT/prefill_4k.log" | grep -v "^USDT" | cut -c1-150 \
