@@ -598,7 +598,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
     ``moe_experts.run_experts``). Launches: Q8_32 values of x, align, gather, gated GEMM (two
-    launches: g, u in x.dtype), ``moe_swiglu.swiglu_fake_q8``, gather, down GEMM, combine
+    launches: g, u in x.dtype), ``moe_swiglu.swiglu_fake_q8_slots`` (h's Q8_32 values in the
+    down GEMM's token order: the SwiGLU and the gather in one), down GEMM, combine
     (``combine=False``: the per-pair outputs). ``rep`` (None: ``program_shape``'s choice by
     pairs per expert): 2 runs one warpgroup of two A fragments per program; ``KERNEL`` picks
     the base or the producer-warp kernel; the bits depend on neither."""
@@ -637,8 +638,10 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     u = torch.empty_like(g)
     gemm(xg, d1, s1, g)
     gemm(xg, d3, s3, u)
-    h = moe_swiglu.swiglu_fake_q8(g, u, weights.reshape(-1), limit, x.dtype)
-    hg = gather_tokens(h.to(torch.bfloat16), pairs, num_pairs, 1)
+    # h's Q8_32 values straight into the down GEMM's token order (one launch: the SwiGLU and
+    # the gather of its output, the same bits)
+    hg = moe_swiglu.swiglu_fake_q8_slots(g, u, weights.reshape(-1), limit, x.dtype, pairs,
+                                         num_pairs)
     y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
     gemm(hg, d2, s2, y)
     if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives

@@ -7,8 +7,11 @@
 accumulators. ``swiglu_q8`` runs it as its own launch over g and u written by a GEMM that has no
 such epilogue (the W4A8 Gluon kernels, ``moe_gluon_w4a8`` and ``moe_gluon_w4a8_prefill``;
 ``shared_expert``): one program per (BP pairs, BN columns); ``swiglu_fake_q8`` stores h's
-Q8_32 values instead, for a bf16-path projection. Reference: ``reference.moe.swiglu_limit``
-then ``reference.quant.quant_fp8_ue8m0``.
+Q8_32 values instead, for a bf16-path projection; ``swiglu_fake_q8_slots`` stores them as the
+bf16 prefill expert GEMM reads its tokens (slot-major, K permuted inside each 32-K group:
+``moe_gluon_w4a16_prefill.gather_tokens`` of ``swiglu_fake_q8``'s h, without that gather's
+launch and its read and write of h). Reference: ``reference.moe.swiglu_limit`` then
+``reference.quant.quant_fp8_ue8m0``.
 """
 
 from __future__ import annotations
@@ -72,6 +75,35 @@ def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, 
                  mask=ok_r[:, None] & (groups[None, :] < I // 32))
 
 
+@triton.jit
+def _swiglu_slots_kernel(g_ptr, u_ptr, rw_ptr, pairs_ptr, out_ptr, num_pairs, num_slots, I,
+                         limit, stride_g, stride_u, stride_o, ACT: tl.constexpr,
+                         BP: tl.constexpr, BN: tl.constexpr):
+    """Program (slots, column block): for the BP slots' pairs (sorted_pairs; padding slots, the
+    sentinel num_pairs, are skipped and their rows left as they are) h's Q8_32 values of BN
+    columns, stored in the slots' rows with each 32-column group in the wgmma A operand's
+    order, out[32 G + v] = h[32 G + K_off(v)] (``gather_tokens``' register permutation)."""
+    slots = tl.program_id(0) * BP + tl.arange(0, BP)
+    pairs = tl.load(pairs_ptr + slots, mask=slots < num_slots, other=num_pairs)
+    live = pairs < num_pairs
+    if tl.max(live.to(tl.int32), axis=0) > 0:
+        cols = tl.program_id(1) * BN + tl.arange(0, BN)
+        mask = live[:, None] & (cols[None, :] < I)
+        p64 = tl.where(live, pairs, 0).to(tl.int64)
+        g = tl.load(g_ptr + p64[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
+        u = tl.load(u_ptr + p64[:, None] * stride_u + cols[None, :], mask=mask, other=0.0)
+        rw = tl.load(rw_ptr + p64, mask=live, other=0.0)
+        h = swiglu_h(g.to(tl.float32), u.to(tl.float32), rw[:, None], limit, ACT)
+        codes, e = q8_32_groups(tl.reshape(h, (BP, BN // 32, 32)), 2)
+        v = codes.to(tl.float32) * ue8m0_to_f32(e)
+        v = tl.where(e == 0xFF, float("nan"), v)  # [BP, BN // 32, 32]
+        # [S, G, k4, k3, k2, k1, k0] -> [S, G, v4 = k4, v3 = k0, v2 = k3, v1 = k2, v0 = k1]
+        v = tl.reshape(v, (BP, BN // 32, 2, 2, 2, 2, 2))
+        v = tl.reshape(tl.permute(v, (0, 1, 2, 6, 3, 4, 5)), (BP, BN))
+        tl.store(out_ptr + slots.to(tl.int64)[:, None] * stride_o + cols[None, :],
+                 v.to(out_ptr.dtype.element_ty), mask=mask)
+
+
 def swiglu_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: float,
               act_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """g, u (P, I) fp32/bf16 (one row per (token, expert) pair), route_w (P,) fp32 ->
@@ -93,6 +125,44 @@ def swiglu_fake_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limi
     h = torch.empty(g.shape, dtype=act_dtype, device=g.device)
     _launch(g, u, route_w, limit, act_dtype, h, h, fake=True)
     return h
+
+
+def swiglu_fake_q8_slots(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor,
+                         limit: float, act_dtype: torch.dtype, sorted_pairs: torch.Tensor,
+                         num_pairs: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``swiglu_fake_q8``'s h, gathered as the bf16 prefill expert GEMM reads its tokens:
+    (len(sorted_pairs), I) bf16, slot i = h[sorted_pairs[i]] with each 32-column group
+    permuted by ``mxfp4_w4a8_bf16.k_permutation`` — bit for bit
+    ``gather_tokens(swiglu_fake_q8(g, u, route_w, limit, act_dtype).to(bf16), sorted_pairs,
+    num_pairs, 1)`` (Q8_32 values are exact in bf16) in one launch. g, u (P, I) with P =
+    num_pairs rows in pair order; padding slots (sorted_pairs[i] >= num_pairs) are left
+    unwritten (in ``out`` when given: contiguous, that shape, bf16)."""
+    _check(g, u, route_w)
+    assert g.shape[0] == num_pairs, (g.shape, num_pairs)
+    slots, inter = sorted_pairs.numel(), g.shape[1]
+    if out is None:
+        out = torch.empty((slots, inter), dtype=torch.bfloat16, device=g.device)
+    assert out.shape == (slots, inter) and out.dtype == torch.bfloat16 and out.is_contiguous()
+    if slots and num_pairs:
+        bp, bn = 16, 128
+        rw = route_w.reshape(-1).to(torch.float32).contiguous()
+        _swiglu_slots_kernel[(cdiv(slots, bp), cdiv(inter, bn))](
+            g, u, rw, sorted_pairs, out, num_pairs, slots, inter, float(limit), g.stride(0),
+            u.stride(0), out.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn, num_warps=4)
+    return out
+
+
+def aot_cases() -> list[dict]:
+    """SM90 compile-gate case (tests/kernels/triton/test_moe_swiglu.py): the slot-major
+    SwiGLU at the engine's tile, bf16 g / u."""
+    return [{"id": "swiglu_slots_bf16", "module": __name__, "kernel": "_swiglu_slots_kernel",
+             "signature": {"g_ptr": "*bf16", "u_ptr": "*bf16", "rw_ptr": "*fp32",
+                           "pairs_ptr": "*i32", "out_ptr": "*bf16", "num_pairs": "i32",
+                           "num_slots": "i32", "I": "i32", "limit": "fp32", "stride_g": "i32",
+                           "stride_u": "i32", "stride_o": "i32"},
+             "constexprs": {"ACT": 1, "BP": 16, "BN": 128},
+             "num_warps": 4, "num_stages": 1, "no_spill": True, "max_stack": 0,
+             "divisible": ["I", "stride_g", "stride_u", "stride_o"]}]
 
 
 def _check(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor) -> None:

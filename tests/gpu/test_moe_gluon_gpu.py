@@ -359,3 +359,27 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
     assert via_pairs.dtype == x.dtype and via_pairs.shape == ref_pairs.shape
     _row("w4a16 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",
          _rel(via_pairs, ref_pairs), 1e-2)
+
+
+@pytest.mark.parametrize("tokens,block_m", [(1024, 64), (4096, 128), (8192, 128)])
+def test_swiglu_slots_equal_swiglu_then_gather_gpu(tokens, block_m):
+    """The pipeline's one-launch SwiGLU into the down GEMM's token order
+    (``moe_swiglu.swiglu_fake_q8_slots``) against the two launches it replaced
+    (``swiglu_fake_q8`` then ``gather_tokens``), compiled: bit for bit on every slot, padding
+    slots untouched, at the engine's prefill sizes (the chunked align path at 4K / 8K)."""
+    from deepinfer.kernels.triton import moe_align, moe_swiglu
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    gen = torch.Generator(device="cuda").manual_seed(tokens)
+    ids = torch.randint(0, 384, (tokens, TOPK), device="cuda", generator=gen)
+    num_pairs = tokens * TOPK
+    g, u = ((torch.randn(num_pairs, I, device="cuda", generator=gen) * 6).to(torch.bfloat16)
+            for _ in range(2))
+    rw = torch.rand(num_pairs, device="cuda", generator=gen)
+    pairs, _ = moe_align.align_pairs(ids, 384, block_m)
+    sentinel = torch.full((pairs.numel(), I), 7.0, dtype=torch.bfloat16, device="cuda")
+    h = moe_swiglu.swiglu_fake_q8(g, u, rw, 10.0, torch.bfloat16)
+    want = pf.gather_tokens(h, pairs, num_pairs, 1, out=sentinel.clone())
+    got = moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs, num_pairs,
+                                          out=sentinel.clone())
+    assert torch.equal(got, want)
