@@ -50,7 +50,8 @@ def swiglu_h(g, u, route_w, limit, ACT: tl.constexpr):
 def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, limit,
                       stride_g, stride_u, stride_c, stride_s,
                       ACT: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
-                      FAKE: tl.constexpr = False):
+                      FAKE: tl.constexpr = False, HAS_RW: tl.constexpr = True):
+    # HAS_RW False: no routing weights (the shared expert): a weight of 1 (1 * h is h exactly)
     rows = tl.program_id(0) * BP + tl.arange(0, BP)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)
     ok_r = rows < num_pairs
@@ -58,7 +59,10 @@ def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, 
     r64 = rows.to(tl.int64)
     g = tl.load(g_ptr + r64[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
     u = tl.load(u_ptr + r64[:, None] * stride_u + cols[None, :], mask=mask, other=0.0)
-    rw = tl.load(rw_ptr + rows, mask=ok_r, other=0.0)
+    if HAS_RW:
+        rw = tl.load(rw_ptr + rows, mask=ok_r, other=0.0)
+    else:
+        rw = tl.full((BP,), 1.0, tl.float32)
     h = swiglu_h(g.to(tl.float32), u.to(tl.float32), rw[:, None], limit, ACT)
     codes, e = q8_32_groups(tl.reshape(h, (BP, BN // 32, 32)), 2)
     if FAKE:  # the Q8_32 values in codes_ptr's dtype (exact in bf16 / fp16 / fp32)
@@ -104,11 +108,12 @@ def _swiglu_slots_kernel(g_ptr, u_ptr, rw_ptr, pairs_ptr, out_ptr, num_pairs, nu
                  v.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def swiglu_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: float,
+def swiglu_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor | None, limit: float,
               act_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """g, u (P, I) fp32/bf16 (one row per (token, expert) pair), route_w (P,) fp32 ->
-    h's Q8_32 codes (P, I) uint8 and ue8m0 scales (P, I/32) uint8; act_dtype: the activation
-    dtype h is rounded to first (the reference's casts)."""
+    """g, u (P, I) fp32/bf16 (one row per (token, expert) pair), route_w (P,) fp32 or None (a
+    weight of 1 for every row: the shared expert, without a ones tensor) -> h's Q8_32 codes
+    (P, I) uint8 and ue8m0 scales (P, I/32) uint8; act_dtype: the activation dtype h is
+    rounded to first (the reference's casts)."""
     _check(g, u, route_w)
     num_pairs, inter = g.shape
     codes = torch.empty((num_pairs, inter), dtype=torch.uint8, device=g.device)
@@ -117,10 +122,10 @@ def swiglu_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: fl
     return codes, scales
 
 
-def swiglu_fake_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor, limit: float,
-                   act_dtype: torch.dtype) -> torch.Tensor:
+def swiglu_fake_q8(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor | None,
+                   limit: float, act_dtype: torch.dtype) -> torch.Tensor:
     """``swiglu_q8``'s h as its Q8_32 values (P, I) act_dtype (= ``fake_quant_fp8_block32`` of
-    h; exact in act_dtype): the input of a bf16-path projection."""
+    h; exact in act_dtype): the input of a bf16-path projection (route_w None: weights of 1)."""
     _check(g, u, route_w)
     h = torch.empty(g.shape, dtype=act_dtype, device=g.device)
     _launch(g, u, route_w, limit, act_dtype, h, h, fake=True)
@@ -165,17 +170,18 @@ def aot_cases() -> list[dict]:
              "divisible": ["I", "stride_g", "stride_u", "stride_o"]}]
 
 
-def _check(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor) -> None:
+def _check(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor | None) -> None:
     assert g.shape == u.shape and g.dim() == 2 and g.shape[1] % 32 == 0, (g.shape, u.shape)
-    assert g.stride(1) == 1 and u.stride(1) == 1 and route_w.numel() == g.shape[0]
+    assert g.stride(1) == 1 and u.stride(1) == 1
+    assert route_w is None or route_w.numel() == g.shape[0], (route_w.shape, g.shape)
 
 
 def _launch(g, u, route_w, limit, act_dtype, out, scales, fake: bool) -> None:
     num_pairs, inter = g.shape
     if num_pairs:
         bp, bn = 16, 128
-        rw = route_w.reshape(-1).to(torch.float32).contiguous()
+        rw = g if route_w is None else route_w.reshape(-1).to(torch.float32).contiguous()
         _swiglu_q8_kernel[(cdiv(num_pairs, bp), cdiv(inter, bn))](
             g, u, rw, out, scales, num_pairs, inter, float(limit), g.stride(0), u.stride(0),
             out.stride(0), scales.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn,
-            FAKE=fake, num_warps=4)
+            FAKE=fake, HAS_RW=route_w is not None, num_warps=4)

@@ -43,8 +43,8 @@ def shared_expert_ffn(x: torch.Tensor, w1: Fp8BlockWeight, w3: Fp8BlockWeight,
                       route_weight: torch.Tensor | None = None) -> torch.Tensor:
     """(N, D) -> (N, D) x.dtype; see the module docstring."""
     rows = x.shape[0]
-    rw = (torch.ones(rows, dtype=torch.float32, device=x.device) if route_weight is None
-          else route_weight.to(torch.float32))
+    # no routing weight: the SwiGLU's weight-free form (1 * h is h: no ones tensor and its fill)
+    rw = None if route_weight is None else route_weight.to(torch.float32)
     x = x.contiguous()
     if rows < linear.bf16_min_rows(x):  # FP8 MMA on the codes
         codes, scales = quant_act.quant_q8_32(x)

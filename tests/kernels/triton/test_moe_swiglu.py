@@ -57,3 +57,17 @@ def test_sm90_compile(sm90_compile):
     cases = moe_swiglu.aot_cases()
     assert len(cases) == 1
     sm90_compile(cases)
+
+
+def test_no_route_weights_equal_weights_of_one():
+    """route_w None (the shared expert: no ones tensor, no fill launch) gives the bits of an
+    all-ones weight in both the codes and the Q8_32-values forms."""
+    gg, uu, _, _, num_pairs = _inputs(7, 3, 256, 5)
+    ones = torch.ones(num_pairs)
+    for act in (torch.bfloat16, torch.float32):
+        a, b = (gg.to(act), uu.to(act))
+        assert torch.equal(moe_swiglu.swiglu_fake_q8(a, b, None, 7.0, act),
+                           moe_swiglu.swiglu_fake_q8(a, b, ones, 7.0, act))
+        for got, want in zip(moe_swiglu.swiglu_q8(a, b, None, 7.0, act),
+                             moe_swiglu.swiglu_q8(a, b, ones, 7.0, act), strict=True):
+            assert torch.equal(got, want)
