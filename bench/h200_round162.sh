@@ -4,8 +4,9 @@
 #   * GPU checks: the slot-major SwiGLU against SwiGLU + gather (bits, 1K-8K tokens); the
 #     align kernels bit for bit against the torch version (one program; the chunks above 8,192
 #     pairs, up to 196,608 pairs; CUDA-graph replays of both), the prefill expert GEMM and its
-#     pipeline (base / ws / auto bits, now on the slot-major SwiGLU), batch invariance, the
-#     tiny model's GPU checks;
+#     pipeline (base / ws / auto bits, now on the slot-major SwiGLU), the shared expert (its
+#     weight-free SwiGLU: the bits of weights of 1), batch invariance, the tiny model's GPU
+#     checks;
 #   * a lone 4K prompt and 8 x 4K in one generate with the kernel tables by family, the host
 #     phases and --op-stacks (the torch ops by own device time with the code that issued them:
 #     the ~71 µs direct_copy a layer is the one to name) (≈ 8 min). Pass the commit hash
@@ -13,7 +14,7 @@
 source "$(dirname "$0")/device_setup.sh"
 timeout 220 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_gemm_side_gpu.py \
   tests/gpu/test_moe_gluon_gpu.py tests/gpu/test_batch_invariance_gpu.py \
-  tests/gpu/test_model_gpu.py -k "align or w4a16_prefill or swiglu or invariant or model" \
+  tests/gpu/test_shared_expert_gpu.py tests/gpu/test_model_gpu.py -k "align or w4a16_prefill or swiglu or shared or invariant or model" \
   >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -6
 timeout 290 python3 bench/prefill.py --prompt-lens 4096 --batch-prompts 8 --repeats 2 \

@@ -49,6 +49,11 @@ def test_shared_expert_dense_path(rows):
     with nan_poisoned_allocations():
         out = moe_experts.expert_ffn(x, w1, w3, w2, 10.0)  # dispatches to shared_expert
     ref = moe.expert_ffn(x, w1, w3, w2, 10.0)
+    # no routing weight (the SwiGLU's weight-free form) against explicit weights of 1: the same
+    # bits
+    ones_out = shared_expert.shared_expert_ffn(x, w1, w3, w2, 10.0,
+                                               torch.ones(rows, device="cuda"))
+    assert torch.equal(out, ones_out)
     flops = 6.0 * rows * dim * inter
     _row(f"shared expert dense {rows}", f"{rows}x{dim}", _rel(out, ref), 1e-2,
          _ms(lambda: moe_experts.expert_ffn(x, w1, w3, w2, 10.0)), flops)
