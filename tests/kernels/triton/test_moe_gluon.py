@@ -183,14 +183,15 @@ def test_sm90_compile(sm90_compile):
                "constexprs": {"BLOCK": moe_gluon_w4a8.CONVERT_BLOCK, "TILE": TILE_ROWS},
                "num_warps": 4,
                "num_stages": 1, "no_spill": True, "wgmma_per_step": 0}
-    swiglu = [{"id": f"swiglu_q8_bf16{'_fake' if fake else ''}", "kernel": "_swiglu_q8_kernel",
-               "module": "deepinfer.kernels.triton.moe_swiglu",
+    swiglu = [{"id": f"swiglu_q8_bf16{'_fake' if fake else ''}{'' if rw else '_norw'}",
+               "kernel": "_swiglu_q8_kernel", "module": "deepinfer.kernels.triton.moe_swiglu",
                "signature": {"g_ptr": "*bf16", "u_ptr": "*bf16", "rw_ptr": "*fp32",
                              "codes_ptr": "*bf16" if fake else "*u8", "scale_ptr": "*u8",
                              "num_pairs": "i32", "I": "i32", "limit": "fp32", "stride_g": "i32",
                              "stride_u": "i32", "stride_c": "i32", "stride_s": "i32"},
-               "constexprs": {"ACT": 1, "BP": 16, "BN": 128, "FAKE": fake}, "num_warps": 4,
-               "num_stages": 1, "no_spill": True} for fake in (False, True)]
+               "constexprs": {"ACT": 1, "BP": 16, "BN": 128, "FAKE": fake, "HAS_RW": rw},
+               "num_warps": 4, "num_stages": 1, "no_spill": True}
+              for fake, rw in ((False, True), (True, True), (True, False))]
     for bm, wg, expanded in ((8, 1, False), (16, 1, False), (32, 1, False), (64, 1, False),
                              (32, 2, False), (32, 1, True)):
         cases.append({"id": f"w4a8_prefill_bm{bm}_wg{wg}{'_exp' if expanded else ''}",
