@@ -74,6 +74,7 @@ from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
+from deepinfer.kernels.triton.moe_swiglu import a_operand_order
 from deepinfer.kernels.triton.mxfp4_w4a8_bf16 import EXTRACT, SCALE_ONE_MUL, SCALE_TWO_MUL
 
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
@@ -463,8 +464,7 @@ def _gather_tokens_kernel(x_ptr, pairs_ptr, out_ptr, num_pairs, num_slots, K, ro
     over K in BLOCK_K columns, with the columns of each 32-K group in the A operand's order
     (out[32 G + v] = x[32 G + K_off(v)]); padding slots are not written (their tokens only
     reach their own accumulator columns, which are never stored). Contiguous loads and stores;
-    the permutation is a register reshape: K_off's bits (k4 k3 k2 k1 k0) are v's (v4 v0 v2 v1
-    v3)."""
+    the permutation is a register reshape (``moe_swiglu.a_operand_order``)."""
     slots = tl.program_id(0) * SLOTS + tl.arange(0, SLOTS)
     pairs = tl.load(pairs_ptr + slots, mask=slots < num_slots, other=num_pairs)
     live = pairs < num_pairs
@@ -475,10 +475,7 @@ def _gather_tokens_kernel(x_ptr, pairs_ptr, out_ptr, num_pairs, num_slots, K, ro
         for k0 in range(0, K, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
             ok = live[:, None] & (cols < K)[None, :]
-            vals = tl.load(src + cols[None, :], mask=ok)
-            # [S, G, k4, k3, k2, k1, k0] -> [S, G, v4 = k4, v3 = k0, v2 = k3, v1 = k2, v0 = k1]
-            vals = tl.reshape(vals, (SLOTS, BLOCK_K // 32, 2, 2, 2, 2, 2))
-            vals = tl.reshape(tl.permute(vals, (0, 1, 2, 6, 3, 4, 5)), (SLOTS, BLOCK_K))
+            vals = a_operand_order(tl.load(src + cols[None, :], mask=ok), SLOTS, BLOCK_K)
             tl.store(dst + cols[None, :], vals, mask=ok)
 
 

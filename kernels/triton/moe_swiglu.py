@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton.launch_math import cdiv
-from deepinfer.kernels.triton.quant_act import q8_32_groups, ue8m0_to_f32
+from deepinfer.kernels.triton.quant_act import q8_32_groups, q8_32_values
 
 ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
@@ -47,6 +47,18 @@ def swiglu_h(g, u, route_w, limit, ACT: tl.constexpr):
 
 
 @triton.jit
+def a_operand_order(v, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Rows of COLS values (any shape of ROWS * COLS elements, COLS a multiple of 32) -> [ROWS,
+    COLS] with each 32-column group in the bf16 wgmma A operand's order, out[32 G + v] =
+    x[32 G + K_off(v)] (``mxfp4_w4a8_bf16.k_permutation``): K_off's bits (k4 k3 k2 k1 k0) are
+    v's (v4 v0 v2 v1 v3), a register reshape. Shared by the token gather
+    (``moe_gluon_w4a16_prefill.gather_tokens``) and ``swiglu_fake_q8_slots``."""
+    # [S, G, k4, k3, k2, k1, k0] -> [S, G, v4 = k4, v3 = k0, v2 = k3, v1 = k2, v0 = k1]
+    v = tl.reshape(v, (ROWS, COLS // 32, 2, 2, 2, 2, 2))
+    return tl.reshape(tl.permute(v, (0, 1, 2, 6, 3, 4, 5)), (ROWS, COLS))
+
+
+@triton.jit
 def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, limit,
                       stride_g, stride_u, stride_c, stride_s,
                       ACT: tl.constexpr, BP: tl.constexpr, BN: tl.constexpr,
@@ -66,8 +78,7 @@ def _swiglu_q8_kernel(g_ptr, u_ptr, rw_ptr, codes_ptr, scale_ptr, num_pairs, I, 
     h = swiglu_h(g.to(tl.float32), u.to(tl.float32), rw[:, None], limit, ACT)
     codes, e = q8_32_groups(tl.reshape(h, (BP, BN // 32, 32)), 2)
     if FAKE:  # the Q8_32 values in codes_ptr's dtype (exact in bf16 / fp16 / fp32)
-        v = codes.to(tl.float32) * ue8m0_to_f32(e)
-        v = tl.where(e == 0xFF, float("nan"), v)
+        v = q8_32_values(codes, e)
         tl.store(codes_ptr + r64[:, None] * stride_c + cols[None, :],
                  tl.reshape(v, (BP, BN)).to(codes_ptr.dtype.element_ty), mask=mask)
     else:
@@ -99,11 +110,7 @@ def _swiglu_slots_kernel(g_ptr, u_ptr, rw_ptr, pairs_ptr, out_ptr, num_pairs, nu
         rw = tl.load(rw_ptr + p64, mask=live, other=0.0)
         h = swiglu_h(g.to(tl.float32), u.to(tl.float32), rw[:, None], limit, ACT)
         codes, e = q8_32_groups(tl.reshape(h, (BP, BN // 32, 32)), 2)
-        v = codes.to(tl.float32) * ue8m0_to_f32(e)
-        v = tl.where(e == 0xFF, float("nan"), v)  # [BP, BN // 32, 32]
-        # [S, G, k4, k3, k2, k1, k0] -> [S, G, v4 = k4, v3 = k0, v2 = k3, v1 = k2, v0 = k1]
-        v = tl.reshape(v, (BP, BN // 32, 2, 2, 2, 2, 2))
-        v = tl.reshape(tl.permute(v, (0, 1, 2, 6, 3, 4, 5)), (BP, BN))
+        v = a_operand_order(q8_32_values(codes, e), BP, BN)
         tl.store(out_ptr + slots.to(tl.int64)[:, None] * stride_o + cols[None, :],
                  v.to(out_ptr.dtype.element_ty), mask=mask)
 

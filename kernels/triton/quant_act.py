@@ -63,6 +63,14 @@ def q8_32_groups(x, AXIS: tl.constexpr):
 
 
 @triton.jit
+def q8_32_values(codes, e):
+    """``q8_32_groups``' codes and exponents -> the Q8_32 values code * 2^(e - 127) in fp32
+    (exact), NaN where the scale byte is 0xFF (a non-finite block)."""
+    v = codes.to(tl.float32) * ue8m0_to_f32(e)
+    return tl.where(e == 0xFF, float("nan"), v)
+
+
+@triton.jit
 def _quant_q8_32_kernel(x_ptr, codes_ptr, scale_ptr, num_cols, stride_x_row,
                         BLOCK_GROUPS: tl.constexpr, FAKE: tl.constexpr):
     """One program quantizes BLOCK_GROUPS blocks of 32 channels of one row.
@@ -79,8 +87,7 @@ def _quant_q8_32_kernel(x_ptr, codes_ptr, scale_ptr, num_cols, stride_x_row,
     x = tl.load(x_ptr + row * stride_x_row + cols, mask=mask, other=0.0).to(tl.float32)
     codes, e = q8_32_groups(x, 1)
     if FAKE:
-        y = codes.to(tl.float32) * ue8m0_to_f32(e)
-        y = tl.where(e == 0xFF, float("nan"), y)
+        y = q8_32_values(codes, e)
         tl.store(codes_ptr + row * num_cols + cols, y.to(codes_ptr.dtype.element_ty), mask=mask)
     else:
         tl.store(codes_ptr + row * num_cols + cols, codes.to(tl.uint8, bitcast=True), mask=mask)
