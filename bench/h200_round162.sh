@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Device round 162 (prepared in session 29, not run: no device machine was lent; it takes
 # round 161's place): session 29's changes and session 28's defaults end to end —
-#   * GPU checks: the slot-major SwiGLU against SwiGLU + gather (bits, 1K-8K tokens); the
+#   * GPU checks: session 30's fused expand + collapse + RMSNorm (hc_expand_norm: y the expand
+#     kernel's bits, h within a bf16 step of the three kernels, rows batch-invariant, timed
+#     against them at 1 / 64 / 4096 rows); the slot-major SwiGLU against SwiGLU + gather (bits, 1K-8K tokens); the
 #     align kernels bit for bit against the torch version (one program; the chunks above 8,192
 #     pairs, up to 196,608 pairs; CUDA-graph replays of both), the prefill expert GEMM and its
 #     pipeline (base / ws / auto bits, now on the slot-major SwiGLU), the shared expert (its
@@ -14,9 +16,11 @@
 source "$(dirname "$0")/device_setup.sh"
 timeout 220 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_gemm_side_gpu.py \
   tests/gpu/test_moe_gluon_gpu.py tests/gpu/test_batch_invariance_gpu.py \
-  tests/gpu/test_shared_expert_gpu.py tests/gpu/test_model_gpu.py -k "align or w4a16_prefill or swiglu or shared or invariant or model" \
+  tests/gpu/test_shared_expert_gpu.py tests/gpu/test_model_gpu.py tests/gpu/test_mhc_norm_gpu.py \
+  -k "align or w4a16_prefill or swiglu or shared or invariant or model or expand_norm" \
   >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -6
+grep -E "^\| (hc_expand_norm|expand\+collapse)" "$OUT/gpu.log" | cut -c1-120
 timeout 290 python3 bench/prefill.py --prompt-lens 4096 --batch-prompts 8 --repeats 2 \
   --no-eager --host-phases --op-stacks --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"

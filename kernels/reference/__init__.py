@@ -33,6 +33,7 @@ def register_all() -> None:
         "hc_coeffs": mhc.hc_coeffs,
         "hc_collapse": mhc.hc_collapse,
         "hc_expand": mhc.hc_expand,
+        "hc_expand_norm": mhc.hc_expand_norm,
         "sparse_attention_sink": attention.sparse_attention_sink,
         # the decode step's ops over the packed pools (the model calls them; composed refs)
         "sparse_attention_sink_records": attention_fused.sparse_attention_sink_records,

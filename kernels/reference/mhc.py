@@ -2,6 +2,8 @@
 
 import torch
 
+from deepinfer.kernels.reference.norm import rms_norm
+
 
 def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor,
               norm_eps: float, hc_eps: float, sinkhorn_iters: int
@@ -49,3 +51,20 @@ def hc_expand(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
     """
     mixed = torch.einsum("nij,nid->njd", comb.double(), x.double())
     return (post.unsqueeze(-1).double() * out.double().unsqueeze(1) + mixed).to(x.dtype)
+
+
+def hc_expand_norm(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
+                   pre: torch.Tensor, weight: torch.Tensor, eps: float
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One site's expand and the next site's normalized input from the new streams:
+    ``y = hc_expand(out, x, post, comb)``, ``h = rms_norm(hc_collapse(y, pre), weight, eps)``.
+
+    Args:
+        out, x, post, comb: as :func:`hc_expand`; pre: (N, S) fp32, the next site's collapse
+        weights (known before this expand: single-pass mHC); weight: (D,) its RMSNorm weight.
+    Returns:
+        y (N, S, D) and h (N, D), both in x's dtype (h from y's rounded values, itself rounded
+        once before the norm, as the two ops give it).
+    """
+    y = hc_expand(out, x, post, comb)
+    return y, rms_norm(hc_collapse(y, pre), weight, eps)

@@ -197,12 +197,11 @@ def _hc_collapse_kernel(x_ptr, pre_ptr, out_ptr, D, stride_xn, stride_xs, stride
 
 
 @triton.jit
-def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, stride_xn,
-                      stride_xs, S: tl.constexpr, BLOCK_D: tl.constexpr):
-    """y[n, j, d] = post[n, j] * out[n, d] + sum_i comb[n, i, j] * x[n, i, d] (fp32)."""
-    n = tl.program_id(0).to(tl.int64)
-    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    mask_d = offs_d < D
+def expand_chunk(out_ptr, x_ptr, post_ptr, comb_ptr, n, offs_d, mask_d, stride_on, stride_xn,
+                 stride_xs, S: tl.constexpr):
+    """[S_j, BD] fp32: y[n, j, d] = post[n, j] * out[n, d] + sum_i comb[n, i, j] * x[n, i, d]
+    for the columns offs_d (0 where masked). Shared by ``_hc_expand_kernel`` and
+    ``mhc_norm``'s fused expand."""
     streams = tl.arange(0, S)
     x = tl.load(x_ptr + n * stride_xn + streams[:, None] * stride_xs + offs_d[None, :],
                 mask=mask_d[None, :], other=0.0).to(tl.float32)  # [S_i, BD]
@@ -210,7 +209,19 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
     post = tl.load(post_ptr + n * S + streams)  # [S_j]
     comb = tl.load(comb_ptr + n * S * S + streams[:, None] * S + streams[None, :])  # [S_i, S_j]
     mixed = tl.sum(comb[:, :, None] * x[:, None, :], axis=0)  # [S_j, BD]
-    y = post[:, None] * o[None, :] + mixed
+    return post[:, None] * o[None, :] + mixed
+
+
+@triton.jit
+def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, stride_xn,
+                      stride_xs, S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """y[n, j, d] = post[n, j] * out[n, d] + sum_i comb[n, i, j] * x[n, i, d] (fp32)."""
+    n = tl.program_id(0).to(tl.int64)
+    offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask_d = offs_d < D
+    y = expand_chunk(out_ptr, x_ptr, post_ptr, comb_ptr, n, offs_d, mask_d, stride_on, stride_xn,
+                     stride_xs, S)
+    streams = tl.arange(0, S)
     tl.store(y_ptr + n * stride_xn + streams[:, None] * stride_xs + offs_d[None, :],
              y.to(y_ptr.dtype.element_ty), mask=mask_d[None, :])
 

@@ -40,6 +40,7 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "hc_coeffs": TRITON_ARCHS,  # kernels/triton/mhc.py
     "hc_collapse": TRITON_ARCHS,  # kernels/triton/mhc.py
     "hc_expand": TRITON_ARCHS,  # kernels/triton/mhc.py
+    "hc_expand_norm": TRITON_ARCHS,  # kernels/triton/mhc_norm.py
     "index_scores": TRITON_ARCHS,  # kernels/triton/indexer.py
     "index_key_records": TRITON_ARCHS,  # kernels/triton/cache_write.py
     "index_scores_paged": TRITON_ARCHS,  # kernels/triton/indexer.py

@@ -38,18 +38,32 @@ class Block(nn.Module):
         return k.hc_coeffs(x, fn, scale, base, spec.rms_norm_eps, spec.hc_eps,
                            spec.hc_sinkhorn_iters)
 
-    def forward(self, k: KernelSet, x: torch.Tensor, pre_in: torch.Tensor,
-                batch: ForwardBatch | DecodeRows, published: Published
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Streams (N, S, D) bf16 and the previous site's pre (N, S) fp32 -> new streams and
-        this block's FFN-site pre (consumed by the next block's attention site)."""
+    def attn_input(self, k: KernelSet, x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
+        """(N, D) bf16: the attention site's input, collapse of x (N, S, D) with the previous
+        site's pre (N, S), RMS-normed — where no fused expand produced it (the first block,
+        after an engram injection)."""
+        return k.rms_norm(k.hc_collapse(x, pre), self.attn_norm.weight, self.spec.rms_norm_eps)
+
+    def forward(self, k: KernelSet, x: torch.Tensor, h: torch.Tensor,
+                batch: ForwardBatch | DecodeRows, published: Published,
+                next_norm: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Streams x (N, S, D) bf16 and the attention input h (N, D) (:meth:`attn_input`) ->
+        new streams, this block's FFN-site pre (N, S) fp32 (the next site's collapse weights)
+        and, with ``next_norm`` (D,), the next site's input ``rms_norm(hc_collapse(x', pre),
+        next_norm)`` from the last expand's own pass (``hc_expand_norm``), else None.
+
+        Single-pass mHC: a site's collapse weights come from the previous site's coefficients,
+        so each expand also yields the following site's normalized input."""
         eps = self.spec.rms_norm_eps
         a_pre, a_post, a_comb = self._coeffs(k, x, self.hc_attn_fn, self.hc_attn_scale,
                                              self.hc_attn_base)
-        h = k.rms_norm(k.hc_collapse(x, pre_in), self.attn_norm.weight, eps)
-        x = k.hc_expand(self.attn(k, h, batch, published), x, a_post, a_comb)
+        x, h = k.hc_expand_norm(self.attn(k, h, batch, published), x, a_post, a_comb, a_pre,
+                                self.ffn_norm.weight, eps)
         f_pre, f_post, f_comb = self._coeffs(k, x, self.hc_ffn_fn, self.hc_ffn_scale,
                                              self.hc_ffn_base)
-        h = k.rms_norm(k.hc_collapse(x, a_pre), self.ffn_norm.weight, eps)
-        x = k.hc_expand(self.ffn(k, h, batch.image_mask), x, f_post, f_comb)
-        return x, f_pre
+        out = self.ffn(k, h, batch.image_mask)
+        if next_norm is None:
+            return k.hc_expand(out, x, f_post, f_comb), f_pre, None
+        x, h = k.hc_expand_norm(out, x, f_post, f_comb, f_pre, next_norm, eps)
+        return x, f_pre, h

@@ -170,12 +170,12 @@ class DeepseekV41(nn.Module):
         # GPU already runs the blocks before the first engram layer
         hash_ids = None if self.engram_hash is None else functools.partial(self._hash_ids, batch)
         text_mask = None if batch.image_mask is None else ~batch.image_mask
-        x, pre = self._backbone(h, hash_ids, text_mask, batch)
+        y = self._backbone(h, hash_ids, text_mask, batch)
         for cache, n in zip(batch.caches, batch.seq_lens, strict=True):
             cache.num_tokens += n
         if not all_logits:
-            x, pre = x[batch.last_rows], pre[batch.last_rows]
-        return self._head(x, pre)
+            y = y[batch.last_rows]
+        return self._logits(y)
 
     @torch.no_grad()
     def forward_decode(self, rows: DecodeRows) -> torch.Tensor:
@@ -187,39 +187,51 @@ class DeepseekV41(nn.Module):
         scheduler produced them); :meth:`forward` checks them first.
         """
         h = self.embed.weight[rows.input_ids]
-        x, pre = self._backbone(h, self._hash_ids_decode(rows), None, rows)
-        return self._head(x, pre)
+        return self._logits(self._backbone(h, self._hash_ids_decode(rows), None, rows))
 
-    def _backbone(self, h: torch.Tensor,
+    def _backbone(self, emb: torch.Tensor,
                   hash_ids: torch.Tensor | Callable[[], torch.Tensor] | None,
                   text_mask: torch.Tensor | None, batch: ForwardBatch | DecodeRows
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(N, D) bf16 embeddings -> the last block's streams (N, S, D) and pre (N, S).
+                  ) -> torch.Tensor:
+        """(N, D) bf16 embeddings -> the head's input (N, D): the last block's streams
+        collapsed with its pre and RMS-normed (from the last expand's pass).
         ``hash_ids``: the engram table rows, or a function computing them (and advancing the
         caches' engram histories), called once: at the first engram layer, else at the end."""
         k, spec = self.kernels, self.spec
-        x = h.unsqueeze(1).expand(-1, spec.hc_mult, -1).contiguous()  # (N, S, D)
+        x = emb.unsqueeze(1).expand(-1, spec.hc_mult, -1).contiguous()  # (N, S, D)
         pre = torch.zeros(x.shape[0], spec.hc_mult, device=x.device)
         pre[:, 0] = 1.0  # identity pre-mix: the first site reads stream 0
         published = Published()
-        for block in self.layers:
+        h = None  # the next block's attention input, when the previous expand produced it
+        for i, block in enumerate(self.layers):
             layer_id = block.attn.layer.layer_id
-            if hash_ids is not None and block.attn.layer.is_engram:
+            if self._engram_at(i, hash_ids):
                 if callable(hash_ids):
                     hash_ids = hash_ids()
                 x = block.engram(k, x, hash_ids[:, spec.engram_slot(layer_id)], text_mask)
-            x, pre = block(k, x, pre, batch, published)
+            if h is None:
+                h = block.attn_input(k, x, pre)
+            if i + 1 == len(self.layers):
+                next_norm = self.norm.weight  # the head's input
+            elif self._engram_at(i + 1, hash_ids):
+                next_norm = None  # an engram injection changes the streams before that site
+            else:
+                next_norm = self.layers[i + 1].attn_norm.weight
+            x, pre, h = block(k, x, h, batch, published, next_norm)
         if callable(hash_ids):  # no engram layer here: the histories still advance
             hash_ids()
-        return x, pre
+        assert h is not None
+        return h
 
-    def _head(self, x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
-        """Streams (N, S, D) and pre (N, S) -> (N, vocab) fp32 logits."""
-        k = self.kernels
-        y = k.rms_norm(k.hc_collapse(x, pre), self.norm.weight, self.spec.rms_norm_eps)
+    def _engram_at(self, i: int, hash_ids: object) -> bool:
+        """Whether block i injects engram rows before its attention site."""
+        return hash_ids is not None and self.layers[i].attn.layer.is_engram
+
+    def _logits(self, y: torch.Tensor) -> torch.Tensor:
+        """The head's input (N, D) -> (N, vocab) fp32 logits."""
         # fp32 logits of y's values: bf16 y needs one bf16 dot per step (the products are exact
         # in fp32 either way), not the fp32-x kernel's pieces
-        return k.linear(y, self.head.weight, out_dtype=torch.float32)
+        return self.kernels.linear(y, self.head.weight, out_dtype=torch.float32)
 
     def _check(self, batch: ForwardBatch) -> None:
         """Shapes, device, token ids and positions from the batch's host bookkeeping: each

@@ -1,0 +1,64 @@
+"""The fused expand + next-site collapse + RMSNorm (kernels/triton/mhc_norm.py) on the H200 at
+V4.1's shapes (S = 4, D = 5120, bf16), 1 / 64 / 4096 rows, against ``reference.mhc
+.hc_expand_norm`` and the three separate kernels it replaces (both timed).
+
+    TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_mhc_norm_gpu.py
+
+Tolerance 1e-2 (rel. L2, bf16 outputs; as the expand / collapse checks). y must be the expand
+kernel's bits (the same code); h at most one bf16 step from the separate kernels' (the norm
+statistic's fp32 sum runs in another order); each row's bits independent of the batch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.gpu.test_gemm_side_gpu import _ms, _rel, _row, nan_poisoned_allocations
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _gpu_only():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs an SM90 GPU")
+
+
+@pytest.mark.parametrize("rows", [1, 64, 4096])
+def test_hc_expand_norm_v41(rows):
+    from deepinfer.kernels.reference import mhc
+    from deepinfer.kernels.triton import mhc as tri_mhc
+    from deepinfer.kernels.triton import mhc_norm, norm
+
+    torch.manual_seed(rows)
+    s, dim, eps = 4, 5120, 1e-20
+    x = torch.randn(rows, s, dim, device="cuda").to(torch.bfloat16)
+    out = (torch.randn(rows, dim, device="cuda") * 3).to(torch.bfloat16)
+    post = torch.rand(rows, s, device="cuda") * 2
+    comb = torch.softmax(torch.randn(rows, s, s, device="cuda"), -1)
+    pre = torch.rand(rows, s, device="cuda") + 1e-6
+    weight = torch.randn(dim, device="cuda").to(torch.bfloat16)
+    args = (out, x, post, comb, pre, weight, eps)
+    with nan_poisoned_allocations():
+        y, h = mhc_norm.hc_expand_norm(*args)
+    ry, rh = mhc.hc_expand_norm(*args)
+
+    def three():
+        y3 = tri_mhc.hc_expand(out, x, post, comb)
+        return y3, norm.rms_norm(tri_mhc.hc_collapse(y3, pre), weight, eps)
+
+    y3, h3 = three()
+    assert torch.equal(y, y3)
+    step = (h3.float().abs() * 2.0**-7).clamp_min(1e-30)  # one bf16 step
+    assert ((h.float() - h3.float()).abs() <= step).all()
+    if rows > 1:  # a row's bits alone and in the batch
+        one_y, one_h = mhc_norm.hc_expand_norm(*(a[rows // 2:rows // 2 + 1] for a in args[:5]),
+                                               weight, eps)
+        assert torch.equal(one_y[0], y[rows // 2]) and torch.equal(one_h[0], h[rows // 2])
+    bytes_fused = rows * dim * 2 * (2 * s + 2 + 2)  # x, out read; y, h written; h re-read, written
+    _row(f"hc_expand_norm {rows}", f"{rows}x{s}x{dim}", max(_rel(y, ry), _rel(h, rh)), 1e-2,
+         _ms(lambda: mhc_norm.hc_expand_norm(*args)), None)
+    _row(f"expand+collapse+norm {rows}", f"{rows}x{s}x{dim}", _rel(h3, rh), 1e-2, _ms(three),
+         None)
+    print(f"\n  fused traffic {bytes_fused / 1e6:.1f} MB", end="")
