@@ -20,7 +20,7 @@ timeout 220 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu/test_gemm_
   -k "align or w4a16_prefill or swiglu or shared or invariant or model or expand_norm" \
   >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -6
-grep -E "^\| (hc_expand_norm|expand\+collapse)" "$OUT/gpu.log" | cut -c1-120
+grep -E "^\| (hc_expand_norm|expand\+collapse|  \.\.\. \+ q8)" "$OUT/gpu.log" | cut -c1-120
 timeout 290 python3 bench/prefill.py --prompt-lens 4096 --batch-prompts 8 --repeats 2 \
   --no-eager --host-phases --op-stacks --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"

@@ -3,6 +3,7 @@
 import torch
 
 from deepinfer.kernels.reference.norm import rms_norm
+from deepinfer.kernels.reference.quant import fake_quant_fp8_block32
 
 
 def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torch.Tensor,
@@ -54,17 +55,20 @@ def hc_expand(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor,
 
 
 def hc_expand_norm(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor, comb: torch.Tensor,
-                   pre: torch.Tensor, weight: torch.Tensor, eps: float
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   pre: torch.Tensor, weight: torch.Tensor, eps: float, quant: bool = False
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One site's expand and the next site's normalized input from the new streams:
-    ``y = hc_expand(out, x, post, comb)``, ``h = rms_norm(hc_collapse(y, pre), weight, eps)``.
+    ``y = hc_expand(out, x, post, comb)``, ``h = rms_norm(hc_collapse(y, pre), weight, eps)``
+    and, with ``quant``, h's Q8_32 values ``hq = fake_quant_fp8_block32(h)`` (what the site's
+    quantized projections read), else None.
 
     Args:
         out, x, post, comb: as :func:`hc_expand`; pre: (N, S) fp32, the next site's collapse
         weights (known before this expand: single-pass mHC); weight: (D,) its RMSNorm weight.
     Returns:
-        y (N, S, D) and h (N, D), both in x's dtype (h from y's rounded values, itself rounded
-        once before the norm, as the two ops give it).
+        y (N, S, D), h (N, D) and hq (N, D) or None, all in x's dtype (h from y's rounded
+        values, itself rounded once before the norm, as the separate ops give it).
     """
     y = hc_expand(out, x, post, comb)
-    return y, rms_norm(hc_collapse(y, pre), weight, eps)
+    h = rms_norm(hc_collapse(y, pre), weight, eps)
+    return y, h, fake_quant_fp8_block32(h) if quant else None

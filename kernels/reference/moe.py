@@ -51,12 +51,16 @@ def swiglu_limit(gate: torch.Tensor, up: torch.Tensor, limit: float) -> torch.Te
 
 
 def expert_ffn(x: torch.Tensor, w1: Weight, w3: Weight, w2: Weight,
-               limit: float, route_weight: torch.Tensor | None = None) -> torch.Tensor:
+               limit: float, route_weight: torch.Tensor | None = None,
+               x_rounded: bool = False) -> torch.Tensor:
     """One SwiGLU expert; the routing weight multiplies the activation BEFORE ``w2``.
 
     Args:
         x: (N, D) bf16; w1, w3: (I, D); w2: (D, I), each a plain tensor, an ``Fp8BlockWeight``
         (the shared expert) or a 1-expert ``Mxfp4ExpertWeights``; route_weight: (N,) fp32 or None.
+        x_rounded: x already holds its Q8_32 values (a hint for the kernels, which may skip
+        their rounding of x; rounding Q8_32 values again gives them back, so here it changes
+        nothing).
     Returns:
         (N, D) bf16.
     """
@@ -70,9 +74,10 @@ def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch
                        w1: torch.Tensor | Mxfp4ExpertWeights, w3: torch.Tensor | Mxfp4ExpertWeights,
                        w2: torch.Tensor | Mxfp4ExpertWeights, limit: float,
                        combine_ids: torch.Tensor | None = None,
-                       residual: torch.Tensor | None = None) -> torch.Tensor:
+                       residual: torch.Tensor | None = None,
+                       x_rounded: bool = False) -> torch.Tensor:
     """Sum of the chosen experts' outputs per token, fp32 (with ``residual``: + residual in
-    fp32, rounded to residual's dtype).
+    fp32, rounded to residual's dtype). ``x_rounded``: as :func:`expert_ffn`'s.
 
     Args:
         x: (N, D) bf16; expert_ids, weights: (N, K); w1, w3: (E, I, D); w2: (E, D, I), plain

@@ -604,7 +604,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                 limit: float, mma: str = "auto", combine: bool = True,
                 skip_foreign_ids: bool = False,
                 combine_ids: torch.Tensor | None = None,
-                config: dict | None = None) -> torch.Tensor:
+                config: dict | None = None, x_rounded: bool = False) -> torch.Tensor:
     """The grouped expert pipeline. mma: "fp8" (W4A8/W8A8 FP8 dots), "bf16" (W4A16 style: scales
     folded into bf16 operands) or "auto" (bf16, except FP8 weights at prefill; ``moe_config``).
 
@@ -616,7 +616,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, W_ONE_MUL,
     num_warps, num_stages, maxnreg; DOWN: a dict of BN, BK, num_warps, num_stages, maxnreg for
     the down projection alone) — for benchmarks that compare tilings (bench/moe_decode.py
-    --configs).
+    --configs). x_rounded: x holds its Q8_32 values (the paths rounding x to values skip it;
+    those taking codes and scales quantize it: the same values).
     """
     num_tokens, dim = x.shape
     topk = expert_ids.shape[1]
@@ -652,7 +653,8 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                     few = num_pairs <= W4A16_BM64_MAX_PAIRS_PER_EXPERT * num_experts
                     return w4a16.run_experts_w4a16_prefill(x, expert_ids, weights, w1, w3, w2,
                                                            limit, combine_ids, combine=combine,
-                                                           block_m=64 if few else None)
+                                                           block_m=64 if few else None,
+                                                           x_rounded=x_rounded)
             from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import (
                 BLOCK_M,
                 run_experts_w4a8_prefill,
@@ -678,7 +680,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     # every Q8_32 value is an fp16 value)
     a_bf16 = cfg["A_BF16"] and not mma_fp8 and x.dtype != torch.float16
     if a_bf16:
-        a_codes = quant_act.fake_quant_fp8_block32(x.contiguous())
+        a_codes = x.contiguous() if x_rounded else quant_act.fake_quant_fp8_block32(x.contiguous())
         a_scale = a_codes  # unused
         h_codes = torch.empty((num_pairs, inter), device=x.device,
                               dtype=torch.float32 if x.dtype == torch.float32 else torch.bfloat16)
@@ -751,30 +753,36 @@ def combine_pairs(y: torch.Tensor, order_ids: torch.Tensor,
 
 def moe_routed_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor,
                        w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
-                       residual: torch.Tensor | None = None) -> torch.Tensor:
+                       residual: torch.Tensor | None = None,
+                       x_rounded: bool = False) -> torch.Tensor:
     """Registered op (reference ``moe.moe_routed_experts``): (N, D) x.dtype -> (N, D) fp32, or
     with ``residual`` (N, D) (the shared expert's output) the sum + residual in residual's
     dtype, added in the combine's pass (no fp32 (N, D) round trip).
 
     w1, w3: ExpertWeights (E, I, D) or float (E, I, D); w2: ExpertWeights (E, D, I) or float.
     combine_ids: (N, K) ids ordering each token's sum (default expert_ids).
+    x_rounded: x holds its Q8_32 values already (the paths that round x to values skip it).
     """
     if residual is None:
-        return run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine_ids=combine_ids)
-    y = run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine=False)
+        return run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine_ids=combine_ids,
+                           x_rounded=x_rounded)
+    y = run_experts(x, expert_ids, weights, w1, w3, w2, limit, combine=False,
+                    x_rounded=x_rounded)
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids, residual)
 
 
 def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,
-               route_weight: torch.Tensor | None = None) -> torch.Tensor:
+               route_weight: torch.Tensor | None = None,
+               x_rounded: bool = False) -> torch.Tensor:
     """Registered op (reference ``moe.expert_ffn``, the shared expert): (N, D) -> (N, D) x.dtype.
 
     Weights: float (I, D)/(D, I), gemm_fp8.Fp8BlockWeight, or 1-expert ExpertWeights. FP8 block
     weights on the GPU go to the dense projection kernels (``shared_expert.shared_expert_ffn``,
-    every row count); the rest is a 1-expert grouped GEMM.
+    every row count); the rest is a 1-expert grouped GEMM. ``x_rounded``: as
+    ``moe_routed_experts``'.
     """
     if not is_interpreting() and x.is_cuda and shared_expert.applies(x, w1, w3, w2):
-        return shared_expert.shared_expert_ffn(x, w1, w3, w2, limit, route_weight)
+        return shared_expert.shared_expert_ffn(x, w1, w3, w2, limit, route_weight, x_rounded)
 
     def one(w):
         if isinstance(w, Fp8BlockWeight):
@@ -785,7 +793,8 @@ def expert_ffn(x: torch.Tensor, w1, w3, w2, limit: float,
     ids = torch.zeros((num_tokens, 1), dtype=torch.int32, device=x.device)
     rw = (torch.ones(num_tokens, dtype=torch.float32, device=x.device) if route_weight is None
           else route_weight.to(torch.float32))
-    return run_experts(x, ids, rw, one(w1), one(w3), one(w2), limit, combine=False)
+    return run_experts(x, ids, rw, one(w1), one(w3), one(w2), limit, combine=False,
+                       x_rounded=x_rounded)
 
 
 def supports_moe(spec: dict) -> bool:

@@ -591,7 +591,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
                               w1, w3, w2, limit: float, combine_ids: torch.Tensor | None = None,
                               stages: int = STAGES, block_m: int | None = None,
                               warpgroups: int = WARPGROUPS, parts: int | None = None,
-                              combine: bool = True, rep: int | None = None) -> torch.Tensor:
+                              combine: bool = True, rep: int | None = None,
+                              x_rounded: bool = False) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
     fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
     ``moe_experts.run_experts``). Launches: Q8_32 values of x, align, gather, gated GEMM (two
@@ -599,7 +600,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     down GEMM's token order: the SwiGLU and the gather in one), down GEMM, combine
     (``combine=False``: the per-pair outputs). ``rep`` (None: ``program_shape``'s choice by
     pairs per expert): 2 runs one warpgroup of two A fragments per program; ``KERNEL`` picks
-    the base or the producer-warp kernel; the bits depend on neither."""
+    the base or the producer-warp kernel; the bits depend on neither. ``x_rounded``: x holds
+    its Q8_32 values already (bf16): no rounding launch."""
     from deepinfer.kernels.triton import moe_align, moe_swiglu, quant_act
     from deepinfer.kernels.triton.moe_experts import _weight_args, combine_pairs
 
@@ -613,7 +615,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
     warpgroups, rep = program_shape([inter, dim], num_pairs / d1.shape[0], warpgroups, rep)
     one_mul = all(getattr(w, "scale_max", None) is not None and w.scale_max <= 128
                   for w in (w1, w3, w2))
-    xq = quant_act.fake_quant_fp8_block32(x.contiguous()).to(torch.bfloat16)
+    xq = x.contiguous() if x_rounded else quant_act.fake_quant_fp8_block32(x.contiguous())
+    xq = xq.to(torch.bfloat16)
     pairs, blocks = moe_align.align_pairs(expert_ids, d1.shape[0], block_m)
 
     assert KERNEL in ("base", "ws", "auto"), f"moe_gluon_w4a16_prefill.KERNEL {KERNEL!r}"

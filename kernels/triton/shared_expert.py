@@ -40,8 +40,10 @@ def applies(x: torch.Tensor, w1, w3, w2) -> bool:
 
 def shared_expert_ffn(x: torch.Tensor, w1: Fp8BlockWeight, w3: Fp8BlockWeight,
                       w2: Fp8BlockWeight, limit: float,
-                      route_weight: torch.Tensor | None = None) -> torch.Tensor:
-    """(N, D) -> (N, D) x.dtype; see the module docstring."""
+                      route_weight: torch.Tensor | None = None,
+                      x_rounded: bool = False) -> torch.Tensor:
+    """(N, D) -> (N, D) x.dtype; see the module docstring. ``x_rounded``: x holds its Q8_32
+    values already (the bf16 path reads it as it is; the FP8 path's codes give those values)."""
     rows = x.shape[0]
     # no routing weight: the SwiGLU's weight-free form (1 * h is h: no ones tensor and its fill)
     rw = None if route_weight is None else route_weight.to(torch.float32)
@@ -52,7 +54,7 @@ def shared_expert_ffn(x: torch.Tensor, w1: Fp8BlockWeight, w3: Fp8BlockWeight,
         u = gemm_fp8.gemm_q8(codes, scales, w3, x.dtype)
         h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, rw, limit, x.dtype)
         return gemm_fp8.gemm_q8(h_codes, h_scales, w2, x.dtype)
-    xq = quant_act.fake_quant_fp8_block32(x)  # bf16 MMA on the Q8_32 values
+    xq = x if x_rounded else quant_act.fake_quant_fp8_block32(x)  # bf16 MMA on the Q8_32 values
     g = linear.linear(xq, w1)
     u = linear.linear(xq, w3)
     return linear.linear(moe_swiglu.swiglu_fake_q8(g, u, rw, limit, x.dtype), w2)

@@ -74,17 +74,26 @@ class Attention(nn.Module):
                              persistent=False)
 
     def forward(self, k: KernelSet, x: torch.Tensor, batch: ForwardBatch | DecodeRows,
-                published: Published) -> torch.Tensor:
+                published: Published, xq: torch.Tensor | None = None) -> torch.Tensor:
         """(N, D) bf16 collapsed + normed input -> (N, D) bf16; appends to the caches (a
-        :class:`DecodeRows` step: to the pools, all rows at once, without host syncs)."""
+        :class:`DecodeRows` step: to the pools, all rows at once, without host syncs).
+        ``xq``: x's Q8_32 values when the caller has them (``wq_a`` and ``wkv`` read them
+        instead of rounding x each)."""
         spec, layer = self.spec, self.layer
         eps, pos, inv_freq = spec.rms_norm_eps, batch.positions, self.inv_freq
-        qr = k.rms_norm(self.wq_a(k, x), self.q_norm.weight, eps)
-        q = self.wq_b(k, qr).view(-1, self.n_heads, self.head_dim)
-        q = k.apply_rope(q, pos, inv_freq, in_place=True)  # q: this layer's own tensor
-        kv = self.wkv(k, x)
+        qa = self.wq_a(k, x) if xq is None else self.wq_a.rounded(k, xq)
+        qr = k.rms_norm(qa, self.q_norm.weight, eps)
+        idx_q = None
+        if layer.owns_indexer:  # two projections of qr: its Q8_32 values rounded once
+            qrq = k.fake_quant_fp8_block32(qr)
+            q = self.wq_b.rounded(k, qrq)
+            idx_q = self.indexer.queries(k, x, qrq, pos, inv_freq)
+        else:
+            q = self.wq_b(k, qr)
+        q = k.apply_rope(q.view(-1, self.n_heads, self.head_dim), pos, inv_freq,
+                         in_place=True)  # q: this layer's own tensor
+        kv = self.wkv(k, x) if xq is None else self.wkv.rounded(k, xq)
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
-        idx_q = self.indexer.queries(k, x, qr, pos, inv_freq) if layer.owns_indexer else None
 
         if isinstance(batch, DecodeRows):
             # the new tokens' window records in one fused op: Q8_32(rope(rms_norm(kv))), the

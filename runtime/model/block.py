@@ -38,32 +38,41 @@ class Block(nn.Module):
         return k.hc_coeffs(x, fn, scale, base, spec.rms_norm_eps, spec.hc_eps,
                            spec.hc_sinkhorn_iters)
 
-    def attn_input(self, k: KernelSet, x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
-        """(N, D) bf16: the attention site's input, collapse of x (N, S, D) with the previous
-        site's pre (N, S), RMS-normed — where no fused expand produced it (the first block,
-        after an engram injection)."""
-        return k.rms_norm(k.hc_collapse(x, pre), self.attn_norm.weight, self.spec.rms_norm_eps)
+    def attn_input(self, k: KernelSet, x: torch.Tensor, pre: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The attention site's input (N, D) bf16 — the collapse of x (N, S, D) with the
+        previous site's pre (N, S), RMS-normed — and its Q8_32 values, where no fused expand
+        produced them (the first block, after an engram injection)."""
+        h = k.rms_norm(k.hc_collapse(x, pre), self.attn_norm.weight, self.spec.rms_norm_eps)
+        return h, k.fake_quant_fp8_block32(h)
 
-    def forward(self, k: KernelSet, x: torch.Tensor, h: torch.Tensor,
+    def forward(self, k: KernelSet, x: torch.Tensor, h: tuple[torch.Tensor, torch.Tensor],
                 batch: ForwardBatch | DecodeRows, published: Published,
-                next_norm: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Streams x (N, S, D) bf16 and the attention input h (N, D) (:meth:`attn_input`) ->
-        new streams, this block's FFN-site pre (N, S) fp32 (the next site's collapse weights)
-        and, with ``next_norm`` (D,), the next site's input ``rms_norm(hc_collapse(x', pre),
-        next_norm)`` from the last expand's own pass (``hc_expand_norm``), else None.
+                next_norm: torch.Tensor | None = None, next_quant: bool = True
+                ) -> tuple[torch.Tensor, torch.Tensor,
+                           tuple[torch.Tensor, torch.Tensor | None] | None]:
+        """Streams x (N, S, D) bf16 and the attention input h = (values, Q8_32 values), each
+        (N, D) (:meth:`attn_input`) -> new streams, this block's FFN-site pre (N, S) fp32 (the
+        next site's collapse weights) and, with ``next_norm`` (D,), the next site's input
+        ``rms_norm(hc_collapse(x', pre), next_norm)`` and its Q8_32 values (None unless
+        ``next_quant``: the head's input) from the last expand's own pass
+        (``hc_expand_norm``), else None.
 
         Single-pass mHC: a site's collapse weights come from the previous site's coefficients,
-        so each expand also yields the following site's normalized input."""
+        so each expand also yields the following site's normalized input. Its Q8_32 values are
+        rounded once there and read by every quantized projection of the site (``wq_a``,
+        ``wkv``; the shared and routed experts)."""
         eps = self.spec.rms_norm_eps
         a_pre, a_post, a_comb = self._coeffs(k, x, self.hc_attn_fn, self.hc_attn_scale,
                                              self.hc_attn_base)
-        x, h = k.hc_expand_norm(self.attn(k, h, batch, published), x, a_post, a_comb, a_pre,
-                                self.ffn_norm.weight, eps)
+        out = self.attn(k, h[0], batch, published, xq=h[1])
+        x, hf, hfq = k.hc_expand_norm(out, x, a_post, a_comb, a_pre, self.ffn_norm.weight, eps,
+                                      quant=True)
         f_pre, f_post, f_comb = self._coeffs(k, x, self.hc_ffn_fn, self.hc_ffn_scale,
                                              self.hc_ffn_base)
-        out = self.ffn(k, h, batch.image_mask)
+        out = self.ffn(k, hf, batch.image_mask, xq=hfq)
         if next_norm is None:
             return k.hc_expand(out, x, f_post, f_comb), f_pre, None
-        x, h = k.hc_expand_norm(out, x, f_post, f_comb, f_pre, next_norm, eps)
-        return x, f_pre, h
+        x, hn, hnq = k.hc_expand_norm(out, x, f_post, f_comb, f_pre, next_norm, eps,
+                                      quant=next_quant)
+        return x, f_pre, (hn, hnq)

@@ -211,17 +211,16 @@ class DeepseekV41(nn.Module):
                 x = block.engram(k, x, hash_ids[:, spec.engram_slot(layer_id)], text_mask)
             if h is None:
                 h = block.attn_input(k, x, pre)
-            if i + 1 == len(self.layers):
-                next_norm = self.norm.weight  # the head's input
-            elif self._engram_at(i + 1, hash_ids):
-                next_norm = None  # an engram injection changes the streams before that site
-            else:
-                next_norm = self.layers[i + 1].attn_norm.weight
-            x, pre, h = block(k, x, h, batch, published, next_norm)
+            if i + 1 == len(self.layers):  # the head's input (no Q8_32 values)
+                x, pre, h = block(k, x, h, batch, published, self.norm.weight, next_quant=False)
+            else:  # an engram injection changes the streams before the next site: no fusion
+                fuse = not self._engram_at(i + 1, hash_ids)
+                x, pre, h = block(k, x, h, batch, published,
+                                  self.layers[i + 1].attn_norm.weight if fuse else None)
         if callable(hash_ids):  # no engram layer here: the histories still advance
             hash_ids()
         assert h is not None
-        return h
+        return h[0]
 
     def _engram_at(self, i: int, hash_ids: object) -> bool:
         """Whether block i injects engram rows before its attention site."""

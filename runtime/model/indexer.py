@@ -37,10 +37,12 @@ class Indexer(nn.Module):
         return k.index_key_records(self.wk(k, latents), self.k_norm.weight,
                                    self.spec.rms_norm_eps, positions, inv_freq)
 
-    def queries(self, k: KernelSet, x: torch.Tensor, qr: torch.Tensor, positions: torch.Tensor,
+    def queries(self, k: KernelSet, x: torch.Tensor, qrq: torch.Tensor, positions: torch.Tensor,
                 inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """FP4-grid queries (N, Hi, Di) and scaled head weights (N, Hi) fp32 for all tokens."""
-        q = self.wq_b(k, qr).view(-1, self.n_heads, self.head_dim)
+        """FP4-grid queries (N, Hi, Di) and scaled head weights (N, Hi) fp32 for all tokens;
+        ``qrq``: the Q8_32 values of the attention's query latent (its ``wq_b`` reads them
+        too: rounded once)."""
+        q = self.wq_b.rounded(k, qrq).view(-1, self.n_heads, self.head_dim)
         q = k.fake_quant_fp4_ue8m0_block32(k.apply_rope(q, positions, inv_freq))
         scale = (self.head_dim ** -0.5) * (self.n_heads ** -0.5)
         w = self.weights_proj(k, x).float() * scale

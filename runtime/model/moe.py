@@ -134,12 +134,15 @@ class MoE(nn.Module):
         self.logcnt = torch.tensor(logcnt, dtype=torch.int64, device="cpu")
         self.exchange = exchange
 
-    def forward(self, k: KernelSet, x: torch.Tensor,
-                image_mask: torch.Tensor | None) -> torch.Tensor:
-        """(N, D) bf16 -> (N, D) bf16: routed experts + shared expert, accumulated in fp32."""
+    def forward(self, k: KernelSet, x: torch.Tensor, image_mask: torch.Tensor | None,
+                xq: torch.Tensor | None = None) -> torch.Tensor:
+        """(N, D) bf16 -> (N, D) bf16: routed experts + shared expert, accumulated in fp32.
+        ``xq``: x's Q8_32 values when the caller has them: the router reads x, the experts
+        read xq as it is (``x_rounded``: the ops skip their own rounding, which would give the
+        same values)."""
         if self.log2phy is None:
-            return self._forward_plain(k, x, image_mask)
-        return self._forward_slots(k, x, image_mask)
+            return self._forward_plain(k, x, image_mask, xq)
+        return self._forward_slots(k, x, image_mask, xq)
 
     def _route(self, k: KernelSet, x: torch.Tensor,
                image_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,39 +153,46 @@ class MoE(nn.Module):
                                     image_mask, self.top_k, self.route_scale, self.gate_temp,
                                     self.normalize)
 
-    def _shared_ffn(self, k: KernelSet, x: torch.Tensor) -> torch.Tensor:
-        """The shared expert's output (N, D) in x.dtype."""
+    def _shared_ffn(self, k: KernelSet, x: torch.Tensor, rounded: bool) -> torch.Tensor:
+        """The shared expert's output (N, D) in x.dtype (``rounded``: x holds Q8_32 values)."""
         s = self.shared_experts
-        return k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit)
+        return k.expert_ffn(x, s.w1.weight, s.w3.weight, s.w2.weight, self.limit,
+                            x_rounded=rounded)
 
-    def _shared(self, k: KernelSet, x: torch.Tensor, routed: torch.Tensor) -> torch.Tensor:
+    def _shared(self, k: KernelSet, x: torch.Tensor, routed: torch.Tensor,
+                rounded: bool) -> torch.Tensor:
         # fp32 + x.dtype promotes in the add (the same values as an explicit .float() first)
-        return (routed + self._shared_ffn(k, x)).to(x.dtype)
+        return (routed + self._shared_ffn(k, x, rounded)).to(x.dtype)
 
-    def _forward_plain(self, k: KernelSet, x: torch.Tensor,
-                       image_mask: torch.Tensor | None) -> torch.Tensor:
+    def _forward_plain(self, k: KernelSet, x: torch.Tensor, image_mask: torch.Tensor | None,
+                       xq: torch.Tensor | None) -> torch.Tensor:
         weights, ids = self._route(k, x, image_mask)
-        ex = self.experts
+        ex, rounded = self.experts, xq is not None
+        xe = xq if rounded else x  # the experts' input
         # the shared expert first: the routed op adds it in its combine (the same sum, rounded
         # once to x.dtype, without an fp32 (N, D) round trip)
-        return k.moe_routed_experts(x, ids, weights, ex.w1, ex.w3, ex.w2, self.limit,
-                                    residual=self._shared_ffn(k, x))
+        return k.moe_routed_experts(xe, ids, weights, ex.w1, ex.w3, ex.w2, self.limit,
+                                    residual=self._shared_ffn(k, xe, rounded), x_rounded=rounded)
 
-    def _forward_slots(self, k: KernelSet, x: torch.Tensor,
-                       image_mask: torch.Tensor | None) -> torch.Tensor:
+    def _forward_slots(self, k: KernelSet, x: torch.Tensor, image_mask: torch.Tensor | None,
+                       xq: torch.Tensor | None) -> torch.Tensor:
         weights, ids = self._route(k, x, image_mask)  # Step 1
+        rounded = xq is not None
+        xe = xq if rounded else x  # the experts' input
         if self.exchange is None:  # one rank holding every slot: the fused op over its slots
             ex, local = self.experts, self.physical_slots(ids) - self.slot_offset
-            return k.moe_routed_experts(x, local, weights, ex.w1, ex.w3, ex.w2, self.limit,
-                                        combine_ids=ids, residual=self._shared_ffn(k, x))
-        xs, ids_g, w_g, mine = self.exchange.gather(x, ids, weights)  # Step 2
-        y = self._local_slots(k, xs, self.physical_slots(ids_g), w_g)  # Steps 3, 4
+            return k.moe_routed_experts(xe, local, weights, ex.w1, ex.w3, ex.w2, self.limit,
+                                        combine_ids=ids,
+                                        residual=self._shared_ffn(k, xe, rounded),
+                                        x_rounded=rounded)
+        xs, ids_g, w_g, mine = self.exchange.gather(xe, ids, weights)  # Step 2
+        y = self._local_slots(k, xs, self.physical_slots(ids_g), w_g, rounded)  # Steps 3, 4
         if y.numel():
             self.exchange.reduce(y)  # Step 5 (N_g is the same on every rank of the group)
         y = y[mine]
         if x.shape[0] == 0:
             return x.new_empty(0, self.dim)
-        return self._shared(k, x, combine_in_expert_order(y, ids))  # Step 6
+        return self._shared(k, xe, combine_in_expert_order(y, ids), rounded)  # Step 6
 
     def physical_slots(self, ids: torch.Tensor) -> torch.Tensor:
         """(N_g, K) logical ids -> physical slots: replica ``(row + pick) % logcnt[e]``."""
@@ -196,7 +206,7 @@ class MoE(nn.Module):
         return log2phy[ids, spread % logcnt[ids]]
 
     def _local_slots(self, k: KernelSet, x: torch.Tensor, phys: torch.Tensor,
-                     weights: torch.Tensor) -> torch.Tensor:
+                     weights: torch.Tensor, rounded: bool) -> torch.Tensor:
         """(N_g, K, D) fp32: this rank's slots' outputs for the pairs routed to them, else 0."""
         y = torch.zeros(*phys.shape, self.dim, dtype=torch.float32, device=x.device)
         for j in range(len(self.experts)):
@@ -204,6 +214,6 @@ class MoE(nn.Module):
             if tok.numel():
                 slot = self.experts[j]  # 1-expert views: only this slot is dequantized
                 y[tok, pick] = k.expert_ffn(x[tok], slot.w1, slot.w3, slot.w2, self.limit,
-                                            weights[tok, pick]).float()
+                                            weights[tok, pick], x_rounded=rounded).float()
         return y
 

@@ -108,6 +108,13 @@ class Linear(StoredWeight):
             return k.linear_quant_act(x, self.weight)
         return k.linear(x, self.weight)
 
+    def rounded(self, k: KernelSet, xq: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` of an input whose Q8_32 values ``xq`` are already at hand (several
+        projections of one activation: it is rounded once); ``linear_quant_act`` is by
+        definition ``linear`` of those values."""
+        assert self.quant_act, "rounded(): a projection without activation quantization"
+        return k.linear(xq, self.weight)
+
 
 class Fp8RowTable(StoredWeight):
     """An engram table (rows, dim): ``weight`` is an ``Fp8Rows`` (codes + per-32 ue8m0 scales;

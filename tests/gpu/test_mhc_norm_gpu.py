@@ -29,7 +29,7 @@ def _gpu_only():
 def test_hc_expand_norm_v41(rows):
     from deepinfer.kernels.reference import mhc
     from deepinfer.kernels.triton import mhc as tri_mhc
-    from deepinfer.kernels.triton import mhc_norm, norm
+    from deepinfer.kernels.triton import mhc_norm, norm, quant_act
 
     torch.manual_seed(rows)
     s, dim, eps = 4, 5120, 1e-20
@@ -41,8 +41,9 @@ def test_hc_expand_norm_v41(rows):
     weight = torch.randn(dim, device="cuda").to(torch.bfloat16)
     args = (out, x, post, comb, pre, weight, eps)
     with nan_poisoned_allocations():
-        y, h = mhc_norm.hc_expand_norm(*args)
-    ry, rh = mhc.hc_expand_norm(*args)
+        y, h, hq = mhc_norm.hc_expand_norm(*args, quant=True)
+    ry, rh, _ = mhc.hc_expand_norm(*args)
+    assert torch.equal(hq, quant_act.fake_quant_fp8_block32(h))  # the quantizer's bits of h
 
     def three():
         y3 = tri_mhc.hc_expand(out, x, post, comb)
@@ -53,12 +54,19 @@ def test_hc_expand_norm_v41(rows):
     step = (h3.float().abs() * 2.0**-7).clamp_min(1e-30)  # one bf16 step
     assert ((h.float() - h3.float()).abs() <= step).all()
     if rows > 1:  # a row's bits alone and in the batch
-        one_y, one_h = mhc_norm.hc_expand_norm(*(a[rows // 2:rows // 2 + 1] for a in args[:5]),
-                                               weight, eps)
+        one_y, one_h, one_q = mhc_norm.hc_expand_norm(
+            *(a[rows // 2:rows // 2 + 1] for a in args[:5]), weight, eps, quant=True)
         assert torch.equal(one_y[0], y[rows // 2]) and torch.equal(one_h[0], h[rows // 2])
-    bytes_fused = rows * dim * 2 * (2 * s + 2 + 2)  # x, out read; y, h written; h re-read, written
+        assert torch.equal(one_q[0], hq[rows // 2])
+    # x, out read; y, h written; h re-read and written (+ hq written)
+    bytes_fused = rows * dim * 2 * (2 * s + 2 + 2)
     _row(f"hc_expand_norm {rows}", f"{rows}x{s}x{dim}", max(_rel(y, ry), _rel(h, rh)), 1e-2,
          _ms(lambda: mhc_norm.hc_expand_norm(*args)), None)
+    _row(f"hc_expand_norm+q8 {rows}", f"{rows}x{s}x{dim}", max(_rel(y, ry), _rel(h, rh)), 1e-2,
+         _ms(lambda: mhc_norm.hc_expand_norm(*args, quant=True)), None)
     _row(f"expand+collapse+norm {rows}", f"{rows}x{s}x{dim}", _rel(h3, rh), 1e-2, _ms(three),
          None)
-    print(f"\n  fused traffic {bytes_fused / 1e6:.1f} MB", end="")
+    _row(f"  ... + q8 {rows}", f"{rows}x{s}x{dim}", _rel(h3, rh), 1e-2,
+         _ms(lambda: quant_act.fake_quant_fp8_block32(three()[1])), None)
+    print(f"\n  fused traffic {bytes_fused / 1e6:.1f} MB (+ {rows * dim * 2 / 1e6:.1f} MB hq)",
+          end="")

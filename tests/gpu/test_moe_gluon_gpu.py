@@ -355,6 +355,15 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
         via_pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
     direct = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
     assert torch.equal(via, direct)
+    # the site's Q8_32 values rounded once (x_rounded: no rounding launch): the same bits
+    from deepinfer.kernels.triton import quant_act
+
+    xq = quant_act.fake_quant_fp8_block32(x)
+    assert torch.equal(pf.run_experts_w4a16_prefill(xq, ids, route_w, *kernel, 10.0,
+                                                    x_rounded=True), direct)
+    with _prefill_kernel("w4a16"):
+        assert torch.equal(moe_experts.moe_routed_experts(xq, ids, route_w, *kernel, 10.0,
+                                                          x_rounded=True), direct)
     ref_pairs = moe_experts.run_experts(x, ids, route_w, *plain, 10.0, combine=False)
     assert via_pairs.dtype == x.dtype and via_pairs.shape == ref_pairs.shape
     _row("w4a16 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",

@@ -410,3 +410,25 @@ def test_inline_ptx_unpack_is_exact_for_every_byte_and_scale():
                 hi = (out[2 + reg] >> (16 * half)) & 0xFFFF
                 assert lo == bf16_bits(float(want[byte, 0])), (e, byte, pos)
                 assert hi == bf16_bits(float(want[byte, 1])), (e, byte, pos)
+
+
+@pytest.mark.parametrize("abf16", [False, True])
+def test_rounded_input_gives_the_same_bits(abf16):
+    """``x_rounded`` (the block's site hands over Q8_32 values rounded once): the experts of
+    those values skip their rounding and give the bits of the unrounded input's run (rounding
+    Q8_32 values again returns them), through the codes path and the A_BF16 values path."""
+    from deepinfer.kernels.triton import quant_act
+
+    dim, inter, num_experts, topk = 64, 64, 6, 3
+    x, ids, weights = _routed(40, dim, num_experts, topk, seed=11)
+    packed, _ = _experts(num_experts, inter, dim, seed=12)
+    xq = quant_act.fake_quant_fp8_block32(x)
+    cfg = {"A_BF16": abf16}
+    want = moe_experts.run_experts(x, ids, weights, *packed, 0.7, config=cfg)
+    got = moe_experts.run_experts(xq, ids, weights, *packed, 0.7, config=cfg, x_rounded=True)
+    assert torch.equal(got, want)
+    res = torch.randn(40, dim, generator=torch.Generator().manual_seed(13))
+    assert torch.equal(
+        moe_experts.moe_routed_experts(xq, ids, weights, *packed, 0.7, residual=res,
+                                       x_rounded=True),
+        moe_experts.moe_routed_experts(x, ids, weights, *packed, 0.7, residual=res))

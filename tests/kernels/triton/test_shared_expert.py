@@ -67,3 +67,19 @@ def test_swiglu_fake_q8_is_the_dequantized_codes():
     fake = moe_swiglu.swiglu_fake_q8(gg, uu, rw, 7.0, torch.bfloat16)
     want = quant.dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
     assert fake.dtype == torch.bfloat16 and torch.equal(fake.float(), want.float())
+
+
+@pytest.mark.parametrize("rows", [5, 70])
+def test_rounded_input_gives_the_same_bits(rows):
+    """``x_rounded`` with the Q8_32 values of x: the bf16 path (70 rows) reads them as they
+    are, the FP8 path (5 rows) quantizes them (the same codes' values): x's bits either way."""
+    from deepinfer.kernels.triton import quant_act
+
+    g = torch.Generator().manual_seed(rows + 1)
+    dim, inter = 128, 96
+    x = torch.randn(rows, dim, generator=g)
+    w1, w3 = (random_fp8_weight(inter, dim, s, WEIGHT_RANGE) for s in (4, 5))
+    w2 = random_fp8_weight(dim, inter, 6, WEIGHT_RANGE)
+    xq = quant_act.fake_quant_fp8_block32(x)
+    assert torch.equal(shared_expert.shared_expert_ffn(xq, w1, w3, w2, 7.0, x_rounded=True),
+                       shared_expert.shared_expert_ffn(x, w1, w3, w2, 7.0))
