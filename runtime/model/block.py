@@ -38,12 +38,15 @@ class Block(nn.Module):
         return k.hc_coeffs(x, fn, scale, base, spec.rms_norm_eps, spec.hc_eps,
                            spec.hc_sinkhorn_iters)
 
-    def attn_input(self, k: KernelSet, x: torch.Tensor, pre: torch.Tensor
+    def attn_input(self, k: KernelSet, x: torch.Tensor, pre: torch.Tensor | None
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The attention site's input (N, D) bf16 — the collapse of x (N, S, D) with the
         previous site's pre (N, S), RMS-normed — and its Q8_32 values, where no fused expand
-        produced them (the first block, after an engram injection)."""
-        h = k.rms_norm(k.hc_collapse(x, pre), self.attn_norm.weight, self.spec.rms_norm_eps)
+        produced them (the first block, after an engram injection). ``pre`` None: the first
+        site's identity pre-mix (1, 0, ..., 0), whose collapse is stream 0 itself (exactly:
+        1 * x_0 + 0 * x_i), read in place."""
+        y = x[:, 0] if pre is None else k.hc_collapse(x, pre)
+        h = k.rms_norm(y, self.attn_norm.weight, self.spec.rms_norm_eps)
         return h, k.fake_quant_fp8_block32(h)
 
     def forward(self, k: KernelSet, x: torch.Tensor, h: tuple[torch.Tensor, torch.Tensor],

@@ -199,8 +199,7 @@ class DeepseekV41(nn.Module):
         caches' engram histories), called once: at the first engram layer, else at the end."""
         k, spec = self.kernels, self.spec
         x = emb.unsqueeze(1).expand(-1, spec.hc_mult, -1).contiguous()  # (N, S, D)
-        pre = torch.zeros(x.shape[0], spec.hc_mult, device=x.device)
-        pre[:, 0] = 1.0  # identity pre-mix: the first site reads stream 0
+        pre = None  # the previous site's collapse weights; the first site reads stream 0
         published = Published()
         h = None  # the next block's attention input, when the previous expand produced it
         for i, block in enumerate(self.layers):

@@ -55,8 +55,9 @@ def test_every_site_fused_but_the_first_and_after_an_engram_injection():
     ids = torch.randint(0, 500, (9,), generator=torch.Generator().manual_seed(1)).tolist()
     model(ForwardBatch.build([ids], [SequenceCache.empty(spec)]))
     n = len(layers)
-    unfused = [0] + engram  # blocks whose attention input is collapsed and normed on its own
-    assert counting.calls["hc_collapse"] == len(unfused)
+    unfused = [0] + engram  # blocks whose attention input is normed (and rounded) on its own
+    # collapsed on its own after each engram injection; the first block's is stream 0 as is
+    assert counting.calls["hc_collapse"] == len(engram)
     # the FFN site of the block before each engram layer expands on its own
     assert counting.calls["hc_expand"] == len(engram)
     # every attention site's expand, and the FFN sites' before a fused next block
