@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Device round 163 (prepared in session 29, not run): decode 64 / 256 x 4K as a check (the
-# decode path's launch arithmetic moved to plain Python: launch_math; nothing else changed
-# there); bench/moe_align.py (µs per call in CUDA graphs and host µs, the one-program and
+# Device round 163 (prepared in sessions 29-30, not run): decode 64 / 256 x 4K (session 30:
+# each block's decode graph drops ~6 launches — the collapses, norms and per-projection Q8_32
+# roundings of its two sites fused into hc_expand_norm; launch arithmetic in plain Python); bench/moe_align.py (µs per call in CUDA graphs and host µs, the one-program and
 # chunked paths against the torch version at 1 .. 32K tokens, MAX_PAIRS:CHUNK variants: where
 # the chunks should take over); `chunk_check` of an 8K prompt in 8,192 / 2,048 / 1,024 chunks
 # (the chunked align path runs at 2K and 8K chunks: tokens and logprobs bit-identical across

@@ -19,10 +19,11 @@ Weight = torch.Tensor | Fp8BlockWeight | Mxfp4ExpertWeights
 """A matrix (O, I): plain, FP8 32x32-tile, or a 1-expert MXFP4 container."""
 
 
-def linear(x: torch.Tensor, weight: Weight, out_dtype: torch.dtype | None = None
-           ) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: Weight, out_dtype: torch.dtype | None = None,
+           promoted: bool = False) -> torch.Tensor:
     """``x @ weight^T`` (fp64 accumulation); (N, I) x (O, I) -> (N, O) in ``out_dtype`` (default
-    x's dtype; the logit head: bf16 x, fp32 logits)."""
+    x's dtype; the logit head: bf16 x, fp32 logits). ``promoted`` asks a kernel for
+    fp32-accurate sums (the compressor's fp32 projections of bf16 x); fp64 sums already are."""
     return (x.double() @ dense(weight).double().t()).to(out_dtype or x.dtype)
 
 

@@ -99,6 +99,7 @@ def _linear_kernel(
     stride_xm, stride_xg, stride_wo, stride_wsr, stride_om, stride_og,
     W_FP8: tl.constexpr,  # weight is e4m3 codes + 32×32 ue8m0 tiles
     X_SPLIT: tl.constexpr,  # bf16 pieces of x (1, 2 or 3); 0: plain fp32 ieee dot
+    X_EXACT: tl.constexpr,  # (X_SPLIT > 1) x holds bf16 values, known on the host: no flag read
     DOT_BF16: tl.constexpr,  # pieces go through bf16 tensor cores (GPU) or fp32 dots (interp.)
     EVEN_K: tl.constexpr,  # K % BK == 0 and k_per_split % BK == 0: no K masks
     SPLIT_K: tl.constexpr,
@@ -125,7 +126,10 @@ def _linear_kernel(
     if X_SPLIT > 1:
         # fp16/fp32 x holding bf16 values (the head's y.float()) needs one dot, not X_SPLIT:
         # a uniform branch around the whole K loop keeps both loops pipelined.
-        if tl.load(exact_ptr) != 0:
+        if X_EXACT:  # bf16 x with promoted fp32 sums: this loop without the flag
+            acc = _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end, W_FP8, 1, True,
+                          DOT_BF16, EVEN_K, BM, BN, BK, KC)
+        elif tl.load(exact_ptr) != 0:
             acc = _k_loop(acc, x_ptrs, w_ptrs, ws_ptrs, offs_k, k_begin, k_end, W_FP8, 1, True,
                           DOT_BF16, EVEN_K, BM, BN, BK, KC)
         else:
@@ -236,13 +240,14 @@ def _bf16_exact(x: torch.Tensor) -> torch.Tensor:
 
 def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_features: int,
             split_k: int | None = None, out_dtype: torch.dtype | None = None,
-            config: dict | None = None) -> torch.Tensor:
+            config: dict | None = None, promoted: bool = False) -> torch.Tensor:
     """x3 (M, G, K) x weight (G * out_features, K) -> (M, G, out_features) in ``out_dtype``
     (default x3's dtype). ``config`` replaces ``linear_config``'s entries and keeps the call on
-    ``_linear_kernel`` (bench/gemm_decode.py's tilings)."""
+    ``_linear_kernel`` (bench/gemm_decode.py's tilings). ``promoted`` (bf16 x, bf16-exact
+    weight): the fp32-x kernel's promoted sums on x as it is (``linear``)."""
     num_rows, groups, num_k = x3.shape
     out_dtype = out_dtype or x3.dtype
-    if (split_k is None and config is None and out_dtype == x3.dtype
+    if (split_k is None and config is None and out_dtype == x3.dtype and not promoted
             and not gemm_fp8.is_interpreting()):
         if _wide_applies(x3, weight, out_features):
             return linear_wide.linear_wide(x3, weight, out_features)
@@ -256,6 +261,9 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     interpret = gemm_fp8.is_interpreting()
     bf16_exact_w = w_fp8 or w.dtype == torch.bfloat16
     x_split = _X_SPLIT.get(x3.dtype, 0) if bf16_exact_w else 0
+    x_exact = promoted and x_split == 1  # bf16 x on the fp32-x kernel's loop and tiles
+    if x_exact:
+        x_split = _X_SPLIT[torch.float32]
     cfg = {**linear_config(num_rows, x_split, w_fp8, interpret, out_features), **(config or {})}
     out = torch.empty((num_rows, groups, out_features), dtype=out_dtype, device=x3.device)
     if num_rows == 0 or out_features == 0 or groups == 0:
@@ -278,15 +286,16 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
         target = torch.empty((split_k, num_rows, groups, out_features), dtype=torch.float32,
                              device=x3.device)
     kc = FP8_TILE if w_fp8 else bk
-    exact = x3  # unused unless x_split > 1
-    if x_split > 1:  # a device flag (no host sync): x holds only bf16 values
+    exact = x3  # unused unless x_split > 1 and not x_exact
+    if x_split > 1 and not x_exact:  # a device flag (no host sync): x holds only bf16 values
         exact = _bf16_exact(x3)
     _linear_kernel[(num_tiles, split_k, groups)](
         x3, w, w_scale, exact, target,
         num_rows, out_features, num_k, k_per_split, num_rows * groups * out_features,
         x3.stride(0), x3.stride(1), w.stride(0), w_scale.stride(0) if w_fp8 else 0,
         groups * out_features, out_features,
-        W_FP8=w_fp8, X_SPLIT=x_split, DOT_BF16=not interpret, EVEN_K=num_k % bk == 0,
+        W_FP8=w_fp8, X_SPLIT=x_split, X_EXACT=x_exact, DOT_BF16=not interpret,
+        EVEN_K=num_k % bk == 0,
         SPLIT_K=split_k, BM=cfg["BM"], BN=cfg["BN"], BK=bk, KC=kc, GROUP_M=cfg["GROUP_M"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if split_k > 1:
@@ -298,7 +307,8 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertWeights,
-           split_k: int | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+           split_k: int | None = None, out_dtype: torch.dtype | None = None,
+           promoted: bool = False) -> torch.Tensor:
     """Registered op: ``x @ weight^T``, (N, I) x (O, I) -> (N, O) in ``out_dtype`` (default x's
     dtype; fp32 accumulation).
 
@@ -306,13 +316,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight | Mxfp4ExpertW
     ``Mxfp4ExpertWeights`` (which supports_linear declines) is dequantized to bf16 first. The
     logit head passes bf16 x with ``out_dtype=torch.float32``: one bf16 dot per step, the same
     products and fp32 sums as fp32 x holding those values, without the fp32-x kernel's second K
-    loop (session 13, bench/gemm_head.py).
+    loop (session 13, bench/gemm_head.py). ``promoted``: bf16 x summed as the fp32-x kernel
+    sums x.float() — each K chunk in a fresh fp32 accumulator, then added (fp32-accurate; the
+    head's truncating wgmma accumulation drifts ~1e-5 over K = 4096) — with those bits, without
+    the fp32 copy of x and the device flag's passes over it (the compressor's fp32 projections).
     """
     assert x.dim() == 2, f"linear: x must be (N, I), got {tuple(x.shape)}"
     if isinstance(weight, Mxfp4ExpertWeights):
         weight = dense(weight)
-    return _launch(x[:, None, :], weight, weight.shape[0], split_k, out_dtype).view(
-        x.shape[0], -1)
+    return _launch(x[:, None, :], weight, weight.shape[0], split_k, out_dtype,
+                   promoted=promoted).view(x.shape[0], -1)
 
 
 # FP8 projections above 64 rows: bf16 wgmma on the weight decoded in registers beat FP8 wgmma with
@@ -387,21 +400,25 @@ def aot_cases() -> list[dict[str, Any]]:
             ("linear_bf16_prefill", 4096, "*bf16", "*bf16", False, 1),
             ("grouped_wo_a_fp8_decode_g8", 64, "*bf16", "*u8", True, 2),
             ("grouped_wo_a_fp8_prefill_g8", 4096, "*bf16", "*u8", True, 1),
-            ("linear_fp32w_ieee_decode", 16, "*fp32", "*fp32", False, 1)):
+            ("linear_fp32w_ieee_decode", 16, "*fp32", "*fp32", False, 1),
+            ("linear_bf16x_promoted_compressor", 4096, "*bf16", "*bf16", False, 1),
+            ("linear_bf16x_promoted_decode", 16, "*bf16", "*bf16", False, 1)):
         x_split = 0 if w_ty == "*fp32" else {"*bf16": 1, "*fp32": 3}[x_ty]
+        x_split = 3 if "promoted" in name else x_split
         cfg = linear_config(rows, x_split, w_fp8, out_features=129280 if "head" in name else 0)
         cases.append({
             "id": name, "module": __name__, "kernel": "_linear_kernel",
             "signature": {"x_ptr": x_ty, "w_ptr": w_ty, "ws_ptr": "*u8", "exact_ptr": "*i1",
-                          "out_ptr": "*fp32" if split_k > 1 or "head" in name else x_ty,
+                          "out_ptr": ("*fp32" if split_k > 1 or "head" in name
+                                      or "promoted" in name else x_ty),
                           "M": "i32", "O": "i32", "K": "i32", "k_per_split": "i32",
                           "split_stride": "i32", "stride_xm": "i32", "stride_xg": "i32",
                           "stride_wo": "i32", "stride_wsr": "i32", "stride_om": "i32",
                           "stride_og": "i32"},
-            "constexprs": {"W_FP8": w_fp8, "X_SPLIT": x_split, "DOT_BF16": True, "EVEN_K": True,
-                           "SPLIT_K": split_k, "BM": cfg["BM"], "BN": cfg["BN"],
-                           "BK": cfg["BK"], "KC": FP8_TILE if w_fp8 else cfg["BK"],
-                           "GROUP_M": cfg["GROUP_M"]},
+            "constexprs": {"W_FP8": w_fp8, "X_SPLIT": x_split, "X_EXACT": "promoted" in name,
+                           "DOT_BF16": True, "EVEN_K": True, "SPLIT_K": split_k,
+                           "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"],
+                           "KC": FP8_TILE if w_fp8 else cfg["BK"], "GROUP_M": cfg["GROUP_M"]},
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
             "expect_wgmma": x_split > 0 and cfg["BM"] >= 64, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})

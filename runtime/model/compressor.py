@@ -37,8 +37,10 @@ class Compressor(nn.Module):
         """
         if self.ratio == 1:
             return k.rms_norm(self.wkv(k, x), self.norm.weight, self.eps), None
-        xf = x.float()
-        return self.wkv(k, xf), self.wgate(k, xf)
+        # fp32 products of x's bf16 values with fp32-accurate sums (x.float()'s, without the
+        # copy)
+        return (k.linear(x, self.wkv.weight, out_dtype=torch.float32, promoted=True),
+                k.linear(x, self.wgate.weight, out_dtype=torch.float32, promoted=True))
 
     def emit(self, k: KernelSet, kv: torch.Tensor, gate: torch.Tensor | None,
              batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor, list[int]]:

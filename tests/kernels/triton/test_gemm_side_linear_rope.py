@@ -80,6 +80,24 @@ def test_linear_bf16_x_fp32_out(rows):
     assert _rel(out, tri_linear.linear(x.float(), w)) < 1e-6
 
 
+@pytest.mark.parametrize("rows", [3, 70])
+@pytest.mark.parametrize("fp8", [False, True])
+def test_linear_promoted_is_the_fp32_x_paths_bits(rows, fp8):
+    """``promoted`` (the compressor's fp32 projections of bf16 x): the bits of the fp32-x
+    kernel on x.float() (same tiles, same promoted loop), without the copy or the device flag;
+    the reference ignores the hint (fp64 sums)."""
+    g = torch.Generator().manual_seed(10 + rows)
+    x = torch.randn(rows, 128, generator=g).to(torch.bfloat16)
+    w = torch.randn(64, 128, generator=g).to(torch.bfloat16)
+    if fp8:
+        w = Fp8BlockWeight(*formats.quantize_fp8_weight(w.float()))
+    out = tri_linear.linear(x, w, out_dtype=torch.float32, promoted=True)
+    assert out.dtype == torch.float32 and torch.equal(out, tri_linear.linear(x.float(), w))
+    ref = linear.linear(x, w, out_dtype=torch.float32, promoted=True)
+    assert torch.equal(ref, linear.linear(x.float(), w))
+    assert _rel(out, ref) < 1e-6
+
+
 def test_linear_config_wide_tiles_for_the_head_only():
     """128x256 tiles for bf16 x against a bf16 weight of >= WIDE_BF16_MIN_OUT rows at 65-256
     rows (the head); narrower outputs, FP8 weights, fp32 x and other row counts keep theirs."""
