@@ -180,7 +180,9 @@ class MoE(nn.Module):
         rounded = xq is not None
         xe = xq if rounded else x  # the experts' input
         if self.exchange is None:  # one rank holding every slot: the fused op over its slots
-            ex, local = self.experts, self.physical_slots(ids) - self.slot_offset
+            ex, local = self.experts, self.physical_slots(ids)
+            if self.slot_offset:
+                local = local - self.slot_offset
             return k.moe_routed_experts(xe, local, weights, ex.w1, ex.w3, ex.w2, self.limit,
                                         combine_ids=ids,
                                         residual=self._shared_ffn(k, xe, rounded),
@@ -201,6 +203,8 @@ class MoE(nn.Module):
         if self.log2phy.device != ids.device:  # once: a per-call copy would sync the host
             self.log2phy, self.logcnt = self.log2phy.to(ids.device), self.logcnt.to(ids.device)
         log2phy, logcnt = self.log2phy, self.logcnt
+        if log2phy.shape[1] == 1:  # no replicas: one gather (a plan's EPLB may still permute)
+            return log2phy.view(-1)[ids]
         spread = (torch.arange(n, device=ids.device)[:, None]
                   + torch.arange(top_k, device=ids.device)[None, :])
         return log2phy[ids, spread % logcnt[ids]]

@@ -231,6 +231,27 @@ def test_moe_slots_with_redundant_replicas_equal_the_plain_moe(plans):
     assert not syncs, syncs
 
 
+def test_moe_slots_permuted_without_replicas_equal_the_plain_moe(plans):
+    """One rank holding every expert once in a permuted order (EPLB's packing on one GPU):
+    the slots come from one gather, and the output is the plain path's bit for bit."""
+    model = load_rank_model(load_runtime_plan(plans["tiny-cpu"]), 0).model
+    plain = model.layers[2].ffn
+    phy2log = [5, 2, 7, 0, 1, 6, 3, 4]
+    log2phy = [[phy2log.index(e)] for e in range(8)]
+    slots = MoE(plain.dim, plain.inter, 8, plain.top_k, plain.route_scale, plain.gate_temp,
+                plain.normalize, plain.limit)
+    slots.set_slots(0, phy2log, log2phy, [1] * 8)
+    assert slots.log2phy is not None  # the slots path, not the plain one
+    slots.gate, slots.shared_experts = plain.gate, plain.shared_experts
+    for j, e in enumerate(phy2log):
+        slots.experts[j] = plain.experts[e]
+    x = torch.randn(23, plain.dim, generator=torch.Generator().manual_seed(2)).bfloat16()
+    ids = plain._route(model.kernels, x, None)[1]
+    assert torch.equal(slots.physical_slots(ids),
+                       torch.tensor(log2phy)[ids, 0])  # slot p holds logical phy2log[p]
+    assert torch.equal(slots(model.kernels, x, None), plain(model.kernels, x, None))
+
+
 def test_the_launcher_reports_the_cause_not_the_peer_that_saw_it_die():
     """A rank that fails at start-up (exit 2) can exit after its peer has already failed with 1
     on the closed connection: the launcher waits briefly and reports the cause's code."""
