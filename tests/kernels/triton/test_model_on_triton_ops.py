@@ -1,0 +1,47 @@
+"""The tiny model with the GEMM-side Triton ops (interpreter) against the reference model: the
+model's wiring of the fused mHC sites (``hc_expand_norm`` with its Q8_32 values, the
+projections' ``rounded`` inputs, the experts' ``x_rounded``, the compressor's ``promoted``
+projections) through the Triton wrappers, prefill then a decode step.
+
+Tolerance: the interpreter's bf16 casts truncate (docs/kernels.md §3.2), which moves the tiny
+model's logits ~2.6e-2 (rel. L2) from the reference — the same figure to 16 digits at the
+commit before the fusions (session 30). This catches what breaks the wiring (a wrong keyword,
+shape, weight or input: errors or O(1) moves); the reference-level bit identity of the fused
+sites is tests/runtime/test_site_fusion.py's and tests/kernels/triton/test_mhc_norm.py's.
+"""
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from deepinfer.kernels.registry import KernelSet  # noqa: E402
+from deepinfer.kernels.triton import register_triton_backend  # noqa: E402
+from deepinfer.runtime.model.batch import ForwardBatch  # noqa: E402
+from deepinfer.runtime.model.cache import SequenceCache  # noqa: E402
+from tests.runtime.paged_helpers import tiny_model  # noqa: E402
+
+OPS = ("hc_expand_norm", "hc_expand", "hc_collapse", "hc_coeffs", "rms_norm", "linear",
+       "linear_quant_act", "fake_quant_fp8_block32", "expert_ffn", "moe_routed_experts")
+
+
+def _logits(model, ids: list[int]) -> torch.Tensor:
+    cache = SequenceCache.empty(model.spec)
+    prefill = model(ForwardBatch.build([ids], [cache]))
+    return torch.cat([prefill, model(ForwardBatch.build([[7]], [cache]))])
+
+
+def test_tiny_model_on_triton_ops_matches_the_reference(monkeypatch):
+    from deepinfer.kernels import registry
+
+    registry.ops()  # the reference backend first; Triton registered into a copy (no leak)
+    monkeypatch.setattr(registry, "_REGISTRY",
+                        {op: dict(regs) for op, regs in registry._REGISTRY.items()})
+    assert set(OPS) <= set(register_triton_backend())
+    ref, tri = tiny_model(), tiny_model()
+    tri.kernels = KernelSet({op: "triton" for op in OPS})
+    ids = torch.randint(0, 500, (6,), generator=torch.Generator().manual_seed(1)).tolist()
+    want, got = _logits(ref, ids).double(), _logits(tri, ids).double()
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel < 5e-2, rel
+    assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.7
