@@ -32,6 +32,7 @@ KINDS = ("attn_in", "q", "kv", "selection", "attn_out", "ffn_out")
 def record(llm, chunk: int, prompt: list[int]) -> dict[tuple[int, str], torch.Tensor]:
     """The prompt prefilled in chunks of ``chunk`` tokens; per (layer, kind) its rows in
     prompt order (on the host)."""
+    from deepinfer.kernels import formats
     from deepinfer.runtime.engine import Engine
     from deepinfer.runtime.model.attention import Attention
     from deepinfer.runtime.sampling_params import SamplingParams
@@ -68,10 +69,11 @@ def record(llm, chunk: int, prompt: list[int]) -> dict[tuple[int, str], torch.Te
 
     real_prefill_attention = Attention._prefill_attention
 
-    def per_sequence(self, k, q, kv, *rest):  # the attention op's query and key rows
+    def per_sequence(self, k, q, records, *rest):  # the attention op's query and key rows
         keep(self.layer.layer_id, "q", q)
-        keep(self.layer.layer_id, "kv", kv)
-        return real_prefill_attention(self, k, q, kv, *rest)
+        keep(self.layer.layer_id, "kv", formats.unpack_window_kv(records, self.head_dim,
+                                                                torch.bfloat16))
+        return real_prefill_attention(self, k, q, records, *rest)
 
     Attention._selection = selection
     Attention._prefill_attention = per_sequence

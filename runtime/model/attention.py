@@ -95,15 +95,13 @@ class Attention(nn.Module):
         kv = self.wkv(k, x) if xq is None else self.wkv.rounded(k, xq)
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
 
+        # the new tokens' window records in one fused op: Q8_32(rope(rms_norm(kv))); a
+        # prefill's keys are their values (unpacking is exact), its rings get the last rows'
+        records = k.window_kv_records(kv, self.kv_norm.weight, eps, pos, inv_freq)
         if isinstance(batch, DecodeRows):
-            # the new tokens' window records in one fused op: Q8_32(rope(rms_norm(kv))), the
-            # bytes packing the chain below gives (the Q8_32 round trip is idempotent)
-            records = k.window_kv_records(kv, self.kv_norm.weight, eps, pos, inv_freq)
             out = self._decode(k, q, records, comp, idx_q, published, batch)
         else:
-            kv = k.rms_norm(kv, self.kv_norm.weight, eps)
-            kv = k.fake_quant_fp8_block32(k.apply_rope(kv, pos, inv_freq))
-            out = self._prefill_attention(k, q, kv, comp, idx_q, batch, published)
+            out = self._prefill_attention(k, q, records, comp, idx_q, batch, published)
         out = k.apply_rope(out, pos, inv_freq, inverse=True, in_place=True)
         z = k.grouped_linear(out.view(out.shape[0], spec.o_groups, -1), self.wo_a.weight)
         return self.wo_b(k, z.flatten(1))
@@ -191,7 +189,7 @@ class Attention(nn.Module):
             published.candidate_rows[layer.layer_id] = cand
         return sel
 
-    def _prefill_attention(self, k: KernelSet, q: torch.Tensor, kv: torch.Tensor,
+    def _prefill_attention(self, k: KernelSet, q: torch.Tensor, records: torch.Tensor,
                       comp: tuple[torch.Tensor, torch.Tensor | None] | None,
                       idx_q: tuple[torch.Tensor, torch.Tensor] | None, batch: ForwardBatch,
                       published: Published) -> torch.Tensor:
@@ -212,20 +210,21 @@ class Attention(nn.Module):
                 picks = [self._selection(k, b, batch.rows(b), idx_q,
                                          batch.positions[batch.rows(b)], cache, published)
                          for b, cache in enumerate(batch.caches)]
-        keys, indices = self._window_keys(k, kv, batch)
+        keys, indices = self._window_keys(k, records, batch)
         if picks:
             keys, indices = self._with_entries(keys, indices, picks,
                                                self._entries(k, batch, published), batch)
         # one op over every sequence's rows (a 4K chunk's result is 268 MB)
         return k.sparse_attention_sink(q, keys, indices, self.attn_sink, self.head_dim ** -0.5)
 
-    def _window_keys(self, k: KernelSet, kv: torch.Tensor, batch: ForwardBatch
+    def _window_keys(self, k: KernelSet, records: torch.Tensor, batch: ForwardBatch
                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """Window rows visible to the batch's chunks, and per-query row lists; writes each
         chunk's last rows to its sequence's ring.
 
-        Args: kv (N, Dh) of the batch's rows. Returns keys (P + N, Dh): the up to W - 1 cached
-        rows before each continuing chunk, then kv; indices (N, W) int64: query p's window
+        Args: records uint8 (N, Dh + Dh/32), the window records of the batch's rows. Returns
+        keys (P + N, Dh) bf16, unpacked in one op: the up to W - 1 cached rows before each
+        continuing chunk, then the batch's rows; indices (N, W) int64: query p's window
         ``p - W + 1 .. p`` ascending, -1 before its sequence's first key. A fixed W columns per
         query, whatever the chunk length (a (S, P + S) mask would make attention scan every
         key).
@@ -233,7 +232,7 @@ class Attention(nn.Module):
         w, layer_id = self.spec.sliding_window, self.layer.layer_id
         layout = batch.window_layout(w)
         pool = batch.window_pool() if layout.pool_rows is not None else None
-        keys = kv
+        rows = records
         if layout.prev:  # read before the ring writes below overwrite those slots
             if pool is not None:  # every sequence's rows in one gather
                 state, ring_slot = layout.pool_rows[0]
@@ -243,10 +242,10 @@ class Attention(nn.Module):
                                for b, first, start in layout.prev
                                for slot, _, n in window_layout.ring_ranges(first, start - first,
                                                                            w)])
-            prev = k.unpack_window_kv(cached, self.head_dim, torch.bfloat16)
-            keys = torch.cat([prev, kv])
+            rows = torch.cat([cached, records])
+        keys = k.unpack_window_kv(rows, self.head_dim, torch.bfloat16)
         indices = batch.window_indices(w)  # shared by the layers: not written to
-        records = k.pack_window_kv(kv[layout.tail_rows])
+        records = records[layout.tail_rows]
         if pool is not None:  # every sequence's tail in one write
             state, ring_slot = layout.pool_rows[1]
             pool[0][state, layer_id, ring_slot] = records

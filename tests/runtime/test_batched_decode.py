@@ -293,8 +293,9 @@ def test_prefill_window_lists_have_fixed_width(model, paged):
     batch = ForwardBatch.build([[1] * n for _, n in plan], caches)
     assert (batch.window_layout(w).pool_rows is not None) == paged
     kv = torch.randn(sum(n for _, n in plan), spec.head_dim, dtype=torch.bfloat16)
-    kv = formats.unpack_window_kv(formats.pack_window_kv(kv), spec.head_dim, torch.bfloat16)
-    keys, idx = attn._window_keys(model.kernels, kv, batch)
+    records = formats.pack_window_kv(kv)
+    kv = formats.unpack_window_kv(records, spec.head_dim, torch.bfloat16)
+    keys, idx = attn._window_keys(model.kernels, records, batch)
     num_prev = sum(s - max(0, s - w + 1) for s, _ in plan)
     assert keys.shape[0] == num_prev + kv.shape[0] and idx.shape == (kv.shape[0], w)
     assert torch.equal(keys[num_prev:], kv)
@@ -314,8 +315,7 @@ def test_prefill_window_lists_have_fixed_width(model, paged):
         ring = caches[b].window_ring(lid)
         for p in range(start, start + n):  # this chunk's rows in its ring (the last W)
             if p >= start + n - w:
-                assert torch.equal(ring[p % w],
-                                   formats.pack_window_kv(kv[batch.starts[b] + p - start]))
+                assert torch.equal(ring[p % w], records[batch.starts[b] + p - start])
 
 
 MAX_DECODE_LAUNCHES = 230  # 216 at session 11 (748 before its fused cache writes)
@@ -407,7 +407,7 @@ def test_prefill_step_launches_grow_little_per_sequence(model, prompt_len, paged
     class PackSpy:  # counts the record-packing op's calls (kernel ops are opaque)
         def __getattr__(self, op):
             fn = getattr(kernels, op)
-            if op != "pack_window_kv":
+            if op != "window_kv_records":
                 return fn
 
             def counted(*args, **kwargs):
