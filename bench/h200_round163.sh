@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Device round 163 (prepared in sessions 29-30, not run): decode 64 / 256 x 4K (session 30:
-# each block's decode graph drops ~6 launches — the collapses, norms and per-projection Q8_32
-# roundings of its two sites fused into hc_expand_norm; launch arithmetic in plain Python); bench/moe_align.py (µs per call in CUDA graphs and host µs, the one-program and
-# chunked paths against the torch version at 1 .. 32K tokens, MAX_PAIRS:CHUNK variants: where
-# the chunks should take over); `chunk_check` of an 8K prompt in 8,192 / 2,048 / 1,024 chunks
-# (the chunked align path runs at 2K and 8K chunks: tokens and logprobs bit-identical across
-# chunkings) (≈ 6 min). Pass the commit hash literally.
+# Device round 163 (prepared in sessions 29-30, not run) (≈ 8 min; pass the commit hash
+# literally):
+#   * session 30's site kernels alone: hc_expand_norm (y the expand kernel's bits, h within a
+#     bf16 step of the three kernels, hq the quantizer's bits, rows batch-invariant; timed
+#     against the separate kernels at 1 / 64 / 4096 rows), the site probe mhc_site against
+#     hc_expand_norm + hc_coeffs (adopt it only if it wins at 64 and 4096), the compressor's
+#     promoted projections (the fp32-x path's bits, timed);
+#   * decode 64 / 256 x 4K (each block's graph drops ~6 launches: the sites' collapses, norms
+#     and per-projection Q8_32 roundings; launch arithmetic in plain Python);
+#   * bench/moe_align.py (µs per call in CUDA graphs and host µs, the one-program and chunked
+#     paths against the torch version at 1 .. 32K tokens, MAX_PAIRS:CHUNK variants: where the
+#     chunks should take over);
+#   * chunk_check of an 8K prompt in 8,192 / 2,048 / 1,024 chunks (the chunked align path at
+#     2K and 8K chunks, the window rows from their records: tokens and logprobs bit-identical
+#     across chunkings).
 source "$(dirname "$0")/device_setup.sh"
+timeout 100 python3 -m pytest -p no:cacheprovider -q -m gpu -s tests/gpu/test_mhc_norm_gpu.py \
+  tests/gpu/test_gemm_side_gpu.py -k "expand_norm or site_probe or promoted" \
+  >"$OUT/gpu_sites.log" 2>&1
+echo "site checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_sites.log" | tail -4
+grep -E "^\| (hc_expand_norm|expand|  \.\.\. \+ q8|linear promoted|linear x\.float|hc_site)" \
+  "$OUT/gpu_sites.log" | cut -c1-120
 timeout 120 python3 bench/decode.py --out "$OUT" --batches 64,256 --contexts 4096 --no-eager \
   --no-profile >"$OUT/decode.log" 2>&1
 echo "decode rc=$?"; sed -n '/^## decode/,$p' "$OUT/decode.log" | grep -v "^USDT" | head -9
