@@ -48,6 +48,9 @@ class Published:
         self.candidate_rows: dict[int, torch.Tensor] = {}
         # prefill: KV source -> (entries (sum T_b, Dh) bf16 in batch order, T_b per sequence)
         self.entries: dict[int, tuple[torch.Tensor, list[int]]] = {}
+        # prefill: (KV source, index source), or None for window-only layers -> the attention's
+        # int32 row lists (N, W + k): the window layout's, then the picks' entry rows
+        self.attention_rows: dict[tuple[int, int] | None, torch.Tensor] = {}
 
 
 class Attention(nn.Module):
@@ -211,11 +214,21 @@ class Attention(nn.Module):
                                          batch.positions[batch.rows(b)], cache, published)
                          for b, cache in enumerate(batch.caches)]
         keys, indices = self._window_keys(k, records, batch)
+        # the row lists depend on the window layout, the picks and the entry counts only: one
+        # int32 tensor per (KV source, index source) and forward, shared by the layers that
+        # reuse them (the attention kernels read int32 row ids)
+        key = (layer.kv_source, layer.index_source) if picks else None
+        rows = published.attention_rows.get(key)
         if picks:
-            keys, indices = self._with_entries(keys, indices, picks,
-                                               self._entries(k, batch, published), batch)
+            unpacked, counts = self._entries(k, batch, published)
+            if rows is None:
+                rows = self._entry_rows(indices, keys.shape[0], picks, counts, batch)
+            keys = torch.cat([keys, unpacked])
+        if rows is None:
+            rows = indices
+        rows = published.attention_rows[key] = rows.to(torch.int32)
         # one op over every sequence's rows (a 4K chunk's result is 268 MB)
-        return k.sparse_attention_sink(q, keys, indices, self.attn_sink, self.head_dim ** -0.5)
+        return k.sparse_attention_sink(q, keys, rows, self.attn_sink, self.head_dim ** -0.5)
 
     def _window_keys(self, k: KernelSet, records: torch.Tensor, batch: ForwardBatch
                      ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -272,15 +285,13 @@ class Attention(nn.Module):
             published.entries[src] = out
         return out
 
-    def _with_entries(self, keys: torch.Tensor, indices: torch.Tensor,
-                      picks: list[torch.Tensor], entries: tuple[torch.Tensor, list[int]],
-                      batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The selected compressed entries appended: ``entries`` (:meth:`_entries`) after the
-        window keys, and each sequence's picks (S_b, k_b) -> key rows, -1 padded to the widest
-        k (entries < 0 are skipped)."""
-        unpacked, counts = entries
+    def _entry_rows(self, indices: torch.Tensor, base: int, picks: list[torch.Tensor],
+                    counts: list[int], batch: ForwardBatch) -> torch.Tensor:
+        """The window row lists ``indices`` (N, W) followed by each sequence's picks (S_b, k_b)
+        as key rows — its entries sit after the ``base`` window keys, in batch order (counts
+        T_b: :meth:`_entries`) — -1 padded to the widest k (entries < 0 are skipped)."""
         width = max(p.shape[1] for p in picks)
-        base, offsets = keys.shape[0], []
+        offsets = []
         for n in counts:
             offsets.append(base)
             base += n
@@ -289,8 +300,7 @@ class Attention(nn.Module):
         # per row its sequence's first entry row: a pinned, asynchronous copy (no host sync)
         shift = to_device(np.repeat(np.asarray(offsets, dtype=np.int64), batch.seq_lens),
                           sel.device)[:, None]
-        return (torch.cat([keys, unpacked]),
-                torch.cat([indices, torch.where(sel >= 0, sel + shift, sel)], dim=1))
+        return torch.cat([indices, torch.where(sel >= 0, sel + shift, sel)], dim=1)
 
     def _append_entries(self, k: KernelSet, comp: tuple[torch.Tensor, torch.Tensor | None],
                         batch: ForwardBatch) -> None:

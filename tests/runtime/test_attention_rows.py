@@ -1,0 +1,53 @@
+"""A prefill step's attention row lists (runtime/model/attention.py ``_prefill_attention``):
+built once per (KV source, index source) and forward as int32 — the window layout's lists,
+then the picks' entry rows — and shared by the layers that reuse that source's picks and
+entries (the reference logits are unchanged: test_model_incremental.py and the others)."""
+
+from __future__ import annotations
+
+import torch
+
+from deepinfer.kernels.registry import KernelSet
+from deepinfer.runtime.model.batch import ForwardBatch
+from deepinfer.runtime.model.cache import SequenceCache
+from tests.runtime.paged_helpers import tiny_model
+
+
+class RowsSpy(KernelSet):
+    """The reference ops; records the row lists each attention call gets."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows: list[torch.Tensor] = []
+
+    def __getattr__(self, op: str):
+        fn = super().__getattr__(op)
+        if op != "sparse_attention_sink":
+            return fn
+
+        def call(q, keys, rows, *rest):
+            self.rows.append(rows)
+            return fn(q, keys, rows, *rest)
+
+        return call
+
+
+def test_row_lists_are_int32_and_shared_by_reusing_layers():
+    model = tiny_model()
+    spy = RowsSpy()
+    model.kernels = spy
+    ids = torch.randint(0, 500, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    model(ForwardBatch.build([ids], [SequenceCache.empty(model.spec)]))
+    layers = [block.attn.layer for block in model.layers]
+    assert len(spy.rows) == len(layers)
+    assert all(r.dtype == torch.int32 for r in spy.rows)
+    keys = [(lay.kv_source, lay.index_source) if lay.compress_ratio > 0 else None
+            for lay in layers]
+    first: dict = {}
+    for key, rows in zip(keys, spy.rows, strict=True):
+        if key in first:  # the same tensor, not a rebuilt copy
+            assert rows is first[key]
+        first[key] = rows
+    assert len(first) < len(layers)  # the tiny model has reusing layers
+    w = model.spec.sliding_window
+    assert spy.rows[keys.index(None)].shape == (len(ids), w)  # window-only: the window lists
