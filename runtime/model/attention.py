@@ -48,8 +48,9 @@ class Published:
         self.candidate_rows: dict[int, torch.Tensor] = {}
         # prefill: KV source -> (entries (sum T_b, Dh) bf16 in batch order, T_b per sequence)
         self.entries: dict[int, tuple[torch.Tensor, list[int]]] = {}
-        # prefill: (KV source, index source), or None for window-only layers -> the attention's
-        # int32 row lists (N, W + k): the window layout's, then the picks' entry rows
+        # (KV source, index source), or None for a prefill's window-only layers -> the
+        # attention's row lists: a prefill's int32 (N, W + k) (the window layout's, then the
+        # picks' entry rows); a decode step's (N, index_topk) rows of the flattened entry pool
         self.attention_rows: dict[tuple[int, int] | None, torch.Tensor] = {}
 
 
@@ -132,7 +133,13 @@ class Attention(nn.Module):
                 self._append_decode(k, comp, decode)
             entry_ids = self._decode_selection(k, idx_q, published, decode)
             entries = pool.flat_entries(layer.kv_source)
-            entry_idx = decode.compressed(layer.kv_source, entry_ids)
+            # the pool rows of the picks: once per (KV source, index source) and step, shared
+            # by the layers reusing them (7 launches each otherwise)
+            key = (layer.kv_source, layer.index_source)
+            entry_idx = published.attention_rows.get(key)
+            if entry_idx is None:
+                entry_idx = published.attention_rows[key] = decode.compressed(layer.kv_source,
+                                                                              entry_ids)
         return attend_records(k, q, flat_window, window_idx, entries, entry_idx,
                               self.attn_sink, self.head_dim ** -0.5)
 

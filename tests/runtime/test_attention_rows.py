@@ -51,3 +51,40 @@ def test_row_lists_are_int32_and_shared_by_reusing_layers():
     assert len(first) < len(layers)  # the tiny model has reusing layers
     w = model.spec.sliding_window
     assert spy.rows[keys.index(None)].shape == (len(ids), w)  # window-only: the window lists
+
+
+def test_decode_entry_rows_shared_by_reusing_layers(monkeypatch):
+    """A decode step maps its picks to pool rows once per (KV source, index source): the
+    layers reusing a source's picks get the same tensor."""
+    from deepinfer.runtime.model import attention as attention_mod
+    from deepinfer.runtime.model import decode_rows
+    from tests.runtime.paged_helpers import garbage_pool
+
+    model = tiny_model()
+    spec = model.spec
+    pool = garbage_pool(spec, num_blocks=24, num_slots=3)
+    tables = [torch.arange(1, 12), torch.arange(12, 23)]
+    ids = torch.randint(3, 500, (2, 31), generator=torch.Generator().manual_seed(5)).tolist()
+    model(ForwardBatch.build([ids[0][:30], ids[1][:30]],
+                             [pool.view(tables[b], b + 1, 0) for b in range(2)]))
+    seen: list[torch.Tensor | None] = []
+
+    def spy(k, q, window, window_idx, entries, entry_idx, *rest):
+        seen.append(entry_idx)
+        return decode_rows.attend_records(k, q, window, window_idx, entries, entry_idx, *rest)
+
+    monkeypatch.setattr(attention_mod, "attend_records", spy)
+    model(ForwardBatch.build([[ids[0][30]], [ids[1][30]]],
+                             [pool.view(tables[b], b + 1, 30) for b in range(2)]))
+    layers = [block.attn.layer for block in model.layers]
+    assert len(seen) == len(layers)
+    first: dict = {}
+    for layer, rows in zip(layers, seen, strict=True):
+        if layer.compress_ratio == 0:
+            assert rows is None
+            continue
+        key = (layer.kv_source, layer.index_source)
+        if key in first:
+            assert rows is first[key]
+        first[key] = rows
+    assert len(first) < sum(layer.compress_ratio > 0 for layer in layers)
