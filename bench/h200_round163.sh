@@ -7,7 +7,8 @@
 #     hc_expand_norm + hc_coeffs (adopt it only if it wins at 64 and 4096), the compressor's
 #     promoted projections (the fp32-x path's bits, timed);
 #   * decode 64 / 256 x 4K (each block's graph drops ~6 launches: the sites' collapses, norms
-#     and per-projection Q8_32 roundings; launch arithmetic in plain Python);
+#     and per-projection Q8_32 roundings; the reusing layers share their source's entry rows:
+#     21 launches fewer a step; launch arithmetic in plain Python);
 #   * bench/moe_align.py (µs per call in CUDA graphs and host µs, the one-program and chunked
 #     paths against the torch version at 1 .. 32K tokens, MAX_PAIRS:CHUNK variants: where the
 #     chunks should take over);
