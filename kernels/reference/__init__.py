@@ -29,6 +29,7 @@ def register_all() -> None:
 
     table = {
         "rms_norm": norm.rms_norm,
+        "rms_norm_q8": norm.rms_norm_q8,
         "apply_rope": rope.apply_rope,
         "hc_coeffs": mhc.hc_coeffs,
         "hc_collapse": mhc.hc_collapse,

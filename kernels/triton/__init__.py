@@ -59,6 +59,7 @@ def _register_gemm_side() -> list[str]:
         "engram_inject": (engram.engram_inject, engram.supports_engram),
         "engram_hash_windows": (engram.engram_hash_windows, engram.supports_engram),
         "rms_norm": (norm.rms_norm, norm.supports_rms_norm),
+        "rms_norm_q8": (norm.rms_norm_q8, norm.supports_rms_norm),
         "linear": (linear.linear, linear.supports_linear),
         "grouped_linear": (linear.grouped_linear, linear.supports_linear),
         "apply_rope": (rope.apply_rope, rope.supports_rope),

@@ -49,6 +49,7 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "moe_routed_experts": TRITON_ARCHS,  # kernels/triton/moe_experts.py
     "pack_window_kv": TRITON_ARCHS,  # kernels/triton/records.py
     "rms_norm": TRITON_ARCHS,  # kernels/triton/norm.py
+    "rms_norm_q8": TRITON_ARCHS,  # kernels/triton/norm.py
     "route_sqrtsoftplus": TRITON_ARCHS,  # kernels/triton/moe_routing.py
     "select_candidate_blocks": TRITON_ARCHS,  # kernels/triton/topk.py
     "sparse_attention_sink": TRITON_ARCHS,  # kernels/triton/attention.py

@@ -86,16 +86,12 @@ class Attention(nn.Module):
         spec, layer = self.spec, self.layer
         eps, pos, inv_freq = spec.rms_norm_eps, batch.positions, self.inv_freq
         qa = self.wq_a(k, x) if xq is None else self.wq_a.rounded(k, xq)
-        qr = k.rms_norm(qa, self.q_norm.weight, eps)
-        idx_q = None
-        if layer.owns_indexer:  # two projections of qr: its Q8_32 values rounded once
-            qrq = k.fake_quant_fp8_block32(qr)
-            q = self.wq_b.rounded(k, qrq)
-            idx_q = self.indexer.queries(k, x, qrq, pos, inv_freq)
-        else:
-            q = self.wq_b(k, qr)
-        q = k.apply_rope(q.view(-1, self.n_heads, self.head_dim), pos, inv_freq,
-                         in_place=True)  # q: this layer's own tensor
+        # the query latent's Q8_32 values from its norm's pass: what wq_b (and an indexer's
+        # wq_b) read
+        qrq = k.rms_norm_q8(qa, self.q_norm.weight, eps)[1]
+        q = k.apply_rope(self.wq_b.rounded(k, qrq).view(-1, self.n_heads, self.head_dim), pos,
+                         inv_freq, in_place=True)  # q: this layer's own tensor
+        idx_q = self.indexer.queries(k, x, qrq, pos, inv_freq) if layer.owns_indexer else None
         kv = self.wkv(k, x) if xq is None else self.wkv.rounded(k, xq)
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
 

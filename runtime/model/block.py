@@ -46,8 +46,7 @@ class Block(nn.Module):
         site's identity pre-mix (1, 0, ..., 0), whose collapse is stream 0 itself (exactly:
         1 * x_0 + 0 * x_i), read in place."""
         y = x[:, 0] if pre is None else k.hc_collapse(x, pre)
-        h = k.rms_norm(y, self.attn_norm.weight, self.spec.rms_norm_eps)
-        return h, k.fake_quant_fp8_block32(h)
+        return k.rms_norm_q8(y, self.attn_norm.weight, self.spec.rms_norm_eps)
 
     def forward(self, k: KernelSet, x: torch.Tensor, h: tuple[torch.Tensor, torch.Tensor],
                 batch: ForwardBatch | DecodeRows, published: Published,

@@ -446,6 +446,27 @@ def test_engram_and_norm_gpu():
 
 
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
+def test_rms_norm_q8_gpu(num_tokens):
+    """The query latent's norm with its Q8_32 values in one pass (q_lora_rank 1024 in the
+    slice): rms_norm's bits, and the quantizer's bits of them; timed against the two ops."""
+    from deepinfer.kernels.reference import norm
+    from deepinfer.kernels.triton import norm as tri_norm
+    from deepinfer.kernels.triton import quant_act
+
+    d = 1024
+    h = torch.randn(num_tokens, d, device="cuda", dtype=torch.bfloat16)
+    weight = torch.randn(d, device="cuda", dtype=torch.bfloat16)
+    with nan_poisoned_allocations():
+        y, q = tri_norm.rms_norm_q8(h, weight, 1e-20)
+    assert torch.equal(y, tri_norm.rms_norm(h, weight, 1e-20))
+    assert torch.equal(q, quant_act.fake_quant_fp8_block32(y))
+    _row("rms_norm_q8", f"N{num_tokens} D{d}", _rel(y, norm.rms_norm(h, weight, 1e-20)), 5e-3,
+         _ms(lambda: tri_norm.rms_norm_q8(h, weight, 1e-20)))
+    _row("rms_norm + q8 (before)", f"N{num_tokens} D{d}", 0.0, 5e-3,
+         _ms(lambda: quant_act.fake_quant_fp8_block32(tri_norm.rms_norm(h, weight, 1e-20))))
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
 def test_engram_gather_linear_gpu(num_tokens):
     """Engram wkv: 24 gathered FP8 table rows of 256 (K = 6144) -> D * (S + 1) = 25600 outputs;
     a 1M-row table stands in for the 384M-row one (same kernel, same access pattern)."""

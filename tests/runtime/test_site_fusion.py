@@ -63,13 +63,12 @@ def test_every_site_fused_but_the_first_and_after_an_engram_injection():
     # every attention site's expand, and the FFN sites' before a fused next block
     assert counting.calls["hc_expand_norm[quant=True]"] == n + (n - 1 - len(engram))
     assert counting.calls["hc_expand_norm[quant=False]"] == 1  # the head's input
-    # rounded once per unfused attention input and once per indexer-owning layer's query
-    # latent (read by its wq_b and the indexer's); the window rows come from their records
-    owners = sum(layer.owns_indexer for layer in layers)
-    assert 0 < owners < n
-    assert counting.calls["fake_quant_fp8_block32"] == len(unfused) + owners
+    # rounded in the norm's pass: each unfused attention input and each query latent (read by
+    # wq_b and an indexer's wq_b); no separate rounding; the window rows from their records
+    assert counting.calls["rms_norm_q8"] == len(unfused) + n
+    assert counting.calls["fake_quant_fp8_block32"] == 0
     assert counting.calls["window_kv_records"] == counting.calls["unpack_window_kv"] == n
     assert counting.calls["pack_window_kv"] == 0
-    # no projection of an attention or FFN input rounds it again: only wo_b, the other
-    # layers' wq_b and each engram layer's wkv of its table rows do
-    assert counting.calls["linear_quant_act"] == n + (n - owners) + len(engram)
+    # no projection of an attention or FFN input rounds it again: only wo_b and each engram
+    # layer's wkv of its table rows do
+    assert counting.calls["linear_quant_act"] == n + len(engram)

@@ -141,6 +141,25 @@ def test_rms_norm(dtype, dim):
     assert _rel(out, ref) < (1e-6 if dtype == torch.float32 else 1e-3)
 
 
+@pytest.mark.parametrize("dtype,dim", [(torch.float32, 96), (torch.float16, 2048 + 64)])
+def test_rms_norm_q8(dtype, dim):
+    """The normed rows (rms_norm's bits) and their Q8_32 values (the quantizer kernel's bits
+    of those rows) in one pass."""
+    from deepinfer.kernels.triton import quant_act
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(3, 2, dim, generator=g).to(dtype)
+    weight = torch.randn(dim, generator=g)
+    h, hq = tri_norm.rms_norm_q8(x, weight, 1e-20)
+    assert torch.equal(h, tri_norm.rms_norm(x, weight, 1e-20)) and hq.shape == x.shape
+    assert torch.equal(hq, quant_act.fake_quant_fp8_block32(h))
+    rh, rq = norm.rms_norm_q8(x, weight, 1e-20)
+    assert torch.equal(rh, norm.rms_norm(x, weight, 1e-20))
+    assert _rel(h, rh) < (1e-6 if dtype == torch.float32 else 1e-3)
+    with pytest.raises(AssertionError, match="multiple of 32"):
+        tri_norm.rms_norm_q8(x[..., :40], weight[:40], 1e-20)
+
+
 def test_register_triton_backend(monkeypatch):
     from deepinfer.kernels.triton import HAS_TRITON, register_triton_backend
 
@@ -284,10 +303,13 @@ def test_sm90_compile(sm90_compile):
                        "stride_wr": "i32", "stride_wm": "i32", "pad_id": "i64"},
          "constexprs": {"L": 2, "M": 4, "H": 8, "HP": 8, "BP": 64}, "num_warps": 4,
          "num_stages": 1},
-        {"id": "rms_norm_2048", "module": "deepinfer.kernels.triton.norm",
+    ] + [
+        {"id": f"rms_norm_2048{'_q8' if quant else ''}", "module": "deepinfer.kernels.triton.norm",
          "kernel": "_rms_norm_kernel",
-         "signature": {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "D": "i32",
-                       "stride_x": "i32", "stride_y": "i32", "eps": "fp32"},
-         "constexprs": {"BLOCK_D": 2048}, "num_warps": 8, "num_stages": 1},
+         "signature": {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "q_ptr": "*bf16",
+                       "D": "i32", "stride_x": "i32", "stride_y": "i32", "stride_q": "i32",
+                       "eps": "fp32"},
+         "constexprs": {"BLOCK_D": 2048, "QUANT": quant}, "num_warps": 8, "num_stages": 1}
+        for quant in (False, True)
     ]
     sm90_compile(cases)

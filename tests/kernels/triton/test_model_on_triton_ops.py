@@ -21,8 +21,9 @@ from deepinfer.runtime.model.batch import ForwardBatch  # noqa: E402
 from deepinfer.runtime.model.cache import SequenceCache  # noqa: E402
 from tests.runtime.paged_helpers import tiny_model  # noqa: E402
 
-OPS = ("hc_expand_norm", "hc_expand", "hc_collapse", "hc_coeffs", "rms_norm", "linear",
-       "linear_quant_act", "fake_quant_fp8_block32", "expert_ffn", "moe_routed_experts")
+OPS = ("hc_expand_norm", "hc_expand", "hc_collapse", "hc_coeffs", "rms_norm", "rms_norm_q8",
+       "linear", "linear_quant_act", "fake_quant_fp8_block32", "expert_ffn",
+       "moe_routed_experts")
 
 
 def _logits(model, ids: list[int]) -> torch.Tensor:
