@@ -25,21 +25,28 @@ def _gpu_only():
         pytest.skip("needs an SM90 GPU")
 
 
-@pytest.mark.parametrize("rows", [1, 64, 4096])
-def test_hc_expand_norm_v41(rows):
-    from deepinfer.kernels.reference import mhc
-    from deepinfer.kernels.triton import mhc as tri_mhc
-    from deepinfer.kernels.triton import mhc_norm, norm, quant_act
-
-    torch.manual_seed(rows)
-    s, dim, eps = 4, 5120, 1e-20
+def _site_inputs(rows: int, seed: int) -> tuple:
+    """(out, x, post, comb, pre, weight, eps) of one site at V4.1's shapes (S 4, D 5120)."""
+    torch.manual_seed(seed)
+    s, dim = 4, 5120
     x = torch.randn(rows, s, dim, device="cuda").to(torch.bfloat16)
     out = (torch.randn(rows, dim, device="cuda") * 3).to(torch.bfloat16)
     post = torch.rand(rows, s, device="cuda") * 2
     comb = torch.softmax(torch.randn(rows, s, s, device="cuda"), -1)
     pre = torch.rand(rows, s, device="cuda") + 1e-6
     weight = torch.randn(dim, device="cuda").to(torch.bfloat16)
-    args = (out, x, post, comb, pre, weight, eps)
+    return out, x, post, comb, pre, weight, 1e-20
+
+
+@pytest.mark.parametrize("rows", [1, 64, 4096])
+def test_hc_expand_norm_v41(rows):
+    from deepinfer.kernels.reference import mhc
+    from deepinfer.kernels.triton import mhc as tri_mhc
+    from deepinfer.kernels.triton import mhc_norm, norm, quant_act
+
+    args = _site_inputs(rows, rows)
+    out, x, post, comb, pre, weight, eps = args
+    s, dim = x.shape[1:]
     with nan_poisoned_allocations():
         y, h, hq = mhc_norm.hc_expand_norm(*args, quant=True)
     ry, rh, _ = mhc.hc_expand_norm(*args)
@@ -81,18 +88,11 @@ def test_hc_site_probe_v41(rows):
     from deepinfer.kernels.triton import mhc as tri_mhc
     from deepinfer.kernels.triton import mhc_norm, mhc_site
 
-    torch.manual_seed(rows + 1)
-    s, dim, eps = 4, 5120, 1e-20
-    x = torch.randn(rows, s, dim, device="cuda").to(torch.bfloat16)
-    out = (torch.randn(rows, dim, device="cuda") * 3).to(torch.bfloat16)
-    post = torch.rand(rows, s, device="cuda") * 2
-    comb = torch.softmax(torch.randn(rows, s, s, device="cuda"), -1)
-    pre = torch.rand(rows, s, device="cuda") + 1e-6
-    weight = torch.randn(dim, device="cuda").to(torch.bfloat16)
+    site = _site_inputs(rows, rows + 1)
+    s, dim, eps = site[1].shape[1], site[1].shape[2], site[-1]
     fn = torch.randn((2 + s) * s, s * dim, device="cuda") * 0.01
     scale = torch.tensor([0.5, 0.7, 1.3], device="cuda")
     base = torch.randn((2 + s) * s, device="cuda") * 0.3
-    site = (out, x, post, comb, pre, weight, eps)
     coeff = (fn, scale, base, eps, 1e-6, 20)
     with nan_poisoned_allocations():
         y, h, hq, got = mhc_site.hc_site(*site, *coeff, quant=True)
