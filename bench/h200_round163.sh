@@ -6,7 +6,8 @@
 #     against the separate kernels at 1 / 64 / 4096 rows), the site probe mhc_site against
 #     hc_expand_norm + hc_coeffs (adopt it only if it wins at 64 and 4096), the compressor's
 #     promoted projections (the fp32-x path's bits, timed); rms_norm_q8 (rms_norm's bits and
-#     the quantizer's bits of them, timed against the two ops);
+#     the quantizer's bits of them, timed against the two ops); the engram injection on the
+#     bf16 projection output (its fp32 copy's bits);
 #   * decode 64 / 256 x 4K (each block's graph drops ~6 launches: the sites' collapses, norms
 #     and per-projection Q8_32 roundings; the reusing layers share their source's entry rows:
 #     21 launches fewer a step; launch arithmetic in plain Python);
@@ -18,7 +19,7 @@
 #     across chunkings).
 source "$(dirname "$0")/device_setup.sh"
 timeout 100 python3 -m pytest -p no:cacheprovider -q -m gpu -s tests/gpu/test_mhc_norm_gpu.py \
-  tests/gpu/test_gemm_side_gpu.py -k "expand_norm or site_probe or promoted or norm_q8" \
+  tests/gpu/test_gemm_side_gpu.py -k "expand_norm or site_probe or promoted or norm_q8 or engram_and_norm" \
   >"$OUT/gpu_sites.log" 2>&1
 echo "site checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu_sites.log" | tail -4
 grep -E "^\| (hc_expand_norm|expand|  \.\.\. \+ q8|linear promoted|linear x\.float|hc_site|rms_norm)" \

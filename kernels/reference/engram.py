@@ -12,7 +12,8 @@ def engram_inject(x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, wqk: 
     """``X_i += gate_i * value`` with a signed-sqrt sigmoid gate per stream.
 
     Args:
-        x: (N, S, D) bf16 streams; key: (N, S, D) fp32 (one key per stream); value: (N, D) fp32;
+        x: (N, S, D) bf16 streams; key: (N, S, D) fp32 or bf16 (one key per stream); value:
+        (N, D) fp32 or bf16 (a bf16 key or value enters the fp32 arithmetic exactly);
         wqk: (S, D) fp32 product of the q and k weights; text_mask: (N,) bool, False inside
         image spans (gate forced to 0) or None.
     Returns:

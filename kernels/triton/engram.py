@@ -68,7 +68,8 @@ def _engram_inject_kernel(x_ptr, key_ptr, value_ptr, wqk_ptr, mask_ptr, y_ptr, D
 
 def engram_inject(x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, wqk: torch.Tensor,
                   eps: float, text_mask: torch.Tensor | None) -> torch.Tensor:
-    """Registered op: x (N, S, D), key (N, S, D) fp32, value (N, D) fp32, wqk (S, D) fp32,
+    """Registered op: x (N, S, D), key (N, S, D) fp32 or bf16, value (N, D) fp32 or bf16 (the
+    engram projection's output as it is: loaded and upcast exactly), wqk (S, D) fp32,
     text_mask (N,) bool or None -> (N, S, D) in x's dtype."""
     num_tokens, s, dim = x.shape
     assert s & (s - 1) == 0, f"engram_inject: S={s} must be a power of two"

@@ -42,7 +42,7 @@ class Engram(nn.Module):
         """
         n, s, d = x.shape
         rows = self.embed.weight[hash_ids].flatten(1)  # (N, n_ids * head_dim)
-        kv = self.wkv(k, rows).float()  # (N, D * (S + 1))
+        kv = self.wkv(k, rows)  # (N, D * (S + 1)) bf16: the injection reads it upcast (exact)
         key, value = kv[:, : s * d].view(n, s, d), kv[:, s * d:]
         wqk = self.q_weight.float() * self.k_weight.float()
         return k.engram_inject(x, key, value, wqk, self.spec.rms_norm_eps, text_mask)

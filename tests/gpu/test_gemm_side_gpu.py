@@ -437,6 +437,10 @@ def test_engram_and_norm_gpu():
     _row("engram_inject", f"N{n} S{s} D{d}",
          _rel(out, engram.engram_inject(x, key, value, wqk, 1e-20, mask)), 5e-3,
          _ms(lambda: tri_engram.engram_inject(x, key, value, wqk, 1e-20, mask)))
+    # the model's bf16 projection output as it is: the bits of its fp32 copy (session 30)
+    kb, vb = key.to(torch.bfloat16), value.to(torch.bfloat16)
+    assert torch.equal(tri_engram.engram_inject(x, kb, vb, wqk, 1e-20, mask),
+                       tri_engram.engram_inject(x, kb.float(), vb.float(), wqk, 1e-20, mask))
     h = torch.randn(n, d, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(d, device="cuda", dtype=torch.bfloat16)
     with nan_poisoned_allocations():

@@ -130,6 +130,20 @@ def test_engram_inject(with_mask):
     assert _rel(out, engram.engram_inject(x, key, value, wqk, 1e-20, mask)) < 1e-6
 
 
+def test_engram_inject_bf16_key_value_is_their_fp32_copy():
+    """The model hands the engram projection's bf16 output over as it is: the bits of its
+    fp32 copy (an exact upcast in the kernel's loads and in the reference's arithmetic)."""
+    g = torch.Generator().manual_seed(7)
+    num_tokens, s, dim = 5, 4, 96
+    x = torch.randn(num_tokens, s, dim, generator=g)
+    kv = torch.randn(num_tokens, (s + 1) * dim, generator=g).to(torch.bfloat16)
+    key, value = kv[:, : s * dim].view(num_tokens, s, dim), kv[:, s * dim:]
+    wqk = torch.randn(s, dim, generator=g)
+    for fn in (tri_engram.engram_inject, engram.engram_inject):
+        assert torch.equal(fn(x, key, value, wqk, 1e-20, None),
+                           fn(x, key.float(), value.float(), wqk, 1e-20, None))
+
+
 @pytest.mark.parametrize("dtype,dim", [(torch.float32, 96), (torch.float16, 2048 + 64)])
 def test_rms_norm(dtype, dim):
     g = torch.Generator().manual_seed(4)
@@ -288,14 +302,15 @@ def test_sm90_compile(sm90_compile):
          "signature": {"x_ptr": "*bf16", "pre_ptr": "*fp32", "out_ptr": "*bf16", "D": "i32",
                        "stride_xn": "i32", "stride_xs": "i32", "stride_on": "i32"},
          "constexprs": {"S": V41_HC, "BLOCK_D": 1024}, "num_warps": 4, "num_stages": 1},
-        {"id": "engram_inject_s4", "module": "deepinfer.kernels.triton.engram",
-         "kernel": "_engram_inject_kernel",
-         "signature": {"x_ptr": "*bf16", "key_ptr": "*fp32", "value_ptr": "*fp32",
-                       "wqk_ptr": "*fp32", "mask_ptr": "*i8", "y_ptr": "*bf16", "D": "i32",
-                       "stride_xn": "i32", "stride_xs": "i32", "stride_kn": "i32",
-                       "stride_ks": "i32", "stride_vn": "i32", "stride_ws": "i32", "eps": "fp32"},
-         "constexprs": {"HAS_MASK": True, "S": V41_HC, "BLOCK_D": 512}, "num_warps": 4,
-         "num_stages": 1},
+        *({"id": f"engram_inject_s4_{kv[1:]}", "module": "deepinfer.kernels.triton.engram",
+           "kernel": "_engram_inject_kernel",
+           "signature": {"x_ptr": "*bf16", "key_ptr": kv, "value_ptr": kv,
+                         "wqk_ptr": "*fp32", "mask_ptr": "*i8", "y_ptr": "*bf16", "D": "i32",
+                         "stride_xn": "i32", "stride_xs": "i32", "stride_kn": "i32",
+                         "stride_ks": "i32", "stride_vn": "i32", "stride_ws": "i32",
+                         "eps": "fp32"},
+           "constexprs": {"HAS_MASK": True, "S": V41_HC, "BLOCK_D": 512}, "num_warps": 4,
+           "num_stages": 1} for kv in ("*fp32", "*bf16")),
         {"id": "engram_hash_l2_m4_h8", "module": "deepinfer.kernels.triton.engram",
          "kernel": "_engram_hash_kernel",
          "signature": {"win_ptr": "*i64", "mult_ptr": "*i64", "prime_ptr": "*i64",
