@@ -113,11 +113,21 @@ def hc_expand_norm(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor, comb:
         out, x, post.to(torch.float32).contiguous(), comb.to(torch.float32).contiguous(),
         pre.to(torch.float32).contiguous(), y, h, ws, dim, chunks, out.stride(0), x.stride(0),
         x.stride(1), h.stride(0), S=s, BLOCK_D=block_d, num_warps=NUM_WARPS)
-    _rms_apply_kernel[grid](h, weight.contiguous(), ws, h if hq is None else hq, dim, chunks,
-                            h.stride(0), h.stride(0), float(eps),
-                            CHUNKS_P2=max(2, next_power_of_2(chunks)), BLOCK_D=block_d,
-                            QUANT=quant, num_warps=NUM_WARPS)
+    rms_apply(h, weight, ws, eps, hq, block_d)
     return y, h, hq
+
+
+def rms_apply(h: torch.Tensor, weight: torch.Tensor, ws: torch.Tensor, eps: float,
+              hq: torch.Tensor | None, block_d: int) -> None:
+    """``_rms_apply_kernel`` over h (N, D) in place, from the rows' chunk sums of squares ws
+    (N, D / block_d) fp32; h's Q8_32 values into hq (N, D) when given. Shared with
+    ``mhc_site``."""
+    chunks = ws.shape[1]
+    _rms_apply_kernel[(h.shape[0], chunks)](
+        h, weight.contiguous(), ws, h if hq is None else hq, h.shape[1], chunks, h.stride(0),
+        h.stride(0) if hq is None else hq.stride(0), float(eps),
+        CHUNKS_P2=max(2, next_power_of_2(chunks)), BLOCK_D=block_d, QUANT=hq is not None,
+        num_warps=NUM_WARPS)
 
 
 def aot_cases() -> list[dict[str, Any]]:

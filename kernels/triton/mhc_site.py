@@ -28,7 +28,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton import mhc, mhc_norm
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
-from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
+from deepinfer.kernels.triton.launch_math import cdiv
 
 BM = 16  # tokens per program (mma M); fixed: batch-invariant
 BLOCK_D = 128  # columns per program: 40 chunks at D = 5120 (decode batches fill the GPU)
@@ -132,10 +132,7 @@ def hc_site(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor, comb: torch.
         num_tokens, dim, chunks, out.stride(0), x.stride(0), x.stride(1), h.stride(0),
         fn.stride(0), S=s, C=c, PRECISION=precision, FN_PARTS=mhc.COEFFS_FN_PARTS, BM=BM,
         BLOCK_D=BLOCK_D, BD=BD, num_warps=4 if interpret else NUM_WARPS)
-    mhc_norm._rms_apply_kernel[(num_tokens, chunks)](
-        h, weight.contiguous(), hws, h if hq is None else hq, dim, chunks, h.stride(0),
-        h.stride(0), float(eps), CHUNKS_P2=max(2, next_power_of_2(chunks)), BLOCK_D=BLOCK_D,
-        QUANT=quant, num_warps=mhc_norm.NUM_WARPS)
+    mhc_norm.rms_apply(h, weight, hws, eps, hq, BLOCK_D)
     fin_bm = mhc.COEFFS_FINALIZE_BLOCK_M
     mhc._hc_finalize_kernel[(cdiv(num_tokens, fin_bm),)](
         cws, scale.to(torch.float32).contiguous(), base.to(torch.float32).contiguous(),

@@ -78,21 +78,20 @@ class Attention(nn.Module):
                              persistent=False)
 
     def forward(self, k: KernelSet, x: torch.Tensor, batch: ForwardBatch | DecodeRows,
-                published: Published, xq: torch.Tensor | None = None) -> torch.Tensor:
-        """(N, D) bf16 collapsed + normed input -> (N, D) bf16; appends to the caches (a
-        :class:`DecodeRows` step: to the pools, all rows at once, without host syncs).
-        ``xq``: x's Q8_32 values when the caller has them (``wq_a`` and ``wkv`` read them
-        instead of rounding x each)."""
+                published: Published, xq: torch.Tensor) -> torch.Tensor:
+        """(N, D) bf16 collapsed + normed input and its Q8_32 values ``xq`` (what ``wq_a`` and
+        ``wkv`` read: rounded once by the block) -> (N, D) bf16; appends to the caches (a
+        :class:`DecodeRows` step: to the pools, all rows at once, without host syncs)."""
         spec, layer = self.spec, self.layer
         eps, pos, inv_freq = spec.rms_norm_eps, batch.positions, self.inv_freq
-        qa = self.wq_a(k, x) if xq is None else self.wq_a.rounded(k, xq)
+        qa = self.wq_a.rounded(k, xq)
         # the query latent's Q8_32 values from its norm's pass: what wq_b (and an indexer's
         # wq_b) read
         qrq = k.rms_norm_q8(qa, self.q_norm.weight, eps)[1]
         q = k.apply_rope(self.wq_b.rounded(k, qrq).view(-1, self.n_heads, self.head_dim), pos,
                          inv_freq, in_place=True)  # q: this layer's own tensor
         idx_q = self.indexer.queries(k, x, qrq, pos, inv_freq) if layer.owns_indexer else None
-        kv = self.wkv(k, x) if xq is None else self.wkv.rounded(k, xq)
+        kv = self.wkv.rounded(k, xq)
         comp = self.compressor.project(k, x) if layer.owns_compressor else None
 
         # the new tokens' window records in one fused op: Q8_32(rope(rms_norm(kv))); a
@@ -227,9 +226,9 @@ class Attention(nn.Module):
             if rows is None:
                 rows = self._entry_rows(indices, keys.shape[0], picks, counts, batch)
             keys = torch.cat([keys, unpacked])
-        if rows is None:
-            rows = indices
-        rows = published.attention_rows[key] = rows.to(torch.int32)
+        if key not in published.attention_rows:  # this forward's first layer of the source
+            published.attention_rows[key] = (indices if rows is None else rows).to(torch.int32)
+        rows = published.attention_rows[key]
         # one op over every sequence's rows (a 4K chunk's result is 268 MB)
         return k.sparse_attention_sink(q, keys, rows, self.attn_sink, self.head_dim ** -0.5)
 

@@ -67,7 +67,7 @@ class Block(nn.Module):
         eps = self.spec.rms_norm_eps
         a_pre, a_post, a_comb = self._coeffs(k, x, self.hc_attn_fn, self.hc_attn_scale,
                                              self.hc_attn_base)
-        out = self.attn(k, h[0], batch, published, xq=h[1])
+        out = self.attn(k, h[0], batch, published, h[1])
         x, hf, hfq = k.hc_expand_norm(out, x, a_post, a_comb, a_pre, self.ffn_norm.weight, eps,
                                       quant=True)
         f_pre, f_post, f_comb = self._coeffs(k, x, self.hc_ffn_fn, self.hc_ffn_scale,
