@@ -12,7 +12,8 @@ FMA by 2^(S - 1) (``SCALE_ONE_MUL``, every scale byte S <= 128) or two (2^126, t
 127): ``SCALE_TWO_MUL``); the multiplier comes in as an operand (``scale_multiplier``: the
 kernel builds it once per row and 32-K group, not per word). The kernel extracts a group's
 words while the previous group's wgmmas run and scales them after the wait. 20 (24)
-instructions per 8 weights. tests/kernels/triton/test_moe_w4a16_prefill.py
+instructions per 8 weights in the sm_90 SASS: 16 integer (10 LOP3, 4 shifts, 2 IMAD), 4 (8)
+HMUL2. tests/kernels/triton/test_moe_w4a16_prefill.py
 emulates both PTX strings (``ptx_subset``) against ``decode_twin`` and the twin against the
 checkpoint's values.
 """
@@ -24,15 +25,18 @@ import torch
 # one W4A8-order word -> e, o = the lo values of bytes (0, 2), (1, 3); x, y the hi values of
 # bytes (0, 2), (1, 3), as unscaled bf16x2 bits.
 # lo byte b: s e1 e0 m at bits 7, 4, 3, 2 (e = bytes 0 / 2: x (<< 8 | << 4) — the sum's
-# carries stay below the kept bits —; o = bytes 1 / 3: x | x >> 4), masked to s | e1 e0 m << 6
+# carries stay below the kept bits —; o = bytes 1 / 3: the sign where it is, e1 e0 m >> 4),
+# masked to s | e1 e0 m << 6. o and y are written as (v & sign) | ((v >> 4) & e1e0m), which
+# ptxas turns into a shift and two LOP3s (session 31; the earlier (v & m) | (v & m) >> 4 form
+# kept a third: 197 -> 165 LOP3 per 128-K step and thread in the REP 2 loops' sm_90 SASS)
 _EXTRACT = """
-.reg .b32 e, o, h, x, y;
+.reg .b32 e, o, h, x, y, t;
 and.b32 e, $4, 0x009C009C; mul.lo.u32 e, e, 272; and.b32 e, e, 0x81C081C0;
-and.b32 o, $4, 0x9C009C00; shr.u32 x, o, 4; or.b32 o, o, x; and.b32 o, o, 0x81C081C0;
+shr.u32 t, $4, 4; and.b32 t, t, 0x01C001C0; and.b32 o, $4, 0x80008000; or.b32 o, o, t;
 shf.l.wrap.b32 x, $4, $4, 2; shf.l.wrap.b32 y, $4, $4, 4;
 and.b32 x, x, 0x88888888; and.b32 y, y, 0x14141414; or.b32 h, x, y;
 and.b32 x, h, 0x009C009C; mul.lo.u32 x, x, 272; and.b32 x, x, 0x81C081C0;
-and.b32 y, h, 0x9C009C00; shr.u32 h, y, 4; or.b32 y, y, h; and.b32 y, y, 0x81C081C0;
+shr.u32 t, h, 4; and.b32 t, t, 0x01C001C0; and.b32 y, h, 0x80008000; or.b32 y, y, t;
 """
 # the decode in two parts (the kernel runs the first while wgmmas are in flight): EXTRACT, one
 # word ($4) -> the unscaled bits ($0..$3: e, o, x, y); SCALE_*, those bits ($8..$11) times the
@@ -88,12 +92,10 @@ def decode_twin(words: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return ((x << s) | (x >> (32 - s))) & m32
 
     e = ((w & 0x009C009C) * 272) & 0x81C081C0
-    o = w & 0x9C009C00
-    o = (o | (o >> 4)) & 0x81C081C0
+    o = (w & 0x80008000) | ((w >> 4) & 0x01C001C0)
     h = (rotl(w, 2) & 0x88888888) | (rotl(w, 4) & 0x14141414)
     x = ((h & 0x009C009C) * 272) & 0x81C081C0
-    y = h & 0x9C009C00
-    y = (y | (y >> 4)) & 0x81C081C0
+    y = (h & 0x80008000) | ((h >> 4) & 0x01C001C0)
     halves = []
     for reg in (e, o, x, y):
         halves += [reg & 0xFFFF, reg >> 16]
