@@ -5,17 +5,21 @@ import torch
 from deepinfer.kernels.reference.moe import stable_topk
 
 
-def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor,
+                 num_visible: torch.Tensor | None = None) -> torch.Tensor:
     """``score[n, t] = sum_h w[n, h] * relu(q[n, h] . keys[t])`` in fp32.
 
     Args:
         q: (N, Hi, Di) FP4-grid queries; head_weights: (N, Hi) fp32 (already scaled);
-        keys: (T, Di) FP4-grid index keys.
+        keys: (T, Di) FP4-grid index keys; num_visible: (N,) int or None — given, every
+        score at t >= num_visible[n] is -inf (``mask_invisible``: a kernel may then skip the
+        key tiles no query of its block sees).
     Returns:
         (N, T) fp32.
     """
     dots = torch.einsum("nhd,td->nht", q.double(), keys.double()).relu()
-    return torch.einsum("nht,nh->nt", dots, head_weights.double()).float()  # fp64 sums
+    scores = torch.einsum("nht,nh->nt", dots, head_weights.double()).float()  # fp64 sums
+    return scores if num_visible is None else mask_invisible(scores, num_visible)
 
 
 def mask_invisible(scores: torch.Tensor, num_visible: torch.Tensor) -> torch.Tensor:

@@ -84,9 +84,20 @@ def _index_scores_kernel(
     w = tl.load(w_ptr + qn.to(tl.int64) * stride_wn + r % HI, mask=qmask, other=0.0)
     w = w.to(tl.float32)
     qn2 = n0 + tl.arange(0, BN)
+    tiles = tl.minimum(KT, tl.cdiv(num_keys - t0, BT))  # the program's key tiles
+    scored = tiles
     if HAS_VIS:
         vis = tl.load(vis_ptr + qn2, mask=qn2 < num_q, other=0)
-    for kt in range(0, tl.minimum(KT, tl.cdiv(num_keys - t0, BT))):
+        # tiles no query of the block sees (a prompt's causal upper triangle: ~half of a
+        # prefill's) get -inf without loading or scoring their keys
+        seen = tl.minimum(tl.max(vis, 0), num_keys).to(tl.int32)
+        scored = tl.maximum(tl.minimum(tiles, tl.cdiv(seen - t0, BT)), 0)
+        for kt in range(scored, tiles):
+            t = t0 + kt * BT + tl.arange(0, BT)
+            out = out_ptr + qn2.to(tl.int64)[:, None] * stride_on + t[None, :]
+            tl.store(out, tl.full((BN, BT), float("-inf"), tl.float32),
+                     mask=(qn2 < num_q)[:, None] & (t < num_keys)[None, :])
+    for kt in range(0, scored):
         t = t0 + kt * BT + tl.arange(0, BT)
         tmask = t < num_keys
         k_rows = k_ptr + t.to(tl.int64)[:, None] * stride_k
@@ -319,10 +330,12 @@ def _launch(q, w, keys, vis, records):
     return out
 
 
-def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor,
+                 num_visible: torch.Tensor | None = None) -> torch.Tensor:
     """Triton version of ``reference.indexer.index_scores``: (N, Hi, Di), (N, Hi), (T, Di)
-    -> (N, T) fp32."""
-    return _launch(q, head_weights, keys, None, False)
+    -> (N, T) fp32; ``num_visible`` (N,): -inf at t >= num_visible[n], and a program whose
+    queries see none of a key tile writes its -inf without scoring it."""
+    return _launch(q, head_weights, keys, num_visible, False)
 
 
 def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_records: torch.Tensor,
@@ -417,6 +430,9 @@ def aot_cases() -> list[dict[str, Any]]:
         dict(name="index_scores bf16 keys Hi32 D128", module=__name__,
              kernel="_index_scores_kernel", types=dict(types, k_ptr="*bf16"),
              meta=launch_meta(32, 128, False, False)),
+        dict(name="index_scores bf16 keys visible counts Hi32 D128", module=__name__,
+             kernel="_index_scores_kernel", types=dict(types, k_ptr="*bf16"),
+             meta=launch_meta(32, 128, False, True)),
         dict(name="index_scores_paged v1 Hi64 D128", module=__name__,
              kernel="_index_scores_paged_kernel", types=dict(types, bt_ptr="*i64"),
              meta=paged_launch_meta(64, 128, kernel="v1")),

@@ -64,7 +64,11 @@ class Indexer(nn.Module):
         if SHORT_PICKS and self.picks_every_entry(key_records.shape[0]):
             return self.every_visible(positions, key_records.shape[0], candidates)
         keys = k.unpack_index_key(key_records, self.head_dim, torch.bfloat16)
-        return self._topk(k, k.index_scores(q, head_w, keys), positions, candidates)
+        # -inf beyond each query's visible count from the scoring op itself (no masking pass
+        # over the (S, T) scores; the kernel skips the key tiles its queries cannot see)
+        num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
+        scores = k.index_scores(q, head_w, keys, num_visible)
+        return self._topk(k, scores, positions, candidates, visible_masked=True)
 
     def picks_every_entry(self, num_entries: int) -> bool:
         """Whether a top-k over ``num_entries`` keys must take every visible (and candidate)

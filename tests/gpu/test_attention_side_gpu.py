@@ -270,6 +270,31 @@ def test_index_scores():
     _record("index_scores bf16 keys N=64 T=65536", _rel(got, want), SCORE_TOL, ms)
 
 
+def test_index_scores_causal_prefill():
+    """A 4K prompt's ratio-2 scores (4,096 queries x 2,048 keys) with each query's visible
+    count (session 31): -inf exactly beyond it, the unmasked kernel's bits where visible, and
+    the time against the unmasked kernel plus torch's mask (the wiring before; ~half the
+    tiles are unscored now)."""
+    from deepinfer.kernels.triton import indexer as tri
+
+    n, ratio, dev = 4096, 2, "cuda"
+    t = n // ratio
+    q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, HI, DI, device=dev)).to(torch.bfloat16)
+    w = torch.randn(n, HI, device=dev) * (DI ** -0.5) * (HI ** -0.5)
+    keys = quant.fake_quant_fp4_ue8m0_block32(torch.randn(t, DI, device=dev)).to(torch.bfloat16)
+    vis = torch.div(torch.arange(n, device=dev) + 1, ratio, rounding_mode="floor")
+    got = tri.index_scores(q, w, keys, vis)
+    full = tri.index_scores(q, w, keys)
+    invisible = torch.arange(t, device=dev)[None, :] >= vis[:, None]
+    assert torch.equal(torch.isneginf(got), invisible)
+    assert torch.equal(got[~invisible], full[~invisible])
+    want = ref_idx.mask_invisible(ref_idx.index_scores(q, w, keys), vis)
+    ms = _time_ms(lambda: tri.index_scores(q, w, keys, vis))
+    ms_before = _time_ms(lambda: ref_idx.mask_invisible(tri.index_scores(q, w, keys), vis))
+    _record("index_scores causal N=4096 T=2048", _rel(got, want), SCORE_TOL, ms,
+            f"unmasked + torch mask {ms_before:.3f} ms")
+
+
 
 def _paged_index_inputs(n: int, hi: int, width: int, epb: int, dev: str):
     """Shuffled paged pool of index keys, random visible counts (0, 1 and width forced), block

@@ -75,6 +75,28 @@ def test_index_scores_records_visibility(hi, d, t):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+# the prefill's float keys with each query's visible count: BN 16 (4 heads) and the released
+# BN 2 (32 x 128); 1,100 keys = two programs of 8 tiles along T, so whole tiles and whole
+# programs lie beyond every query of a block (written -inf, never scored) next to partly
+# visible ones; the causal counts of a ratio-2 prompt and some at the edges
+@pytest.mark.parametrize("hi,d", [(4, 32), (32, 128)])
+def test_index_scores_float_keys_visibility(hi, d):
+    t = 1100
+    q, w, keys = _inputs(torch.Generator().manual_seed(10), n=40, hi=hi, d=d, t=t)
+    keys = quant.fake_quant_fp4_ue8m0_block32(keys)
+    vis = torch.div(torch.arange(40) * 55 + 1, 2, rounding_mode="floor")  # 0 .. 1072
+    vis[:4] = torch.tensor([0, 1, 128, 129])
+    vis[-4:] = torch.tensor([t, t - 1, 1024, 1025])
+    got = tri.index_scores(q, w, keys, vis)
+    want = ref.index_scores(q, w, keys, vis)
+    assert torch.equal(torch.isneginf(got), torch.arange(t)[None, :] >= vis[:, None])
+    assert torch.equal(torch.isneginf(got), torch.isneginf(want))
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
+    # where visible, the scores of the unmasked op
+    full = tri.index_scores(q, w, keys)
+    seen = ~torch.isneginf(got)
+    assert torch.equal(got[seen], full[seen])
+
 
 def _paged_inputs(gen, hi, d, epb, width, vis, scale_bytes=None):
     """Paged pool inputs; ``scale_bytes`` (lo, hi): the used records' ue8m0 bytes drawn from

@@ -46,3 +46,33 @@ def test_tiny_model_on_triton_ops_matches_the_reference(monkeypatch):
     rel = ((got - want).norm() / want.norm()).item()
     assert rel < 5e-2, rel
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.7
+
+
+
+def test_tiny_model_on_visibility_aware_index_scores(monkeypatch):
+    """A 48-token prompt (more entries than ``index_topk``: the layers score and pick) with
+    the indexer's scores from the Triton kernel given each query's visible count (session 31:
+    key tiles no query of a program sees are written -inf unscored; the model's top-k takes
+    the scores as they come) gives the logits, bit for bit, of the kernel without the counts
+    followed by the reference's mask (the wiring before)."""
+    from deepinfer.kernels import registry
+    from deepinfer.kernels.reference.indexer import mask_invisible
+
+    registry.ops()
+    monkeypatch.setattr(registry, "_REGISTRY",
+                        {op: dict(regs) for op, regs in registry._REGISTRY.items()})
+    assert "index_scores" in register_triton_backend()
+    new, old = tiny_model(), tiny_model()
+    new.kernels = KernelSet({"index_scores": "triton"})
+    old.kernels = KernelSet({"index_scores": "triton"})
+    scores, counts = old.kernels.index_scores, []
+
+    def masked_after(q, w, keys, num_visible):
+        counts.append(num_visible.shape[0])
+        return mask_invisible(scores(q, w, keys), num_visible)
+
+    old.kernels.index_scores = masked_after
+    ids = torch.randint(0, 500, (48,), generator=torch.Generator().manual_seed(2)).tolist()
+    want, got = _logits(old, ids), _logits(new, ids)
+    assert counts and counts[0] == 48  # the prefill scored its 48 queries
+    assert torch.equal(got, want)
