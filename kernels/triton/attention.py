@@ -226,6 +226,13 @@ def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
                 num_warps=NUM_WARPS, num_stages=PREFILL_NUM_STAGES if prefill else NUM_STAGES)
 
 
+def _prefill_gluon(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
+                   has_b: bool) -> bool:
+    """Whether float rows (one row list) go to the Gluon prefill kernel."""
+    return (PREFILL_KERNEL == "gl" and q.shape[0] > PREFILL_MIN_QUERIES and not has_b
+            and attention_prefill_gluon.accepts(q, kv, indices))
+
+
 def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
     n, h, d = q.shape
     if q.stride(-1) != 1 or (fmt_a == FMT_FLOAT and a.stride(-1) != 1):
@@ -238,8 +245,7 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
     if (DECODE_KERNEL == "v2" and n <= PREFILL_MIN_QUERIES
             and attention_decode.supports(d, fmt_a, fmt_b, has_b)):
         return attention_decode.launch(q, a, ia, b, ib, has_b, sink, softmax_scale, out)
-    if (PREFILL_KERNEL == "gl" and n > PREFILL_MIN_QUERIES and fmt_a == FMT_FLOAT and not has_b
-            and attention_prefill_gluon.accepts(q, a, ia)):
+    if fmt_a == FMT_FLOAT and _prefill_gluon(q, a, ia, has_b):
         return attention_prefill_gluon.sparse_attention_sink_gl(q, a, ia, sink, softmax_scale,
                                                                 out)
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
@@ -259,16 +265,25 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
 
 def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
                           sink: torch.Tensor, softmax_scale: float,
-                          out: torch.Tensor | None = None) -> torch.Tensor:
+                          out: torch.Tensor | None = None,
+                          row_counts: torch.Tensor | None = None) -> torch.Tensor:
     """Triton version of ``reference.attention.sparse_attention_sink`` (same arguments/result):
     q (N, H, D), kv (M, D) float rows, indices (N, K) int (-1 ignored), sink (H,) fp32; ``out``
     (N, H, D) in q's dtype with contiguous channels (e.g. a row slice of the layer's output):
-    written in place, no copy."""
+    written in place, no copy. ``row_counts`` (N,): query n's first row_counts[n] entries only —
+    the Gluon prefill kernel runs cdiv(count, 64) chunks of the row (a prompt's picks end in
+    -1 padding); the other kernels get the entries past the count as -1 (a torch mask)."""
     if out is None:
         out = attn_common.alloc(q.shape, q.dtype, q.device)
     elif out.shape != q.shape or out.dtype != q.dtype or out.stride(-1) != 1:
         raise ValueError(f"sparse attention: out {tuple(out.shape)} {out.dtype} must match q "
                          f"{tuple(q.shape)} {q.dtype} with contiguous channels")
+    if row_counts is not None and q.shape[0]:
+        if _prefill_gluon(q, kv, indices, False):
+            return attention_prefill_gluon.sparse_attention_sink_gl(
+                q, kv, indices, sink, softmax_scale, out, row_counts)
+        listed = torch.arange(indices.shape[-1], device=indices.device)
+        indices = torch.where(listed[None, :] < row_counts[:, None], indices, -1)
     return _launch(q, kv, FMT_FLOAT, indices, None, FMT_FLOAT, None, sink, softmax_scale, out)
 
 

@@ -105,6 +105,15 @@ if HAS_GLUON:
         return gl.load(idx_row + r, mask=r < num_idx, other=-1)
 
     @gluon.jit
+    def _row_count(counts_ptr, n, num_idx, HAS_COUNTS: gl.constexpr):
+        """How many of query n's row-list entries its item reads: all num_idx, or its count
+        (``row_counts``: the entries past it are -1 padding) — loader and math warpgroups alike,
+        so both run the same cdiv(max(count, 1), BK) chunks."""
+        if HAS_COUNTS:
+            return gl.minimum(gl.load(counts_ptr + n), num_idx)
+        return num_idx
+
+    @gluon.jit
     def _copy_slice(dst, base_ptr, row_stride, ids, cols, CP: gl.constexpr,
                     LOAD: gl.constexpr = True):
         """cp.async of 16 rows (base_ptr + ids * row_stride; ids < 0 read nothing: zeros)
@@ -117,6 +126,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _producer(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in, num_idx,
+                  counts_ptr, HAS_COUNTS: gl.constexpr,
                   num_items, num_heads, q_s, k_s, q_ready, q_empty, ready, empty,
                   D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                   HBLK: gl.constexpr, PROBE: gl.constexpr):
@@ -129,7 +139,6 @@ if HAS_GLUON:
         NI2: gl.constexpr = 1 if BK == 64 else 0  # slices 2 and 3 only at BK 64
         TC: gl.constexpr = 32 if D >= 256 else D // 8  # lanes along a row: 16-byte copies
         CP: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [4, 1], [1, 0])
-        num_chunks = gl.cdiv(num_idx, BK)
         cols = gl.arange(0, D, layout=gl.SliceLayout(0, CP))
         g = 0
         it = 0
@@ -137,10 +146,12 @@ if HAS_GLUON:
             n = (item // HBLK).to(gl.int64)
             h0 = (item % HBLK) * 64
             idx_row = idx_ptr + n * stride_in
-            iv0 = _slice_ids(idx_row, num_idx, 0, CP)
-            iv1 = _slice_ids(idx_row, num_idx, 16, CP)
-            iv2 = _slice_ids(idx_row, num_idx * NI2, 32, CP)
-            iv3 = _slice_ids(idx_row, num_idx * NI2, 48, CP)
+            cnt = _row_count(counts_ptr, n, num_idx, HAS_COUNTS)
+            num_chunks = gl.cdiv(gl.maximum(cnt, 1), BK)
+            iv0 = _slice_ids(idx_row, cnt, 0, CP)
+            iv1 = _slice_ids(idx_row, cnt, 16, CP)
+            iv2 = _slice_ids(idx_row, cnt * NI2, 32, CP)
+            iv3 = _slice_ids(idx_row, cnt * NI2, 48, CP)
             mbarrier.wait(q_empty, (it & 1) ^ 1)
             for i in gl.static_range(4):  # q's heads h0 + 16 i .. (past num_heads: zeros)
                 hq = h0 + 16 * i + gl.arange(0, 16, layout=gl.SliceLayout(1, CP))
@@ -150,10 +161,10 @@ if HAS_GLUON:
             for c in range(num_chunks):
                 slot = g % STAGES
                 r0 = (c + 1) * BK  # the next chunk's ids, loaded while these copies go
-                nv0 = _slice_ids(idx_row, num_idx, r0, CP)
-                nv1 = _slice_ids(idx_row, num_idx, r0 + 16, CP)
-                nv2 = _slice_ids(idx_row, num_idx * NI2, r0 + 32, CP)
-                nv3 = _slice_ids(idx_row, num_idx * NI2, r0 + 48, CP)
+                nv0 = _slice_ids(idx_row, cnt, r0, CP)
+                nv1 = _slice_ids(idx_row, cnt, r0 + 16, CP)
+                nv2 = _slice_ids(idx_row, cnt * NI2, r0 + 32, CP)
+                nv3 = _slice_ids(idx_row, cnt * NI2, r0 + 48, CP)
                 mbarrier.wait(empty.index(slot), ((g // STAGES) & 1) ^ 1)
                 kt = k_s.index(slot)
                 _copy_slice(kt.slice(0, 16, dim=0), kv_ptr, stride_kv, iv0, cols, CP,
@@ -220,7 +231,7 @@ if HAS_GLUON:
         """One item's chunks (global chunk count g on): per chunk q . k, softmax, p . v, each
         waited before the next. Returns the accumulator, the row max and sum, and g."""
         HB: gl.constexpr = 64
-        num_chunks = gl.cdiv(num_idx, BK)
+        num_chunks = gl.cdiv(gl.maximum(num_idx, 1), BK)  # >= 1: q is released in the last
         for c in range(num_chunks):
             iv = _chunk_ids(idx_row, num_idx, c, BK, MMA_S)
             kt = k_s.index(g % STAGES)
@@ -244,6 +255,7 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
+                  counts_ptr, HAS_COUNTS: gl.constexpr,
                   num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale,
                   D: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
                   HBLK: gl.constexpr, PROBE: gl.constexpr):
@@ -267,7 +279,8 @@ if HAS_GLUON:
             l_i = gl.zeros([HB], gl.float32, gl.SliceLayout(1, MMA_S))
             acc = gl.zeros([HB, D], gl.float32, MMA_O)
             mbarrier.wait(q_ready, it & 1)
-            acc, m_i, l_i, g = _item_chunks(q_s, k_s, ready, empty, q_empty, idx_row, num_idx,
+            cnt = _row_count(counts_ptr, n, num_idx, HAS_COUNTS)
+            acc, m_i, l_i, g = _item_chunks(q_s, k_s, ready, empty, q_empty, idx_row, cnt,
                                             qk_scale, acc, m_i, l_i, g, D, BK, STAGES, PROBE,
                                             MMA_S, MMA_O, LP)
             _store_out(acc, m_i, l_i, sink_ptr, out_ptr, n, (item % HBLK) * HB, stride_on,
@@ -276,14 +289,17 @@ if HAS_GLUON:
 
     @gluon.jit
     def _attn_prefill_ws_kernel(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr,
-                                stride_in, num_idx, sink_ptr, out_ptr, stride_on, stride_oh,
-                                num_heads, qk_scale, num_items, D: gl.constexpr,
+                                stride_in, num_idx, counts_ptr, sink_ptr, out_ptr, stride_on,
+                                stride_oh, num_heads, qk_scale, num_items, D: gl.constexpr,
                                 BK: gl.constexpr, STAGES: gl.constexpr, HBLK: gl.constexpr,
-                                PROBE: gl.constexpr, num_warps: gl.constexpr):
+                                HAS_COUNTS: gl.constexpr, PROBE: gl.constexpr,
+                                num_warps: gl.constexpr):
         """The loader warpgroup (``_producer``) and the two math warpgroups (``_consumer``,
         the default partition) over items program_id, + num_programs, ... of the N x HBLK
         (query, head block) items; one item per program when the grid has them all.
-        num_idx > 0. PROBE (timing only, wrong values): 1 = no row loads, 2 = no wgmmas."""
+        num_idx > 0; HAS_COUNTS: query n reads only its first counts[n] entries (int32; the
+        chunks past them are not run). PROBE (timing only, wrong values): 1 = no row loads,
+        2 = no wgmmas."""
         gl.static_assert(num_warps == 8, "two math warpgroups")
         HB: gl.constexpr = 64
         SH: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
@@ -301,11 +317,11 @@ if HAS_GLUON:
             mbarrier.init(empty.index(b), count=1)
         gl.warp_specialize([
             (_consumer, (q_s, k_s, q_ready, q_empty, ready, empty, idx_ptr, stride_in, num_idx,
-                         num_items, sink_ptr, out_ptr, stride_on, stride_oh, num_heads,
-                         qk_scale, D, BK, STAGES, HBLK, PROBE)),
+                         counts_ptr, HAS_COUNTS, num_items, sink_ptr, out_ptr, stride_on,
+                         stride_oh, num_heads, qk_scale, D, BK, STAGES, HBLK, PROBE)),
             (_producer, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in,
-                         num_idx, num_items, num_heads, q_s, k_s, q_ready, q_empty, ready,
-                         empty, D, BK, STAGES, HBLK, PROBE)),
+                         num_idx, counts_ptr, HAS_COUNTS, num_items, num_heads, q_s, k_s,
+                         q_ready, q_empty, ready, empty, D, BK, STAGES, HBLK, PROBE)),
         ], [4], [_LOADER_REGS])
 
 
@@ -322,10 +338,12 @@ def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
 
 
 def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
-                             sink: torch.Tensor, softmax_scale: float,
-                             out: torch.Tensor) -> torch.Tensor:
+                             sink: torch.Tensor, softmax_scale: float, out: torch.Tensor,
+                             row_counts: torch.Tensor | None = None) -> torch.Tensor:
     """``attention.sparse_attention_sink`` on this kernel into ``out`` (N, H, D) bf16 (the
-    caller has checked ``accepts``)."""
+    caller has checked ``accepts``); ``row_counts`` (N,): query n's first row_counts[n] entries
+    only — its item runs cdiv(count, BK) chunks, not the whole list's (a prompt's picks end in
+    -1 padding: at 4K tokens ~10-20 % of the chunks)."""
     n, h, d = q.shape
     if n == 0:
         return out
@@ -334,14 +352,15 @@ def sparse_attention_sink_gl(q: torch.Tensor, kv: torch.Tensor, indices: torch.T
         return out.zero_()
     # int32 row ids: the loader holds the next chunk's in 16 registers
     indices = indices.to(torch.int32).contiguous()
+    counts = indices if row_counts is None else row_counts.to(torch.int32).contiguous()
     hblk = -(-h // HEADS)
     items = n * hblk
     programs = min(items, _sm_count(q.device)) if PERSISTENT else items
     _attn_prefill_ws_kernel[(programs, )](
         q, q.stride(0), q.stride(1), kv, kv.stride(0), indices, indices.stride(0),
-        indices.shape[-1], sink.float().contiguous(), out, out.stride(0), out.stride(1), h,
-        float(softmax_scale) * _LOG2E, items, D=d, BK=BK, STAGES=STAGES, HBLK=hblk,
-        PROBE=PROBE, num_warps=NUM_WARPS, maxnreg=MAXNREG)
+        indices.shape[-1], counts, sink.float().contiguous(), out, out.stride(0), out.stride(1),
+        h, float(softmax_scale) * _LOG2E, items, D=d, BK=BK, STAGES=STAGES, HBLK=hblk,
+        HAS_COUNTS=row_counts is not None, PROBE=PROBE, num_warps=NUM_WARPS, maxnreg=MAXNREG)
     return out
 
 
@@ -351,21 +370,24 @@ def _sm_count(device: torch.device) -> int:
 
 
 def aot_cases() -> list[dict[str, Any]]:
-    """SM90 compile-gate cases: D = 512 (the released head), 64 and 128 (tiny configs)."""
+    """SM90 compile-gate cases: D = 512 (the released head; with and without row counts), 64
+    and 128 (tiny configs)."""
     cases = []
-    for d in (512, 64, 128):
+    for d, counts in ((512, True), (512, False), (64, True), (128, False)):
         cases.append({
-            "id": f"attn_prefill_gl_d{d}", "gluon": True, "module": __name__,
+            "id": f"attn_prefill_gl_d{d}" + ("_counts" if counts else ""), "gluon": True,
+            "module": __name__,
             "kernel": "_attn_prefill_ws_kernel",
             # the loader keeps a few loop-invariant smem offsets in local memory (L1)
             "maxnreg": MAXNREG, "max_stack": 128,
             "signature": {"q_ptr": "*bf16", "stride_qn": "i32", "stride_qh": "i32",
                           "kv_ptr": "*bf16", "stride_kv": "i32", "idx_ptr": "*i32",
-                          "stride_in": "i32", "num_idx": "i32", "sink_ptr": "*fp32",
+                          "stride_in": "i32", "num_idx": "i32", "counts_ptr": "*i32",
+                          "sink_ptr": "*fp32",
                           "out_ptr": "*bf16", "stride_on": "i32", "stride_oh": "i32",
                           "num_heads": "i32", "qk_scale": "fp32", "num_items": "i32"},
-            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "HBLK": 1, "PROBE": 0,
-                           "num_warps": NUM_WARPS},
+            "constexprs": {"D": d, "BK": BK, "STAGES": STAGES, "HBLK": 1, "HAS_COUNTS": counts,
+                           "PROBE": 0, "num_warps": NUM_WARPS},
             "num_warps": NUM_WARPS, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
             "divisible": ["stride_qn", "stride_qh", "stride_kv", "stride_in", "stride_on",
                           "stride_oh"]})

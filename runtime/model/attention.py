@@ -52,6 +52,18 @@ class Published:
         # attention's row lists: a prefill's int32 (N, W + k) (the window layout's, then the
         # picks' entry rows); a decode step's (N, index_topk) rows of the flattened entry pool
         self.attention_rows: dict[tuple[int, int] | None, torch.Tensor] = {}
+        # a prefill's rows with picks -> (N,) int32: each row's entries up to its last valid one
+        # (the picks end in -1 padding, which the attention then does not read)
+        self.attention_counts: dict[tuple[int, int] | None, torch.Tensor | None] = {}
+
+
+def _listed_counts(rows: torch.Tensor) -> torch.Tensor:
+    """(N, K) int32 row lists -> (N,) int32: the position of each row's last valid (>= 0)
+    entry, plus one (0 for a row of -1s). A prefill's picks come ascending, then -1 (at 4K
+    tokens ~10-20 % of a row list is that padding: queries see fewer than ``index_topk``
+    entries early in a prompt); the attention reads no chunk past the count."""
+    listed = torch.arange(1, rows.shape[1] + 1, dtype=torch.int32, device=rows.device)
+    return torch.where(rows >= 0, listed, 0).amax(dim=1)
 
 
 class Attention(nn.Module):
@@ -227,10 +239,13 @@ class Attention(nn.Module):
                 rows = self._entry_rows(indices, keys.shape[0], picks, counts, batch)
             keys = torch.cat([keys, unpacked])
         if key not in published.attention_rows:  # this forward's first layer of the source
-            published.attention_rows[key] = (indices if rows is None else rows).to(torch.int32)
-        rows = published.attention_rows[key]
+            rows = (indices if rows is None else rows).to(torch.int32)
+            published.attention_rows[key] = rows
+            published.attention_counts[key] = None if key is None else _listed_counts(rows)
+        rows, counts = published.attention_rows[key], published.attention_counts[key]
         # one op over every sequence's rows (a 4K chunk's result is 268 MB)
-        return k.sparse_attention_sink(q, keys, rows, self.attn_sink, self.head_dim ** -0.5)
+        return k.sparse_attention_sink(q, keys, rows, self.attn_sink, self.head_dim ** -0.5,
+                                       row_counts=counts)
 
     def _window_keys(self, k: KernelSet, records: torch.Tensor, batch: ForwardBatch
                      ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -183,6 +183,48 @@ def test_sparse_attention_gl_other_shapes(heads, dim, width, persistent, monkeyp
             _rel(out, want), ATTN_TOL, 0.0)
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_sparse_attention_gl_row_counts(persistent, monkeypatch):
+    """The Gluon prefill kernel with ``row_counts`` (session 31): a 4K prompt's lists — the
+    window, then picks that end in -1 padding for the early queries (causal: query n sees
+    n // 2 entries at ratio 2, capped at 512) — give the bits of the call without counts;
+    counts that cut valid entries (and a count of 0) the reference's shortened lists; timed
+    against the call without counts (the chunks past each count are not run)."""
+    from deepinfer.kernels.triton import attention_prefill_gluon as apg
+
+    monkeypatch.setattr(apg, "PERSISTENT", persistent)
+    n, m = 4096, 2048 + 4096
+    q = torch.randn(n, H, D, device="cuda").to(torch.bfloat16)
+    kv = torch.randn(m, D, device="cuda").to(torch.bfloat16)
+    pos = torch.arange(n, device="cuda")
+    window = pos[:, None] - W + 1 + torch.arange(W, device="cuda")[None, :]
+    window = torch.where(window >= 0, window, -1)
+    picks = torch.arange(TOPK, device="cuda")[None, :].expand(n, TOPK)
+    seen = torch.clamp((pos + 1) // 2, max=TOPK)
+    picks = torch.where(picks < seen[:, None], 4096 + picks * 3 % 2048, -1)
+    idx = torch.cat([window, picks], 1).to(torch.int32)
+    counts = torch.where(idx >= 0, torch.arange(1, W + TOPK + 1, device="cuda"), 0).amax(1)
+    sink = torch.randn(H, device="cuda")
+    assert apg.accepts(q, kv, idx)
+    full, got = torch.empty_like(q), torch.empty_like(q)
+    apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, full)
+    apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, got, counts.to(torch.int32))
+    assert torch.equal(got, full)
+    cut = counts.clone()
+    cut[::7] = torch.randint(0, W + TOPK, cut[::7].shape, device="cuda")
+    cut[5] = 0
+    apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, got, cut.to(torch.int32))
+    want = ref_attn.sparse_attention_sink(q[::64], kv, idx[::64].long(), sink, D ** -0.5,
+                                          row_counts=cut[::64])
+    err = _rel(got[::64], want)
+    assert bool((got[5] == 0).all())
+    ms = _time_ms(lambda: apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, got,
+                                                       counts.to(torch.int32)))
+    ms_all = _time_ms(lambda: apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, full))
+    _record(f"attention_prefill_gl row counts N={n} persistent={persistent}", err, ATTN_TOL,
+            ms, f"without counts {ms_all:.3f} ms")
+
+
 def _freq(dev):
     return rope.rope_inv_freq(64, 160000.0, rope.Yarn(16.0, 65536, 32.0, 1.0)).to(dev)
 

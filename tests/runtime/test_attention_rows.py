@@ -19,15 +19,17 @@ class RowsSpy(KernelSet):
     def __init__(self):
         super().__init__()
         self.rows: list[torch.Tensor] = []
+        self.counts: list[torch.Tensor | None] = []
 
     def __getattr__(self, op: str):
         fn = super().__getattr__(op)
         if op != "sparse_attention_sink":
             return fn
 
-        def call(q, keys, rows, *rest):
+        def call(q, keys, rows, *rest, row_counts=None):
             self.rows.append(rows)
-            return fn(q, keys, rows, *rest)
+            self.counts.append(row_counts)
+            return fn(q, keys, rows, *rest, row_counts=row_counts)
 
         return call
 
@@ -88,3 +90,30 @@ def test_decode_entry_rows_shared_by_reusing_layers(monkeypatch):
             assert rows is first[key]
         first[key] = rows
     assert len(first) < sum(layer.compress_ratio > 0 for layer in layers)
+
+
+def test_row_counts_end_at_each_rows_last_pick():
+    """The lists with picks come with each row's count (its last valid entry + 1, computed
+    once per source like the lists): every entry past it is -1 and the entry before it is
+    valid; early queries of a prompt see fewer entries than ``index_topk``, so some rows
+    end in padding (a 60-token prompt, two sequences of different lengths in one step);
+    window-only lists have no counts."""
+    model = tiny_model()
+    spy = RowsSpy()
+    model.kernels = spy
+    gen = torch.Generator().manual_seed(6)
+    ids = [torch.randint(0, 500, (n,), generator=gen).tolist() for n in (60, 23)]
+    model(ForwardBatch.build(ids, [SequenceCache.empty(model.spec) for _ in ids]))
+    layers = [block.attn.layer for block in model.layers]
+    padded = 0
+    for lay, rows, counts in zip(layers, spy.rows, spy.counts, strict=True):
+        if lay.compress_ratio == 0:
+            assert counts is None
+            continue
+        assert counts.dtype == torch.int32 and counts.shape == (rows.shape[0],)
+        listed = torch.arange(rows.shape[1])
+        assert bool((rows[listed[None, :] >= counts[:, None].long()] == -1).all())
+        last = rows.gather(1, (counts.long() - 1).clamp(min=0)[:, None])[:, 0]
+        assert bool((last >= 0).all())
+        padded += int((counts < rows.shape[1]).sum())
+    assert padded > 0

@@ -49,6 +49,32 @@ def test_sparse_attention_sink_matches_reference(dtype, heads):
     assert bool((out[-1] == 0).all())
 
 
+def test_sparse_attention_row_counts():
+    """``row_counts``: query n lists only its first counts[n] entries. Counts at each row's
+    last valid entry + 1 (what the prefill passes: the rest is -1 padding) give the bits of
+    the call without them; counts that cut valid entries give the reference's result for the
+    shortened lists (the Triton kernel gets those entries as -1)."""
+    gen = torch.Generator().manual_seed(3)
+    n, heads, m, k = 5, 4, 40, 37
+    q = torch.randn(n, heads, D, generator=gen)
+    kv = torch.randn(m, D, generator=gen)
+    idx = _indices(n, k, m, gen)
+    sink = torch.randn(heads, generator=gen)
+    ends = torch.tensor([37, 20, 5, 1, 0])
+    idx[torch.arange(k)[None, :] >= ends[:, None]] = -1  # padding after each row's end
+    last = torch.where(idx >= 0, torch.arange(1, k + 1), 0).amax(1)
+    full = tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5)
+    got = tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5, row_counts=last)
+    assert torch.equal(got, full)
+    cut = torch.tensor([10, 3, 37, 0, 2])
+    got = tri.sparse_attention_sink(q, kv, idx, sink, D ** -0.5, row_counts=cut)
+    want = ref.sparse_attention_sink(q, kv, idx, sink, D ** -0.5, row_counts=cut)
+    shortened = torch.where(torch.arange(k)[None, :] < cut[:, None], idx, -1)
+    assert torch.equal(want, ref.sparse_attention_sink(q, kv, shortened, sink, D ** -0.5))
+    torch.testing.assert_close(got, want, **TOL[torch.float32])
+    assert bool((got[3] == 0).all())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("with_compressed", [True, False])
 def test_sparse_attention_records_matches_reference(dtype, with_compressed):
