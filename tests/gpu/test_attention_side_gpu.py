@@ -455,6 +455,25 @@ def test_topk_and_candidate_blocks():
             f"{mism} differing mask entries")
 
 
+def test_topk_positions_causal_prefill():
+    """A 4K prompt's ratio-2 top-k (4,096 rows x 2,048 scores, query n sees (n + 1) // 2):
+    the quarter of the rows that read at most k = 512 scores skips the radix passes (session
+    31); exact equality with the reference, timed."""
+    from deepinfer.kernels.triton import topk as tri
+
+    n, t, dev = 4096, 2048, "cuda"
+    scores = (torch.randn(n, t, device=dev) * 4).round() / 4
+    vis = (torch.arange(n, device=dev) + 1) // 2
+    scores = scores.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None],
+                                float("-inf"))
+    want = ref_idx.topk_positions(scores.cpu(), TOPK).to(dev)
+    got = tri.topk_positions(scores, TOPK, vis)
+    ms = _time_ms(lambda: tri.topk_positions(scores, TOPK, vis))
+    mism = int((got != want).sum())
+    _record("topk_positions causal N=4096 T=2048 k=512", float(mism), 0.0, ms,
+            f"{mism} differing ids")
+
+
 @pytest.mark.parametrize("n,t", [(64, 1024), (256, 8192), (5, 40000)])
 def test_topk_positions_decode_shapes_both_methods(n, t):
     """Decode shapes (4K / 32K context at ratio 4; a row of several radix tiles): scores in
