@@ -57,15 +57,6 @@ class Published:
         self.attention_counts: dict[tuple[int, int] | None, torch.Tensor | None] = {}
 
 
-def _listed_counts(rows: torch.Tensor) -> torch.Tensor:
-    """(N, K) int32 row lists -> (N,) int32: the position of each row's last valid (>= 0)
-    entry, plus one (0 for a row of -1s). A prefill's picks come ascending, then -1 (at 4K
-    tokens ~10-20 % of a row list is that padding: queries see fewer than ``index_topk``
-    entries early in a prompt); the attention reads no chunk past the count."""
-    listed = torch.arange(1, rows.shape[1] + 1, dtype=torch.int32, device=rows.device)
-    return torch.where(rows >= 0, listed, 0).amax(dim=1)
-
-
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, layer: LayerSpec):
         super().__init__()
@@ -232,16 +223,15 @@ class Attention(nn.Module):
         # int32 tensor per (KV source, index source) and forward, shared by the layers that
         # reuse them (the attention kernels read int32 row ids)
         key = (layer.kv_source, layer.index_source) if picks else None
-        rows = published.attention_rows.get(key)
+        rows, listed = published.attention_rows.get(key), None
         if picks:
             unpacked, counts = self._entries(k, batch, published)
             if rows is None:
-                rows = self._entry_rows(indices, keys.shape[0], picks, counts, batch)
+                rows, listed = self._entry_rows(indices, keys.shape[0], picks, counts, batch)
             keys = torch.cat([keys, unpacked])
         if key not in published.attention_rows:  # this forward's first layer of the source
-            rows = (indices if rows is None else rows).to(torch.int32)
-            published.attention_rows[key] = rows
-            published.attention_counts[key] = None if key is None else _listed_counts(rows)
+            published.attention_rows[key] = (indices if rows is None else rows).to(torch.int32)
+            published.attention_counts[key] = listed
         rows, counts = published.attention_rows[key], published.attention_counts[key]
         # one op over every sequence's rows (a 4K chunk's result is 268 MB)
         return k.sparse_attention_sink(q, keys, rows, self.attn_sink, self.head_dim ** -0.5,
@@ -303,10 +293,15 @@ class Attention(nn.Module):
         return out
 
     def _entry_rows(self, indices: torch.Tensor, base: int, picks: list[torch.Tensor],
-                    counts: list[int], batch: ForwardBatch) -> torch.Tensor:
+                    counts: list[int], batch: ForwardBatch
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The window row lists ``indices`` (N, W) followed by each sequence's picks (S_b, k_b)
         as key rows — its entries sit after the ``base`` window keys, in batch order (counts
-        T_b: :meth:`_entries`) — -1 padded to the widest k (entries < 0 are skipped)."""
+        T_b: :meth:`_entries`) — -1 padded to the widest k (entries < 0 are skipped); and
+        (N,) int32 each row's entries up to its last valid one, W + its valid picks (a row's
+        picks come valid first, then -1: ``topk_positions``, ``Indexer.every_visible``; the
+        window's last entry is the query itself). At 4K tokens ~10-20 % of a list is that
+        padding early in a prompt; the attention reads no chunk past the count."""
         width = max(p.shape[1] for p in picks)
         offsets = []
         for n in counts:
@@ -317,7 +312,9 @@ class Attention(nn.Module):
         # per row its sequence's first entry row: a pinned, asynchronous copy (no host sync)
         shift = to_device(np.repeat(np.asarray(offsets, dtype=np.int64), batch.seq_lens),
                           sel.device)[:, None]
-        return torch.cat([indices, torch.where(sel >= 0, sel + shift, sel)], dim=1)
+        valid = sel >= 0
+        rows = torch.cat([indices, torch.where(valid, sel + shift, sel)], dim=1)
+        return rows, valid.sum(1, dtype=torch.int32) + indices.shape[1]
 
     def _append_entries(self, k: KernelSet, comp: tuple[torch.Tensor, torch.Tensor | None],
                         batch: ForwardBatch) -> None:
