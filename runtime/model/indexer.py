@@ -68,7 +68,7 @@ class Indexer(nn.Module):
         # over the (S, T) scores; the kernel skips the key tiles its queries cannot see)
         num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
         scores = k.index_scores(q, head_w, keys, num_visible)
-        return self._topk(k, scores, positions, candidates, visible_masked=True)
+        return self._topk(k, scores, num_visible, candidates)
 
     def picks_every_entry(self, num_entries: int) -> bool:
         """Whether a top-k over ``num_entries`` keys must take every visible (and candidate)
@@ -124,17 +124,13 @@ class Indexer(nn.Module):
         num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
         scores = k.index_scores_paged(q, head_w, key_pool, block_tables, num_visible,
                                       entries_per_block, width)  # (N, T)
-        return self._topk(k, scores, positions, candidates, visible_masked=True)
+        return self._topk(k, scores, num_visible, candidates)
 
-    def _topk(self, k: KernelSet, scores: torch.Tensor, positions: torch.Tensor,
-              candidates: torch.Tensor | None, visible_masked: bool = False
-              ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(S, T) fp32 scores -> visibility mask, candidate blocks, sorted top-k (see select).
-        visible_masked: the scores are already -inf at and beyond each row's visible count."""
-        num_visible = torch.div(positions + 1, self.layer.compress_ratio, rounding_mode="floor")
-        if not visible_masked:
-            t = torch.arange(scores.shape[-1], device=scores.device)
-            scores = scores.masked_fill(t[None, :] >= num_visible[:, None], float("-inf"))
+    def _topk(self, k: KernelSet, scores: torch.Tensor, num_visible: torch.Tensor,
+              candidates: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(S, T) fp32 scores, -inf at and beyond each row's visible count num_visible (S,)
+        ((position + 1) // ratio: the scoring ops mask them) -> candidate blocks, sorted top-k
+        (see select)."""
         published = None
         if self.layer.is_candidate_source:
             published = k.select_candidate_blocks(scores, num_visible,
