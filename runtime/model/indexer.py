@@ -43,7 +43,8 @@ class Indexer(nn.Module):
         ``qrq``: the Q8_32 values of the attention's query latent (its ``wq_b`` reads them
         too: rounded once)."""
         q = self.wq_b.rounded(k, qrq).view(-1, self.n_heads, self.head_dim)
-        q = k.fake_quant_fp4_ue8m0_block32(k.apply_rope(q, positions, inv_freq))
+        # in place (q is this call's own tensor): only the rope channels are rewritten
+        q = k.fake_quant_fp4_ue8m0_block32(k.apply_rope(q, positions, inv_freq, in_place=True))
         scale = (self.head_dim ** -0.5) * (self.n_heads ** -0.5)
         w = self.weights_proj(k, x).float() * scale
         return q, w
