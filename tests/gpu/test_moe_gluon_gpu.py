@@ -392,3 +392,70 @@ def test_swiglu_slots_equal_swiglu_then_gather_gpu(tokens, block_m):
     got = moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs, num_pairs,
                                           out=sentinel.clone())
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("block_m,one_mul,scale_lo", [(128, True, 119), (128, False, 126),
+                                                      (64, True, 119)])
+def test_w4a16_gated_swiglu_gives_the_unfused_bits(block_m, one_mul, scale_lo):
+    """The gated GEMM with the SwiGLU epilogue (``moe_gluon_w4a16_gated``, session 31,
+    prepared and off) against what it replaces: the gated GEMM for w1 and for w3 (bf16
+    outputs) then ``swiglu_fake_q8_slots``: bit for bit on every pair's slot, padding slots
+    untouched, every quarter fill; then timed against the three launches."""
+    import time
+
+    from deepinfer.kernels.triton import moe_gluon_w4a8, moe_swiglu
+    from deepinfer.kernels.triton import moe_gluon_w4a16_gated as gated
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    c = _w4a16_prefill_case(True, block_m, scale_lo)
+    w3_packed, _ = _mxfp4(I, D)
+    w3 = moe_gluon_w4a8.to_kernel_order(w3_packed)
+    s3 = torch.randint(scale_lo, scale_lo + 10, c["scale"].shape, dtype=torch.uint8,
+                       device="cuda")
+    rw = torch.rand(c["num_pairs"], device="cuda")
+    pairs, blocks, n = c["pairs"], c["blocks"], c["num_pairs"]
+    sentinel = torch.full((pairs.numel(), I), 7.0, dtype=torch.bfloat16, device="cuda")
+
+    def unfused():
+        g = torch.empty((n, I), dtype=torch.bfloat16, device="cuda")
+        u = torch.empty_like(g)
+        pf.w4a16_prefill_gemm(c["gathered"], c["weights"], c["scale"], pairs, blocks, n, g,
+                              block_m, one_mul=one_mul, warpgroups=1, parts=4, rep=2)
+        pf.w4a16_prefill_gemm(c["gathered"], w3, s3, pairs, blocks, n, u, block_m,
+                              one_mul=one_mul, warpgroups=1, parts=4, rep=2)
+        return moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs, n,
+                                               out=sentinel.clone())
+
+    def fused():
+        return gated.w4a16_gated_swiglu_gemm(c["gathered"], c["weights"], c["scale"], w3, s3,
+                                             rw, 10.0, pairs, blocks, n, block_m, one_mul,
+                                             parts=4, out=sentinel.clone())
+
+    want, got = unfused(), fused()
+    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+    times = {}
+    for name, fn in (("unfused", unfused), ("fused", fused)):
+        fn()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(10):
+            fn()
+        torch.cuda.synchronize()
+        times[name] = (time.perf_counter() - t) / 10 * 1e3
+    print(f"\ngated + SwiGLU BM {block_m} one_mul {one_mul}: unfused {times['unfused']:.3f} ms, "
+          f"fused {times['fused']:.3f} ms")
+
+
+def test_w4a16_prefill_pipeline_with_gated_swiglu_gives_the_same_bits():
+    """The pipeline with ``GATED_SWIGLU`` on (the gated GEMM's SwiGLU epilogue for its REP 2
+    programs) against it off, both block sizes: the same outputs, bit for bit."""
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    _, ids, route_w, x, _, kernel = _prefill_pipeline_case()
+    for block_m in (64, 128):
+        off = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, block_m=block_m,
+                                           rep=2)
+        with _setting("moe_gluon_w4a16_prefill", "GATED_SWIGLU", True):
+            on = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0,
+                                              block_m=block_m, rep=2)
+        assert torch.equal(on, off), (block_m, (on - off).abs().max())
