@@ -10,11 +10,12 @@
 #   * session 31: the indexer's scores with each query's visible count, the Gluon prefill
 #     attention with row counts, the radix top-k skipping its passes, the gated expert GEMM
 #     with the SwiGLU in its epilogue (off; bits against the unfused pair);
-# then a lone 4K prompt with the kernel table by family, and chunk_check of an 8K prompt in
+# then a lone 4K prompt with the kernel table by family, its host phases, the torch ops with
+# the code that issued them and its host syncs by site, and chunk_check of an 8K prompt in
 # 8,192 / 2,048 / 1,024 chunks (the chunked align path; tokens and logprobs bit-identical
 # across chunkings). Pass the commit hash literally. The A/Bs: round 167.
 source "$(dirname "$0")/device_setup.sh"
-timeout 270 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \
+timeout 250 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \
   tests/gpu/test_gemm_side_gpu.py tests/gpu/test_moe_gluon_gpu.py \
   tests/gpu/test_batch_invariance_gpu.py tests/gpu/test_shared_expert_gpu.py \
   tests/gpu/test_model_gpu.py tests/gpu/test_mhc_norm_gpu.py tests/gpu/test_attention_side_gpu.py \
@@ -26,11 +27,13 @@ grep -E "^(index_scores|attention_prefill_gl row|topk_positions causal|sparse_at
   "$OUT/gpu.log" | cut -c1-130
 grep -E "^\| (hc_expand_norm|expand|  \.\.\. \+ q8|linear promoted|linear x\.float|hc_site|rms_norm)" \
   "$OUT/gpu.log" | cut -c1-120
-timeout 140 python3 bench/prefill.py --prompt-lens 4096 --repeats 3 --no-eager \
+timeout 170 python3 bench/prefill.py --prompt-lens 4096 --repeats 3 --no-eager --host-phases --op-stacks --sync-sites \
   --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"
 sed -n '/^## prefill/,$p' "$OUT/prefill_4k.log" | grep -v "^USDT" | cut -c1-150 \
   | grep -E "GPU busy|family|^\| (routed|dense|attention|indexer|rest)|_index_scores|_radix|_attn_prefill" | head -14
+sed -n '/^host phases/,/generate done/p' "$OUT/prefill_4k.log"
+grep -A12 -E "^(torch ops of one prefill|host syncs in one)" "$OUT/prefill_4k.log" | cut -c1-200 | head -28
 timeout 150 python3 bench/chunk_check.py --prompt-len 8192 --chunks 8192,2048,1024 \
   --prompts 1 --out /tmp/j >"$OUT/chunk8k.log" 2>&1
 echo "chunk check rc=$?"; sed -n '/^## chunked/,$p' "$OUT/chunk8k.log" | grep "^| [0-9]"
