@@ -195,12 +195,38 @@ def op_stacks(llm, length: int, vocab: int) -> list[dict]:
                        top=15)
 
 
-def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
+def gpu_hold(ms: float) -> float:
+    """Enqueue a spin of ~``ms`` milliseconds on the current CUDA stream (``torch.cuda._sleep``,
+    its cycles per ms measured here first): the kernels enqueued behind it cannot start until
+    it ends. Returns ``ms`` (0 without CUDA: nothing enqueued)."""
+    if not torch.cuda.is_available() or ms <= 0:
+        return 0.0
+    probe_cycles = 10_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(probe_cycles)
+    end.record()
+    end.synchronize()
+    cycles_per_ms = probe_cycles / max(start.elapsed_time(end), 1e-3)
+    start.record()
+    torch.cuda._sleep(int(ms * cycles_per_ms))
+    end.record()
+    return ms
+
+
+def host_phases(llm, length: int, vocab: int, hold_ms: float = 0.0
+                ) -> list[tuple[str, float]]:
     """Host timestamps (ms after ``generate`` began) of one prefill's phases: the engine's
     inputs, the launch on the worker thread, the forward's check / engram hash / backbone
     (entered, and left: every kernel enqueued) / each layer's start, the result collected,
     ``generate`` done. Where
-    the GPU waits for the host (the profile's idle gaps) in the host's own terms."""
+    the GPU waits for the host (the profile's idle gaps) in the host's own terms.
+
+    ``hold_ms`` > 0: the GPU is first held by a spin of that length (``gpu_hold``), so the
+    layers' enqueue runs at the host's own pace, with nothing on the GPU to wait for — unless
+    a host sync or a full launch queue stops it, which then shows as an enqueue that ends
+    near the spin's end ("gpu released") instead of well before it. The difference to the
+    unheld phases says whether the lone prompt is host-paced or the host waits on the GPU."""
     engine, model = llm.engine, llm.loaded.model
     marks: list[tuple[str, float]] = []
 
@@ -227,7 +253,11 @@ def host_phases(llm, length: int, vocab: int) -> list[tuple[str, float]]:
              for i, block in enumerate(model.layers)]
     try:
         prompt = make_prompt(length, vocab, 42)
+        if hold_ms > 0 and torch.cuda.is_available():
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
+        if gpu_hold(hold_ms):
+            marks.append(("gpu released (spin enqueued at 0)", t0 + hold_ms / 1e3))
         prefill_s(llm, prompt)
         marks.append(("generate done", time.perf_counter()))
     finally:
@@ -340,6 +370,14 @@ def run(args, root: Path, progress) -> dict:
         res["host_phases"] = host_phases(llm, res["prefill"][0]["prompt_len"], vocab)
         print("host phases (ms after generate began):", flush=True)
         for name, ms in res["host_phases"]:
+            print(f"  {ms:9.3f}  {name}", flush=True)
+    if args.host_phases_held and res["prefill"]:
+        hold = args.host_phases_held
+        res["host_phases_held"] = {"hold_ms": hold, "phases": host_phases(
+            llm, res["prefill"][0]["prompt_len"], vocab, hold_ms=hold)}
+        print(f"host phases with the GPU held {hold:g} ms first (the host's own pace; "
+              "ms after generate began):", flush=True)
+        for name, ms in sorted(res["host_phases_held"]["phases"], key=lambda m: m[1]):
             print(f"  {ms:9.3f}  {name}", flush=True)
     if args.host_profile and res["prefill"]:
         res["host_profile"] = host_profile(llm, res["prefill"][0]["prompt_len"], vocab)
@@ -456,6 +494,9 @@ def main() -> int:
                     help="one more prefill under the CUDA sync debug mode: host syncs by site")
     ap.add_argument("--host-phases", action="store_true",
                     help="one more prefill with host timestamps of its phases")
+    ap.add_argument("--host-phases-held", type=float, default=0.0, metavar="MS",
+                    help="one more prefill with host phase timestamps behind a GPU spin of MS "
+                         "ms (the host's enqueue pace with nothing to wait for); 0: off")
     ap.add_argument("--op-stacks", action="store_true",
                     help="one more prefill profiled with shapes and stacks: torch ops by device "
                          "time and the code that issued them")
@@ -467,6 +508,9 @@ def main() -> int:
                     help="only print the table of a (partial) results JSON")
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
+    if args.host_phases_held < 0:
+        ap.error(f"--host-phases-held: expected a spin in ms >= 0 (0: off), got "
+                 f"{args.host_phases_held:g}")
     if args.batch_prompts == 1 or args.batch_prompts < 0:
         ap.error(f"--batch-prompts: expected 0 (off) or at least 2, got {args.batch_prompts}")
     kernel_overrides.apply_args(args)

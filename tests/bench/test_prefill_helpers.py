@@ -26,7 +26,8 @@ def test_eager_estimate_of_a_mostly_fixed_cost_is_not_scaled_by_tokens():
 def test_batch_prefill_runs_both_modes_on_cpu(tmp_path):
     """--batch-prompts: N prompts in one generate, eager steps in flight and collected, in the
     table and the results JSON (CPU: the tiny plan); --op-stacks: the torch ops with the frames
-    of our code that issued them."""
+    of our code that issued them; --host-phases-held: the phases of one more prefill (no GPU
+    here to hold: no spin mark), every layer's enqueue in order."""
     import json
     import re
     import subprocess
@@ -34,7 +35,8 @@ def test_batch_prefill_runs_both_modes_on_cpu(tmp_path):
     bench = Path(__file__).resolve().parents[2] / "bench" / "prefill.py"
     done = subprocess.run([sys.executable, str(bench), "--prompt-lens", "32", "--repeats", "1",
                            "--no-eager", "--no-profile", "--batch-prompts", "2", "--op-stacks",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                           "--host-phases-held", "20", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "| 2 x 32 | in_flight |" in done.stdout and "| 2 x 32 | collected |" in done.stdout
     (path,) = tmp_path.glob("*prefill.json")
@@ -44,6 +46,15 @@ def test_batch_prefill_runs_both_modes_on_cpu(tmp_path):
     assert any(r["stack"] for r in ops), ops  # the frames of our code that issued them
     assert all(re.fullmatch(r".+\.py\(\d+\): \S+", f) for r in ops for f in r["stack"]), ops
     assert "torch ops of one prefill" in done.stdout
+    held = res["host_phases_held"]
+    names = [name for name, _ in held["phases"]]
+    layers = [n for n in names if n.startswith("layer ")]
+    assert held["hold_ms"] == 20 and names[-1] == "generate done", names
+    assert layers == [f"layer {i} enqueue" for i in range(len(layers))] and layers, names
+    assert not any(n.startswith("gpu released") for n in names), names
+    times = [ms for _, ms in held["phases"]]
+    assert times == sorted(times) and times[0] >= 0, held
+    assert "host phases with the GPU held 20 ms first" in done.stdout
     (batch,) = res["prefill_batch"]
     assert batch["prompts"] == 2 and batch["prompt_len"] == 32 and batch["same_tokens"]
     for key in ("in_flight", "collected"):
