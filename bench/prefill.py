@@ -55,13 +55,19 @@ def prefill_s(llm, *prompts: list[int]) -> float:
     return first_tokens(llm, *prompts)[1]
 
 
-def first_tokens(llm, *prompts: list[int]) -> tuple[list[int], float]:
-    """The prompts' first (greedy) tokens through the engine, one ``generate``, and its wall
-    seconds."""
+def generate_first(llm, *prompts: list[int]) -> list:
+    """One ``generate`` of the prompts up to their first (greedy) tokens, as it comes: no
+    drain of the GPU before or after it."""
     from deepinfer.runtime.sampling_params import SamplingParams
 
     first = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-    outs, wall_s = bc.timed(lambda: llm.generate(list(prompts), first))
+    return llm.generate(list(prompts), first)
+
+
+def first_tokens(llm, *prompts: list[int]) -> tuple[list[int], float]:
+    """The prompts' first (greedy) tokens through the engine, one ``generate``, and its wall
+    seconds (the GPU drained before and after)."""
+    outs, wall_s = bc.timed(lambda: generate_first(llm, *prompts))
     return [o.token_ids[0] for o in outs], wall_s
 
 
@@ -252,14 +258,20 @@ def host_phases(llm, length: int, vocab: int, hold_ms: float = 0.0
     undo += [mark(block, "forward", f"layer {i} enqueue", None)  # the host's pace per layer
              for i, block in enumerate(model.layers)]
     try:
-        prompt = make_prompt(length, vocab, 42)
-        if hold_ms > 0 and torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        if gpu_hold(hold_ms):
-            marks.append(("gpu released (spin enqueued at 0)", t0 + hold_ms / 1e3))
-        prefill_s(llm, prompt)
+        prompt = make_prompt(length, vocab, 44 if hold_ms > 0 else 42)
+        if hold_ms > 0:
+            bc.sync()
+            t0 = time.perf_counter()
+            if gpu_hold(hold_ms):
+                marks.append(("gpu released (spin enqueued at 0)", t0 + hold_ms / 1e3))
+            # no drain here (``prefill_s`` drains first: it would wait out the spin — round
+            # 166's held run began its generate at 145.9 ms)
+            generate_first(llm, prompt)
+        else:
+            t0 = time.perf_counter()
+            prefill_s(llm, prompt)
         marks.append(("generate done", time.perf_counter()))
+        bc.sync()
     finally:
         for u in undo:
             u()

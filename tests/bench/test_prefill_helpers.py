@@ -100,3 +100,78 @@ def test_chunk_diff_finds_no_difference_on_the_cpu_reference():
     kinds = {"attn_in", "q", "kv", "selection", "attn_out", "ffn_out"}
     assert len(rows) >= 8 * 5 and {r[1].strip() for r in rows} >= kinds
     assert all(r[2].strip() == "0" for r in rows), done.stdout
+
+
+def test_held_host_phases_start_generate_behind_the_spin(monkeypatch):
+    """host_phases(hold_ms=...) drains the GPU, enqueues the spin and then runs ``generate``
+    with no drain in between (a drain there waits out the spin: round 166's held run began
+    its generate 146 ms late), stamping each phase; the unheld run is unchanged."""
+    import types
+
+    import prefill
+
+    calls = []
+
+    class Worker:  # methods on classes, as the engine's: host_phases' marks shadow them
+        def _enqueue(self):
+            calls.append("enqueue")
+
+    class Layer:
+        def __init__(self, i):
+            self.i = i
+
+        def forward(self):
+            calls.append(f"layer {self.i}")
+
+    class Engine:
+        def __init__(self):
+            self.worker = Worker()
+
+        def _inputs(self):
+            calls.append("inputs")
+
+        def _collect(self):
+            calls.append("collect")
+
+    class Model:
+        def __init__(self):
+            self.layers = [Layer(i) for i in range(3)]
+
+        def _check(self):
+            pass
+
+        def _hash_ids(self):
+            pass
+
+        def _backbone(self):
+            for layer in self.layers:
+                layer.forward()
+
+    engine, model = Engine(), Model()
+
+    def generate(prompts, params):
+        calls.append("generate")
+        engine._inputs()
+        engine.worker._enqueue()
+        model._check()
+        model._backbone()
+        engine._collect()
+        return [types.SimpleNamespace(token_ids=[0])]
+
+    llm = types.SimpleNamespace(engine=engine, loaded=types.SimpleNamespace(model=model),
+                                generate=generate)
+    monkeypatch.setattr(prefill.bc, "sync", lambda: calls.append("sync"))
+    monkeypatch.setattr(prefill, "gpu_hold", lambda ms: calls.append(f"hold {ms:g}") or ms)
+    phases = prefill.host_phases(llm, 8, 100, hold_ms=150.0)
+    start = calls.index("hold 150")
+    assert calls[start - 1] == "sync" and calls[start + 1] == "generate", calls
+    assert "sync" not in calls[start:calls.index("collect")], calls
+    names = [name for name, _ in phases]
+    assert names[0] == "gpu released (spin enqueued at 0)" and names[-1] == "generate done"
+    assert [n for n in names if n.startswith("layer ")] == [f"layer {i} enqueue"
+                                                            for i in range(3)]
+    assert phases[0][1] == 150.0  # the spin's end, in ms after the spin was enqueued
+    calls.clear()
+    names = [name for name, _ in prefill.host_phases(llm, 8, 100)]
+    assert "hold 0" not in calls and not any(n.startswith("gpu released") for n in names)
+    assert calls.index("sync") < calls.index("generate"), calls  # prefill_s drains first

@@ -4,9 +4,11 @@ V4.1's shapes (S = 4, D = 5120, bf16), 1 / 64 / 4096 rows, against ``reference.m
 
     TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_mhc_norm_gpu.py
 
-Tolerance 1e-2 (rel. L2, bf16 outputs; as the expand / collapse checks). y must be the expand
-kernel's bits (the same code); h at most one bf16 step from the separate kernels' (the norm
-statistic's fp32 sum runs in another order); each row's bits independent of the batch.
+Tolerance 1e-2 (rel. L2, bf16 outputs; as the expand / collapse checks). y within one bf16
+step of the expand kernel's (the same fp32 arithmetic; round 166 found the bits differ at 64 /
+4,096 rows: the compiler orders the fused kernel's sum otherwise); h at most one bf16 step from
+the separate kernels' on that y (the norm statistic's fp32 sum runs in another order); each
+row's bits independent of the batch.
 """
 
 from __future__ import annotations
@@ -56,8 +58,18 @@ def test_hc_expand_norm_v41(rows):
         y3 = tri_mhc.hc_expand(out, x, post, comb)
         return y3, norm.rms_norm(tri_mhc.hc_collapse(y3, pre), weight, eps)
 
-    y3, h3 = three()
-    assert torch.equal(y, y3)
+    y3 = three()[0]
+    # y: the expand kernel's fp32 arithmetic (``expand_chunk``), but not always its bits: in
+    # the fused kernel the compiler may order the four-term sum (or contract post * out)
+    # otherwise (round 166: 1 row equal, 64 and 4,096 rows not) — one bf16 step of y plus
+    # the fp32 rounding of the terms
+    terms = (post[:, :, None] * out.float().abs()[:, None, :]
+             + torch.einsum("nij,nid->njd", comb, x.float().abs()))
+    bound = y3.float().abs() * 2.0**-7 + terms * 2.0**-20
+    assert ((y.float() - y3.float()).abs() <= bound).all()
+    # h from the kernel's own y: within one bf16 step of the two separate kernels on it (the
+    # norm statistic's fp32 sum runs in another order)
+    h3 = norm.rms_norm(tri_mhc.hc_collapse(y, pre), weight, eps)
     step = (h3.float().abs() * 2.0**-7).clamp_min(1e-30)  # one bf16 step
     assert ((h.float() - h3.float()).abs() <= step).all()
     if rows > 1:  # a row's bits alone and in the batch
