@@ -3,7 +3,8 @@
 # 166, ~3 min, carry ab-base.tar = `git archive 98bc43c -o ab-base.tar`): a lone 4K prompt
 # with --gated-swiglu 0 / 1 / 0 / 1, then the prefill expert GEMM at the engine's 4K shape (ws,
 # one warpgroup of two fragments, BM 128) in the base tree (98bc43c: session 30's EXTRACT) and
-# this one, base / new / base / new. The 8K shape and decode: not run (round 167).
+# this one, base / new / base / new. The 8K shape and decode: not run (round 167). Ran at
+# commit cee224a: the gated kernel (--gated-swiglu) was removed after it (its code: ea001a7).
 source "$(dirname "$0")/device_setup.sh"
 i=0
 for flag in 0 1 0 1; do

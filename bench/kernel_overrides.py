@@ -35,9 +35,6 @@ measures the variants alone, then the best end to end.
                                                    (moe_gluon_w4a16_prefill.KERNEL; ws: TMA
                                                    issue on a producer warp; auto: ws for
                                                    REP 2 programs)
-    --gated-swiglu 0|1                             the prefill gated expert GEMM and its SwiGLU
-                                                   in one launch (moe_gluon_w4a16_prefill.
-                                                   GATED_SWIGLU; REP 2 shapes)
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
@@ -113,10 +110,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the bf16 prefill expert GEMM's kernel: base, ws (its TMA issue on a "
                     "producer warp) or auto (ws for REP 2 programs; default: "
                     "moe_gluon_w4a16_prefill.KERNEL)")
-    ap.add_argument("--gated-swiglu", type=int, default=None, choices=(0, 1),
-                    help="the prefill gated expert GEMM with the SwiGLU in its epilogue (1) or "
-                    "two GEMMs and the SwiGLU launch (0; default: moe_gluon_w4a16_prefill."
-                    "GATED_SWIGLU)")
     ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
                     help="W4A8 experts on the decode pipeline up to this many pairs per expert "
                     "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
@@ -129,7 +122,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
-          args.w4a16_rep_max_pairs, args.w4a16_kernel, args.gated_swiglu)
+          args.w4a16_rep_max_pairs, args.w4a16_kernel)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -147,12 +140,9 @@ def apply(attention_config: str | None, moe_configs: list[str],
           route_decode_max_tokens: int | None = None,
           moe_decode_max_pairs: int | None = None,
           w4a16_rep_max_pairs: int | None = None,
-          w4a16_kernel: str | None = None, gated_swiglu: int | None = None) -> None:
+          w4a16_kernel: str | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    if gated_swiglu is not None:
-        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
-        moe_gluon_w4a16_prefill.GATED_SWIGLU = bool(gated_swiglu)
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

@@ -122,11 +122,6 @@ KERNEL = "auto"
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
-# the gated GEMM and the SwiGLU in one launch (``moe_gluon_w4a16_gated``: w1 and w3 as the two
-# fragments of a program, h's Q8_32 values stored by its epilogue in the down GEMM's token
-# order; the same bits) for the REP 2 shapes, read at the call. Session 31, prepared: off
-# until the GPU has checked and timed it (tests/gpu/test_moe_gluon_gpu.py, round 164+)
-GATED_SWIGLU = False
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -639,19 +634,14 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
                                one_mul, warpgroups, parts, rep=rep, maxnreg=MAXNREG)
 
     xg = gather_tokens(xq, pairs, num_pairs, topk)
-    if GATED_SWIGLU and rep == 2 and x.dtype == torch.bfloat16:
-        from deepinfer.kernels.triton.moe_gluon_w4a16_gated import w4a16_gated_swiglu_gemm
-        hg = w4a16_gated_swiglu_gemm(xg, d1, s1, d3, s3, weights, limit, pairs, blocks,
-                                     num_pairs, block_m, one_mul, parts)
-    else:
-        g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
-        u = torch.empty_like(g)
-        gemm(xg, d1, s1, g)
-        gemm(xg, d3, s3, u)
-        # h's Q8_32 values straight into the down GEMM's token order (one launch: the SwiGLU
-        # and the gather of its output, the same bits)
-        hg = moe_swiglu.swiglu_fake_q8_slots(g, u, weights.reshape(-1), limit, x.dtype, pairs,
-                                             num_pairs)
+    g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
+    u = torch.empty_like(g)
+    gemm(xg, d1, s1, g)
+    gemm(xg, d3, s3, u)
+    # h's Q8_32 values straight into the down GEMM's token order (one launch: the SwiGLU and
+    # the gather of its output, the same bits)
+    hg = moe_swiglu.swiglu_fake_q8_slots(g, u, weights.reshape(-1), limit, x.dtype, pairs,
+                                         num_pairs)
     y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
     gemm(hg, d2, s2, y)
     if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives

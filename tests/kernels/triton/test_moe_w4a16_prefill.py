@@ -172,24 +172,6 @@ def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     assert ws.launch_regs(1) == 128 and ws.launch_regs(2) == 168
 
 
-@pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
-def test_w4a16_gated_swiglu_compiles_for_sm90(sm90_compile):
-    """sm_90 compile gate of the gated GEMM with the SwiGLU epilogue
-    (``moe_gluon_w4a16_gated``, prepared, off): two fragments (w1, w3) a 32-K group in each
-    of its three N loops (BM / 4, BM / 2, BM: 3 x 16 wgmmas), the K loops without spills (the
-    BN 128 epilogue's few words are allowed: ``max_stack``), within its launch register cap."""
-    from deepinfer.kernels.triton import moe_gluon_w4a16_gated as gated
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
-
-    cases = gated.aot_cases()
-    results = sm90_compile(cases)
-    for case in cases:
-        r = results[case["id"]]
-        assert r["wgmma_count"] == 3 * 16, (case["id"], r["wgmma_count"])
-        if r["regs"] is not None:
-            assert r["regs"] <= ws.launch_regs(1), (case["id"], r["regs"])
-
-
 def test_program_shape_by_pairs_per_expert(monkeypatch):
     """Up to ``REP_MAX_PAIRS_PER_EXPERT`` pairs per expert (a 4K-token step of V4.1-Flash: 64)
     a program is one warpgroup of two A fragments, above it (8K: 128) ``warpgroups`` of one;
