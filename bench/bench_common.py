@@ -346,7 +346,7 @@ def op_table(prof, roots: list[str], top: int = 12, frames: int = 4) -> list[dic
             continue
         ours, parent = [], ev.cpu_parent
         while parent is not None and len(ours) < frames:
-            if not parent.name.startswith("aten::") and any(r in parent.name for r in roots):
+            if not parent.name.startswith("aten::") and _frame_is_ours(parent.name, roots):
                 ours.append(parent.name)
             parent = parent.cpu_parent
         shapes = str(ev.input_shapes)
@@ -359,6 +359,41 @@ def op_table(prof, roots: list[str], top: int = 12, frames: int = 4) -> list[dic
     rows = list(groups.values())
     key = "self_device_us" if any(r["self_device_us"] > 0 for r in rows) else "self_cpu_us"
     return sorted(rows, key=lambda r: -r[key])[:top]
+
+
+def enclosing_names(prof, depth: int = 8) -> list[str]:
+    """The names of the first ``aten::`` event's enclosing events, innermost first (what a
+    profile's frames look like where :func:`op_table` matched none)."""
+    for ev in prof.events():
+        if ev.name.startswith("aten::"):
+            out, parent = [], ev.cpu_parent
+            while parent is not None and len(out) < depth:
+                out.append(parent.name)
+                parent = parent.cpu_parent
+            return out
+    return []
+
+
+def package_files(package_dir: Path) -> list[str]:
+    """Every ``.py`` file under ``package_dir`` as a path relative to it ("runtime/engine.py"):
+    :func:`op_table` roots that match a frame whatever prefix names its file (absolute,
+    relative to a sys.path entry, through a symlink or an editable install's mapping)."""
+    rel = (p.relative_to(package_dir).as_posix() for p in package_dir.rglob("*.py"))
+    return sorted(r for r in rel if not r.startswith(".") and "/." not in r)
+
+
+def _frame_is_ours(name: str, roots: list[str]) -> bool:
+    """Whether a profiler frame "FILE(LINE): FUNCTION" is one of ``roots``: a root ending in
+    ".py" names a file, matched at the end of FILE on a directory boundary; any other root is
+    a substring of the name (a directory, a package prefix)."""
+    file = name.split("(", 1)[0].replace("\\", "/")
+    for r in roots:
+        if r.endswith(".py"):
+            if file == r or file.endswith("/" + r):
+                return True
+        elif r in name:
+            return True
+    return False
 
 
 def print_op_table(title: str, rows: list[dict]) -> None:

@@ -63,3 +63,29 @@ def test_op_table_names_the_ops_their_shapes_and_our_issuing_frames():
     assert len(mm) == 1 and mm[0]["calls"] == 3 and mm[0]["self_cpu_us"] > 0
     assert rows == sorted(rows, key=lambda r: -r["self_cpu_us"])  # no device time here
     assert len(bc.op_table(prof, [], top=2)) == 2
+
+
+def test_op_table_frames_match_our_files_under_any_prefix(tmp_path):
+    (tmp_path / "runtime" / "model").mkdir(parents=True)
+    (tmp_path / "runtime" / "model" / "attention.py").write_text("")
+    (tmp_path / "engine.py").write_text("")
+    roots = bc.package_files(tmp_path)
+    assert roots == ["engine.py", "runtime/model/attention.py"]
+    for name in ("/opt/x/main/runtime/model/attention.py(88): forward",
+                 "deepinfer/runtime/model/attention.py(88): forward",
+                 "main/engine.py(3): step", "engine.py(3): step"):
+        assert bc._frame_is_ours(name, roots), name
+    for name in ("/opt/x/torch/nn/modules/module.py(1775): _wrapped_call_impl",
+                 "/opt/x/myengine.py(3): step", "runtime/model/attention.pyc(1): f"):
+        assert not bc._frame_is_ours(name, roots), name
+    assert bc._frame_is_ours("/a/b/bench_x(3): f", ["bench_x"])  # a substring root
+
+
+def test_enclosing_names_lists_the_first_ops_frames():
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(8, 8)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        _casts(x)
+    names = bc.enclosing_names(prof)
+    assert any("_casts" in n for n in names), names

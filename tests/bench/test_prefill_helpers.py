@@ -48,9 +48,19 @@ def test_batch_prefill_runs_both_modes_on_cpu(tmp_path):
     assert "torch ops of one prefill" in done.stdout
     held = res["host_phases_held"]
     names = [name for name, _ in held["phases"]]
-    layers = [n for n in names if n.startswith("layer ")]
+    layers = [n for n in names if n.startswith("layer ") and n.endswith(" enqueue")]
     assert held["hold_ms"] == 20 and names[-1] == "generate done", names
     assert layers == [f"layer {i} enqueue" for i in range(len(layers))] and layers, names
+    # inside the first two layers, in their order; the window layout once, in layer 0's keys
+    for i in (0, 1):
+        at = [names.index(f"layer {i} {m}") for m in ("enqueue", "attention",
+                                                       "attention's prefill part",
+                                                       "window keys", "window keys done",
+                                                       "ffn")]
+        assert at == sorted(at), names
+    assert names.count("window layout (first call)") == 1, names
+    assert (names.index("layer 0 window keys") < names.index("window layout (first call)")
+            < names.index("window layout built") < names.index("layer 0 window keys done"))
     assert not any(n.startswith("gpu released") for n in names), names
     times = [ms for _, ms in held["phases"]]
     assert times == sorted(times) and times[0] >= 0, held
