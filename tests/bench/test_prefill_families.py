@@ -17,6 +17,8 @@ import prefill_families as pf  # noqa: E402
 CEILINGS = {"fp8_flops_per_s": 2e15, "bf16_flops_per_s": 1e15, "hbm_bytes_per_s": 4e12}
 FLOPS = {"expert_flops": 4e13, "dense_flops": 2e13, "attention_flops": 5e12,
          "indexer_flops": 1e12}
+BYTES = {"expert_bytes": 2e11, "dense_weight_bytes": 4e9, "kv_bytes": 8e9,
+         "engram_bytes": 1e6, "activation_bytes": 1e9}
 
 
 def _kernels():
@@ -54,9 +56,31 @@ def test_family_rows_floors_and_eta_by_hand():
     assert rows["indexer scores"]["eta"] == pytest.approx(1.0)
     rest = rows[pf.REST]
     assert rest["us"] == 1_200 and rest["calls"] == 340 and rest["floor_us"] is None
+    assert ex["mem_floor_us"] is None and ex["bound_eta"] is None  # no bytes given
     text = pf.table(list(rows.values()))
-    assert "| routed experts | 24 | 40.00 | 40.00 | 1.00 | 80.00 | 2.00 |" in text
-    assert f"| {pf.REST} | 340 | 1.20 |  |  |  |  |" in text
+    assert "| routed experts | 24 | 40.00 | 40.00 | 1.00 | 80.00 | 2.00 |  |  |  |" in text
+    assert f"| {pf.REST} | 340 | 1.20 |  |  |  |  |  |  |  |" in text
+    assert "own floors summed" not in text
+
+
+def test_family_hbm_floors_and_own_floor_by_hand():
+    rows = {r["family"]: r for r in pf.family_rows(_kernels(), FLOPS, 2, CEILINGS, BYTES)}
+    ex = rows["routed experts"]  # 2 steps x 2e11 B at 4e12 B/s: 100 ms > 40 ms of FLOPs
+    assert ex["mem_floor_us"] == pytest.approx(100_000)
+    assert ex["bound_floor_us"] == pytest.approx(100_000) and ex["bound_eta"] == pytest.approx(2.5)
+    dense = rows["dense GEMMs"]  # 2 ms of weights < 20 ms of FLOPs
+    assert dense["mem_floor_us"] == pytest.approx(2_000)
+    assert dense["bound_floor_us"] == pytest.approx(20_000)
+    att = rows["attention"]  # 4 ms of KV < 10 ms
+    assert att["mem_floor_us"] == pytest.approx(4_000) and att["bound_floor_us"] == 10_000
+    idx = rows["indexer scores"]  # no bytes of its own counted
+    assert idx["mem_floor_us"] is None and idx["bound_floor_us"] is None
+    text = pf.table(list(rows.values()))
+    assert "| routed experts | 24 | 40.00 | 40.00 | 1.00 | 80.00 | 2.00 | 100.00 | 100.00 | " \
+           "2.50 |" in text
+    # 100 + 20 + 10 + the indexer's compute floor 2 ms
+    assert "own floors summed (each at its own bound, in turn): 132.00 ms; their compute " \
+           "floors: 72.00 ms" in text
 
 
 def test_family_without_kernels_has_no_eta():
