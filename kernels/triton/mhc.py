@@ -110,10 +110,10 @@ def _hc_epilogue(m, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr, post_ptr,
 
 @triton.jit
 def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, ws_ptr,
-                      N, K, k_per_split, stride_xn, stride_fn, norm_eps, hc_eps,
+                      N, K, k_per_split, stride_xn, stride_xs, D, stride_fn, norm_eps, hc_eps,
                       S: tl.constexpr, C: tl.constexpr, SINKHORN_ITERS: tl.constexpr,
                       SPLIT: tl.constexpr, PRECISION: tl.constexpr, FN_PARTS: tl.constexpr,
-                      BM: tl.constexpr, BK: tl.constexpr):
+                      BM: tl.constexpr, BK: tl.constexpr, STRIDED: tl.constexpr = False):
     """Program (m block, split): the K range [split * k_per_split, +k_per_split) of BM tokens.
 
     One fn tile [BK, C] per K step holds all 2S + S*S projection rows (columns: comb, pre,
@@ -125,6 +125,10 @@ def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, com
     SPLIT == 1: runs the epilogue itself. SPLIT > 1: stores its partial sums to the fp32
     workspace (SPLIT, N, C + 1) = [m (C) | sumsq] for ``_hc_finalize_kernel`` (split-K, so
     that decode batches still fill the GPU).
+    STRIDED: x's streams are ``stride_xs`` apart, not D (0: the first block's streams, all
+    the embedding, read without a copy); the split's K range lies in one stream (D a multiple
+    of k_per_split: the host copies x otherwise), stream k_begin // D from column k_begin % D.
+    The loop is the contiguous one (the same pipelining and registers).
     """
     split = tl.program_id(1)
     offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -137,7 +141,12 @@ def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, com
     fn_row = tl.where(cols < S * S, 2 * S + cols, c2)
     live = cols < S * S + 2 * S
     k_begin = split * k_per_split
-    x_ptrs = x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
+    if STRIDED:  # the split's K range lies in one stream (the host checks D % k_per_split)
+        # multiples of 16 (BK and D are; the host checks the stride): aligned, vector loads
+        first = tl.multiple_of((k_begin // D) * stride_xs, 16) + tl.multiple_of(k_begin % D, 16)
+        x_ptrs = x_ptr + rows[:, None] * stride_xn + first + offs_k[None, :]
+    else:
+        x_ptrs = x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
     f_ptrs = (fn_ptr + tl.where(live, fn_row, 0)[None, :] * stride_fn + k_begin
               + offs_k[:, None])
 
@@ -321,10 +330,10 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     num_tokens, s, dim = x.shape
     assert s & (s - 1) == 0 and s * s >= 16, f"hc_coeffs: S={s} must be a power of two >= 4"
     assert fn.shape == ((2 + s) * s, s * dim) and fn.stride(1) == 1
-    x2 = x.reshape(num_tokens, s * dim)
-    assert x2.stride(1) == 1
     interpret = is_interpreting()
     cfg = coeffs_config(num_tokens, interpret)
+    if x.stride(2) != 1:
+        x = x.contiguous()
     precision = cfg["precision"]
     if precision == "bf16x3" and x.dtype != torch.bfloat16:
         precision = "tf32x3"  # bf16 MMAs would round an fp16/fp32 x
@@ -341,6 +350,11 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     split = coeffs_split(num_tokens, num_k, cfg) if split is None else split
     k_blocks_per_split = cdiv(num_k_blocks, split)
     split = cdiv(num_k_blocks, k_blocks_per_split)  # no empty splits
+    # strided streams (stride 0: the first block's, all the embedding) read as they are when
+    # every split lies in one stream; else one contiguous copy
+    strided = x.stride(1) != dim
+    if strided and (dim % (k_blocks_per_split * cfg["BK"]) or x.stride(1) % 16 or dim % 16):
+        x, strided = x.contiguous(), False
     c = 2 * s * s  # the fused fn tile's columns: comb, pre, post, padding
     ws = (torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
           if split > 1 else pre)
@@ -348,10 +362,12 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     base = base.to(torch.float32).contiguous()
     common = dict(S=s, C=c, SINKHORN_ITERS=int(sinkhorn_iters))
     _hc_coeffs_kernel[(num_m_blocks, split)](
-        x2, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
-        k_blocks_per_split * cfg["BK"], x2.stride(0), fn.stride(0), float(norm_eps),
+        x, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
+        k_blocks_per_split * cfg["BK"], x.stride(0), x.stride(1), dim, fn.stride(0),
+        float(norm_eps),
         float(hc_eps), SPLIT=split, PRECISION=precision, FN_PARTS=cfg["fn_parts"], BM=cfg["BM"],
-        BK=cfg["BK"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
+        BK=cfg["BK"], STRIDED=strided, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **common)
     if split > 1:
         fin_bm = cfg["finalize_BM"]
         _hc_finalize_kernel[(cdiv(num_tokens, fin_bm),)](

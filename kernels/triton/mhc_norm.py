@@ -48,7 +48,8 @@ def _hc_expand_collapse_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, pre_ptr, y_pt
                                D, num_chunks, stride_on, stride_xn, stride_xs, stride_hn,
                                S: tl.constexpr, BLOCK_D: tl.constexpr):
     """y's chunk, h = sum_j pre[n, j] * y[n, j, d] of y's rounded values (rounded), and the
-    chunk's sum of h^2 -> ws[n, chunk]."""
+    chunk's sum of h^2 -> ws[n, chunk]. x's streams ``stride_xs`` apart (0: the first block's,
+    all the embedding, read without a copy); y contiguous (N, S, D)."""
     n = tl.program_id(0).to(tl.int64)
     chunk = tl.program_id(1)
     offs_d = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -56,7 +57,7 @@ def _hc_expand_collapse_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, pre_ptr, y_pt
     streams = tl.arange(0, S)
     y = expand_chunk(out_ptr, x_ptr, post_ptr, comb_ptr, n, offs_d, mask_d, stride_on, stride_xn,
                      stride_xs, S).to(y_ptr.dtype.element_ty)  # [S, BD]; 0 where masked
-    tl.store(y_ptr + n * stride_xn + streams[:, None] * stride_xs + offs_d[None, :], y,
+    tl.store(y_ptr + n * (S * D) + streams[:, None] * D + offs_d[None, :], y,
              mask=mask_d[None, :])
     pre = tl.load(pre_ptr + n * S + streams)
     h = tl.sum(pre[:, None] * y.to(tl.float32), axis=0).to(h_ptr.dtype.element_ty)  # [BD]
@@ -98,9 +99,10 @@ def hc_expand_norm(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor, comb:
     assert s & (s - 1) == 0 and out.shape == (num_tokens, dim) and weight.shape == (dim,), \
         f"hc_expand_norm: x {tuple(x.shape)}, out {tuple(out.shape)}, weight {tuple(weight.shape)}"
     assert dim % 32 == 0 or not quant, f"hc_expand_norm: Q8_32 needs D % 32 == 0, got {dim}"
-    x = x.contiguous()
+    if x.stride(2) != 1:
+        x = x.contiguous()  # strided streams (stride 0 included) are read as they are
     out = out.contiguous()
-    y = torch.empty_like(x)
+    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)  # contiguous
     h = torch.empty((num_tokens, dim), dtype=x.dtype, device=x.device)
     hq = torch.empty_like(h) if quant else None
     if num_tokens == 0:

@@ -239,29 +239,32 @@ V41_HIDDEN, V41_HC = 5120, 4
 HC_COEFFS_SIGNATURE = {"x_ptr": "*bf16", "fn_ptr": "*fp32", "scale_ptr": "*fp32",
                        "base_ptr": "*fp32", "pre_ptr": "*fp32", "post_ptr": "*fp32",
                        "comb_ptr": "*fp32", "ws_ptr": "*fp32", "N": "i32", "K": "i32",
-                       "k_per_split": "i32", "stride_xn": "i32", "stride_fn": "i32",
+                       "k_per_split": "i32", "stride_xn": "i32", "stride_xs": "i32",
+                       "D": "i32", "stride_fn": "i32",
                        "norm_eps": "fp32", "hc_eps": "fp32"}
 
 
 V41_HC_COLS = 2 * V41_HC * V41_HC  # the coefficients kernel's fused fn tile: comb, pre, post, pad
 
 
-def _hc_coeffs_case(num_tokens: int, precision: str, split: int | None = None) -> dict:
+def _hc_coeffs_case(num_tokens: int, precision: str, split: int | None = None,
+                    strided: bool = False) -> dict:
     """``_hc_coeffs_kernel`` as ``hc_coeffs`` launches it for ``num_tokens`` bf16 tokens at V4.1
     (decode: the decode BM + split-K; prefill: the prefill BM, split-K, or split 1 = fused
-    epilogue)."""
+    epilogue; ``strided``: the first block's stride-0 streams)."""
     cfg = tri_mhc.coeffs_config(num_tokens)
     if split is None:
         split = tri_mhc.coeffs_split(num_tokens, V41_HC * V41_HIDDEN, cfg)
-    return {"id": f"hc_coeffs_s4_d5120_n{num_tokens}_bm{cfg['BM']}_{precision}_split{split}",
+    return {"id": f"hc_coeffs_s4_d5120_n{num_tokens}_bm{cfg['BM']}_{precision}_split{split}"
+                  + ("_strided" if strided else ""),
             "module": "deepinfer.kernels.triton.mhc", "kernel": "_hc_coeffs_kernel",
             "signature": HC_COEFFS_SIGNATURE,
             "constexprs": {"S": V41_HC, "C": V41_HC_COLS, "SINKHORN_ITERS": 20, "SPLIT": split,
                            "PRECISION": precision, "FN_PARTS": cfg["fn_parts"], "BM": cfg["BM"],
-                           "BK": cfg["BK"]},
+                           "BK": cfg["BK"], "STRIDED": strided},
             "num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"], "no_spill": True,
             # one warpgroup's wgmma needs M >= 64 tokens; BM 16 or 32 runs mma.sync
-            "expect_wgmma": cfg["BM"] >= 64, "divisible": ["K", "k_per_split"]}
+            "expect_wgmma": cfg["BM"] >= 64, "divisible": ["K", "k_per_split", "D", "stride_xs"]}
 
 
 def test_sm90_compile(sm90_compile):
@@ -274,6 +277,9 @@ def test_sm90_compile(sm90_compile):
         _hc_coeffs_case(prefill, "bf16x3"),
         _hc_coeffs_case(prefill, "bf16x3", split=1),  # fused epilogue at the prefill BM
         _hc_coeffs_case(prefill, "tf32x3"),
+        _hc_coeffs_case(decode, "tf32x3", strided=True),  # the first block's streams (decode
+        # default: tf32x3)
+        _hc_coeffs_case(prefill, "bf16x3", strided=True),
         {"id": "hc_finalize_s4_split16", "module": "deepinfer.kernels.triton.mhc",
          "kernel": "_hc_finalize_kernel",
          "signature": {"ws_ptr": "*fp32", "scale_ptr": "*fp32", "base_ptr": "*fp32",
@@ -328,3 +334,48 @@ def test_sm90_compile(sm90_compile):
         for quant in (False, True)
     ]
     sm90_compile(cases)
+
+
+class _LaunchSpy:
+    """Stands in for a kernel: records each launch's keyword arguments, then launches."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append(kwargs)
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+# (D, split): each split within one stream (read strided), and splits across streams or K
+# steps of 48 columns (D not a multiple of the split's K range: one contiguous copy first)
+@pytest.mark.parametrize("dim,split,strided", [(64, 4, True), (64, 8, True), (96, 4, True),
+                                               (64, 3, False), (48, 4, False), (64, 1, False)])
+@pytest.mark.parametrize("streams", ["stride0", "distinct"])
+def test_hc_coeffs_reads_stride0_streams_as_the_copy(dim, split, strided, streams,
+                                                     monkeypatch):
+    """The first block's streams, every one the embedding, as a stride-0 view (no copy), and
+    distinct streams 2D apart (each split must read its own stream): the same bits as on the
+    contiguous copy."""
+    g = torch.Generator().manual_seed(5)
+    num_tokens, s = 7, 4
+    if streams == "stride0":
+        view = torch.randn(num_tokens, dim, generator=g).unsqueeze(1).expand(-1, s, -1)
+        assert view.stride(1) == 0
+    else:
+        view = torch.randn(num_tokens, s, 2 * dim, generator=g)[:, :, :dim]
+        assert view.stride(1) == 2 * dim
+    fn = torch.randn((2 + s) * s, s * dim, generator=g) * 0.05
+    scale = torch.tensor([0.5, 0.7, 1.3])
+    base = torch.randn((2 + s) * s, generator=g) * 0.3
+    spy = _LaunchSpy(tri_mhc._hc_coeffs_kernel)
+    monkeypatch.setattr(tri_mhc, "_hc_coeffs_kernel", spy)
+    got = tri_mhc.hc_coeffs(view, fn, scale, base, 1e-20, 1e-6, 20, split=split)
+    want = tri_mhc.hc_coeffs(view.contiguous(), fn, scale, base, 1e-20, 1e-6, 20, split=split)
+    assert [k["STRIDED"] for k in spy.launches] == [strided, False]
+    for o, w in zip(got, want, strict=True):
+        assert torch.equal(o, w)
+    ref = mhc.hc_coeffs(view, fn, scale, base, 1e-20, 1e-6, 20)
+    assert (got[2] - ref[2]).abs().max().item() < 2e-6

@@ -117,3 +117,24 @@ def test_any_width_without_quant():
     y, h, hq = mhc_norm.hc_expand_norm(*args, 1e-20)
     ry, rh, _ = mhc.hc_expand_norm(*args, 1e-20)
     assert hq is None and _rel(y, ry) < 1e-6 and _rel(h, rh) < 1e-6
+
+
+@pytest.mark.parametrize("streams", ["stride0", "distinct"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_stride0_streams_give_the_copys_bits(dtype, streams):
+    """The first site's streams, all the embedding, as a stride-0 view, and distinct streams
+    2D apart: y (stored contiguous), h and hq are the bits of the call on the contiguous
+    copy."""
+    out, x, post, comb, pre, weight = _inputs(5, 1120, dtype, 3)
+    if streams == "stride0":
+        view = x[:, :1].expand(-1, x.shape[1], -1)
+        assert view.stride(1) == 0
+    else:
+        view = torch.cat([x, x.flip(1)], 2)[:, :, :1120]
+        assert view.stride(1) == 2240
+    got = mhc_norm.hc_expand_norm(out, view, post, comb, pre, weight, 1e-20, quant=True)
+    want = mhc_norm.hc_expand_norm(out, view.contiguous(), post, comb, pre, weight, 1e-20,
+                                   quant=True)
+    assert got[0].is_contiguous()
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
