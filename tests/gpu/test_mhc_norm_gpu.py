@@ -121,3 +121,38 @@ def test_hc_site_probe_v41(rows):
     _row(f"hc_site probe {rows}", f"{rows}x{s}x{dim}", err, 1e-2,
          _ms(lambda: mhc_site.hc_site(*site, *coeff, quant=True)), None)
     _row(f"expand_norm+coeffs {rows}", f"{rows}x{s}x{dim}", 0.0, 1e-2, _ms(today), None)
+
+
+@pytest.mark.parametrize("rows", [64, 4096])
+def test_first_site_stride0_streams_v41(rows):
+    """The first block's streams as the model passes them since session 33 — the embedding
+    expanded, a stride-0 view — through ``hc_coeffs`` (the decode / prefill launch: split-K,
+    each split in one stream) and ``hc_expand_norm``: the bits of the contiguous copy's; the
+    copy it saves timed."""
+    from deepinfer.kernels.triton import mhc as tri_mhc
+    from deepinfer.kernels.triton import mhc_norm
+
+    out, x, post, comb, pre, weight, eps = _site_inputs(rows, 7 + rows)
+    s, dim = x.shape[1:]
+    view = x[:, :1].expand(-1, s, -1)
+    copy = view.contiguous()
+    torch.manual_seed(rows)
+    fn = torch.randn((2 + s) * s, s * dim, device="cuda") * 0.01
+    scale = torch.tensor([0.5, 0.7, 1.3], device="cuda")
+    base = torch.randn((2 + s) * s, device="cuda") * 0.3
+    got = tri_mhc.hc_coeffs(view, fn, scale, base, 1e-20, 1e-6, 20)
+    want = tri_mhc.hc_coeffs(copy, fn, scale, base, 1e-20, 1e-6, 20)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+    got = mhc_norm.hc_expand_norm(out, view, post, comb, pre, weight, eps, quant=True)
+    want = mhc_norm.hc_expand_norm(out, copy, post, comb, pre, weight, eps, quant=True)
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g, w)
+    _row(f"first site view {rows}", f"{rows}x{s}x{dim}", 0.0, 0.0,
+         _ms(lambda: (tri_mhc.hc_coeffs(view, fn, scale, base, 1e-20, 1e-6, 20),
+                      mhc_norm.hc_expand_norm(out, view, post, comb, pre, weight, eps,
+                                              quant=True))))
+    _row(f"first site copy {rows}", f"{rows}x{s}x{dim}", 0.0, 0.0,
+         _ms(lambda: (tri_mhc.hc_coeffs(view.contiguous(), fn, scale, base, 1e-20, 1e-6, 20),
+                      mhc_norm.hc_expand_norm(out, view.contiguous(), post, comb, pre, weight,
+                                              eps, quant=True))))
