@@ -18,6 +18,9 @@ measures the variants alone, then the best end to end.
                                                    off; default linear.WIDE_MIN_ROWS)
     --linear-wide-max-rows N                       ... up to N rows (default: any; above N
                                                    the prefill tiles of _linear_kernel)
+    --linear-wide-persistent-rows N                linear_wide's 256-row-tile launches from
+                                                   N rows on the persistent kernel (0: off;
+                                                   linear_wide.PERSISTENT_MIN_ROWS)
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -74,6 +77,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-max-rows", type=int, default=None,
                     help="FP8 projections up to this many rows on linear_wide (default: "
                     "linear.WIDE_MAX_ROWS)")
+    ap.add_argument("--linear-wide-persistent-rows", type=int, default=None,
+                    help="linear_wide's 256-row-tile launches from this many rows on the "
+                    "persistent kernel (0: off, the default: linear_wide.PERSISTENT_MIN_ROWS)")
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
@@ -122,7 +128,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
-          args.w4a16_rep_max_pairs, args.w4a16_kernel)
+          args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_persistent_rows)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -140,9 +146,16 @@ def apply(attention_config: str | None, moe_configs: list[str],
           route_decode_max_tokens: int | None = None,
           moe_decode_max_pairs: int | None = None,
           w4a16_rep_max_pairs: int | None = None,
-          w4a16_kernel: str | None = None) -> None:
+          w4a16_kernel: str | None = None,
+          linear_wide_persistent_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if linear_wide_persistent_rows is not None:
+        from deepinfer.kernels.triton import linear_wide
+        if linear_wide_persistent_rows < 0:
+            raise SystemExit(f"--linear-wide-persistent-rows {linear_wide_persistent_rows}: "
+                             "expected >= 0 (0: off)")
+        linear_wide.PERSISTENT_MIN_ROWS = linear_wide_persistent_rows or None
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

@@ -267,6 +267,10 @@ def operand_layout(warpgroups: int):
 # such a program takes a whole SM, so the grid needs waves of them (wq_a / wkv at 4,096 rows,
 # 128 / 64 programs, ran 10-20 % slower on two).
 TWO_WG_MIN_PROGRAMS = 4 * NUM_SMS
+# launches of 256-row token tiles from this many rows on run the persistent kernel
+# (``linear_wide_persistent``: the next tile's ring fill behind this tile's store, the same
+# bits); None: off — prepared in session 33 without a GPU, not yet measured
+PERSISTENT_MIN_ROWS: int | None = None
 
 
 def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1) -> dict:
@@ -288,13 +292,15 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
     128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 µs
     on one warpgroup, 1,806 on two for all seven, ~1,785 as this picks per shape in that run;
     wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs: one program per SM
-    holds fewer stages in flight than two)."""
+    holds fewer stages in flight than two). ``PERSISTENT`` (256-row tiles from
+    ``PERSISTENT_MIN_ROWS`` rows): the persistent kernel."""
     bt = min(MAX_TILE_ROWS, max(64, next_power_of_2(max(num_rows, 1))))
     if bt == 256:
+        persistent = PERSISTENT_MIN_ROWS is not None and num_rows >= PERSISTENT_MIN_ROWS
         if (out_features and out_features % 128 == 0 and out_features // 128
                 * cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
-            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1)
-        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
+            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1, PERSISTENT=persistent)
+        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1, PERSISTENT=persistent)
     return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
 
 
@@ -319,8 +325,9 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
                 split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
     bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py; ``WS``: the
-    warp-specialized kernel of ``linear_wide_ws``); a BK of 64 that does not divide K falls
-    back to 32."""
+    warp-specialized kernel of ``linear_wide_ws``; ``PERSISTENT``: the persistent kernel of
+    ``linear_wide_persistent``, the same bits); a BK of 64 that does not divide K falls back
+    to 32."""
     assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
     num_rows, groups, num_k = x3.shape
     cfg = {**wide_config(num_rows, out_features, groups), **(config or {})}
@@ -349,18 +356,26 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     if split_k > 1:
         target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
                              device=x3.device)
-    kernel, extra = _linear_wide_kernel, {}
+    kernel, extra, grid = _linear_wide_kernel, {}, (o_tiles * t_tiles, split_k, groups)
+    args = [x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
+            k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
+            out.stride(1)]
     if cfg.get("WS"):  # the warp-specialized variant (prepared, off: linear_wide_ws.py)
         from deepinfer.kernels.triton import linear_wide_ws
 
         assert wg == 1, "linear_wide: the warp-specialized variant has one consumer warpgroup"
         kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
             "maxnreg": linear_wide_ws.maxnreg(bt)}
-    kernel[(o_tiles * t_tiles, split_k, groups)](
-        x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
-        k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
-        out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
-        LW=operand_layout(wg), num_warps=4 * wg, **extra)
+    elif cfg.get("PERSISTENT"):  # programs walking the tiles (linear_wide_persistent.py)
+        from deepinfer.kernels.triton import linear_wide_persistent as persistent
+
+        tiles = o_tiles * t_tiles * split_k * groups
+        sms = torch.cuda.get_device_properties(x3.device).multi_processor_count
+        kernel = persistent._linear_wide_persistent_kernel
+        grid = (min(tiles, sms * persistent.programs_per_sm(wg, bt, bk, stages)), )
+        args += [o_tiles * t_tiles, tiles]
+    kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
+                 LW=operand_layout(wg), num_warps=4 * wg, **extra)
     if split_k > 1:
         block_o, block_t = 64, 64
         linear_decode._splitk_sum_t_kernel[(cdiv(out_features, block_o),

@@ -381,3 +381,31 @@ def test_moe_align_smoke_paths_equal_torch():
     """Both align paths (one program; chunks above MAX_PAIRS) equal the torch version."""
     out = _smoke("moe_align.py")
     assert out.count("equal True") == 2, out
+
+
+def test_kernel_overrides_linear_wide_persistent_rows(monkeypatch):
+    """--linear-wide-persistent-rows N sets linear_wide.PERSISTENT_MIN_ROWS (0: off, None);
+    a negative value exits naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import linear_wide
+
+    monkeypatch.setattr(linear_wide, "PERSISTENT_MIN_ROWS", None)
+    kernel_overrides.apply(None, [], linear_wide_persistent_rows=2048)
+    assert linear_wide.PERSISTENT_MIN_ROWS == 2048
+    kernel_overrides.apply(None, [], linear_wide_persistent_rows=0)
+    assert linear_wide.PERSISTENT_MIN_ROWS is None
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], linear_wide_persistent_rows=-1)
+    assert "--linear-wide-persistent-rows" in str(info.value)
+
+
+def test_gemm_decode_persistent_variants():
+    """gemm_decode.py's 'glp' (wide_config's launch, persistent) and 'glp:WG:BT:BK:STAGES:wN'."""
+    import gemm_decode
+
+    assert gemm_decode.parse_variant("glp") == {"gl": True, "PERSISTENT": True}
+    assert gemm_decode.parse_variant("glp:2:256:64:4:w1") == {
+        "gl": True, "PERSISTENT": True, "WG": 2, "BT": 256, "BK": 64, "STAGES": 4, "waves": 1.0}
+    with pytest.raises(SystemExit):
+        gemm_decode.parse_variant("glp:2:256")

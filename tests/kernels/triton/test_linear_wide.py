@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepinfer.kernels.triton import gemm_fp8, linear_wide, linear_wide_ws
+from deepinfer.kernels.triton import gemm_fp8, linear_wide, linear_wide_persistent, linear_wide_ws
 
 pytestmark = pytest.mark.skipif(not linear_wide.HAS_GLUON, reason="triton without Gluon")
 
@@ -33,6 +33,29 @@ def test_sm90_compile_warp_specialized(sm90_compile):
         res = results[case["id"]]
         # one shuffle: the partition dispatch broadcasts the warp id (no layout conversion)
         assert res["wgmma_count"] >= 1 and res["shfl"] <= 1, (case["id"], res)
+
+
+def test_sm90_compile_persistent(sm90_compile):
+    """The persistent variant (prepared in session 33, off) compiles for sm_90 at the 4,096-row
+    launches with wgmma, without spills or layout shuffles, in no more shared memory than the
+    base kernel's ring."""
+    cases = linear_wide_persistent.aot_cases()
+    results = sm90_compile(cases)
+    for case in cases:
+        res = results[case["id"]]
+        assert res["wgmma_count"] >= 1 and res["shfl"] == 0, (case["id"], res)
+        c = case["constexprs"]
+        ring = c["STAGES"] * (16 * case["num_warps"] * c["BK"] + 2 * c["BT"] * c["BK"])
+        assert res["shared"] <= ring + 1024, (case["id"], res["shared"], ring)
+
+
+def test_persistent_programs_per_sm():
+    """Two resident programs of one warpgroup where their rings fit an SM's shared memory, one
+    of two warpgroups (which hold an SM, as linear_wide's launch)."""
+    assert linear_wide_persistent.programs_per_sm(1, 256, 64, 3) == 2  # 2 x 109 KB
+    assert linear_wide_persistent.programs_per_sm(1, 256, 64, 4) == 1  # 2 x 145 KB: no
+    assert linear_wide_persistent.programs_per_sm(2, 256, 64, 4) == 1
+    assert linear_wide_persistent.programs_per_sm(1, 64, 64, 4) == 2
 
 
 def test_accepts():
@@ -92,3 +115,16 @@ def test_operand_layout():
                       (4, [[16, 0], [32, 0], [64, 0], [128, 0]])):
         layout = linear_wide.operand_layout(wg)
         assert layout.warp_bases == warps and layout.shape == [64 * wg, 32]
+
+
+def test_wide_config_persistent_from_its_rows(monkeypatch):
+    """``PERSISTENT_MIN_ROWS`` None (the default): no launch is persistent; set, the 256-row
+    tile launches from that many rows are (both warpgroup counts), smaller tiles never."""
+    assert linear_wide.PERSISTENT_MIN_ROWS is None
+    assert not linear_wide.wide_config(4096, 32768)["PERSISTENT"]
+    assert not linear_wide.wide_config(4096, 1024)["PERSISTENT"]
+    monkeypatch.setattr(linear_wide, "PERSISTENT_MIN_ROWS", 1024)
+    big, small = linear_wide.wide_config(4096, 32768), linear_wide.wide_config(4096, 512)
+    assert big["PERSISTENT"] and big["WG"] == 2 and small["PERSISTENT"] and small["WG"] == 1
+    assert not linear_wide.wide_config(512, 32768)["PERSISTENT"]
+    assert "PERSISTENT" not in linear_wide.wide_config(128, 32768)
