@@ -156,6 +156,31 @@ if HAS_GLUON:
             mbarrier.invalidate(bars.index(b))
 
 
+def ring_events(tile_steps: list[int], stages: int) -> list[tuple[str, int]]:
+    """The ring operations of one program over tiles of ``tile_steps`` K steps, in the kernel's
+    program order (its host twin, for the CPU test of the ring's positions): ("issue", p) for
+    each TMA that is not predicated off (position p: slot p % stages, the barrier's
+    (p // stages)-th completion) and ("wait", p) for each barrier wait. A wait at p needs
+    exactly p // stages + 1 issues of its slot before it; an issue at p exactly p // stages."""
+    events: list[tuple[str, int]] = []
+
+    def fill(pos: int, num_steps: int) -> None:
+        events.extend(("issue", pos + b) for b in range(stages - 1) if b < num_steps)
+
+    if tile_steps:
+        fill(0, tile_steps[0])
+    pos = 0
+    for t, num_steps in enumerate(tile_steps):
+        events.append(("wait", pos))  # the tile's first operands
+        for i in range(num_steps):
+            if i + stages - 1 < num_steps:
+                events.append(("issue", pos + i + stages - 1))
+            events.append(("wait", pos + min(i + 1, num_steps - 1)))  # the next operands
+        pos += num_steps
+        fill(pos, tile_steps[t + 1] if t + 1 < len(tile_steps) else 0)
+    return events
+
+
 def programs_per_sm(warpgroups: int, bt: int, bk: int, stages: int) -> int:
     """Resident programs per SM of a launch: its ring's shared memory (weight tile [64 WG,
     BK] bytes and token tile [BT, BK] bf16 a stage) against the SM's, at most 2 (one at two

@@ -128,3 +128,38 @@ def test_wide_config_persistent_from_its_rows(monkeypatch):
     assert big["PERSISTENT"] and big["WG"] == 2 and small["PERSISTENT"] and small["WG"] == 1
     assert not linear_wide.wide_config(512, 32768)["PERSISTENT"]
     assert "PERSISTENT" not in linear_wide.wide_config(128, 32768)
+
+
+def _check_ring(events: list[tuple[str, int]], stages: int) -> None:
+    """Each issue at position p is its slot's (p // stages + 1)-th (no position skipped, so the
+    barrier's phases line up); each wait at p finds exactly p // stages + 1 issues of its slot
+    (issued, and not yet re-armed for its next use)."""
+    issues = [0] * stages
+    for kind, p in events:
+        slot, use = p % stages, p // stages
+        if kind == "issue":
+            assert issues[slot] == use, (kind, p, issues)
+            issues[slot] += 1
+        else:
+            assert issues[slot] == use + 1, (kind, p, issues)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5])
+def test_persistent_ring_positions(stages):
+    """The persistent kernel's ring (``ring_events``, its program order): over tiles of any
+    step counts — fewer steps than the ring holds, one step, many — every barrier completes
+    once per use in order and every wait finds its own use, across tile boundaries."""
+    import random
+
+    rng = random.Random(stages)
+    cases = [[16] * 5, [1] * 7, [stages - 1, 1, stages, 2 * stages + 1], [3, 1, 1, 64]]
+    cases += [[rng.randint(1, 3 * stages) for _ in range(rng.randint(1, 9))] for _ in range(200)]
+    for steps in cases:
+        events = linear_wide_persistent.ring_events(steps, stages)
+        _check_ring(events, stages)
+        assert sum(kind == "issue" for kind, _ in events) == sum(steps)  # every step, once
+    # the check fails on a ring whose second tile starts one position late (a skipped one)
+    late = [(k, p + 1 if p >= 16 else p)
+            for k, p in linear_wide_persistent.ring_events([16, 16], stages)]
+    with pytest.raises(AssertionError):
+        _check_ring(late, stages)
