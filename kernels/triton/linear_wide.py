@@ -371,8 +371,9 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
 
         tiles = o_tiles * t_tiles * split_k * groups
         sms = torch.cuda.get_device_properties(x3.device).multi_processor_count
-        kernel = persistent._linear_wide_persistent_kernel
-        grid = (min(tiles, sms * persistent.programs_per_sm(wg, bt, bk, stages)), )
+        vec = cfg.get("VEC_STORE", persistent.vec_store(wg, bt, bk, stages, split_k))
+        kernel, extra = persistent._linear_wide_persistent_kernel, {"VEC_STORE": vec}
+        grid = (min(tiles, sms * persistent.programs_per_sm(wg, bt, bk, stages, vec)), )
         args += [o_tiles * t_tiles, tiles]
     kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
                  LW=operand_layout(wg), num_warps=4 * wg, **extra)

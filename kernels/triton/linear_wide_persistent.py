@@ -93,13 +93,30 @@ if HAS_GLUON:
         return b0, b1, m0, m1
 
     @gluon.jit
+    def _store_vec(acc, out_ptr, row_lo, tok0, group, M, O, stride_om, stride_og,
+                   BO: gl.constexpr, BT: gl.constexpr, num_warps: gl.constexpr):
+        """``linear_wide.store_tile``'s bf16 store (no split) from a blocked layout: each
+        thread 8 consecutive outputs of a token (16-byte stores, a warp's 8 lanes a 128-byte
+        run) instead of the MMA layout's 2-byte stores (its rows 8 apart); the conversion goes
+        through shared memory (the compiler's scratch: BO x BT bf16)."""
+        BL: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[8, 4],
+                                            warps_per_cta=[1, num_warps], order=[0, 1])
+        v = gl.convert_layout(acc.to(gl.bfloat16), BL)
+        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, BL))
+        offs_t = tok0 + gl.arange(0, BT, layout=gl.SliceLayout(0, BL))
+        mask = (rows_o < O)[:, None] & (offs_t < M)[None, :]
+        ptrs = (out_ptr + group.to(gl.int64) * stride_og
+                + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
+        gl.store(ptrs, v, mask=mask)
+
+    @gluon.jit
     def _linear_wide_persistent_kernel(x_desc, w_desc, ws_ptr, out_ptr, M, O, K, W_ROWS,
                                        k_per_split, split_stride, stride_wsr, stride_om,
                                        stride_og, NUM_PID, NUM_TILES,
                                        SPLIT_K: gl.constexpr, T_TILES: gl.constexpr,
                                        BT: gl.constexpr, BK: gl.constexpr,
                                        STAGES: gl.constexpr, LW: gl.constexpr,
-                                       num_warps: gl.constexpr):
+                                       VEC_STORE: gl.constexpr, num_warps: gl.constexpr):
         # ``linear_wide._linear_wide_kernel``'s arguments and K loop; NUM_PID: its grid's
         # first dimension (output tiles x token tiles), NUM_TILES: its whole grid
         BO: gl.constexpr = 16 * num_warps
@@ -150,8 +167,13 @@ if HAS_GLUON:
             cta_barrier()
             _fill(w_desc, x_desc, w_s, x_s, bars, pos, row0, tok0, k_begin,
                   group * K + k_begin, num_steps, STAGES, BO, BT, BK)
-            base.store_tile(acc, out_ptr, out_o * BO, out_tok0, out_split, out_group, M, O,
-                            split_stride, stride_om, stride_og, SPLIT_K, T_TILES, BO, BT, MMA)
+            if VEC_STORE and SPLIT_K == 1:
+                _store_vec(acc, out_ptr, out_o * BO, out_tok0, out_group, M, O, stride_om,
+                           stride_og, BO, BT, num_warps)
+            else:
+                base.store_tile(acc, out_ptr, out_o * BO, out_tok0, out_split, out_group, M,
+                                O, split_stride, stride_om, stride_og, SPLIT_K, T_TILES, BO,
+                                BT, MMA)
         for b in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(b))
 
@@ -181,23 +203,42 @@ def ring_events(tile_steps: list[int], stages: int) -> list[tuple[str, int]]:
     return events
 
 
-def programs_per_sm(warpgroups: int, bt: int, bk: int, stages: int) -> int:
-    """Resident programs per SM of a launch: its ring's shared memory (weight tile [64 WG,
-    BK] bytes and token tile [BT, BK] bf16 a stage) against the SM's, at most 2 (one at two
-    warpgroups: ``linear_wide``'s two-warpgroup launch holds an SM)."""
-    ring = stages * (64 * warpgroups * bk + 2 * bt * bk) + 1024
-    return max(1, min(2 if warpgroups == 1 else 1, SHARED_BYTES_PER_SM // ring))
+def shared_bytes(warpgroups: int, bt: int, bk: int, stages: int, vec_store: bool) -> int:
+    """A program's shared memory, an upper bound of the compiled kernel's (the compile gate
+    checks it): its ring (weight tile [64 WG, BK] bytes and token tile [BT, BK] bf16 a stage;
+    barriers) and, with ``vec_store``, the layout conversion's scratch (sm_90 with triton 3.6:
+    2 KB at one warpgroup, 8 KB at two — the compiler converts in rounds)."""
+    return stages * (64 * warpgroups * bk + 2 * bt * bk) + 1024 + \
+        (2048 * warpgroups * warpgroups if vec_store else 0)
+
+
+def vec_store(warpgroups: int, bt: int, bk: int, stages: int, split_k: int) -> bool:
+    """Whether a launch stores through the blocked layout: no split-K, and its programs per
+    SM the same with the scratch as without."""
+    return split_k == 1 and programs_per_sm(warpgroups, bt, bk, stages, True) == \
+        programs_per_sm(warpgroups, bt, bk, stages, False)
+
+
+def programs_per_sm(warpgroups: int, bt: int, bk: int, stages: int,
+                    vec_store: bool = False) -> int:
+    """Resident programs per SM of a launch: its shared memory (``shared_bytes``) against the
+    SM's, at most 2 (one at two warpgroups: ``linear_wide``'s two-warpgroup launch holds an
+    SM)."""
+    need = shared_bytes(warpgroups, bt, bk, stages, vec_store)
+    return max(1, min(2 if warpgroups == 1 else 1, SHARED_BYTES_PER_SM // need))
 
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_linear_wide.py): the 4,096-row
-    launches of ``wide_config`` (two warpgroups, BT 256, BK 64, 4 stages; one warpgroup, 3
-    stages), split and not; wgmma, no spills."""
+    launches of ``wide_config`` (two warpgroups, BT 256, BK 64, 4 stages, both stores; one
+    warpgroup, 3 stages), split and not; wgmma, no spills."""
     cases = []
-    for wg, bt, bk, stages, split_k in ((2, 256, 64, 4, 1), (1, 256, 64, 3, 1),
-                                        (1, 128, 64, 4, 2)):
+    for wg, bt, bk, stages, split_k, vec in ((2, 256, 64, 4, 1, True), (2, 256, 64, 4, 1, False),
+                                             (1, 256, 64, 3, 1, True), (1, 256, 64, 3, 1, False),
+                                             (1, 128, 64, 4, 2, False)):
         cases.append({
-            "id": f"linear_wide_persistent_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}",
+            "id": f"linear_wide_persistent_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}"
+                  + ("_vec" if vec else ""),
             "gluon": True, "module": __name__, "kernel": "_linear_wide_persistent_kernel",
             "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bt}x{bk}",
                           "w_desc": f"tma:u8:{bk}:{64 * wg}x{bk}",
@@ -208,7 +249,7 @@ def aot_cases() -> list[dict[str, Any]]:
                           "NUM_TILES": "i32"},
             "constexprs": {"SPLIT_K": split_k, "T_TILES": 16, "BT": bt, "BK": bk,
                            "STAGES": stages, "LW": {"call": "operand_layout", "args": [wg]},
-                           "num_warps": 4 * wg},
+                           "VEC_STORE": vec, "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})
     return cases

@@ -405,6 +405,8 @@ def test_gemm_decode_persistent_variants():
     import gemm_decode
 
     assert gemm_decode.parse_variant("glp") == {"gl": True, "PERSISTENT": True}
+    assert gemm_decode.parse_variant("glps") == {"gl": True, "PERSISTENT": True,
+                                                 "VEC_STORE": False}
     assert gemm_decode.parse_variant("glp:2:256:64:4:w1") == {
         "gl": True, "PERSISTENT": True, "WG": 2, "BT": 256, "BK": 64, "STAGES": 4, "waves": 1.0}
     with pytest.raises(SystemExit):
