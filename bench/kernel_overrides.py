@@ -34,6 +34,9 @@ measures the variants alone, then the best end to end.
                                                    to N pairs per expert (0: off; default
                                                    moe_gluon_w4a16_prefill.
                                                    REP_MAX_PAIRS_PER_EXPERT)
+    --w4a16-vec-store 0|1                          its output stores: 16-byte ones from a
+                                                   blocked layout, or the MMA layout's 2-byte
+                                                   ones (moe_gluon_w4a16_prefill.VEC_STORE)
     --w4a16-kernel base|ws|auto                    the bf16 prefill expert GEMM's kernel
                                                    (moe_gluon_w4a16_prefill.KERNEL; ws: TMA
                                                    issue on a producer warp; auto: ws for
@@ -80,6 +83,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-persistent-rows", type=int, default=None,
                     help="linear_wide's 256-row-tile launches from this many rows on the "
                     "persistent kernel (0: off, the default: linear_wide.PERSISTENT_MIN_ROWS)")
+    ap.add_argument("--w4a16-vec-store", type=int, default=None, choices=(0, 1),
+                    help="the prefill expert GEMMs' output stores: 1, 16-byte stores from a "
+                    "blocked layout; 0, the MMA layout's 2-byte ones (default: "
+                    "moe_gluon_w4a16_prefill.VEC_STORE)")
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
@@ -128,7 +135,8 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
-          args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_persistent_rows)
+          args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_persistent_rows,
+          args.w4a16_vec_store)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -147,9 +155,15 @@ def apply(attention_config: str | None, moe_configs: list[str],
           moe_decode_max_pairs: int | None = None,
           w4a16_rep_max_pairs: int | None = None,
           w4a16_kernel: str | None = None,
-          linear_wide_persistent_rows: int | None = None) -> None:
+          linear_wide_persistent_rows: int | None = None,
+          w4a16_vec_store: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if w4a16_vec_store is not None:
+        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
+        if w4a16_vec_store not in (0, 1):
+            raise SystemExit(f"--w4a16-vec-store {w4a16_vec_store}: expected 0 or 1")
+        moe_gluon_w4a16_prefill.VEC_STORE = bool(w4a16_vec_store)
     if linear_wide_persistent_rows is not None:
         from deepinfer.kernels.triton import linear_wide
         if linear_wide_persistent_rows < 0:

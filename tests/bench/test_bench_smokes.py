@@ -411,3 +411,20 @@ def test_gemm_decode_persistent_variants():
         "gl": True, "PERSISTENT": True, "WG": 2, "BT": 256, "BK": 64, "STAGES": 4, "waves": 1.0}
     with pytest.raises(SystemExit):
         gemm_decode.parse_variant("glp:2:256")
+
+
+def test_kernel_overrides_w4a16_vec_store(monkeypatch):
+    """--w4a16-vec-store 0 / 1 sets moe_gluon_w4a16_prefill.VEC_STORE (off by default)."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    assert pf.VEC_STORE is False
+    monkeypatch.setattr(pf, "VEC_STORE", False)
+    kernel_overrides.apply(None, [], w4a16_vec_store=1)
+    assert pf.VEC_STORE is True
+    kernel_overrides.apply(None, [], w4a16_vec_store=0)
+    assert pf.VEC_STORE is False
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], w4a16_vec_store=2)
+    assert "--w4a16-vec-store" in str(info.value)
