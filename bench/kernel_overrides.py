@@ -21,6 +21,9 @@ measures the variants alone, then the best end to end.
     --linear-wide-persistent-rows N                linear_wide's 256-row-tile launches from
                                                    N rows on the persistent kernel (0: off;
                                                    linear_wide.PERSISTENT_MIN_ROWS)
+    --linear-wide-vec-store-rows N                 linear_wide launches from N rows with
+                                                   16-byte output stores (0: off;
+                                                   linear_wide.VEC_STORE_MIN_ROWS)
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -83,6 +86,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-persistent-rows", type=int, default=None,
                     help="linear_wide's 256-row-tile launches from this many rows on the "
                     "persistent kernel (0: off, the default: linear_wide.PERSISTENT_MIN_ROWS)")
+    ap.add_argument("--linear-wide-vec-store-rows", type=int, default=None,
+                    help="linear_wide launches from this many rows with 16-byte output stores "
+                    "(0: off, the default: linear_wide.VEC_STORE_MIN_ROWS)")
     ap.add_argument("--w4a16-vec-store", type=int, default=None, choices=(0, 1),
                     help="the prefill expert GEMMs' output stores: 1, 16-byte stores from a "
                     "blocked layout; 0, the MMA layout's 2-byte ones (default: "
@@ -136,7 +142,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
           args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_persistent_rows,
-          args.w4a16_vec_store)
+          args.w4a16_vec_store, args.linear_wide_vec_store_rows)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -156,9 +162,16 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a16_rep_max_pairs: int | None = None,
           w4a16_kernel: str | None = None,
           linear_wide_persistent_rows: int | None = None,
-          w4a16_vec_store: int | None = None) -> None:
+          w4a16_vec_store: int | None = None,
+          linear_wide_vec_store_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if linear_wide_vec_store_rows is not None:
+        from deepinfer.kernels.triton import linear_wide
+        if linear_wide_vec_store_rows < 0:
+            raise SystemExit(f"--linear-wide-vec-store-rows {linear_wide_vec_store_rows}: "
+                             "expected >= 0 (0: off)")
+        linear_wide.VEC_STORE_MIN_ROWS = linear_wide_vec_store_rows or None
     if w4a16_vec_store is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_vec_store not in (0, 1):

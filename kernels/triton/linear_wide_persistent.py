@@ -93,23 +93,6 @@ if HAS_GLUON:
         return b0, b1, m0, m1
 
     @gluon.jit
-    def _store_vec(acc, out_ptr, row_lo, tok0, group, M, O, stride_om, stride_og,
-                   BO: gl.constexpr, BT: gl.constexpr, num_warps: gl.constexpr):
-        """``linear_wide.store_tile``'s bf16 store (no split) from a blocked layout: each
-        thread 8 consecutive outputs of a token (16-byte stores, a warp's 8 lanes a 128-byte
-        run) instead of the MMA layout's 2-byte stores (its rows 8 apart); the conversion goes
-        through shared memory (the compiler's scratch: BO x BT bf16)."""
-        BL: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[8, 4],
-                                            warps_per_cta=[1, num_warps], order=[0, 1])
-        v = gl.convert_layout(acc.to(gl.bfloat16), BL)
-        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, BL))
-        offs_t = tok0 + gl.arange(0, BT, layout=gl.SliceLayout(0, BL))
-        mask = (rows_o < O)[:, None] & (offs_t < M)[None, :]
-        ptrs = (out_ptr + group.to(gl.int64) * stride_og
-                + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
-        gl.store(ptrs, v, mask=mask)
-
-    @gluon.jit
     def _linear_wide_persistent_kernel(x_desc, w_desc, ws_ptr, out_ptr, M, O, K, W_ROWS,
                                        k_per_split, split_stride, stride_wsr, stride_om,
                                        stride_og, NUM_PID, NUM_TILES,
@@ -168,8 +151,8 @@ if HAS_GLUON:
             _fill(w_desc, x_desc, w_s, x_s, bars, pos, row0, tok0, k_begin,
                   group * K + k_begin, num_steps, STAGES, BO, BT, BK)
             if VEC_STORE and SPLIT_K == 1:
-                _store_vec(acc, out_ptr, out_o * BO, out_tok0, out_group, M, O, stride_om,
-                           stride_og, BO, BT, num_warps)
+                base.store_vec(acc, out_ptr, out_o * BO, out_tok0, out_group, M, O,
+                               stride_om, stride_og, BO, BT, num_warps)
             else:
                 base.store_tile(acc, out_ptr, out_o * BO, out_tok0, out_split, out_group, M,
                                 O, split_stride, stride_om, stride_og, SPLIT_K, T_TILES, BO,

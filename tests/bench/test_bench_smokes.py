@@ -407,6 +407,7 @@ def test_gemm_decode_persistent_variants():
     assert gemm_decode.parse_variant("glp") == {"gl": True, "PERSISTENT": True}
     assert gemm_decode.parse_variant("glps") == {"gl": True, "PERSISTENT": True,
                                                  "VEC_STORE": False}
+    assert gemm_decode.parse_variant("glv") == {"gl": True, "VEC_STORE": True}
     assert gemm_decode.parse_variant("glp:2:256:64:4:w1") == {
         "gl": True, "PERSISTENT": True, "WG": 2, "BT": 256, "BK": 64, "STAGES": 4, "waves": 1.0}
     with pytest.raises(SystemExit):
@@ -428,3 +429,19 @@ def test_kernel_overrides_w4a16_vec_store(monkeypatch):
     with pytest.raises(SystemExit) as info:
         kernel_overrides.apply(None, [], w4a16_vec_store=2)
     assert "--w4a16-vec-store" in str(info.value)
+
+
+def test_kernel_overrides_linear_wide_vec_store_rows(monkeypatch):
+    """--linear-wide-vec-store-rows N sets linear_wide.VEC_STORE_MIN_ROWS (0: off, None)."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import linear_wide
+
+    monkeypatch.setattr(linear_wide, "VEC_STORE_MIN_ROWS", None)
+    kernel_overrides.apply(None, [], linear_wide_vec_store_rows=1024)
+    assert linear_wide.VEC_STORE_MIN_ROWS == 1024
+    kernel_overrides.apply(None, [], linear_wide_vec_store_rows=0)
+    assert linear_wide.VEC_STORE_MIN_ROWS is None
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], linear_wide_vec_store_rows=-5)
+    assert "--linear-wide-vec-store-rows" in str(info.value)

@@ -169,3 +169,13 @@ def test_persistent_ring_positions(stages):
             for k, p in linear_wide_persistent.ring_events([16, 16], stages)]
     with pytest.raises(AssertionError):
         _check_ring(late, stages)
+
+
+def test_wide_config_vec_store_from_its_rows(monkeypatch):
+    """``VEC_STORE_MIN_ROWS`` None (the default): no launch takes the 16-byte stores; set, every
+    launch from that many rows does (any token tile)."""
+    assert linear_wide.VEC_STORE_MIN_ROWS is None
+    assert not any(linear_wide.wide_config(r, 32768)["VEC_STORE"] for r in (64, 256, 4096))
+    monkeypatch.setattr(linear_wide, "VEC_STORE_MIN_ROWS", 128)
+    assert [linear_wide.wide_config(r, 32768)["VEC_STORE"] for r in (64, 128, 4096)] == \
+        [False, True, True]
