@@ -16,7 +16,8 @@ Off by default (``linear_wide`` config ``PERSISTENT``; ``bench/gemm_decode.py`` 
 (tests/kernels/triton/test_linear_wide.py), bits against ``linear_wide`` in
 tests/gpu/test_linear_wide_gpu.py.
 
-The ring is the base kernel's, addressed by a program-wide step position p (tile after tile):
+The ring is the base kernel's (``linear_wide.issue_at``), addressed by a program-wide step
+position p (tile after tile):
 slot p % STAGES, phase (p // STAGES) & 1, so each slot's barrier completes once per use in
 order across tiles. Shapes and contract: ``linear_wide.linear_wide``.
 """
@@ -36,25 +37,10 @@ if HAS_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
         mbarrier,
-        tma,
         warpgroup_mma_wait,
     )
 
     from deepinfer.kernels.triton.moe_gluon import cta_barrier
-
-    @gluon.jit
-    def _issue_at(w_desc, x_desc, w_s, x_s, bars, pos, row0, tok0, w_col0, x_col0, step,
-                  num_steps, STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr,
-                  BK: gl.constexpr):
-        """TMA of a tile's K step ``step`` into ring slot pos % STAGES (none past its last
-        step)."""
-        st = pos % STAGES
-        ok = step < num_steps
-        mbarrier.expect(bars.index(st), BO * BK + BT * BK * 2, pred=ok)
-        tma.async_copy_global_to_shared(w_desc, [row0, w_col0 + step * BK], bars.index(st),
-                                        w_s.index(st), pred=ok)
-        tma.async_copy_global_to_shared(x_desc, [tok0, x_col0 + step * BK], bars.index(st),
-                                        x_s.index(st), pred=ok)
 
     @gluon.jit
     def _tile(t, O, K, k_per_split, NUM_PID, SPLIT_K: gl.constexpr, T_TILES: gl.constexpr,
@@ -77,8 +63,8 @@ if HAS_GLUON:
               STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr, BK: gl.constexpr):
         """A tile's first STAGES - 1 steps into the slots from position pos."""
         for b in gl.static_range(STAGES - 1):
-            _issue_at(w_desc, x_desc, w_s, x_s, bars, pos + b, row0, tok0, k_begin, x_col0, b,
-                      num_steps, STAGES, BO, BT, BK)
+            base.issue_at(w_desc, x_desc, w_s, x_s, bars, pos + b, row0, tok0, k_begin,
+                          x_col0, b, num_steps, STAGES, BO, BT, BK)
 
     @gluon.jit
     def _next_operands_at(w_s, ready, s_ptrs, s_ok, n0, n1, i, pos0, num_steps,
@@ -131,9 +117,9 @@ if HAS_GLUON:
             for i in range(num_steps):
                 # every warp is past step i - 1: its slot, the one refilled below, is free
                 cta_barrier()
-                _issue_at(w_desc, x_desc, w_s, x_s, bars, pos + i + STAGES - 1, row0, tok0,
-                          k_begin, group * K + k_begin, i + STAGES - 1, num_steps, STAGES, BO,
-                          BT, BK)
+                base.issue_at(w_desc, x_desc, w_s, x_s, bars, pos + i + STAGES - 1, row0,
+                              tok0, k_begin, group * K + k_begin, i + STAGES - 1, num_steps,
+                              STAGES, BO, BT, BK)
                 acc = base.issue_mmas(a0, a1, x_s.index((pos + i) % STAGES), acc, KSUB)
                 b0, b1, n0, n1 = _next_operands_at(w_s, bars, s_ptrs, s_ok, n0, n1, i, pos,
                                                    num_steps, STAGES, KSUB, LW, LA)
