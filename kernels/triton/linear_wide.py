@@ -241,11 +241,11 @@ if HAS_GLUON:
 
     @gluon.jit
     def store_vec(acc, out_ptr, row_lo, tok0, group, M, O, stride_om, stride_og,
-                   BO: gl.constexpr, BT: gl.constexpr, num_warps: gl.constexpr):
+                  BO: gl.constexpr, BT: gl.constexpr, num_warps: gl.constexpr):
         """``linear_wide.store_tile``'s bf16 store (no split) from a blocked layout: each
         thread 8 consecutive outputs of a token (16-byte stores, a warp's 8 lanes a 128-byte
         run) instead of the MMA layout's 2-byte stores (its rows 8 apart); the conversion goes
-        through shared memory (the compiler's scratch: BO x BT bf16)."""
+        through shared memory (the compiler's scratch, in rounds)."""
         BL: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[8, 4],
                                             warps_per_cta=[1, num_warps], order=[0, 1])
         v = gl.convert_layout(acc.to(gl.bfloat16), BL)

@@ -18,7 +18,8 @@ tests/gpu/test_linear_wide_gpu.py.
 
 The ring is the base kernel's (``linear_wide.issue_at``), addressed by a program-wide step
 position p (tile after tile): slot p % STAGES, phase (p // STAGES) & 1, so each slot's
-barrier completes once per use in order across tiles. Shapes and contract: ``linear_wide.linear_wide``.
+barrier completes once per use in order across tiles. Shapes and contract:
+``linear_wide.linear_wide``.
 """
 
 from __future__ import annotations
