@@ -8,8 +8,8 @@ so the same bits as ``linear_wide`` (reference ``linear.linear``).
 Why: at 4,096 rows ``wide_config`` runs the large projections as programs of two warpgroups
 that take a whole SM each; a program with a short K loop pays its ring's fill (TMA latency,
 the first decode) and its store with the tensor cores idle. wq_b (K 1,024: 16 steps of 64)
-ran at 554 µs against 275 GFLOP (round 101a): ~18 µs a program for ~9 µs of wgmma work at
-the bf16 rate. Here a tile's first ``STAGES - 1`` steps are in flight while the previous
+ran at 554 µs against 275 GFLOP (round 101a): ~18 µs a program for 9-11 µs of wgmma work
+at the bf16 rate. Here a tile's first ``STAGES - 1`` steps are in flight while the previous
 tile's accumulator is converted and stored, and no program launch sits between two tiles.
 Off by default (``linear_wide`` config ``PERSISTENT``; ``bench/gemm_decode.py`` variant
 ``glp``); prepared in session 33 without a GPU: compiled for sm_90 on the CPU only
