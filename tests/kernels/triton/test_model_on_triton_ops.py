@@ -76,3 +76,47 @@ def test_tiny_model_on_visibility_aware_index_scores(monkeypatch):
     want, got = _logits(old, ids), _logits(new, ids)
     assert counts and counts[0] == 48  # the prefill scored its 48 queries
     assert torch.equal(got, want)
+
+
+def test_tiny_model_first_site_on_strided_streams_is_the_copys_bits(monkeypatch):
+    """The first block's streams, a stride-0 view of the embedding since session 33: with
+    ``hc_coeffs`` split so that each split lies in one stream (the V4.1 launches' case:
+    split 8 at 4K tokens, 32 at decode), the first site reads them strided (STRIDED launches
+    seen), and the tiny model's logits (prefill and a decode step) are the bits of the same
+    model whose coefficients and expand get the contiguous copy."""
+    from deepinfer.kernels import registry
+    from deepinfer.kernels.triton import mhc as tri_mhc
+
+    registry.ops()
+    monkeypatch.setattr(registry, "_REGISTRY",
+                        {op: dict(regs) for op, regs in registry._REGISTRY.items()})
+    register_triton_backend()
+    model = tiny_model()
+    model.kernels = KernelSet({op: "triton" for op in OPS})
+    s = model.spec.hc_mult
+    monkeypatch.setattr(tri_mhc, "coeffs_split", lambda n, k, cfg: s)  # a stream per split
+    strided, kernel = [], tri_mhc._hc_coeffs_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                strided.append(kwargs["STRIDED"])
+                return kernel[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(tri_mhc, "_hc_coeffs_kernel", Spy())
+    ids = torch.randint(0, 500, (6,), generator=torch.Generator().manual_seed(2)).tolist()
+    got = _logits(model, ids)
+    assert any(strided) and not all(strided), strided  # the first site only
+    # the same model, its two first-site ops handed the contiguous copy (the ops resolved
+    # once per KernelSet: overridden in its cache)
+    kernels = KernelSet({op: "triton" for op in OPS})
+    coeffs, expand_norm = kernels.hc_coeffs, kernels.hc_expand_norm
+    kernels._cache["hc_coeffs"] = lambda x, *a, **k: coeffs(x.contiguous(), *a, **k)
+    kernels._cache["hc_expand_norm"] = \
+        lambda o, x, *a, **k: expand_norm(o, x.contiguous(), *a, **k)
+    model.kernels = kernels
+    strided.clear()
+    want = _logits(model, ids)
+    assert not any(strided)
+    assert torch.equal(got, want)
