@@ -185,3 +185,47 @@ def test_held_host_phases_start_generate_behind_the_spin(monkeypatch):
     names = [name for name, _ in prefill.host_phases(llm, 8, 100)]
     assert "hold 0" not in calls and not any(n.startswith("gpu released") for n in names)
     assert calls.index("sync") < calls.index("generate"), calls  # prefill_s drains first
+
+
+def test_prefill_ab_variants_parse_and_refuse_bad_ones():
+    """prefill_ab.py's --variant NAME=FLAGS: kernel_overrides flags; a variant without '=', an
+    unknown flag, a flag set other than the first variant's, one variant or repeated names
+    exit with a message naming the variant."""
+    import prefill_ab
+
+    ok = prefill_ab.parse_variants(["off=--w4a16-vec-store 0 --linear-wide-persistent-rows 0",
+                                    "on=--linear-wide-persistent-rows 1024 --w4a16-vec-store 1"])
+    assert [(n, ns.w4a16_vec_store, ns.linear_wide_persistent_rows) for n, _, ns in ok] == \
+        [("off", 0, 0), ("on", 1, 1024)]
+    for bad, words in ((["off", "on=--w4a16-vec-store 1"], "NAME=FLAGS"),
+                       (["a=--nope 1", "b=--w4a16-vec-store 1"], "--nope"),
+                       (["a=--w4a16-vec-store 0", "b=--linear-wide-persistent-rows 1"],
+                        "same flags"),
+                       (["a=--w4a16-vec-store 0"], "at least two"),
+                       (["a=--w4a16-vec-store 0", "a=--w4a16-vec-store 1"], "differ")):
+        with pytest.raises(SystemExit) as info:
+            prefill_ab.parse_variants(bad)
+        assert words in str(info.value), (bad, info.value)
+
+
+def test_prefill_ab_runs_interleaved_variants_on_cpu(tmp_path):
+    """bench/prefill_ab.py on the tiny plan: one load, the variants interleaved per round, the
+    medians and the fixed prompt's bits compared across variants, in the table and the JSON."""
+    import json
+    import subprocess
+
+    bench = Path(__file__).resolve().parents[2] / "bench" / "prefill_ab.py"
+    done = subprocess.run([sys.executable, str(bench), "--prompt-len", "32", "--rounds", "2",
+                           "--repeats", "1", "--variant", "a=--w4a16-vec-store 0",
+                           "--variant", "b=--w4a16-vec-store 1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (path,) = tmp_path.glob("*prefill_ab.json")
+    res = json.loads(path.read_text())
+    assert [(r["variant"], r["round"]) for r in res["runs"]] == \
+        [("a", 1), ("b", 1), ("a", 2), ("b", 2)]
+    assert set(res["medians_ms"]) == {"a", "b"} and res["same_tokens"] is True
+    assert "| a | 1 |" in done.stdout and "against a" in done.stdout
+    bad = subprocess.run([sys.executable, str(bench), "--variant", "a=--nope"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--nope" in bad.stderr and "Traceback" not in bad.stderr
