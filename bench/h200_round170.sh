@@ -5,7 +5,8 @@
 #     hc_expand_norm check, relaxed in session 32 (y within one bf16 step plus the terms' fp32
 #     rounding of hc_expand's, h checked on the kernel's own y); session 33's first site on
 #     stride-0 streams (hc_coeffs and hc_expand_norm on the embedding's view: the copy's bits,
-#     both timed);
+#     both timed); the engram table's one-launch row gather (kernels/triton/engram_rows.py,
+#     also on by default: the bits of the torch gather, both timed);
 #   * a lone 4K prompt: host phases with session 33's marks inside layers 0 and 1 (attention,
 #     window keys, the window layout's first build, FFN: where layer 0's extra 2.7 ms of
 #     enqueue goes), the same behind a 150 ms GPU spin (fixed in session 32: generate right
@@ -15,11 +16,13 @@
 #     length, last measured in session 21 (394 ms).
 # Pass the commit hash literally.
 source "$(dirname "$0")/device_setup.sh"
-timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \
+timeout 220 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \
   tests/gpu/test_attention_side_gpu.py tests/gpu/test_mhc_norm_gpu.py \
-  -k "topk or expand_norm or stride0" >"$OUT/gpu.log" 2>&1
+  tests/gpu/test_gemm_side_gpu.py -k "topk or expand_norm or stride0 or engram_rows" \
+  >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -8
-grep -E "^\| (hc_expand_norm|expand|  \.\.\. \+ q8|first site)" "$OUT/gpu.log" | cut -c1-120
+grep -E "^\| (hc_expand_norm|expand|  \.\.\. \+ q8|first site|engram)" "$OUT/gpu.log" \
+  | cut -c1-120
 timeout 170 python3 bench/prefill.py --prompt-lens 4096 --repeats 3 --no-eager --host-phases \
   --host-phases-held 150 --op-stacks --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"

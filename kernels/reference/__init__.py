@@ -62,6 +62,7 @@ def register_all() -> None:
         "compress_pool": compressor.compress_pool,
         "engram_inject": engram.engram_inject,
         "engram_hash_windows": engram.engram_hash_windows,
+        "engram_rows": engram.engram_rows,
         "fake_quant_fp8_block32": quant.fake_quant_fp8_block32,
         "fake_quant_fp4_ue8m0_block32": quant.fake_quant_fp4_ue8m0_block32,
         "fake_quant_fp4_e4m3_block16": quant.fake_quant_fp4_e4m3_block16,

@@ -7,6 +7,13 @@ import torch
 BLOCKED = -1  # a compressed id not looked back at (no history, or an image token)
 
 
+def engram_rows(table: Any, ids: torch.Tensor) -> torch.Tensor:
+    """Rows ``ids`` (int64, any shape) of an engram table -> (*ids.shape, C) bf16: an FP8 table
+    (``quantized.Fp8Rows``: codes x 2^(scale - 127) per 32 columns, exact) dequantized only at
+    those rows, a plain tensor table indexed as it is."""
+    return table[ids]
+
+
 def engram_inject(x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, wqk: torch.Tensor,
                   eps: float, text_mask: torch.Tensor | None) -> torch.Tensor:
     """``X_i += gate_i * value`` with a signed-sqrt sigmoid gate per stream.

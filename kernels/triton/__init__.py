@@ -32,6 +32,7 @@ def _register_gemm_side() -> list[str]:
     from deepinfer.kernels import registry
     from deepinfer.kernels.triton import (
         engram,
+        engram_rows,
         gemm_fp8,
         linear,
         mhc,
@@ -58,6 +59,7 @@ def _register_gemm_side() -> list[str]:
         "hc_expand_norm": (mhc_norm.hc_expand_norm, mhc.supports_mhc),
         "engram_inject": (engram.engram_inject, engram.supports_engram),
         "engram_hash_windows": (engram.engram_hash_windows, engram.supports_engram),
+        "engram_rows": (engram_rows.engram_rows, engram_rows.supports_engram_rows),
         "rms_norm": (norm.rms_norm, norm.supports_rms_norm),
         "rms_norm_q8": (norm.rms_norm_q8, norm.supports_rms_norm),
         "linear": (linear.linear, linear.supports_linear),

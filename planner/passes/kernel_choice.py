@@ -33,6 +33,7 @@ TRITON_CAPABILITIES: dict[str, tuple[int, ...]] = {
     "compressed_kv_records": TRITON_ARCHS,  # kernels/triton/cache_write.py
     "engram_hash_windows": TRITON_ARCHS,  # kernels/triton/engram.py
     "engram_inject": TRITON_ARCHS,  # kernels/triton/engram.py
+    "engram_rows": TRITON_ARCHS,  # kernels/triton/engram_rows.py
     "expert_ffn": TRITON_ARCHS,  # kernels/triton/moe_experts.py
     "fake_quant_fp4_ue8m0_block32": TRITON_ARCHS,  # kernels/triton/quant_fp4.py
     "fake_quant_fp8_block32": TRITON_ARCHS,  # kernels/triton/quant_act.py

@@ -41,7 +41,8 @@ class Engram(nn.Module):
             (N, S, D) bf16.
         """
         n, s, d = x.shape
-        rows = self.embed.weight[hash_ids].flatten(1)  # (N, n_ids * head_dim)
+        # (N, n_ids * head_dim) bf16: the FP8 table's rows dequantized (one launch on the GPU)
+        rows = k.engram_rows(self.embed.weight, hash_ids).flatten(1)
         kv = self.wkv(k, rows)  # (N, D * (S + 1)) bf16: the injection reads it upcast (exact)
         key, value = kv[:, : s * d].view(n, s, d), kv[:, s * d:]
         wqk = self.q_weight.float() * self.k_weight.float()

@@ -716,3 +716,25 @@ def test_linear_rope_fp4_cuda_graph_capture():
     for name, out, ref, tol in zip(("linear", "grouped_linear", "apply_rope", "fake_quant_fp4"),
                                    outs, refs, (1e-5, 5e-3, 5e-3, 0.0), strict=True):
         _row(f"graph replay {name}", f"N{n}", _rel(out, ref), tol)
+
+
+@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
+def test_engram_rows_gpu(num_tokens):
+    """The engram table's rows gathered and dequantized in one launch (session 33): 24 ids a
+    token into a 1M-row FP8 table of 256 columns (the 384M-row one's access pattern), the bits
+    of ``Fp8Rows.__getitem__`` (the torch gather it replaces), both timed."""
+    from deepinfer.kernels.quantized import Fp8Rows
+    from deepinfer.kernels.triton import engram_rows
+
+    num_rows, cols, num_ids = 1 << 20, 256, 24
+    codes = (torch.randn(num_rows, cols, device="cuda") * 64).to(torch.float8_e4m3fn)
+    scale = torch.randint(100, 140, (num_rows, cols // 32), dtype=torch.uint8, device="cuda")
+    table = Fp8Rows(codes, scale)
+    ids = torch.randint(0, num_rows, (num_tokens, num_ids), device="cuda")
+    with nan_poisoned_allocations():
+        got = engram_rows.engram_rows(table, ids)
+    want = table[ids]
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    _row("engram_rows", f"N{num_tokens} x {num_ids}", 0.0, 0.0,
+         _ms(lambda: engram_rows.engram_rows(table, ids)))
+    _row("engram rows (torch)", f"N{num_tokens} x {num_ids}", 0.0, 0.0, _ms(lambda: table[ids]))
