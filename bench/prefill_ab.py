@@ -68,7 +68,7 @@ def run(args, root: Path, progress) -> dict:
     from deepinfer.artifacts.plan_dir import read_plan
     from deepinfer.runtime import LLM
 
-    variants = parse_variants(args.variant)
+    variants = args.variants
     topology = bc.default_topology(args.topology)
     res = bc.header(topology)
     print("versions", res["versions"], "commit", res["commit"], flush=True)
@@ -141,7 +141,7 @@ def main() -> int:
         import torch
 
         args.prompt_len = 4096 if torch.cuda.is_available() else 256
-    parse_variants(args.variant)  # bad variants exit before anything loads
+    args.variants = parse_variants(args.variant)  # bad variants exit before anything loads
     bc.run_with_partials("prefill_ab", args.out,
                          lambda root, progress: run(args, root, progress))
     return 0

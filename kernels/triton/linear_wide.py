@@ -401,10 +401,9 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
 
         tiles = o_tiles * t_tiles * split_k * groups
         sms = torch.cuda.get_device_properties(x3.device).multi_processor_count
-        # its own store choice unless the config names one (wide_config's off: its choice)
-        vec = cfg.get("VEC_STORE") or persistent.vec_store(wg, bt, bk, stages, split_k)
-        if config and "VEC_STORE" in config:
-            vec = bool(config["VEC_STORE"])
+        # the config's store if it names one, else 16-byte stores where they fit
+        vec = bool(config["VEC_STORE"]) if config and "VEC_STORE" in config else \
+            cfg["VEC_STORE"] or persistent.vec_store(wg, bt, bk, stages, split_k)
         kernel, extra = persistent._linear_wide_persistent_kernel, {"VEC_STORE": vec}
         grid = (min(tiles, sms * persistent.programs_per_sm(wg, bt, bk, stages, vec)), )
         args += [o_tiles * t_tiles, tiles]
