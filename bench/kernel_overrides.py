@@ -31,7 +31,7 @@ measures the variants alone, then the best end to end.
                                                    FP8 wgmmas with per-group promotion, or
                                                    the weights decoded to bf16
                                                    (moe_experts.W4A8_PREFILL_KERNEL)
-    --w4a16-prefill-parts 1|2|4                    the bf16 prefill expert GEMM's block N in
+    --w4a16-prefill-parts 1|2|4|8                  the bf16 prefill expert GEMM's block N in
                                                    parts of BM (moe_gluon_w4a16_prefill.PARTS)
     --w4a16-rep-max-pairs N                        ... one warpgroup of two A fragments up
                                                    to N pairs per expert (0: off; default
@@ -99,7 +99,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w4a8-prefill-kernel", default=None, choices=("w4a8", "w4a16"),
                     help="prefill-sized W4A8-layout expert calls: FP8 wgmmas (w4a8) or bf16 "
                     "(w4a16; default: moe_experts.W4A8_PREFILL_KERNEL)")
-    ap.add_argument("--w4a16-prefill-parts", type=int, default=None, choices=(1, 2, 4),
+    ap.add_argument("--w4a16-prefill-parts", type=int, default=None, choices=(1, 2, 4, 8),
                     help="the bf16 prefill expert GEMM runs a block at N = its parts of BM "
                     "that hold pairs (default: moe_gluon_w4a16_prefill.PARTS)")
     ap.add_argument("--w4a8-decode-variant", default=None,
@@ -216,8 +216,9 @@ def apply(attention_config: str | None, moe_configs: list[str],
         moe_experts.W4A8_PREFILL_KERNEL = w4a8_prefill_kernel
     if w4a16_prefill_parts is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
-        if w4a16_prefill_parts not in (1, 2, 4):
-            raise SystemExit(f"--w4a16-prefill-parts {w4a16_prefill_parts}: expected 1, 2 or 4")
+        if w4a16_prefill_parts not in (1, 2, 4, 8):
+            raise SystemExit(f"--w4a16-prefill-parts {w4a16_prefill_parts}: expected 1, 2, 4 "
+                             "or 8")
         moe_gluon_w4a16_prefill.PARTS = w4a16_prefill_parts
     if mhc_decode_max_tokens is not None:
         from deepinfer.kernels.triton import mhc

@@ -92,7 +92,8 @@ def main() -> None:
                              "optional launch register cap per thread (base:168, ws:128) and "
                              "+vec for the 16-byte output stores (ws+vec, ws:128+vec)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
-                        help="a block's N in parts of BM: 1, 2 (halves) or 4 (quarters)")
+                        help="a block's N in parts of BM: 1, 2 (halves), 4 (quarters) or 8 "
+                             "(eighths, from BM 128)")
     parser.add_argument("--probe-no-decode", action="store_true",
                         help="a timing probe: the bf16 kernel without its integer decode (the "
                              "weight words scaled as they are: wrong values, rel. L2 ~1)")

@@ -99,7 +99,10 @@ WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # tokens ~half the experts' blocks, session 15), 4 (quarters; at 4K tokens ~64 pairs per expert,
 # about half the blocks hold 65-96 pairs). H200 round 76a, whole pipeline at BM 128: parts 1 /
 # 2 / 4 7.24 / 6.83 / 6.67 ms at 4K tokens, 19.67 / 18.46 / 17.51 at 16K (the 4K prefill end to
-# end: 111.3 vs 110.3 ms, inside the run-to-run spread)
+# end: 111.3 vs 110.3 ms, inside the run-to-run spread). 8 (eighths, from BM 128; session 34,
+# prepared without a GPU, not yet timed): a block of 65-80 pairs runs N = 64 + 16 instead of
+# 64 + 32 — at 4K tokens (~64 +- 8 pairs an expert) the padded tensor work falls from ~1.23 to
+# ~1.12 times the pairs' (``bench/moe_parts_padding.py``); the same bits
 PARTS = 4
 # steps with at most this many pairs per expert on average run one warpgroup with two A
 # fragments (``rep`` 2: 128 weight rows on one warpgroup, the per-step bookkeeping once for
@@ -379,6 +382,43 @@ if HAS_GLUON:
                                                           bitcast=True)
 
     @gluon.jit
+    def _run_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
+                     pairs_ptr, out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
+                     used, STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
+                     ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
+                     num_warps: gl.constexpr, VEC: gl.constexpr):
+        """``_run_block`` at the N of ``used`` eighths of BM (``part_tiles``: one
+        power-of-two tile or two, BN + BN2; 7 eighths run all of BM)."""
+        if used == 1:
+            _run_block(xe_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
+                       WSTAGES, BM, BM // 8, 0, ONE_MUL, PG, REP, num_warps, VEC)
+        elif used == 2:
+            _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
+                       WSTAGES, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, VEC)
+        elif used == 3:
+            _run_block(xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
+                       WSTAGES, BM, BM // 4, BM // 8, ONE_MUL, PG, REP, num_warps, VEC)
+        elif used == 4:
+            _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
+                       WSTAGES, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, VEC)
+        elif used == 5:
+            _run_block(xh_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
+                       WSTAGES, BM, BM // 2, BM // 8, ONE_MUL, PG, REP, num_warps, VEC)
+        elif used == 6:
+            _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
+                       WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, VEC)
+        else:
+            _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
+                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
+                       WSTAGES, BM, BM, 0, ONE_MUL, PG, REP, num_warps, VEC)
+
+    @gluon.jit
     def parts_used(pairs_ptr, block, num_pairs, BM: gl.constexpr, PARTS: gl.constexpr):
         """How many of the block's PARTS parts hold pairs: 1 .. PARTS (sorted pairs pad an
         expert's last block at its end: a part is used when its first slot is a pair)."""
@@ -389,7 +429,7 @@ if HAS_GLUON:
         return used
 
     @gluon.jit
-    def _w4a16_prefill_kernel(x_desc, xh_desc, xq_desc, w_desc, s_ptr, pairs_ptr,
+    def _w4a16_prefill_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, s_ptr, pairs_ptr,
                               block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
                               stride_sn4, stride_om, STAGES: gl.constexpr,
                               WSTAGES: gl.constexpr, BM: gl.constexpr,
@@ -397,10 +437,11 @@ if HAS_GLUON:
                               PG: gl.constexpr, REP: gl.constexpr,
                               num_warps: gl.constexpr, VEC: gl.constexpr = False):
         # PG (``group_layout``): the weight tile's int32 words [BO, 16] in registers. x_desc /
-        # xh_desc / xq_desc: token boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64]. PARTS (1, 2,
-        # 4): a block runs N = the parts of BM that hold pairs (sorted pairs pad each expert's
-        # last block at its end): 2: BM / 2 or BM; 4: BM / 4, BM / 2, 3 BM / 4 (two
-        # accumulators) or BM
+        # xh_desc / xq_desc / xe_desc: token boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64] /
+        # [BM / 8, 64]. PARTS (1, 2, 4, 8): a block runs N = the parts of BM that hold pairs
+        # (sorted pairs pad each expert's last block at its end) as ``part_tiles`` says: 2: BM
+        # / 2 or BM; 4: BM / 4, BM / 2, 3 BM / 4 (two accumulators) or BM; 8: eighths the same
+        # way (7 / 8 of BM: all of it)
         # 64 REP weight rows per warpgroup (REP A fragments per group), one token tile
         BO: gl.constexpr = 16 * num_warps * REP
         tile = gl.program_id(0)
@@ -420,7 +461,12 @@ if HAS_GLUON:
                 mbarrier.init(bars.index(b), count=1)
             s_words = scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO, PG)
             used = parts_used(pairs_ptr, block, num_pairs, BM, PARTS)
-            if PARTS == 4:
+            if PARTS == 8:
+                _run_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars,
+                             s_words, pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block,
+                             num_steps, stride_om, used, STAGES, WSTAGES, BM, ONE_MUL, PG,
+                             REP, num_warps, VEC)
+            elif PARTS == 4:
                 if used == 1:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
@@ -523,8 +569,9 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
     grouped by ``moe_align.align_pairs(ids, E, block_m)``. ``one_mul``: every scale byte is <=
     128 (one bf16 multiply per weight pair instead of two). ``warpgroups`` (1 or 2) x 64 weight
-    rows per program share its token tile. ``parts`` (1, 2, 4): a block multiplies only its parts of
-    block_m / parts tokens that hold pairs (default ``PARTS``, read at the call).
+    rows per program share its token tile. ``parts`` (1, 2, 4, 8): a block multiplies only its parts
+    of block_m / parts tokens that hold pairs (``part_tiles``; default ``PARTS``, read at the
+    call; 8 from block_m 128, below it 4).
     ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call).
     ``rep`` (1 or 2): A fragments per warpgroup and group (64 rep weight rows a warpgroup, one
     accumulator of 64 rep rows), the per-step bookkeeping paid once for them. ``maxnreg``:
@@ -537,14 +584,14 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     assert k % BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
     assert TILE_ROWS % rows == 0, (warpgroups, TILE_ROWS)  # a weight box within a step tile
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
-    parts = PARTS if parts is None else parts
-    assert parts in (1, 2, 4), f"w4a16_prefill_gemm: parts {parts} (1, 2 or 4)"
+    parts = launch_parts(PARTS if parts is None else parts, block_m)
     weight_stages = WEIGHT_STAGES if weight_stages is None else weight_stages
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_kernel[grid](
         token_descriptor(tokens, block_m), token_descriptor(tokens, block_m // 2),
-        token_descriptor(tokens, block_m // 4), tiled_descriptor(w, rows), s, sorted_pairs,
+        token_descriptor(tokens, block_m // 4), token_descriptor(tokens, eighth_rows(block_m)),
+        tiled_descriptor(w, rows), s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts,
@@ -568,6 +615,35 @@ def group_layout(warpgroups: int, rep: int = 1):
         lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]],
         warp_bases=[list(w) for w in warp_rows(warpgroups)], block_bases=[],
         shape=[64 * warpgroups * rep, 16])
+
+
+def part_tiles(parts: int, used: int, block_m: int) -> tuple[int, int]:
+    """(BN, BN2): the token rows a block's program multiplies when ``used`` of its ``parts``
+    parts (block_m / parts rows each) hold pairs — the kernels' dispatch. The rows needed as
+    one power-of-two tile (BN2 0) or two (BN + BN2: a second accumulator fed by the same
+    decoded registers; Gluon's tiles are powers of two), else all of block_m (three tiles,
+    e.g. 7 / 8: the whole block)."""
+    assert parts in (1, 2, 4, 8) and 1 <= used <= parts, (parts, used)
+    rows = used * (block_m // parts)
+    bn = 1 << (rows.bit_length() - 1)  # the largest power of two <= rows
+    rest = rows - bn
+    if rest == 0:
+        return bn, 0
+    if rest & (rest - 1) == 0:
+        return bn, rest
+    return block_m, 0
+
+
+def launch_parts(parts: int, block_m: int) -> int:
+    """The parts a launch runs: ``parts`` (1, 2, 4 or 8), eighths only from block_m 128 (an
+    eighth of 64 pairs is 8 tokens, a tile the kernels are not compiled for: 4 there)."""
+    assert parts in (1, 2, 4, 8), f"moe_gluon_w4a16_prefill: parts {parts} (1, 2, 4 or 8)"
+    return 4 if parts == 8 and block_m < 128 else parts
+
+
+def eighth_rows(block_m: int) -> int:
+    """Rows of the eighths' token box (unused below block_m 128, where it is 8 rows)."""
+    return max(block_m // 8, 8)
 
 
 def fitting_warpgroups(out_features: list[int], warpgroups: int = WARPGROUPS) -> int | None:
@@ -668,15 +744,15 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py; also
     bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 warpgroups (a weight
-    box within one step tile of the order), parts 1 / 2 / 4, REP 2 on one warpgroup at BM 64
-    and 128; and the token gather."""
+    box within one step tile of the order), parts 1 / 2 / 4 (and 8 at REP 2, BM 128), REP 2 on
+    one warpgroup at BM 64 and 128; and the token gather."""
     cases = []
     for bm, stages, one_mul, wg, parts, rep, vec in (
             (64, 4, True, 1, 1, 1, False), (64, 4, False, 1, 2, 1, False),
             (128, 3, True, 1, 2, 1, False), (128, 2, True, 2, 2, 1, False),
             (128, 2, True, 2, 4, 1, False), (64, 4, False, 1, 4, 1, False),
             (128, 2, True, 1, 4, 2, False), (64, 4, True, 1, 4, 2, False),
-            (128, 2, True, 2, 4, 1, True)):
+            (128, 2, True, 2, 4, 1, True), (128, 2, True, 1, 8, 2, False)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
                             f"_wg{wg}_parts{parts}" + (f"_rep{rep}" if rep > 1 else "")
                             + ("_vec" if vec else ""),
@@ -684,6 +760,7 @@ def aot_cases() -> list[dict[str, Any]]:
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
                                     "xq_desc": f"tma:bf16:128:{bm // 4}x64",
+                                    "xe_desc": f"tma:bf16:128:{eighth_rows(bm)}x64",
                                     "w_desc": f"tma:u8:0:{64 * wg * rep}x64",
                                     "s_ptr": "*u8",
                                     "pairs_ptr": "*i32", "block_expert_ptr": "*i32",

@@ -170,7 +170,51 @@ if HAS_GLUON:
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     @gluon.jit
-    def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, w_desc, s_ptr, pairs_ptr,
+    def _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty,
+                    s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block,
+                    num_steps, stride_om, used, S: gl.constexpr, BM: gl.constexpr,
+                    ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
+                    NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                    PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr):
+        """``_ws_block`` at the N of ``used`` eighths of BM (``base.part_tiles``)."""
+        if used == 1:
+            _ws_block(xe_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                      stride_om, S, BM, BM // 8, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
+                      PRODUCER_REGS, VEC)
+        elif used == 2:
+            _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                      stride_om, S, BM, BM // 4, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
+                      PRODUCER_REGS, VEC)
+        elif used == 3:
+            _ws_block(xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                      stride_om, S, BM, BM // 4, BM // 8, ONE_MUL, PG, REP, NW,
+                      PRODUCER_WARPS, PRODUCER_REGS, VEC)
+        elif used == 4:
+            _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                      stride_om, S, BM, BM // 2, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
+                      PRODUCER_REGS, VEC)
+        elif used == 5:
+            _ws_block(xh_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                      stride_om, S, BM, BM // 2, BM // 8, ONE_MUL, PG, REP, NW,
+                      PRODUCER_WARPS, PRODUCER_REGS, VEC)
+        elif used == 6:
+            _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                      stride_om, S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, NW,
+                      PRODUCER_WARPS, PRODUCER_REGS, VEC)
+        else:
+            _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                      stride_om, S, BM, BM, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
+                      PRODUCER_REGS, VEC)
+
+    @gluon.jit
+    def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, s_ptr, pairs_ptr,
                                  block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
                                  stride_sn4, stride_om, S: gl.constexpr, BM: gl.constexpr,
                                  ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
@@ -199,7 +243,12 @@ if HAS_GLUON:
             s_words = base.scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO, PG)
             used = base.parts_used(pairs_ptr, block, num_pairs, BM, PARTS)
             lo = tile * BO
-            if PARTS == 4 and used == 1:
+            if PARTS == 8:
+                _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full,
+                            empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo,
+                            block, num_steps, stride_om, used, S, BM, ONE_MUL, PG, REP,
+                            num_warps, PRODUCER_WARPS, PRODUCER_REGS, VEC)
+            elif PARTS == 4 and used == 1:
                 _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
@@ -254,13 +303,14 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
     assert k % base.BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
     assert TILE_ROWS % rows == 0 or rows == 2 * TILE_ROWS, (warpgroups, rep)  # step tiles
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
-    parts = base.PARTS if parts is None else parts
-    assert parts in (1, 2, 4), f"w4a16_prefill_ws_gemm: parts {parts} (1, 2 or 4)"
+    parts = base.launch_parts(base.PARTS if parts is None else parts, block_m)
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
     grid = (out_features // rows, block_expert.numel())
     _w4a16_prefill_ws_kernel[grid](
         base.token_descriptor(tokens, block_m), base.token_descriptor(tokens, block_m // 2),
-        base.token_descriptor(tokens, block_m // 4), tiled_descriptor(w, min(rows, TILE_ROWS)),
+        base.token_descriptor(tokens, block_m // 4),
+        base.token_descriptor(tokens, base.eighth_rows(block_m)),
+        tiled_descriptor(w, min(rows, TILE_ROWS)),
         s, sorted_pairs,
         block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
         out.stride(0), S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul,
@@ -274,24 +324,26 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
-    two warpgroups of REP 2 (256 rows: two weight boxes a step)."""
+    two warpgroups of REP 2 (256 rows: two weight boxes a step); the 16-byte stores and the
+    eighths (PARTS 8) on the 4K steps' shape."""
     cases = []
-    for bm, stages, wg, rep, vec in ((128, 2, 1, 2, False), (64, 3, 1, 2, False),
-                                     (128, 2, 2, 1, False), (128, 3, 2, 2, False),
-                                     (128, 2, 1, 2, True)):
+    for bm, stages, wg, rep, vec, parts in (
+            (128, 2, 1, 2, False, 4), (64, 3, 1, 2, False, 4), (128, 2, 2, 1, False, 4),
+            (128, 3, 2, 2, False, 4), (128, 2, 1, 2, True, 4), (128, 2, 1, 2, False, 8)):
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_vec" if vec else ""),
+                            + ("_vec" if vec else "") + ("_parts8" if parts == 8 else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
                                     "xq_desc": f"tma:bf16:128:{bm // 4}x64",
+                                    "xe_desc": f"tma:bf16:128:{base.eighth_rows(bm)}x64",
                                     "w_desc": f"tma:u8:0:{min(64 * wg * rep, 128)}x64",
                                     "s_ptr": "*u8", "pairs_ptr": "*i32",
                                     "block_expert_ptr": "*i32", "out_ptr": "*bf16",
                                     "num_pairs": "i32", "O": "i32", "K": "i32",
                                     "stride_se": "i32", "stride_sn4": "i32",
                                     "stride_om": "i32"},
-                      "constexprs": {"S": stages, "BM": bm, "ONE_MUL": True, "PARTS": 4,
+                      "constexprs": {"S": stages, "BM": bm, "ONE_MUL": True, "PARTS": parts,
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "VEC": vec,

@@ -276,6 +276,8 @@ def test_kernel_overrides_w4a16_prefill_parts(monkeypatch):
     assert pf.PARTS == 4
     kernel_overrides.apply(None, [], w4a16_prefill_parts=1)
     assert pf.PARTS == 1
+    kernel_overrides.apply(None, [], w4a16_prefill_parts=8)  # eighths (session 34)
+    assert pf.PARTS == 8
     with pytest.raises(SystemExit) as info:
         kernel_overrides.apply(None, [], w4a16_prefill_parts=3)
     assert "--w4a16-prefill-parts" in str(info.value)

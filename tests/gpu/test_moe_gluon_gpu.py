@@ -268,9 +268,26 @@ def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, part
          f"{c['num_pairs'] // TOPK}x{c['xv'].shape[1]}", _rel(out, ref), 1e-5)
 
 
-def _w4a16_prefill_case(gated: bool, block_m: int, scale_lo: int) -> dict:
+def _eighths_ids(tokens: int, block_m: int) -> torch.Tensor:
+    """(tokens, TOPK) expert ids whose experts' last blocks take every eighth fill of block_m
+    (1 .. block_m pairs, checked) — counts set per expert, the pairs shuffled (a token may
+    name an expert twice: the GEMM does not care)."""
+    fills = torch.tensor([(e * 37) % block_m + 1 for e in range(EXPERTS)])
+    counts = fills + block_m * (torch.arange(EXPERTS) % 2)
+    counts[-1] += tokens * TOPK - int(counts.sum())  # the rest on the last expert
+    assert counts[-1] > 0, counts
+    last_fill = (counts - 1) % block_m + 1
+    assert set((-(-last_fill * 8 // block_m)).tolist()) == set(range(1, 9)), last_fill
+    ids = torch.repeat_interleave(torch.arange(EXPERTS), counts)
+    gen = torch.Generator().manual_seed(3)
+    return ids[torch.randperm(ids.numel(), generator=gen)].reshape(tokens, TOPK).cuda()
+
+
+def _w4a16_prefill_case(gated: bool, block_m: int, scale_lo: int,
+                        eighths: bool = False) -> dict:
     """Inputs of the prefill expert GEMM with skewed routing (~35 to ~345 pairs per expert:
-    the experts' last blocks take all four quarter fills, checked), scale bytes scale_lo ..
+    the experts' last blocks take all four quarter fills, checked; ``eighths``: routing whose
+    last blocks take all eight eighth fills, ``_eighths_ids``), scale bytes scale_lo ..
     scale_lo + 9, the gathered tokens (padding rows NaN-poisoned) and a poisoned output."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon_w4a8, quant_act
@@ -279,10 +296,14 @@ def _w4a16_prefill_case(gated: bool, block_m: int, scale_lo: int) -> dict:
     torch.manual_seed(2)
     k, o = (D, I) if gated else (I, D)
     tokens = TOKENS * 16
-    skew = torch.linspace(0.2, 2.0, EXPERTS, device="cuda")
-    ids = (torch.rand(tokens, EXPERTS, device="cuda") ** (1 / skew)).topk(TOPK, dim=1).indices
-    last_fill = (torch.bincount(ids.reshape(-1), minlength=EXPERTS) - 1) % block_m + 1
-    assert set((-(-last_fill * 4 // block_m)).tolist()) == {1, 2, 3, 4}, last_fill
+    if eighths:
+        ids = _eighths_ids(tokens, block_m)
+    else:
+        skew = torch.linspace(0.2, 2.0, EXPERTS, device="cuda")
+        ids = (torch.rand(tokens, EXPERTS, device="cuda") ** (1 / skew)).topk(TOPK,
+                                                                              dim=1).indices
+        last_fill = (torch.bincount(ids.reshape(-1), minlength=EXPERTS) - 1) % block_m + 1
+        assert set((-(-last_fill * 4 // block_m)).tolist()) == {1, 2, 3, 4}, last_fill
     div = TOPK if gated else 1
     x = (torch.randn(tokens * TOPK // div, k, device="cuda") * 0.5).to(torch.bfloat16)
     packed, _ = _mxfp4(o, k)
@@ -322,6 +343,33 @@ def test_w4a16_prefill_ws_gives_the_base_kernels_bits(gated, block_m, one_mul, s
                                    stages)
     assert not got.isnan().any()  # every pair's row written
     assert torch.equal(got, want), (got - want).abs().max()
+
+
+@pytest.mark.parametrize("gated", [True, False])
+@pytest.mark.parametrize("warpgroups,rep", [(1, 2), (2, 1)])
+def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
+    """Parts 8 (a block at N = its used eighths of BM 128: 16, 32, 32 + 16, 64, 64 + 16, 64 +
+    32 or all, ``part_tiles``; session 34) on both kernels against parts 4 on the base kernel,
+    routing whose last blocks take every eighth fill: bit-identical outputs, every pair's row
+    written (a token only reaches its own accumulator column), and the reference's values."""
+    from deepinfer.kernels.triton import moe_gluon
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
+
+    c = _w4a16_prefill_case(gated, 128, 119, eighths=True)
+    args = (c["gathered"], c["weights"], c["scale"], c["pairs"], c["blocks"], c["num_pairs"])
+    want = pf.w4a16_prefill_gemm(*args, c["out"].clone(), 128, one_mul=True,
+                                 warpgroups=warpgroups, parts=4, rep=rep)
+    base = pf.w4a16_prefill_gemm(*args, torch.full_like(c["out"], float("nan")), 128,
+                                 one_mul=True, warpgroups=warpgroups, parts=8, rep=rep)
+    got = ws.w4a16_prefill_ws_gemm(*args, torch.full_like(c["out"], float("nan")), 128, True,
+                                   warpgroups, 8, rep)
+    for out in (base, got):
+        assert not out.isnan().any()  # every pair's row written
+        assert torch.equal(out, want), (out - want).abs().max()
+    ref = moe_gluon.reference_grouped(c["xv"], c["packed"], c["scale"], c["ids"], c["div"])
+    _row(f"w4a16 prefill eighths {'gated' if gated else 'down'} wg{warpgroups} rep{rep}",
+         f"{c['num_pairs'] // TOPK}x{c['xv'].shape[1]}", _rel(base, ref), 1e-5)
 
 
 def test_w4a16_prefill_pipeline_matches_run_experts():

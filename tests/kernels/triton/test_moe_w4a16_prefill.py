@@ -135,37 +135,42 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     """sm_90 compile gate: the decoded weights reach the wgmma A operand with no shuffles (the
     second accumulator of 3 / 4 quarters reads the same registers), 8 wgmma (k16) per 128-K
     step and accumulator in each N's loop (PARTS 2: N = BM / 2, BM; 4: BM / 4, BM / 2, BM / 2 +
-    BM / 4, BM; REP 2: twice that), no spills, for 64 / 128 pairs per program, both decodes,
-    1, 2 warpgroups per program and one warpgroup of two A fragments."""
+    BM / 4, BM; 8 at BM 128: 16, 32, 32 + 16, 64, 64 + 16, 64 + 32, 128; REP 2: twice that),
+    no spills, for 64 / 128 pairs per program, both decodes, 1, 2 warpgroups per program and
+    one warpgroup of two A fragments."""
     cases = [c for c in pf.aot_cases() if c["kernel"] == "_w4a16_prefill_kernel"]
     gather = [c for c in pf.aot_cases() if c["kernel"] == "_gather_tokens_kernel"]
-    assert len(cases) == 9 and len(gather) == 1
+    assert len(cases) == 10 and len(gather) == 1
     results = sm90_compile(cases + gather)
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 0, f"{case['id']}: {r['shfl']} shuffles (the layouts do not line up)"
-        # 8 per 128-K step and accumulator: loops of 1, 2 and 5 (4 + the second accumulator)
+        # 8 per 128-K step and accumulator: loops of 1, 2, 5 (4 + the second accumulator) and
+        # 10 (7 + three second accumulators)
         rep = case["constexprs"]["REP"]  # A fragments per warpgroup: that many wgmmas per k16
-        assert r["wgmma_count"] == rep * {1: 8, 2: 16, 4: 40}[case["constexprs"]["PARTS"]], \
+        assert r["wgmma_count"] == rep * {1: 8, 2: 16, 4: 40, 8: 80}[
+            case["constexprs"]["PARTS"]], \
             (case["id"], r["wgmma_count"])
 
 
 @pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
 def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     """sm_90 compile gate of the producer-warp kernel (``moe_gluon_w4a16_prefill_ws``): the
-    base kernel's wgmma count per loop (PARTS 4, times REP), no spills under its launch
+    base kernel's wgmma count per loop (PARTS 4 or 8, times REP), no spills under its launch
     register cap (two programs per SM at one consumer warpgroup; two warpgroups of two A
     fragments: 256 rows from two weight boxes a step), and the one shuffle the
     warp-specialized dispatch makes (the warp index), none in the data path."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
     cases = ws.aot_cases()
-    assert len(cases) == 5
+    assert len(cases) == 6
     results = sm90_compile(cases)
     for case in cases:
         r = results[case["id"]]
         assert r["shfl"] == 1, f"{case['id']}: {r['shfl']} shuffles"
-        assert r["wgmma_count"] == case["constexprs"]["REP"] * 40, (case["id"], r["wgmma_count"])
+        per_rep = {4: 40, 8: 80}[case["constexprs"]["PARTS"]]
+        assert r["wgmma_count"] == case["constexprs"]["REP"] * per_rep, \
+            (case["id"], r["wgmma_count"])
         wg = case["num_warps"] // 4
         if r["regs"] is not None:  # cuobjdump present
             assert r["regs"] <= ws.launch_regs(wg), (case["id"], r["regs"])
@@ -187,3 +192,26 @@ def test_program_shape_by_pairs_per_expert(monkeypatch):
     assert pf.program_shape([2304, 64 * 81], 16.0, 1) == (1, 1)
     monkeypatch.setattr(pf, "REP_MAX_PAIRS_PER_EXPERT", 0)
     assert pf.program_shape(flash, 16.0, 2) == (2, 1)
+
+
+def test_part_tiles_cover_the_used_parts_in_power_of_two_tiles():
+    """``part_tiles``, the kernels' dispatch by used parts: one power-of-two tile or two that
+    cover exactly the used rows, else the whole block; the quarters as the kernels ran them
+    before eighths existed (BM / 4, BM / 2, BM / 2 + BM / 4, BM); parts 8 only from BM 128."""
+    for bm in (64, 128, 256):
+        for parts in (1, 2, 4, 8):
+            for used in range(1, parts + 1):
+                bn, bn2 = pf.part_tiles(parts, used, bm)
+                rows = used * bm // parts
+                for t in (bn, bn2):
+                    assert t & (t - 1) == 0, (parts, used, bn, bn2)  # powers of two (or 0)
+                assert bn + bn2 == rows or (bn, bn2) == (bm, 0), (parts, used, bn, bn2)
+                assert bn + bn2 >= rows and bn > bn2
+    assert [pf.part_tiles(4, u, 128) for u in (1, 2, 3, 4)] == [(32, 0), (64, 0), (64, 32),
+                                                                (128, 0)]
+    assert [pf.part_tiles(8, u, 128) for u in range(1, 9)] == [
+        (16, 0), (32, 0), (32, 16), (64, 0), (64, 16), (64, 32), (128, 0), (128, 0)]
+    assert pf.launch_parts(8, 128) == 8 and pf.launch_parts(8, 64) == 4
+    assert pf.launch_parts(2, 64) == 2
+    with pytest.raises(AssertionError, match="parts 3"):
+        pf.launch_parts(3, 128)
