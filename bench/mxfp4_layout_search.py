@@ -91,9 +91,9 @@ def fp8_keeping_layouts():
     {6, 5, 1, 0} and one byte offset): (layout, hi positions, hi byte offsets)."""
     lo = shipped_layout()[:4]
     for q in itertools.permutations((6, 5, 1, 0)):
-        pos = dict(zip(TYPES, q))
+        pos = dict(zip(TYPES, q, strict=True))
         for d in itertools.product(range(4), repeat=3):
-            off = dict(zip(TYPES, (0, *d)))
+            off = dict(zip(TYPES, (0, *d), strict=True))
             hi = [{t: 8 * ((b + off[t]) % 4) + pos[t] for t in TYPES} for b in range(4)]
             yield lo + hi, pos, off
 
