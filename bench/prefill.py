@@ -265,7 +265,7 @@ def host_phases(llm, length: int, vocab: int, hold_ms: float = 0.0
     undo = [mark(engine, "_inputs", "engine inputs", "inputs built"),
             mark(engine.worker, "_enqueue", "worker thread runs", None),
             mark(model, "_check", "forward checks", None),
-            mark(model, "_hash_ids", "engram hash", None),
+            mark(model, "_hash_ids", "engram hash", "engram hash built"),
             mark(model, "_backbone", "backbone enqueue", "backbone enqueued"),
             mark(engine, "_collect", None, "result collected")]
     undo += [mark(block, "forward", f"layer {i} enqueue", None)  # the host's pace per layer
@@ -280,6 +280,12 @@ def host_phases(llm, length: int, vocab: int, hold_ms: float = 0.0
                  ("attn", "_prefill_attention", "attention's prefill part", None),
                  ("attn", "_window_keys", "window keys", "window keys done"),
                  ("ffn", "forward", "ffn", None))]
+    inner += [(block, "attn_input", f"layer {i} attention input", None)
+              for i, block in enumerate(model.layers[:2])]
+    # the first engram layer's injection (round 166: 1.6 ms of host time between the hash's
+    # start and layer 1's block, 2.5 ms behind a held GPU)
+    inner += [(block.engram, "forward", f"layer {i} engram injection", f"layer {i} engram done")
+              for i, block in enumerate(model.layers) if hasattr(block, "engram")][:1]
     undo += [mark(*m) for m in inner if hasattr(m[0], m[1])]
     undo += [mark(ForwardBatch, "window_layout", "window layout (first call)",
                   "window layout built", once=True),
