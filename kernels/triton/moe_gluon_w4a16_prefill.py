@@ -154,6 +154,12 @@ if HAS_GLUON:
     # (triton refuses a changed global after a compile).
     _NO_DECODE = gl.constexpr(False)
     _TWO_MUL_ASM = gl.constexpr(SCALE_TWO_MUL)
+    # the eighths' tiles (``part_tiles(8, u, BM)`` for u = 1 .. 7): BN = BM >> _EIGHTHS_BOX,
+    # from the token box of that index (x, xh, xq, xe); BN2 = _EIGHTHS_BN2 eighths, from box
+    # _EIGHTHS_BOX2 (the first box again when there is none)
+    _EIGHTHS_BOX = gl.constexpr((3, 2, 2, 1, 1, 1, 0))
+    _EIGHTHS_BN2 = gl.constexpr((0, 0, 1, 0, 1, 2, 0))
+    _EIGHTHS_BOX2 = gl.constexpr((3, 2, 3, 1, 3, 2, 0))
 
     @gluon.jit
     def _issue_w(w_desc, w_s, bars, row0, step, num_steps, STAGES: gl.constexpr,
@@ -389,34 +395,23 @@ if HAS_GLUON:
                      num_warps: gl.constexpr, VEC: gl.constexpr):
         """``_run_block`` at the N of ``used`` eighths of BM (``part_tiles``: one
         power-of-two tile or two, BN + BN2; 7 eighths run all of BM)."""
-        if used == 1:
-            _run_block(xe_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
-                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
-                       WSTAGES, BM, BM // 8, 0, ONE_MUL, PG, REP, num_warps, VEC)
-        elif used == 2:
-            _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
-                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
-                       WSTAGES, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, VEC)
-        elif used == 3:
-            _run_block(xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
-                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
-                       WSTAGES, BM, BM // 4, BM // 8, ONE_MUL, PG, REP, num_warps, VEC)
-        elif used == 4:
-            _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
-                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
-                       WSTAGES, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, VEC)
-        elif used == 5:
-            _run_block(xh_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
-                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
-                       WSTAGES, BM, BM // 2, BM // 8, ONE_MUL, PG, REP, num_warps, VEC)
-        elif used == 6:
-            _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
-                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
-                       WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, VEC)
+        descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
+        for u in gl.static_range(1, 8):
+            if eighths_hit(used, u):
+                _run_block(descs[_EIGHTHS_BOX[u - 1]], descs[_EIGHTHS_BOX2[u - 1]], w_desc,
+                           w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr, num_pairs, row0,
+                           row_lo, block, num_steps, stride_om, STAGES, WSTAGES, BM,
+                           BM >> _EIGHTHS_BOX[u - 1], _EIGHTHS_BN2[u - 1] * (BM // 8),
+                           ONE_MUL, PG, REP, num_warps, VEC)
+
+    @gluon.jit
+    def eighths_hit(used, u: gl.constexpr):
+        """Whether a block of ``used`` eighths runs the eighths' tile set u (1 .. 7: used ==
+        u; 8 used eighths run as 7, the whole block)."""
+        if u < 7:
+            return used == u
         else:
-            _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
-                       out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om, STAGES,
-                       WSTAGES, BM, BM, 0, ONE_MUL, PG, REP, num_warps, VEC)
+            return used >= 7
 
     @gluon.jit
     def parts_used(pairs_ptr, block, num_pairs, BM: gl.constexpr, PARTS: gl.constexpr):

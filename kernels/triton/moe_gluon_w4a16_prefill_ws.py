@@ -177,41 +177,14 @@ if HAS_GLUON:
                     NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                     PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr):
         """``_ws_block`` at the N of ``used`` eighths of BM (``base.part_tiles``)."""
-        if used == 1:
-            _ws_block(xe_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                      stride_om, S, BM, BM // 8, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
-                      PRODUCER_REGS, VEC)
-        elif used == 2:
-            _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                      stride_om, S, BM, BM // 4, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
-                      PRODUCER_REGS, VEC)
-        elif used == 3:
-            _ws_block(xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                      stride_om, S, BM, BM // 4, BM // 8, ONE_MUL, PG, REP, NW,
-                      PRODUCER_WARPS, PRODUCER_REGS, VEC)
-        elif used == 4:
-            _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                      stride_om, S, BM, BM // 2, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
-                      PRODUCER_REGS, VEC)
-        elif used == 5:
-            _ws_block(xh_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                      stride_om, S, BM, BM // 2, BM // 8, ONE_MUL, PG, REP, NW,
-                      PRODUCER_WARPS, PRODUCER_REGS, VEC)
-        elif used == 6:
-            _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                      stride_om, S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, NW,
-                      PRODUCER_WARPS, PRODUCER_REGS, VEC)
-        else:
-            _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                      pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                      stride_om, S, BM, BM, 0, ONE_MUL, PG, REP, NW, PRODUCER_WARPS,
-                      PRODUCER_REGS, VEC)
+        descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
+        for u in gl.static_range(1, 8):
+            if base.eighths_hit(used, u):
+                _ws_block(descs[base._EIGHTHS_BOX[u - 1]], descs[base._EIGHTHS_BOX2[u - 1]],
+                          w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr,
+                          num_pairs, row0, row1, row_lo, block, num_steps, stride_om, S, BM,
+                          BM >> base._EIGHTHS_BOX[u - 1], base._EIGHTHS_BN2[u - 1] * (BM // 8),
+                          ONE_MUL, PG, REP, NW, PRODUCER_WARPS, PRODUCER_REGS, VEC)
 
     @gluon.jit
     def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, s_ptr, pairs_ptr,

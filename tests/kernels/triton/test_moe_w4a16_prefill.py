@@ -215,3 +215,18 @@ def test_part_tiles_cover_the_used_parts_in_power_of_two_tiles():
     assert pf.launch_parts(2, 64) == 2
     with pytest.raises(AssertionError, match="parts 3"):
         pf.launch_parts(3, 128)
+
+
+@pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
+def test_the_kernels_eighths_tables_are_part_tiles():
+    """The kernels' eighths dispatch (``_EIGHTHS_BOX`` / ``_EIGHTHS_BN2`` / ``_EIGHTHS_BOX2``,
+    read by both kernels' static loops) is ``part_tiles(8, u, BM)`` for u = 1 .. 7, each tile
+    from the token box of its own rows (descriptor i: BM >> i rows, as the launchers pass them;
+    ``eighth_rows`` the fourth), the second box the first's when there is no second tile."""
+    box, bn2, box2 = (t.value for t in (pf._EIGHTHS_BOX, pf._EIGHTHS_BN2, pf._EIGHTHS_BOX2))
+    for bm in (128, 256):
+        assert pf.eighth_rows(bm) == bm >> 3
+        for u in range(1, 8):
+            tiles = (bm >> box[u - 1], bn2[u - 1] * (bm // 8))
+            assert tiles == pf.part_tiles(8, u, bm), (bm, u, tiles)
+            assert (bm >> box2[u - 1]) == (tiles[1] or tiles[0]), (bm, u)
