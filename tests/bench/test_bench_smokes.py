@@ -283,6 +283,23 @@ def test_kernel_overrides_w4a16_prefill_parts(monkeypatch):
     assert "--w4a16-prefill-parts" in str(info.value)
 
 
+def test_kernel_overrides_w4a16_pingpong(monkeypatch):
+    """--w4a16-pingpong turns the prefill expert GEMMs' alternating two-warpgroup programs on
+    or off (read at the call); another value exits naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    monkeypatch.setattr(pf, "PINGPONG", pf.PINGPONG)
+    kernel_overrides.apply(None, [], w4a16_pingpong=1)
+    assert pf.PINGPONG is True
+    kernel_overrides.apply(None, [], w4a16_pingpong=0)
+    assert pf.PINGPONG is False
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], w4a16_pingpong=2)
+    assert "--w4a16-pingpong" in str(info.value)
+
+
 def test_kernel_overrides_index_paged_kernel(monkeypatch):
     """--index-paged-kernel sets the paged index kernel; a malformed value exits naming the
     flag."""
