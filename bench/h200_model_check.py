@@ -105,6 +105,10 @@ def make_plans(root: Path) -> dict[str, Path]:
                                                              "reference")
         if name == "cpu-ref":
             plan["topology"]["hardware"]["device"] = "cpu"
+        elif torch.cuda.is_available() and "h100" in torch.cuda.get_device_name().lower():
+            # the same plan on an H100 (its memory_gib is the topology's own: only the loader's
+            # device check reads the kind)
+            plan["topology"]["hardware"]["device"] = "h100"
         dirs[name] = write_plan(root / name, plan, render_report(compiled))
     return dirs
 

@@ -45,7 +45,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from bench_common import sync, timed, versions  # noqa: E402
+from bench_common import slice_topology, sync, timed, versions  # noqa: E402
 
 TOPOLOGY = REPO / "artifacts" / "topologies" / "v41-flash-slice-h200.yaml"
 NUM_BLOCKS = 4096
@@ -317,8 +317,11 @@ def main() -> int:
               file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
+        topology = args.topology
+        if topology == str(TOPOLOGY) and torch.cuda.is_available():  # an H100: its device kind
+            topology = slice_topology(torch.cuda.get_device_name(), Path(tmp))
         res = run(Path(tmp), args.prompts, args.tokens, args.ref_prompts, args.out,
-                  args.topology, args.ref_generate)
+                  topology, args.ref_generate)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "slice_check.json").write_text(json.dumps(res, indent=1))

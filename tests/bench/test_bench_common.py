@@ -89,3 +89,21 @@ def test_enclosing_names_lists_the_first_ops_frames():
         _casts(x)
     names = bc.enclosing_names(prof)
     assert any("_casts" in n for n in names), names
+
+
+def test_slice_topology_follows_the_gpu(tmp_path):
+    """The slice plan for the GPU at hand: the H200 file itself on an H200 (or any other GPU),
+    on an H100 the same topology with ``hardware.device: h100``, which compiles there (the
+    plan loader refuses an H200 plan on an H100) with the same model and a smaller cache."""
+    from deepinfer.planner.compile import compile_plan
+    from deepinfer.planner.topology_schema import load_topology
+
+    assert bc.slice_topology("NVIDIA H200") == str(bc.SLICE_TOPOLOGY)
+    path = bc.slice_topology("NVIDIA H100 80GB HBM3", tmp_path)
+    assert path.startswith(str(tmp_path))
+    text, base = Path(path).read_text(), bc.SLICE_TOPOLOGY.read_text()
+    assert text == base.replace("device: h200", "device: h100") and text != base
+    h100, h200 = (compile_plan(load_topology(p)) for p in (path, str(bc.SLICE_TOPOLOGY)))
+    assert h100["topology"]["hardware"]["device"] == "h100"
+    assert h100["model"] == h200["model"]
+    assert 0 < h100["cache"]["num_blocks"] < h200["cache"]["num_blocks"]
