@@ -144,10 +144,15 @@ def header(topology: str) -> dict:
 
 def results_path(out_dir: Path, kind: str) -> Path:
     """``<out_dir>/<date>-<gpu or cpu>-<kind>.json``."""
-    device = "cpu"
-    if torch.cuda.is_available():
-        device = torch.cuda.get_device_name().split()[-1].lower()  # "NVIDIA H200" -> h200
+    device = gpu_tag(torch.cuda.get_device_name()) if torch.cuda.is_available() else "cpu"
     return out_dir / f"{time.strftime('%Y-%m-%d')}-{device}-{kind}.json"
+
+
+def gpu_tag(name: str) -> str:
+    """A GPU's model in a file name: "NVIDIA H200" -> h200, "NVIDIA H100 80GB HBM3" -> h100
+    (the first word of letters then digits, else the last word)."""
+    words = name.lower().split()
+    return next((w for w in words if re.fullmatch(r"[a-z]+\d+[a-z]*", w)), words[-1])
 
 
 def write_json(res: dict, paths: list[Path]) -> None:

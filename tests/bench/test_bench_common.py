@@ -107,3 +107,10 @@ def test_slice_topology_follows_the_gpu(tmp_path):
     assert h100["topology"]["hardware"]["device"] == "h100"
     assert h100["model"] == h200["model"]
     assert 0 < h100["cache"]["num_blocks"] < h200["cache"]["num_blocks"]
+
+
+def test_gpu_tag_names_the_model():
+    """Results files carry the GPU's model, not its memory type."""
+    assert bc.gpu_tag("NVIDIA H200") == "h200"
+    assert bc.gpu_tag("NVIDIA H100 80GB HBM3") == "h100"
+    assert bc.gpu_tag("NVIDIA H100 PCIe") == "h100"
