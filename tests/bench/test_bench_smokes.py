@@ -283,23 +283,6 @@ def test_kernel_overrides_w4a16_prefill_parts(monkeypatch):
     assert "--w4a16-prefill-parts" in str(info.value)
 
 
-def test_kernel_overrides_w4a16_pingpong(monkeypatch):
-    """--w4a16-pingpong turns the prefill expert GEMMs' alternating two-warpgroup programs on
-    or off (read at the call); another value exits naming the flag."""
-    import kernel_overrides
-
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
-
-    monkeypatch.setattr(pf, "PINGPONG", pf.PINGPONG)
-    kernel_overrides.apply(None, [], w4a16_pingpong=1)
-    assert pf.PINGPONG is True
-    kernel_overrides.apply(None, [], w4a16_pingpong=0)
-    assert pf.PINGPONG is False
-    with pytest.raises(SystemExit) as info:
-        kernel_overrides.apply(None, [], w4a16_pingpong=2)
-    assert "--w4a16-pingpong" in str(info.value)
-
-
 def test_kernel_overrides_index_paged_kernel(monkeypatch):
     """--index-paged-kernel sets the paged index kernel; a malformed value exits naming the
     flag."""
@@ -433,21 +416,24 @@ def test_gemm_decode_persistent_variants():
         gemm_decode.parse_variant("glp:2:256")
 
 
-def test_kernel_overrides_w4a16_vec_store(monkeypatch):
-    """--w4a16-vec-store 0 / 1 sets moe_gluon_w4a16_prefill.VEC_STORE (off by default)."""
+@pytest.mark.parametrize("arg,attr", [("w4a16_vec_store", "VEC_STORE"),
+                                      ("w4a16_pingpong", "PINGPONG")])
+def test_kernel_overrides_w4a16_switches(monkeypatch, arg, attr):
+    """--w4a16-vec-store / --w4a16-pingpong 0 / 1 set moe_gluon_w4a16_prefill.VEC_STORE /
+    PINGPONG (both off by default, read at the call); another value exits naming the flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
-    assert pf.VEC_STORE is False
-    monkeypatch.setattr(pf, "VEC_STORE", False)
-    kernel_overrides.apply(None, [], w4a16_vec_store=1)
-    assert pf.VEC_STORE is True
-    kernel_overrides.apply(None, [], w4a16_vec_store=0)
-    assert pf.VEC_STORE is False
+    assert getattr(pf, attr) is False
+    monkeypatch.setattr(pf, attr, False)
+    kernel_overrides.apply(None, [], **{arg: 1})
+    assert getattr(pf, attr) is True
+    kernel_overrides.apply(None, [], **{arg: 0})
+    assert getattr(pf, attr) is False
     with pytest.raises(SystemExit) as info:
-        kernel_overrides.apply(None, [], w4a16_vec_store=2)
-    assert "--w4a16-vec-store" in str(info.value)
+        kernel_overrides.apply(None, [], **{arg: 2})
+    assert "--" + arg.replace("_", "-") in str(info.value)
 
 
 def test_kernel_overrides_linear_wide_vec_store_rows(monkeypatch):
