@@ -148,6 +148,14 @@ def results_path(out_dir: Path, kind: str) -> Path:
     return out_dir / f"{time.strftime('%Y-%m-%d')}-{device}-{kind}.json"
 
 
+def target_card_note(gpu: str | None) -> str:
+    """What follows a target's verdict when the run's GPU is not the H200 the issue's targets
+    are set on ("" on an H200; CPU runs measure no target)."""
+    if not gpu or "h200" in gpu.lower():
+        return ""
+    return f" (on {gpu}: the issue's targets are the H200's)"
+
+
 def gpu_tag(name: str) -> str:
     """A GPU's model in a file name: "NVIDIA H200" -> h200, "NVIDIA H100 80GB HBM3" -> h100
     (the first word of letters then digits, else the last word)."""

@@ -76,5 +76,5 @@ def print_targets(res: dict) -> None:
                lambda v: v < 60)]
     for text, value, ok in checks:
         verdict = "not measured" if value is None else \
-            f"{value:.3g}: {'met' if ok(value) else 'NOT met'}"
+            f"{value:.3g}: {'met' if ok(value) else 'NOT met'}{bc.target_card_note(res.get('gpu'))}"
         print(f"target {text}: {verdict}")

@@ -521,7 +521,7 @@ def print_target(res: dict) -> None:
         return
     share = at_4k[0]["compute_share"]
     print(f"target compute share >= 0.4 at 4K: {share:.3g}: "
-          f"{'met' if share >= 0.4 else 'NOT met'}")
+          f"{'met' if share >= 0.4 else 'NOT met'}{bc.target_card_note(res.get('gpu'))}")
 
 
 def main() -> int:

@@ -114,3 +114,12 @@ def test_gpu_tag_names_the_model():
     assert bc.gpu_tag("NVIDIA H200") == "h200"
     assert bc.gpu_tag("NVIDIA H100 80GB HBM3") == "h100"
     assert bc.gpu_tag("NVIDIA H100 PCIe") == "h100"
+
+
+def test_target_verdicts_name_another_card():
+    """A target's verdict from a GPU other than the H200 says so; on the H200 (and on the CPU,
+    which measures none) it adds nothing."""
+    assert bc.target_card_note("NVIDIA H200") == ""
+    assert bc.target_card_note(None) == ""
+    assert "H200's" in bc.target_card_note("NVIDIA H100 80GB HBM3")
+    assert "NVIDIA H100 80GB HBM3" in bc.target_card_note("NVIDIA H100 80GB HBM3")
