@@ -91,7 +91,7 @@ def main() -> None:
                         help="base or ws (the TMA issue on a producer warp), each with an "
                              "optional launch register cap per thread (base:168, ws:128) and "
                              "+vec for the 16-byte output stores (ws+vec, ws:128+vec); "
-                             "ws+pp: two warpgroups' wgmma issues in turns (--w4a16-wg 2)")
+                             "ws+pp: two warpgroups' wgmma issues in turns (--w4a16-wg 2 only)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves), 4 (quarters) or 8 "
                              "(eighths, from BM 128)")
@@ -193,9 +193,9 @@ def main() -> None:
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
                 for kn in args.w4a16_kernel if wg * rp <= (4 if kn.startswith("ws") else 2)]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
-            pingpong = kern.endswith("+pp") and wg == 2 and rep == 2  # issues in turns
+            pingpong = kern.endswith("+pp") and wg == 2  # issues in turns
             if kern.endswith("+pp") and not pingpong:
-                continue  # ws+pp runs two warpgroups of two fragments only
+                continue  # ws+pp runs two warpgroups only
             pf16.VEC_STORE = kern.endswith("+vec")  # the 16-byte output stores
             pf16.PINGPONG = pingpong  # the pipeline row's too (its REP 2 programs)
             pf16.KERNEL, _, cap = kern.removesuffix("+pp").removesuffix("+vec").partition(":")

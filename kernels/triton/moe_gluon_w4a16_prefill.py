@@ -125,10 +125,11 @@ KERNEL = "auto"
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
-# REP 2 programs on two warpgroups of two A fragments (256 rows, one program per SM) whose
-# wgmma issues alternate (the producer-warp kernel's PINGPONG: named barriers hand the turn
-# over, so one warpgroup decodes while the other's wgmmas run), read at the call, where 256
-# rows tile every projection. The same bits; prepared in session 34, not yet timed
+# the programs on two warpgroups whose wgmma issues alternate (the producer-warp kernel's
+# PINGPONG: named barriers hand the turn over, so one warpgroup decodes while the other's
+# wgmmas run), read at the call: REP 2 calls as two warpgroups of two A fragments (256 rows,
+# one program per SM) where 256 rows tile every projection, and the two-warpgroup REP 1
+# calls (the 8K steps'). The same bits; prepared in session 34, not yet timed
 PINGPONG = False
 # both kernels' output stores, read at the call: False, the MMA layout's 2-byte stores (128 a
 # thread at REP 2, BM 128); True, 16-byte stores from a blocked layout (16 a thread, after a
@@ -713,7 +714,8 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 
     assert KERNEL in ("base", "ws", "auto"), f"moe_gluon_w4a16_prefill.KERNEL {KERNEL!r}"
     ws_gemm = None
-    pingpong = PINGPONG and rep == 2 and all(o % (4 * ROWS) == 0 for o in (inter, dim))
+    pingpong = PINGPONG and (warpgroups == 2 if rep == 1 else
+                             all(o % (4 * ROWS) == 0 for o in (inter, dim)))
     if pingpong or KERNEL == "ws" or (KERNEL == "auto" and rep == 2):  # lazy: that module
         from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import (  # imports this one
             w4a16_prefill_ws_gemm,

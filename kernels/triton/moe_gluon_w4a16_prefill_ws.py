@@ -351,15 +351,15 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
-    two warpgroups of REP 2 (256 rows: two weight boxes a step; also with their wgmma issues
-    in turns, PINGPONG); the 16-byte stores and the eighths (PARTS 8) on the 4K steps'
-    shape."""
+    two warpgroups of REP 2 (256 rows: two weight boxes a step); both two-warpgroup shapes
+    also with their wgmma issues in turns (PINGPONG); the 16-byte stores and the eighths
+    (PARTS 8) on the 4K steps' shape."""
     cases = []
     for bm, stages, wg, rep, vec, parts, pingpong in (
             (128, 2, 1, 2, False, 4, False), (64, 3, 1, 2, False, 4, False),
             (128, 2, 2, 1, False, 4, False), (128, 3, 2, 2, False, 4, False),
             (128, 2, 1, 2, True, 4, False), (128, 2, 1, 2, False, 8, False),
-            (128, 2, 2, 2, False, 4, True)):
+            (128, 2, 2, 2, False, 4, True), (128, 2, 2, 1, False, 4, True)):
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
                             + ("_vec" if vec else "") + ("_parts8" if parts == 8 else "")
                             + ("_pingpong" if pingpong else ""),

@@ -163,7 +163,7 @@ def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
     cases = ws.aot_cases()
-    assert len(cases) == 7
+    assert len(cases) == 8
     results = sm90_compile(cases)
     for case in cases:
         r = results[case["id"]]
