@@ -65,6 +65,7 @@ measures the variants alone, then the best end to end.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -151,6 +152,26 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a16_vec_store, args.linear_wide_vec_store_rows, args.w4a16_pingpong)
 
 
+def _switch(flag: str, value: int | None, module: str, attr: str) -> None:
+    """``deepinfer.kernels.triton.<module>.<attr>`` = bool(value) for a 0 / 1 flag (None:
+    unchanged); another value exits naming the flag."""
+    if value is None:
+        return
+    if value not in (0, 1):
+        raise SystemExit(f"{flag} {value}: expected 0 or 1")
+    setattr(importlib.import_module(f"deepinfer.kernels.triton.{module}"), attr, bool(value))
+
+
+def _rows_from(flag: str, value: int | None, module: str, attr: str) -> None:
+    """``deepinfer.kernels.triton.<module>.<attr>`` = the row count from which a launch takes
+    a path (0: off, None there; None: unchanged); a negative value exits naming the flag."""
+    if value is None:
+        return
+    if value < 0:
+        raise SystemExit(f"{flag} {value}: expected >= 0 (0: off)")
+    setattr(importlib.import_module(f"deepinfer.kernels.triton.{module}"), attr, value or None)
+
+
 def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,
           shared_expert_max_rows: int | None = None,
@@ -173,28 +194,12 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a16_pingpong: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    if w4a16_pingpong is not None:
-        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
-        if w4a16_pingpong not in (0, 1):
-            raise SystemExit(f"--w4a16-pingpong {w4a16_pingpong}: expected 0 or 1")
-        moe_gluon_w4a16_prefill.PINGPONG = bool(w4a16_pingpong)
-    if linear_wide_vec_store_rows is not None:
-        from deepinfer.kernels.triton import linear_wide
-        if linear_wide_vec_store_rows < 0:
-            raise SystemExit(f"--linear-wide-vec-store-rows {linear_wide_vec_store_rows}: "
-                             "expected >= 0 (0: off)")
-        linear_wide.VEC_STORE_MIN_ROWS = linear_wide_vec_store_rows or None
-    if w4a16_vec_store is not None:
-        from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
-        if w4a16_vec_store not in (0, 1):
-            raise SystemExit(f"--w4a16-vec-store {w4a16_vec_store}: expected 0 or 1")
-        moe_gluon_w4a16_prefill.VEC_STORE = bool(w4a16_vec_store)
-    if linear_wide_persistent_rows is not None:
-        from deepinfer.kernels.triton import linear_wide
-        if linear_wide_persistent_rows < 0:
-            raise SystemExit(f"--linear-wide-persistent-rows {linear_wide_persistent_rows}: "
-                             "expected >= 0 (0: off)")
-        linear_wide.PERSISTENT_MIN_ROWS = linear_wide_persistent_rows or None
+    _switch("--w4a16-pingpong", w4a16_pingpong, "moe_gluon_w4a16_prefill", "PINGPONG")
+    _switch("--w4a16-vec-store", w4a16_vec_store, "moe_gluon_w4a16_prefill", "VEC_STORE")
+    _rows_from("--linear-wide-vec-store-rows", linear_wide_vec_store_rows, "linear_wide",
+               "VEC_STORE_MIN_ROWS")
+    _rows_from("--linear-wide-persistent-rows", linear_wide_persistent_rows, "linear_wide",
+               "PERSISTENT_MIN_ROWS")
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

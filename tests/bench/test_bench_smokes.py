@@ -385,21 +385,24 @@ def test_moe_align_smoke_paths_equal_torch():
     assert out.count("equal True") == 2, out
 
 
-def test_kernel_overrides_linear_wide_persistent_rows(monkeypatch):
-    """--linear-wide-persistent-rows N sets linear_wide.PERSISTENT_MIN_ROWS (0: off, None);
-    a negative value exits naming the flag."""
+@pytest.mark.parametrize("arg,attr", [("linear_wide_persistent_rows", "PERSISTENT_MIN_ROWS"),
+                                      ("linear_wide_vec_store_rows", "VEC_STORE_MIN_ROWS")])
+def test_kernel_overrides_linear_wide_rows(monkeypatch, arg, attr):
+    """--linear-wide-persistent-rows / --linear-wide-vec-store-rows N set linear_wide's
+    PERSISTENT_MIN_ROWS / VEC_STORE_MIN_ROWS (0: off, None); a negative value exits naming
+    the flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import linear_wide
 
-    monkeypatch.setattr(linear_wide, "PERSISTENT_MIN_ROWS", None)
-    kernel_overrides.apply(None, [], linear_wide_persistent_rows=2048)
-    assert linear_wide.PERSISTENT_MIN_ROWS == 2048
-    kernel_overrides.apply(None, [], linear_wide_persistent_rows=0)
-    assert linear_wide.PERSISTENT_MIN_ROWS is None
+    monkeypatch.setattr(linear_wide, attr, None)
+    kernel_overrides.apply(None, [], **{arg: 2048})
+    assert getattr(linear_wide, attr) == 2048
+    kernel_overrides.apply(None, [], **{arg: 0})
+    assert getattr(linear_wide, attr) is None
     with pytest.raises(SystemExit) as info:
-        kernel_overrides.apply(None, [], linear_wide_persistent_rows=-1)
-    assert "--linear-wide-persistent-rows" in str(info.value)
+        kernel_overrides.apply(None, [], **{arg: -1})
+    assert "--" + arg.replace("_", "-") in str(info.value)
 
 
 def test_gemm_decode_persistent_variants():
@@ -436,17 +439,3 @@ def test_kernel_overrides_w4a16_switches(monkeypatch, arg, attr):
     assert "--" + arg.replace("_", "-") in str(info.value)
 
 
-def test_kernel_overrides_linear_wide_vec_store_rows(monkeypatch):
-    """--linear-wide-vec-store-rows N sets linear_wide.VEC_STORE_MIN_ROWS (0: off, None)."""
-    import kernel_overrides
-
-    from deepinfer.kernels.triton import linear_wide
-
-    monkeypatch.setattr(linear_wide, "VEC_STORE_MIN_ROWS", None)
-    kernel_overrides.apply(None, [], linear_wide_vec_store_rows=1024)
-    assert linear_wide.VEC_STORE_MIN_ROWS == 1024
-    kernel_overrides.apply(None, [], linear_wide_vec_store_rows=0)
-    assert linear_wide.VEC_STORE_MIN_ROWS is None
-    with pytest.raises(SystemExit) as info:
-        kernel_overrides.apply(None, [], linear_wide_vec_store_rows=-5)
-    assert "--linear-wide-vec-store-rows" in str(info.value)
