@@ -73,31 +73,6 @@ def wgmma_loops(sass: str) -> list[dict]:
     return loops
 
 
-def barrier_events(sass: str) -> list[list[str]]:
-    """Each loop with HGMMAs (``loop_bodies``) as its barrier events in program order:
-    "part" (``BAR.SYNC 0x0``: all the partition's threads), "wait" / "pass" (``BAR.SYNC`` /
-    ``BAR.ARV`` on a named barrier held in a register: the wgmma turns of
-    ``moe_gluon_w4a16_prefill_ws``'s PINGPONG), "issue" (a group of HGMMAs after a
-    ``WARPGROUP.ARRIVE``) and "other" (any other named barrier)."""
-    loops = []
-    for body in loop_bodies(sass):
-        events = []
-        for x in body:
-            op = INSTR.match(x)
-            if not op:
-                continue
-            if op.group(1).startswith("WARPGROUP.ARRIVE"):
-                events.append("issue")
-            elif op.group(1).startswith("BAR.SYNC"):
-                events.append("part" if re.search(r"BAR\.SYNC\S*\s+0x0\b", x)
-                              else "wait" if re.search(r"BAR\.SYNC\S*\s+R\d+", x)
-                              else "other")
-            elif op.group(1).startswith("BAR.ARV"):
-                events.append("pass" if re.search(r"BAR\.ARV\s+R\d+", x) else "other")
-        loops.append(events)
-    return loops
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("module", help="a kernel module with aot_cases(), e.g. "

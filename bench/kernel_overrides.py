@@ -40,9 +40,6 @@ measures the variants alone, then the best end to end.
     --w4a16-vec-store 0|1                          its output stores: 16-byte ones from a
                                                    blocked layout, or the MMA layout's 2-byte
                                                    ones (moe_gluon_w4a16_prefill.VEC_STORE)
-    --w4a16-pingpong 0|1                           its REP 2 programs on two warpgroups
-                                                   whose wgmma issues alternate
-                                                   (moe_gluon_w4a16_prefill.PINGPONG)
     --w4a16-kernel base|ws|auto                    the bf16 prefill expert GEMM's kernel
                                                    (moe_gluon_w4a16_prefill.KERNEL; ws: TMA
                                                    issue on a producer warp; auto: ws for
@@ -97,9 +94,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the prefill expert GEMMs' output stores: 1, 16-byte stores from a "
                     "blocked layout; 0, the MMA layout's 2-byte ones (default: "
                     "moe_gluon_w4a16_prefill.VEC_STORE)")
-    ap.add_argument("--w4a16-pingpong", type=int, default=None, choices=(0, 1),
-                    help="the prefill expert GEMMs' REP 2 programs on two warpgroups whose "
-                    "wgmma issues alternate (default: moe_gluon_w4a16_prefill.PINGPONG)")
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
@@ -149,7 +143,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
           args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_persistent_rows,
-          args.w4a16_vec_store, args.linear_wide_vec_store_rows, args.w4a16_pingpong)
+          args.w4a16_vec_store, args.linear_wide_vec_store_rows)
 
 
 def _switch(flag: str, value: int | None, module: str, attr: str) -> None:
@@ -190,11 +184,9 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a16_kernel: str | None = None,
           linear_wide_persistent_rows: int | None = None,
           w4a16_vec_store: int | None = None,
-          linear_wide_vec_store_rows: int | None = None,
-          w4a16_pingpong: int | None = None) -> None:
+          linear_wide_vec_store_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    _switch("--w4a16-pingpong", w4a16_pingpong, "moe_gluon_w4a16_prefill", "PINGPONG")
     _switch("--w4a16-vec-store", w4a16_vec_store, "moe_gluon_w4a16_prefill", "VEC_STORE")
     _rows_from("--linear-wide-vec-store-rows", linear_wide_vec_store_rows, "linear_wide",
                "VEC_STORE_MIN_ROWS")

@@ -125,12 +125,6 @@ KERNEL = "auto"
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
-# the programs on two warpgroups whose wgmma issues alternate (the producer-warp kernel's
-# PINGPONG: named barriers hand the turn over, so one warpgroup decodes while the other's
-# wgmmas run), read at the call: REP 2 calls as two warpgroups of two A fragments (256 rows,
-# one program per SM) where 256 rows tile every projection, and the two-warpgroup REP 1
-# calls (the 8K steps'). The same bits; prepared in session 34, not yet timed
-PINGPONG = False
 # both kernels' output stores, read at the call: False, the MMA layout's 2-byte stores (128 a
 # thread at REP 2, BM 128); True, 16-byte stores from a blocked layout (16 a thread, after a
 # conversion through shared memory). The same bits; prepared in session 33, not yet timed
@@ -714,20 +708,14 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
 
     assert KERNEL in ("base", "ws", "auto"), f"moe_gluon_w4a16_prefill.KERNEL {KERNEL!r}"
     ws_gemm = None
-    pingpong = PINGPONG and (warpgroups == 2 if rep == 1 else
-                             all(o % (4 * ROWS) == 0 for o in (inter, dim)))
-    if pingpong or KERNEL == "ws" or (KERNEL == "auto" and rep == 2):  # lazy: that module
-        from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import (  # imports this one
-            w4a16_prefill_ws_gemm,
-        )
+    if KERNEL == "ws" or (KERNEL == "auto" and rep == 2):  # lazy: that module imports this one
+        from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import w4a16_prefill_ws_gemm
         ws_gemm = w4a16_prefill_ws_gemm
-    if pingpong:  # two warpgroups of two fragments, their issues in turns
-        warpgroups = 2
 
     def gemm(tokens, d, s, out):
         if ws_gemm is not None:
             ws_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, one_mul, warpgroups,
-                    parts, rep, maxnreg=MAXNREG, pingpong=pingpong)
+                    parts, rep, maxnreg=MAXNREG)
         else:
             w4a16_prefill_gemm(tokens, d, s, pairs, blocks, num_pairs, out, block_m, stages,
                                one_mul, warpgroups, parts, rep=rep, maxnreg=MAXNREG)

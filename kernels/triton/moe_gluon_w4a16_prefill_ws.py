@@ -59,45 +59,9 @@ if HAS_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-    from deepinfer.kernels.triton.moe_gluon import cta_barrier, tile_row0
+    from deepinfer.kernels.triton.moe_gluon import tile_row0
 
     _TILE = gl.constexpr(TILE_ROWS)
-
-    # PINGPONG's named barriers: warpgroup w waits on TURN_BAR + w before issuing a group's
-    # wgmmas and then lets the other one go (0 and 1 are Triton's own; 16 on sm_90)
-    TURN_BAR = gl.constexpr(14)
-
-    @gluon.jit
-    def _warpgroup_index():
-        """This thread's consumer warpgroup: %tid.x // 128 (the default partition's warps come
-        first)."""
-        tid = gl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r,r", [gl.to_tensor(0)],
-                                        dtype=gl.int32, is_pure=True, pack=1)
-        return tid // 128
-
-    @gluon.jit
-    def _named_barrier(bar, when, ARRIVE: gl.constexpr):
-        """``bar.sync`` (or, ARRIVE, ``bar.arrive``) on named barrier ``bar`` for the two
-        consumer warpgroups (256 threads), by the threads where ``when`` is nonzero (uniform
-        over a warpgroup)."""
-        asm: gl.constexpr = ("{ .reg .pred p; setp.ne.s32 p, $2, 0; @p bar.arrive $1, 256; "
-                             "mov.u32 $0, 0; }") if ARRIVE else (
-                                "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p bar.sync $1, 256; "
-                                "mov.u32 $0, 0; }")
-        gl.inline_asm_elementwise(asm, "=r,r,r", [bar, when], dtype=gl.int32, is_pure=False,
-                                  pack=1)
-
-    @gluon.jit
-    def _turn_mma(a, x_t, acc, acc2, BN: gl.constexpr, BN2: gl.constexpr, C0: gl.constexpr,
-                  wg, PINGPONG: gl.constexpr):
-        """``base._mma_group``; PINGPONG: in turns — this warpgroup waits for its turn (the
-        other one's last issue), issues, and hands the turn over."""
-        if PINGPONG:
-            _named_barrier(TURN_BAR + wg, 1, False)
-        acc, acc2 = base._mma_group(a, x_t, acc, acc2, 0, BN, BN2, C0)
-        if PINGPONG:
-            _named_barrier(TURN_BAR + 1 - wg, 1, True)
-        return acc, acc2
 
     @gluon.jit
     def _producer(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1, x_row0,
@@ -133,13 +97,9 @@ if HAS_GLUON:
     def _consumer(w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row_lo,
                   block, num_steps, stride_om, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
-                  REP: gl.constexpr, NW: gl.constexpr, VEC: gl.constexpr,
-                  PINGPONG: gl.constexpr):
+                  REP: gl.constexpr, NW: gl.constexpr, VEC: gl.constexpr):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
-        stage is freed after its last group's wait (step i + 1's words are loaded by then).
-        PINGPONG (two warpgroups): their wgmma issues alternate, warpgroup 0 first, so one
-        decodes while the other's wgmmas run (tests/kernels/triton/test_moe_w4a16_prefill.py
-        runs the compiled loops' barrier order through a model of the protocol)."""
+        stage is freed after its last group's wait (step i + 1's words are loaded by then)."""
         BO: gl.constexpr = 16 * NW * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BN, 16])
@@ -156,30 +116,23 @@ if HAS_GLUON:
                                                             warps_per_cta=[NW, 1],
                                                             instr_shape=[16, BN2, 16])
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
-        wg = 0
-        if PINGPONG:
-            gl.static_assert(NW == 8, "PINGPONG: two consumer warpgroups")
-            wg = _warpgroup_index()
-            _named_barrier(TURN_BAR, wg, True)  # warpgroup 1 gives warpgroup 0 the first turn
         for i in range(num_steps):
             st = i % S
             xa = xa_s.index(st)
             xb = xb_s.index(st)
-            if PINGPONG:  # the step's partition barrier before the first turn, not between
-                cta_barrier()  # a turn's wait and its issue (a deadlock: it holds the turn)
-            acc, acc2 = _turn_mma(a, xa, acc, acc2, BN, BN2, 0, wg, PINGPONG)
+            acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
             bits = base._extract(p1)
             acc, acc2 = base._wait(acc, acc2, BN2)
             a = base._scaled(bits, sw, 1, ONE_MUL, LA)
-            acc, acc2 = _turn_mma(a, xa, acc, acc2, BN, BN2, 32, wg, PINGPONG)
+            acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 32)
             bits = base._extract(p2)
             acc, acc2 = base._wait(acc, acc2, BN2)
             a = base._scaled(bits, sw, 2, ONE_MUL, LA)
-            acc, acc2 = _turn_mma(a, xb, acc, acc2, BN, BN2, 0, wg, PINGPONG)
+            acc, acc2 = base._mma_group(a, xb, acc, acc2, 0, BN, BN2, 0)
             bits = base._extract(p3)
             acc, acc2 = base._wait(acc, acc2, BN2)
             a = base._scaled(bits, sw, 3, ONE_MUL, LA)
-            acc, acc2 = _turn_mma(a, xb, acc, acc2, BN, BN2, 32, wg, PINGPONG)
+            acc, acc2 = base._mma_group(a, xb, acc, acc2, 0, BN, BN2, 32)
             # the next step's words (the last step reloads its own: a completed phase waits
             # for nothing), its first group extracted while this step's last group runs
             nxt = gl.minimum(i + 1, num_steps - 1)
@@ -193,8 +146,6 @@ if HAS_GLUON:
             # (the arrive follows a partition barrier: all warps got here)
             mbarrier.arrive(empty.index(st), count=1)
             a = base._scaled(bits, sw, 0, ONE_MUL, LA)
-        if PINGPONG:  # warpgroup 0 takes warpgroup 1's last hand-over: both barriers balance
-            _named_barrier(TURN_BAR, 1 - wg, False)
         base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA,
                     VEC, NW)
         if BN2 > 0:
@@ -207,13 +158,13 @@ if HAS_GLUON:
                   S: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr,
                   ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                   NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                  PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr, PINGPONG: gl.constexpr):
+                  PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr):
         """One block's program at N = BN (+ BN2): consumer warpgroups and a producer warp."""
         BO: gl.constexpr = 16 * NW * REP
         gl.warp_specialize([
             (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
                          row_lo, block, num_steps, stride_om, S, BM, BN, BN2, ONE_MUL, PG, REP,
-                         NW, VEC, PINGPONG)),
+                         NW, VEC)),
             (_producer, (x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
                          block * BM, num_steps, S, BO, BN, BN2)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -224,7 +175,7 @@ if HAS_GLUON:
                     num_steps, stride_om, used, S: gl.constexpr, BM: gl.constexpr,
                     ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                     NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                    PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr, PINGPONG: gl.constexpr):
+                    PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr):
         """``_ws_block`` at the N of ``used`` eighths of BM (``base.part_tiles``)."""
         descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
         for u in gl.static_range(1, 8):
@@ -233,7 +184,7 @@ if HAS_GLUON:
                           w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr,
                           num_pairs, row0, row1, row_lo, block, num_steps, stride_om, S, BM,
                           BM >> base._EIGHTHS_BOX[u - 1], base._EIGHTHS_BN2[u - 1] * (BM // 8),
-                          ONE_MUL, PG, REP, NW, PRODUCER_WARPS, PRODUCER_REGS, VEC, PINGPONG)
+                          ONE_MUL, PG, REP, NW, PRODUCER_WARPS, PRODUCER_REGS, VEC)
 
     @gluon.jit
     def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, s_ptr, pairs_ptr,
@@ -242,11 +193,9 @@ if HAS_GLUON:
                                  ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
                                  PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                 num_warps: gl.constexpr, VEC: gl.constexpr = False,
-                                 PINGPONG: gl.constexpr = False):
+                                 num_warps: gl.constexpr, VEC: gl.constexpr = False):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
-        # the consumer warpgroups' warps (the producer warp comes on top); PINGPONG: two
-        # consumer warpgroups issue their wgmmas in turns (``_consumer``)
+        # the consumer warpgroups' warps (the producer warp comes on top)
         BO: gl.constexpr = 16 * num_warps * REP
         tile = gl.program_id(0)
         block = gl.program_id(1)
@@ -271,31 +220,31 @@ if HAS_GLUON:
                 _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full,
                             empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo,
                             block, num_steps, stride_om, used, S, BM, ONE_MUL, PG, REP,
-                            num_warps, PRODUCER_WARPS, PRODUCER_REGS, VEC, PINGPONG)
+                            num_warps, PRODUCER_WARPS, PRODUCER_REGS, VEC)
             elif PARTS == 4 and used == 1:
                 _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC, PINGPONG)
+                          PRODUCER_REGS, VEC)
             elif PARTS >= 2 and used * (4 // PARTS) == 2:
                 _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC, PINGPONG)
+                          PRODUCER_REGS, VEC)
             elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
                 _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC, PINGPONG)
+                          PRODUCER_REGS, VEC)
             else:
                 _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC, PINGPONG)
+                          PRODUCER_REGS, VEC)
             for b in gl.static_range(S):
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
@@ -315,15 +264,12 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
                           out: torch.Tensor, block_m: int, one_mul: bool = False,
                           warpgroups: int = 1, parts: int | None = None, rep: int = 2,
                           stages: int | None = None, maxnreg: int | None = None,
-                          vec_store: bool | None = None, pingpong: bool = False
-                          ) -> torch.Tensor:
+                          vec_store: bool | None = None) -> torch.Tensor:
     """``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``'s contract and bits on the producer-warp
     kernel (``stages``: the ring's depth, default ``STAGES`` read at the call; ``maxnreg``: the
     launch's register cap per thread, None: ``launch_regs``; ``vec_store``: the 16-byte
-    stores, default ``moe_gluon_w4a16_prefill.VEC_STORE`` read at the call; ``pingpong``: the
-    two consumer warpgroups (``warpgroups`` 2) issue their wgmmas in turns, the same bits)."""
+    stores, default ``moe_gluon_w4a16_prefill.VEC_STORE`` read at the call)."""
     assert HAS_GLUON, "w4a16_prefill_ws_gemm needs triton's Gluon"
-    assert not pingpong or warpgroups == 2, "pingpong: two consumer warpgroups"
     num_experts, out_features, half = w.shape
     k = half * 2
     rows = base.ROWS * warpgroups * rep
@@ -343,7 +289,7 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
         out.stride(0), S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts, PG=base.group_layout(warpgroups, rep), REP=rep,
         PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4 * warpgroups,
-        VEC=base.VEC_STORE if vec_store is None else vec_store, PINGPONG=pingpong,
+        VEC=base.VEC_STORE if vec_store is None else vec_store,
         maxnreg=maxnreg or launch_regs(warpgroups))
     return out
 
@@ -351,18 +297,14 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
-    two warpgroups of REP 2 (256 rows: two weight boxes a step); both two-warpgroup shapes
-    also with their wgmma issues in turns (PINGPONG); the 16-byte stores and the eighths
-    (PARTS 8) on the 4K steps' shape."""
+    two warpgroups of REP 2 (256 rows: two weight boxes a step); the 16-byte stores and the
+    eighths (PARTS 8) on the 4K steps' shape."""
     cases = []
-    for bm, stages, wg, rep, vec, parts, pingpong in (
-            (128, 2, 1, 2, False, 4, False), (64, 3, 1, 2, False, 4, False),
-            (128, 2, 2, 1, False, 4, False), (128, 3, 2, 2, False, 4, False),
-            (128, 2, 1, 2, True, 4, False), (128, 2, 1, 2, False, 8, False),
-            (128, 2, 2, 2, False, 4, True), (128, 2, 2, 1, False, 4, True)):
+    for bm, stages, wg, rep, vec, parts in (
+            (128, 2, 1, 2, False, 4), (64, 3, 1, 2, False, 4), (128, 2, 2, 1, False, 4),
+            (128, 3, 2, 2, False, 4), (128, 2, 1, 2, True, 4), (128, 2, 1, 2, False, 8)):
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_vec" if vec else "") + ("_parts8" if parts == 8 else "")
-                            + ("_pingpong" if pingpong else ""),
+                            + ("_vec" if vec else "") + ("_parts8" if parts == 8 else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -378,10 +320,8 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "VEC": vec,
-                                     "PINGPONG": pingpong,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,
-                      "barrier_events": pingpong,
                       "divisible": ["K", "O"]})
     return cases

@@ -419,11 +419,10 @@ def test_gemm_decode_persistent_variants():
         gemm_decode.parse_variant("glp:2:256")
 
 
-@pytest.mark.parametrize("arg,attr", [("w4a16_vec_store", "VEC_STORE"),
-                                      ("w4a16_pingpong", "PINGPONG")])
+@pytest.mark.parametrize("arg,attr", [("w4a16_vec_store", "VEC_STORE")])
 def test_kernel_overrides_w4a16_switches(monkeypatch, arg, attr):
-    """--w4a16-vec-store / --w4a16-pingpong 0 / 1 set moe_gluon_w4a16_prefill.VEC_STORE /
-    PINGPONG (both off by default, read at the call); another value exits naming the flag."""
+    """--w4a16-vec-store 0 / 1 sets moe_gluon_w4a16_prefill.VEC_STORE (off by default, read at
+    the call); another value exits naming the flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf

@@ -23,7 +23,7 @@ BENCH_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
 _CHILD = textwrap.dedent(r"""
     import json, os, sys, traceback
     sys.path.insert(0, os.environ["DEEPINFER_BENCH_DIR"])
-    from sm90_compile import compile_case, cubin_tool, registers_and_stack
+    from sm90_compile import compile_case, registers_and_stack
 
     cases = json.loads(sys.stdin.read())
     results = {}
@@ -36,10 +36,6 @@ _CHILD = textwrap.dedent(r"""
                                    "regs": regs, "stack": stack, "error": None,
                                    "shfl": ptx.count("shfl.sync"),
                                    "wgmma_count": ptx.count("wgmma.mma_async")}
-            if case.get("barrier_events"):  # each wgmma loop's barriers (gluon_sass)
-                from gluon_sass import barrier_events
-                results[case["id"]]["barrier_events"] = barrier_events(
-                    cubin_tool(compiled, "nvdisasm", "-c"))
         except Exception:
             results[case["id"]] = {"shared": None, "wgmma": False,
                                    "error": traceback.format_exc()[-3000:]}
@@ -57,8 +53,7 @@ def compile_sm90_cases(cases: list[dict]) -> dict[str, dict]:
     num_stages; optional gluon (a Gluon kernel); optional
     divisible (names of integer args that real shapes make multiples of 16; pointers and stride_*
     args always are), expect_wgmma, no_spill (assert a zero spill stack in the cubin, or at most
-    max_stack bytes), maxnreg (the launch's register cap), barrier_events (also return each
-    wgmma loop's barrier events from the SASS: ``gluon_sass.barrier_events``).
+    max_stack bytes), maxnreg (the launch's register cap).
     Returns {id: {"shared": bytes, "wgmma": bool, "error": str | None}}.
     """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
