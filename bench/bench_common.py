@@ -408,6 +408,31 @@ def enclosing_names(prof, depth: int = 8) -> list[str]:
     return []
 
 
+def frame_census(prof, samples: int = 5) -> dict:
+    """What a profile holds in Python frames where :func:`op_table` matched none (round 170 on
+    the device: every row "?", the first op with no enclosing event): the number of events
+    named like a frame ("FILE(LINE): FUNCTION"), a few of their names, how many ``aten::``
+    events have any enclosing event, and the enclosing names of the first that does."""
+    frames, aten, parented, first = [], 0, 0, []
+    for ev in prof.events():
+        if _FRAME.match(ev.name):
+            frames.append(ev.name)
+        elif ev.name.startswith("aten::"):
+            aten += 1
+            if ev.cpu_parent is not None:
+                parented += 1
+                if not first:
+                    parent = ev.cpu_parent
+                    while parent is not None and len(first) < 8:
+                        first.append(parent.name)
+                        parent = parent.cpu_parent
+    return {"frame_events": len(frames), "frame_samples": sorted(set(frames))[:samples],
+            "aten_events": aten, "aten_with_parent": parented, "first_parented": first}
+
+
+_FRAME = re.compile(r".+\.py\(\d+\): ")
+
+
 def package_files(package_dir: Path) -> list[str]:
     """Every ``.py`` file under ``package_dir`` as a path relative to it ("runtime/engine.py"):
     :func:`op_table` roots that match a frame whatever prefix names its file (absolute,

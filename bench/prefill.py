@@ -202,7 +202,8 @@ def op_stacks(llm, length: int, vocab: int) -> list[dict]:
                        top=15)
     if rows and not any(r["stack"] for r in rows):  # say what the frames were named instead
         print("no frame matched our files; the enclosing events of the first op:",
-              bc.enclosing_names(prof), flush=True)
+              bc.enclosing_names(prof), "; the profile's frames:", bc.frame_census(prof),
+              flush=True)
     return rows
 
 

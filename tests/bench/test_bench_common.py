@@ -91,6 +91,21 @@ def test_enclosing_names_lists_the_first_ops_frames():
     assert any("_casts" in n for n in names), names
 
 
+def test_frame_census_counts_the_frames_and_the_ops_under_them():
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(8, 8)
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        _casts(x)
+    census = bc.frame_census(prof)
+    assert census["frame_events"] > 0 and census["aten_events"] >= 3
+    assert 0 < census["aten_with_parent"] <= census["aten_events"]
+    assert any("_casts" in n for n in census["first_parented"]), census
+    with profile(activities=[ProfilerActivity.CPU]) as bare:  # no stacks: no frames
+        _casts(x)
+    assert bc.frame_census(bare)["frame_events"] == 0
+
+
 def test_slice_topology_follows_the_gpu(tmp_path):
     """The slice plan for the GPU at hand: the H200 file itself on an H200 (or any other GPU),
     on an H100 the same topology with ``hardware.device: h100``, which compiles there (the
