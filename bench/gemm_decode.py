@@ -19,10 +19,9 @@ rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or
 ``gl[:WG:BT[:BK]:STAGES:wN]`` (``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one
 TMA-fed token tile of BT; ``wide_config``'s launch, or this; ``gl:wN``: ``wide_config``'s launch
 with split-K for N waves at every row count, the rule before batch-invariant prefill), or
-``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``);
-``glp[:WG:BT:BK:STAGES:wN]`` (its persistent variant, ``linear_wide_persistent``: ``wide_config``'s
-launch or this; ``glps``: ``wide_config``'s launch with the MMA layout's 2-byte stores), or
-``glv`` (the base kernel on ``wide_config``'s launch with 16-byte stores).
+``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``), or ``glv`` (the
+base kernel on ``wide_config``'s launch with 16-byte stores; the persistent variants ``glp`` /
+``glps`` went with ``linear_wide_persistent`` in session 35).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -59,16 +58,8 @@ def parse_variant(text: str) -> dict | str:
             _, bt, bk, stages, waves = text.split(":")
             return dict(gl=True, WS=True, WG=1, BT=int(bt), BK=int(bk), STAGES=int(stages),
                         waves=float(waves[1:]))
-        if text == "glp":  # wide_config's launch on the persistent kernel
-            return dict(gl=True, PERSISTENT=True)
-        if text == "glps":  # ... with the MMA layout's 2-byte stores
-            return dict(gl=True, PERSISTENT=True, VEC_STORE=False)
         if text == "glv":  # wide_config's launch on the base kernel, 16-byte stores
             return dict(gl=True, VEC_STORE=True)
-        if text.startswith("glp:"):  # the persistent kernel: WG:BT:BK:STAGES:wN
-            _, wg, bt, bk, stages, waves = text.split(":")
-            return dict(gl=True, PERSISTENT=True, WG=int(wg), BT=int(bt), BK=int(bk),
-                        STAGES=int(stages), waves=float(waves[1:]))
         if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
             return dict(gl=True, split_waves=float(text[len("gl:w"):]))
         if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN
@@ -100,7 +91,7 @@ def parse_variant(text: str) -> dict | str:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
                  "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN]', 'gl:wN', "
-                 "'glws:BT:BK:STAGES:wN', 'glp[:WG:BT:BK:STAGES:wN]', 'glps', 'glv' or "
+                 "'glws:BT:BK:STAGES:wN', 'glv' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
@@ -123,7 +114,7 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
                                                linear_wide.NUM_SMS)
             return lambda: linear_wide.linear_wide(xr, w, n, split_k=split).view(m, n)
         cfg = None if variant == "gl" else {key: v for key, v in variant.items() if key != "gl"}
-        if cfg is not None and "WG" not in cfg and "split_waves" not in cfg:  # glp / glps / glv
+        if cfg is not None and "WG" not in cfg and "split_waves" not in cfg:  # glv
             cfg = {**linear_wide.wide_config(m, n), **cfg}
         return lambda: linear_wide.linear_wide(xr, w, n, config=cfg).view(m, n)
     if variant == "wm" or isinstance(variant, dict) and variant.get("wm"):

@@ -1,24 +1,22 @@
 #!/usr/bin/env bash
-# Device round 171 (session 33; after round 170) (≈ 8 min): session 33's output stores and the
-# persistent linear_wide (kernels/triton/linear_wide_persistent.py), prepared without a GPU
-# (compiled for sm_90 only), checked and timed alone —
-#   * GPU checks (bits against the shipped kernels, each call timed): the persistent
-#     linear_wide at the 4,096-row launches (two warpgroups, 4 stages; one, 3 stages), split
-#     and not, wq_b / wo_b / wo_a grouped, 16- and 2-byte stores; linear_wide's 16-byte stores
-#     at 64 / 200 / 4,096 rows; the prefill expert GEMMs' 16-byte stores (both kernels);
+# Device round 171 (session 33; after round 170) (≈ 6 min): session 33's 16-byte output
+# stores, prepared without a GPU (compiled for sm_90 only), checked and timed alone (the
+# persistent linear_wide it also checked was removed in session 35: no gain end to end in
+# rounds 172 / 174) —
+#   * GPU checks (bits against the shipped kernels, each call timed): linear_wide's 16-byte
+#     stores at 64 / 200 / 4,096 rows; the prefill expert GEMMs' 16-byte stores (both kernels);
 #   * bench/gemm_decode.py at 4,096 rows: wide_config's launch (gl), with 16-byte stores (glv),
-#     persistent with 16- / 2-byte stores (glp / glps), gl again (the run's drift), the seven
-#     slice projections;
+#     gl again (the run's drift), the seven slice projections;
 #   * bench/moe_gluon_prefill.py at the 4K shape: ws / ws+vec / ws / ws+vec (gated and down
 #     GEMMs, the whole pipeline; bits against the first row).
 # Round 172 runs the lone 4K prompt with what wins. Pass the commit hash literally.
 source "$(dirname "$0")/device_setup.sh"
 timeout 320 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \
   tests/gpu/test_linear_wide_gpu.py tests/gpu/test_moe_gluon_gpu.py \
-  -k "persistent or vec_store" >"$OUT/gpu.log" 2>&1
+  -k "vec_store" >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -4
 grep -E "^\| (persistent|base|vec|u16)" "$OUT/gpu.log" | cut -c1-110
-timeout 120 python3 bench/gemm_decode.py --rows 4096 --variants gl,glv,glp,glps,gl \
+timeout 120 python3 bench/gemm_decode.py --rows 4096 --variants gl,glv,gl \
   >"$OUT/gemm.log" 2>&1
 echo "gemm_decode rc=$?"; grep -E "^\|" "$OUT/gemm.log" | cut -c1-120 | head -40
 MOE4=(--tokens 4096 --bm 256 --skip-triton --w4a16-bm 128 --w4a16-stages 2 --w4a16-wg 1

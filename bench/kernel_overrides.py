@@ -18,9 +18,6 @@ measures the variants alone, then the best end to end.
                                                    off; default linear.WIDE_MIN_ROWS)
     --linear-wide-max-rows N                       ... up to N rows (default: any; above N
                                                    the prefill tiles of _linear_kernel)
-    --linear-wide-persistent-rows N                linear_wide's 256-row-tile launches from
-                                                   N rows on the persistent kernel (0: off;
-                                                   linear_wide.PERSISTENT_MIN_ROWS)
     --linear-wide-vec-store-rows N                 linear_wide launches from N rows with
                                                    16-byte output stores (0: off;
                                                    linear_wide.VEC_STORE_MIN_ROWS)
@@ -84,9 +81,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-max-rows", type=int, default=None,
                     help="FP8 projections up to this many rows on linear_wide (default: "
                     "linear.WIDE_MAX_ROWS)")
-    ap.add_argument("--linear-wide-persistent-rows", type=int, default=None,
-                    help="linear_wide's 256-row-tile launches from this many rows on the "
-                    "persistent kernel (0: off, the default: linear_wide.PERSISTENT_MIN_ROWS)")
     ap.add_argument("--linear-wide-vec-store-rows", type=int, default=None,
                     help="linear_wide launches from this many rows with 16-byte output stores "
                     "(0: off, the default: linear_wide.VEC_STORE_MIN_ROWS)")
@@ -142,8 +136,8 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
-          args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_persistent_rows,
-          args.w4a16_vec_store, args.linear_wide_vec_store_rows)
+          args.w4a16_rep_max_pairs, args.w4a16_kernel, args.w4a16_vec_store,
+          args.linear_wide_vec_store_rows)
 
 
 def _switch(flag: str, value: int | None, module: str, attr: str) -> None:
@@ -182,7 +176,6 @@ def apply(attention_config: str | None, moe_configs: list[str],
           moe_decode_max_pairs: int | None = None,
           w4a16_rep_max_pairs: int | None = None,
           w4a16_kernel: str | None = None,
-          linear_wide_persistent_rows: int | None = None,
           w4a16_vec_store: int | None = None,
           linear_wide_vec_store_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
@@ -190,8 +183,6 @@ def apply(attention_config: str | None, moe_configs: list[str],
     _switch("--w4a16-vec-store", w4a16_vec_store, "moe_gluon_w4a16_prefill", "VEC_STORE")
     _rows_from("--linear-wide-vec-store-rows", linear_wide_vec_store_rows, "linear_wide",
                "VEC_STORE_MIN_ROWS")
-    _rows_from("--linear-wide-persistent-rows", linear_wide_persistent_rows, "linear_wide",
-               "PERSISTENT_MIN_ROWS")
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

@@ -77,8 +77,7 @@ if HAS_GLUON:
                  num_steps, STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr,
                  BK: gl.constexpr):
         """TMA of K step ``step``'s weight tile [BO, BK] and token tile [BT, BK] into ring
-        slot pos % STAGES (none past the last step; this kernel's pos is the step, the
-        persistent kernel's a program-wide position)."""
+        slot pos % STAGES (none past the last step; ``pos``: the ring position, here the step)."""
         st = pos % STAGES
         ok = step < num_steps
         mbarrier.expect(bars.index(st), BO * BK + BT * BK * 2, pred=ok)
@@ -290,10 +289,6 @@ def operand_layout(warpgroups: int):
 # such a program takes a whole SM, so the grid needs waves of them (wq_a / wkv at 4,096 rows,
 # 128 / 64 programs, ran 10-20 % slower on two).
 TWO_WG_MIN_PROGRAMS = 4 * NUM_SMS
-# launches of 256-row token tiles from this many rows on run the persistent kernel
-# (``linear_wide_persistent``: the next tile's ring fill behind this tile's store, the same
-# bits); None: off — prepared in session 33 without a GPU, not yet measured
-PERSISTENT_MIN_ROWS: int | None = None
 # launches from this many rows store their output from a blocked layout (16-byte stores
 # instead of the MMA layout's 2-byte ones; the same bits); None: off — session 33, not yet timed
 VEC_STORE_MIN_ROWS: int | None = None
@@ -318,19 +313,15 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
     128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 µs
     on one warpgroup, 1,806 on two for all seven, ~1,785 as this picks per shape in that run;
     wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs: one program per SM
-    holds fewer stages in flight than two). ``PERSISTENT`` (256-row tiles from
-    ``PERSISTENT_MIN_ROWS`` rows): the persistent kernel; ``VEC_STORE`` (from
+    holds fewer stages in flight than two). ``VEC_STORE`` (from
     ``VEC_STORE_MIN_ROWS`` rows): the 16-byte output stores."""
     bt = min(MAX_TILE_ROWS, max(64, next_power_of_2(max(num_rows, 1))))
     vec = VEC_STORE_MIN_ROWS is not None and num_rows >= VEC_STORE_MIN_ROWS
     if bt == 256:
-        persistent = PERSISTENT_MIN_ROWS is not None and num_rows >= PERSISTENT_MIN_ROWS
         if (out_features and out_features % 128 == 0 and out_features // 128
                 * cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
-            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1, PERSISTENT=persistent,
-                        VEC_STORE=vec)
-        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1, PERSISTENT=persistent,
-                    VEC_STORE=vec)
+            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1, VEC_STORE=vec)
+        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1, VEC_STORE=vec)
     return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2, VEC_STORE=vec)
 
 
@@ -355,9 +346,9 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
                 split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
     bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py; ``WS``: the
-    warp-specialized kernel of ``linear_wide_ws``; ``PERSISTENT``: the persistent kernel of
-    ``linear_wide_persistent``; ``VEC_STORE``: the output from a blocked layout, 16-byte stores
-    — the same bits each); a BK of 64 that does not divide K falls back to 32."""
+    warp-specialized kernel of ``linear_wide_ws``; ``VEC_STORE``: the output from a blocked
+    layout, 16-byte stores — the same bits each); a BK of 64 that does not divide K falls back
+    to 32."""
     assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
     num_rows, groups, num_k = x3.shape
     cfg = {**wide_config(num_rows, out_features, groups), **(config or {})}
@@ -396,17 +387,6 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
         assert wg == 1, "linear_wide: the warp-specialized variant has one consumer warpgroup"
         kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
             "maxnreg": linear_wide_ws.maxnreg(bt)}
-    elif cfg.get("PERSISTENT"):  # programs walking the tiles (linear_wide_persistent.py)
-        from deepinfer.kernels.triton import linear_wide_persistent as persistent
-
-        tiles = o_tiles * t_tiles * split_k * groups
-        sms = torch.cuda.get_device_properties(x3.device).multi_processor_count
-        # the config's store if it names one, else 16-byte stores where they fit
-        vec = bool(config["VEC_STORE"]) if config and "VEC_STORE" in config else \
-            cfg["VEC_STORE"] or persistent.vec_store(wg, bt, bk, stages, split_k)
-        kernel, extra = persistent._linear_wide_persistent_kernel, {"VEC_STORE": vec}
-        grid = (min(tiles, sms * persistent.programs_per_sm(wg, bt, bk, stages, vec)), )
-        args += [o_tiles * t_tiles, tiles]
     elif cfg.get("VEC_STORE"):  # the base kernel with 16-byte output stores
         extra = {"VEC_STORE": True}
     kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,

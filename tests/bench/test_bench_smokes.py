@@ -385,12 +385,10 @@ def test_moe_align_smoke_paths_equal_torch():
     assert out.count("equal True") == 2, out
 
 
-@pytest.mark.parametrize("arg,attr", [("linear_wide_persistent_rows", "PERSISTENT_MIN_ROWS"),
-                                      ("linear_wide_vec_store_rows", "VEC_STORE_MIN_ROWS")])
+@pytest.mark.parametrize("arg,attr", [("linear_wide_vec_store_rows", "VEC_STORE_MIN_ROWS")])
 def test_kernel_overrides_linear_wide_rows(monkeypatch, arg, attr):
-    """--linear-wide-persistent-rows / --linear-wide-vec-store-rows N set linear_wide's
-    PERSISTENT_MIN_ROWS / VEC_STORE_MIN_ROWS (0: off, None); a negative value exits naming
-    the flag."""
+    """--linear-wide-vec-store-rows N sets linear_wide's VEC_STORE_MIN_ROWS (0: off, None); a
+    negative value exits naming the flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import linear_wide
@@ -405,18 +403,15 @@ def test_kernel_overrides_linear_wide_rows(monkeypatch, arg, attr):
     assert "--" + arg.replace("_", "-") in str(info.value)
 
 
-def test_gemm_decode_persistent_variants():
-    """gemm_decode.py's 'glp' (wide_config's launch, persistent) and 'glp:WG:BT:BK:STAGES:wN'."""
+def test_gemm_decode_vec_store_variant():
+    """gemm_decode.py's 'glv' (wide_config's launch, 16-byte stores); the persistent variants
+    went with their kernel (session 35)."""
     import gemm_decode
 
-    assert gemm_decode.parse_variant("glp") == {"gl": True, "PERSISTENT": True}
-    assert gemm_decode.parse_variant("glps") == {"gl": True, "PERSISTENT": True,
-                                                 "VEC_STORE": False}
     assert gemm_decode.parse_variant("glv") == {"gl": True, "VEC_STORE": True}
-    assert gemm_decode.parse_variant("glp:2:256:64:4:w1") == {
-        "gl": True, "PERSISTENT": True, "WG": 2, "BT": 256, "BK": 64, "STAGES": 4, "waves": 1.0}
-    with pytest.raises(SystemExit):
-        gemm_decode.parse_variant("glp:2:256")
+    for gone in ("glp", "glps", "glp:2:256:64:4:w1"):
+        with pytest.raises(SystemExit):
+            gemm_decode.parse_variant(gone)
 
 
 @pytest.mark.parametrize("arg,attr", [("w4a16_vec_store", "VEC_STORE")])

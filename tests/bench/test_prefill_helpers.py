@@ -193,13 +193,13 @@ def test_prefill_ab_variants_parse_and_refuse_bad_ones():
     exit with a message naming the variant."""
     import prefill_ab
 
-    ok = prefill_ab.parse_variants(["off=--w4a16-vec-store 0 --linear-wide-persistent-rows 0",
-                                    "on=--linear-wide-persistent-rows 1024 --w4a16-vec-store 1"])
-    assert [(n, ns.w4a16_vec_store, ns.linear_wide_persistent_rows) for n, _, ns in ok] == \
+    ok = prefill_ab.parse_variants(["off=--w4a16-vec-store 0 --linear-wide-vec-store-rows 0",
+                                    "on=--linear-wide-vec-store-rows 1024 --w4a16-vec-store 1"])
+    assert [(n, ns.w4a16_vec_store, ns.linear_wide_vec_store_rows) for n, _, ns in ok] == \
         [("off", 0, 0), ("on", 1, 1024)]
     for bad, words in ((["off", "on=--w4a16-vec-store 1"], "NAME=FLAGS"),
                        (["a=--nope 1", "b=--w4a16-vec-store 1"], "--nope"),
-                       (["a=--w4a16-vec-store 0", "b=--linear-wide-persistent-rows 1"],
+                       (["a=--w4a16-vec-store 0", "b=--linear-wide-vec-store-rows 1"],
                         "same flags"),
                        (["a=--w4a16-vec-store 0"], "at least two"),
                        (["a=--w4a16-vec-store 0", "a=--w4a16-vec-store 1"], "differ")):

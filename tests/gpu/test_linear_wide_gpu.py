@@ -150,42 +150,6 @@ def test_linear_wide_ws_gpu(num_tokens, split_k):
              _rel(got, _reference(x, w, groups)), 5e-3)
 
 
-@pytest.mark.parametrize("num_tokens", [600, 4096])
-@pytest.mark.parametrize("split_k", [None, 3])
-def test_linear_wide_persistent_gpu(num_tokens, split_k):
-    """The persistent variant (linear_wide_persistent.py, prepared in session 33) gives
-    linear_wide's bits at the same launch — two warpgroups (4 stages) and one (3 stages) of
-    256-row tiles, several tiles per program, split and not, grouped too, with its 16-byte
-    and 2-byte stores — and each call timed against the base kernel's (wq_b: K 1,024, the
-    short-K shape it is for)."""
-    from deepinfer.kernels.triton import linear_wide
-
-    torch.manual_seed(9)
-    for name, groups, out_features, in_features in (("wq_b", 1, 32768, 1024),
-                                                    ("wo_b", 1, V41_HIDDEN, 8192),
-                                                    ("wo_a", V41_O_GROUPS, V41_O_LORA, 4096)):
-        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
-        w = _random_fp8_weight(groups * out_features, in_features)
-        for cfg in (dict(WG=2, BT=256, BK=64, STAGES=4), dict(WG=1, BT=256, BK=64, STAGES=3)):
-            label = f"{name} WG{cfg['WG']} split {split_k}"
-            with nan_poisoned_allocations():
-                want = linear_wide.linear_wide(x, w, out_features, split_k=split_k, config=cfg)
-            _row(f"base {label}", f"M{num_tokens}", 0.0, 0.0,
-                 _ms(lambda x=x, w=w, o=out_features, c=cfg: linear_wide.linear_wide(
-                     x, w, o, split_k=split_k, config=c)))
-            # the store: the launch's default (16-byte stores where no split), and 2-byte ones
-            for store in ({}, {"VEC_STORE": False}):
-                pcfg = {**cfg, "PERSISTENT": True, **store}
-                with nan_poisoned_allocations():
-                    got = linear_wide.linear_wide(x, w, out_features, split_k=split_k,
-                                                  config=pcfg)
-                assert torch.equal(got, want), (name, num_tokens, split_k, pcfg)
-                kind = "persistent" + (" u16" if store else "")
-                _row(f"{kind} {label}", f"M{num_tokens}", _rel(got, _reference(x, w, groups)),
-                     5e-3, _ms(lambda x=x, w=w, o=out_features, c=pcfg: linear_wide.linear_wide(
-                         x, w, o, split_k=split_k, config=c)))
-
-
 @pytest.mark.parametrize("num_tokens", [64, 200, 4096])
 def test_linear_wide_vec_store_gpu(num_tokens):
     """The base kernel with its 16-byte output stores (``VEC_STORE``, session 33) gives its

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deepinfer.kernels.triton import gemm_fp8, linear_wide, linear_wide_persistent, linear_wide_ws
+from deepinfer.kernels.triton import gemm_fp8, linear_wide, linear_wide_ws
 
 pytestmark = pytest.mark.skipif(not linear_wide.HAS_GLUON, reason="triton without Gluon")
 
@@ -33,35 +33,6 @@ def test_sm90_compile_warp_specialized(sm90_compile):
         res = results[case["id"]]
         # one shuffle: the partition dispatch broadcasts the warp id (no layout conversion)
         assert res["wgmma_count"] >= 1 and res["shfl"] <= 1, (case["id"], res)
-
-
-def test_sm90_compile_persistent(sm90_compile):
-    """The persistent variant (prepared in session 33, off) compiles for sm_90 at the 4,096-row
-    launches with wgmma, without spills or layout shuffles (the vector store's conversion goes
-    through shared memory), within ``shared_bytes`` — the host's count for programs per SM."""
-    cases = linear_wide_persistent.aot_cases()
-    results = sm90_compile(cases)
-    for case in cases:
-        res = results[case["id"]]
-        c = case["constexprs"]
-        assert res["wgmma_count"] >= 1, (case["id"], res)
-        assert c["VEC_STORE"] or res["shfl"] == 0, (case["id"], res)
-        bound = linear_wide_persistent.shared_bytes(case["num_warps"] // 4, c["BT"], c["BK"],
-                                                    c["STAGES"], c["VEC_STORE"])
-        assert res["shared"] <= bound, (case["id"], res["shared"], bound)
-
-
-def test_persistent_programs_per_sm_and_store():
-    """Two resident programs of one warpgroup where their shared memory fits an SM's, one of
-    two warpgroups (which hold an SM, as linear_wide's launch); the vector store where it keeps
-    the programs per SM and there is no split-K."""
-    lwp = linear_wide_persistent
-    assert lwp.programs_per_sm(1, 256, 64, 3) == 2 == lwp.programs_per_sm(1, 256, 64, 3, True)
-    assert lwp.programs_per_sm(1, 256, 64, 4) == 1  # 2 x 145 KB: no
-    assert lwp.programs_per_sm(2, 256, 64, 4) == 1 == lwp.programs_per_sm(2, 256, 64, 4, True)
-    assert lwp.programs_per_sm(1, 64, 64, 4) == 2
-    assert lwp.vec_store(2, 256, 64, 4, 1) and lwp.vec_store(1, 256, 64, 3, 1)
-    assert not lwp.vec_store(2, 256, 64, 4, 3)  # split-K: fp32 partials, the base store
 
 
 def test_accepts():
@@ -121,54 +92,6 @@ def test_operand_layout():
                       (4, [[16, 0], [32, 0], [64, 0], [128, 0]])):
         layout = linear_wide.operand_layout(wg)
         assert layout.warp_bases == warps and layout.shape == [64 * wg, 32]
-
-
-def test_wide_config_persistent_from_its_rows(monkeypatch):
-    """``PERSISTENT_MIN_ROWS`` None (the default): no launch is persistent; set, the 256-row
-    tile launches from that many rows are (both warpgroup counts), smaller tiles never."""
-    assert linear_wide.PERSISTENT_MIN_ROWS is None
-    assert not linear_wide.wide_config(4096, 32768)["PERSISTENT"]
-    assert not linear_wide.wide_config(4096, 1024)["PERSISTENT"]
-    monkeypatch.setattr(linear_wide, "PERSISTENT_MIN_ROWS", 1024)
-    big, small = linear_wide.wide_config(4096, 32768), linear_wide.wide_config(4096, 512)
-    assert big["PERSISTENT"] and big["WG"] == 2 and small["PERSISTENT"] and small["WG"] == 1
-    assert not linear_wide.wide_config(512, 32768)["PERSISTENT"]
-    assert "PERSISTENT" not in linear_wide.wide_config(128, 32768)
-
-
-def _check_ring(events: list[tuple[str, int]], stages: int) -> None:
-    """Each issue at position p is its slot's (p // stages + 1)-th (no position skipped, so the
-    barrier's phases line up); each wait at p finds exactly p // stages + 1 issues of its slot
-    (issued, and not yet re-armed for its next use)."""
-    issues = [0] * stages
-    for kind, p in events:
-        slot, use = p % stages, p // stages
-        if kind == "issue":
-            assert issues[slot] == use, (kind, p, issues)
-            issues[slot] += 1
-        else:
-            assert issues[slot] == use + 1, (kind, p, issues)
-
-
-@pytest.mark.parametrize("stages", [2, 3, 4, 5])
-def test_persistent_ring_positions(stages):
-    """The persistent kernel's ring (``ring_events``, its program order): over tiles of any
-    step counts — fewer steps than the ring holds, one step, many — every barrier completes
-    once per use in order and every wait finds its own use, across tile boundaries."""
-    import random
-
-    rng = random.Random(stages)
-    cases = [[16] * 5, [1] * 7, [stages - 1, 1, stages, 2 * stages + 1], [3, 1, 1, 64]]
-    cases += [[rng.randint(1, 3 * stages) for _ in range(rng.randint(1, 9))] for _ in range(200)]
-    for steps in cases:
-        events = linear_wide_persistent.ring_events(steps, stages)
-        _check_ring(events, stages)
-        assert sum(kind == "issue" for kind, _ in events) == sum(steps)  # every step, once
-    # the check fails on a ring whose second tile starts one position late (a skipped one)
-    late = [(k, p + 1 if p >= 16 else p)
-            for k, p in linear_wide_persistent.ring_events([16, 16], stages)]
-    with pytest.raises(AssertionError):
-        _check_ring(late, stages)
 
 
 def test_wide_config_vec_store_from_its_rows(monkeypatch):
