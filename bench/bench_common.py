@@ -371,7 +371,8 @@ def op_table(prof, roots: list[str], top: int = 12, frames: int = 4) -> list[dic
     largest own device time first (own CPU time where the profile has no device time): op,
     calls, self_device_us, self_cpu_us, shapes, stack — the innermost ``frames`` Python frames
     among the op's enclosing events whose name holds one of ``roots`` (our code: torch names a
-    frame "FILE(LINE): FUNCTION", FILE relative to a sys.path entry or absolute). Names
+    frame "FILE(LINE): FUNCTION", FILE relative to a sys.path entry or absolute), else among
+    the op's own ``stack`` (where a torch build attaches the frames to the op instead). Names
     the source of a torch kernel the kernel table shows without one (e.g. a ``direct_copy`` of
     150 MB a layer)."""
     groups: dict[tuple, dict] = {}
@@ -383,6 +384,9 @@ def op_table(prof, roots: list[str], top: int = 12, frames: int = 4) -> list[dic
             if not parent.name.startswith("aten::") and _frame_is_ours(parent.name, roots):
                 ours.append(parent.name)
             parent = parent.cpu_parent
+        if not ours:  # torch builds that attach the frames to the op (``stack``), innermost first
+            ours = [f for f in (getattr(ev, "stack", None) or []) if _frame_is_ours(f, roots)]
+            ours = ours[:frames]
         shapes = str(ev.input_shapes)
         row = groups.setdefault((ev.name, shapes, tuple(ours)), {
             "op": ev.name, "calls": 0, "self_device_us": 0.0, "self_cpu_us": 0.0,
@@ -412,13 +416,15 @@ def frame_census(prof, samples: int = 5) -> dict:
     """What a profile holds in Python frames where :func:`op_table` matched none (round 170 on
     the device: every row "?", the first op with no enclosing event): the number of events
     named like a frame ("FILE(LINE): FUNCTION"), a few of their names, how many ``aten::``
-    events have any enclosing event, and the enclosing names of the first that does."""
-    frames, aten, parented, first = [], 0, 0, []
+    events have any enclosing event or a ``stack`` of their own, and the enclosing names of
+    the first with an enclosing event."""
+    frames, aten, parented, first, stacked = [], 0, 0, [], 0
     for ev in prof.events():
         if _FRAME.match(ev.name):
             frames.append(ev.name)
         elif ev.name.startswith("aten::"):
             aten += 1
+            stacked += bool(getattr(ev, "stack", None))
             if ev.cpu_parent is not None:
                 parented += 1
                 if not first:
@@ -427,7 +433,8 @@ def frame_census(prof, samples: int = 5) -> dict:
                         first.append(parent.name)
                         parent = parent.cpu_parent
     return {"frame_events": len(frames), "frame_samples": sorted(set(frames))[:samples],
-            "aten_events": aten, "aten_with_parent": parented, "first_parented": first}
+            "aten_events": aten, "aten_with_parent": parented, "aten_with_stack": stacked,
+            "first_parented": first}
 
 
 _FRAME = re.compile(r".+\.py\(\d+\): ")

@@ -91,6 +91,21 @@ def test_enclosing_names_lists_the_first_ops_frames():
     assert any("_casts" in n for n in names), names
 
 
+def test_op_table_takes_the_ops_own_stack_without_enclosing_frames():
+    """A torch build that attaches the Python frames to the op (``stack``) instead of
+    enclosing events: op_table matches ours among them."""
+    from types import SimpleNamespace
+
+    ev = SimpleNamespace(name="aten::mm", cpu_parent=None, input_shapes=[[2, 2], [2, 2]],
+                         self_device_time_total=5.0, self_cpu_time_total=1.0,
+                         stack=["/x/torch/nn/functional.py(9): linear",
+                                "/opt/x/runtime/model/attention.py(88): forward"])
+    prof = SimpleNamespace(events=lambda: [ev])
+    rows = bc.op_table(prof, ["runtime/model/attention.py"])
+    assert rows[0]["stack"] == ["/opt/x/runtime/model/attention.py(88): forward"], rows
+    assert bc.frame_census(prof)["aten_with_stack"] == 1
+
+
 def test_frame_census_counts_the_frames_and_the_ops_under_them():
     from torch.profiler import ProfilerActivity, profile
 
