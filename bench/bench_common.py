@@ -399,17 +399,7 @@ def op_table(prof, roots: list[str], top: int = 12, frames: int = 4) -> list[dic
     return sorted(rows, key=lambda r: -r[key])[:top]
 
 
-def enclosing_names(prof, depth: int = 8) -> list[str]:
-    """The names of the first ``aten::`` event's enclosing events, innermost first (what a
-    profile's frames look like where :func:`op_table` matched none)."""
-    for ev in prof.events():
-        if ev.name.startswith("aten::"):
-            out, parent = [], ev.cpu_parent
-            while parent is not None and len(out) < depth:
-                out.append(parent.name)
-                parent = parent.cpu_parent
-            return out
-    return []
+_FRAME = re.compile(r".+\.py\(\d+\): ")  # a profiler frame's name: "FILE(LINE): FUNCTION"
 
 
 def frame_census(prof, samples: int = 5) -> dict:
@@ -435,9 +425,6 @@ def frame_census(prof, samples: int = 5) -> dict:
     return {"frame_events": len(frames), "frame_samples": sorted(set(frames))[:samples],
             "aten_events": aten, "aten_with_parent": parented, "aten_with_stack": stacked,
             "first_parented": first}
-
-
-_FRAME = re.compile(r".+\.py\(\d+\): ")
 
 
 def package_files(package_dir: Path) -> list[str]:

@@ -30,34 +30,25 @@ import sm90_compile  # noqa: E402
 INSTR = re.compile(r"^\s+/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+(?:\.[A-Z0-9_]+)*)")
 
 
-def loop_bodies(sass: str) -> list[list[str]]:
-    """The SASS lines of each loop with HGMMAs: a label and a backward branch to it with no
-    EXIT between (Triton puts the mbarrier retry stubs after the kernel's end: they branch back
-    into a loop and are not loops themselves)."""
+def wgmma_loops(sass: str) -> list[dict]:
+    """Each loop of ``sass`` with HGMMAs (a label and a backward branch to it with no EXIT
+    between: Triton puts the mbarrier retry stubs after the kernel's end): {"instructions",
+    "hgmma", "waits", "overlapped", "not_overlapped"} — the last two split the loop's other
+    instructions into those between a group of HGMMAs and the WARPGROUP.DEPBAR that waits for
+    it (they run while the tensor cores work) and the rest."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines)
               if (m := re.match(r"^(\.L_x_\d+):", line.strip()))}
-    bodies = []
+    loops = []
     for end, line in enumerate(lines):
         m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
         start = labels.get(m.group(1)) if m else None
         if start is None or start >= end:
             continue
         ops = [mo.group(1) for text in lines[start:end + 1] if (mo := INSTR.match(text))]
-        if any(op.startswith("HGMMA") for op in ops) and "EXIT" not in ops:
-            bodies.append(lines[start:end + 1])
-    return bodies
-
-
-def wgmma_loops(sass: str) -> list[dict]:
-    """Each loop of ``sass`` with HGMMAs (``loop_bodies``): {"instructions", "hgmma", "waits",
-    "overlapped", "not_overlapped"} — the last two split the loop's other instructions into
-    those between a group of HGMMAs and the WARPGROUP.DEPBAR that waits for it (they run while
-    the tensor cores work) and the rest."""
-    loops = []
-    for body in loop_bodies(sass):
-        ops = [mo.group(1) for text in body if (mo := INSTR.match(text))]
         hgmma = [i for i, op in enumerate(ops) if op.startswith("HGMMA")]
+        if not hgmma or "EXIT" in ops:  # no wgmma, or a retry stub after the kernel's end
+            continue                    # branching back into a loop: not a loop itself
         waits = [i for i, op in enumerate(ops) if op.startswith("WARPGROUP.DEPBAR")]
         # instructions between each wait and the wgmmas it waits for (the last HGMMA before
         # it, if no other wait came in between): they run while the tensor cores work

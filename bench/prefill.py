@@ -201,8 +201,7 @@ def op_stacks(llm, length: int, vocab: int) -> list[dict]:
     rows = bc.op_table(prof, bc.package_files(Path(engine.__file__).resolve().parents[1]),
                        top=15)
     if rows and not any(r["stack"] for r in rows):  # say what the frames were named instead
-        print("no frame matched our files; the enclosing events of the first op:",
-              bc.enclosing_names(prof), "; the profile's frames:", bc.frame_census(prof),
+        print("no frame matched our files; the profile's frames:", bc.frame_census(prof),
               flush=True)
     return rows
 

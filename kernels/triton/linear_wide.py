@@ -73,12 +73,11 @@ if HAS_GLUON:
     from deepinfer.kernels.triton.moe_gluon import cta_barrier
 
     @gluon.jit
-    def issue_at(w_desc, x_desc, w_s, x_s, bars, pos, row0, tok0, w_col0, x_col0, step,
-                 num_steps, STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr,
-                 BK: gl.constexpr):
+    def issue_at(w_desc, x_desc, w_s, x_s, bars, row0, tok0, w_col0, x_col0, step, num_steps,
+                 STAGES: gl.constexpr, BO: gl.constexpr, BT: gl.constexpr, BK: gl.constexpr):
         """TMA of K step ``step``'s weight tile [BO, BK] and token tile [BT, BK] into ring
-        slot pos % STAGES (none past the last step; ``pos``: the ring position, here the step)."""
-        st = pos % STAGES
+        slot step % STAGES (none past the last step)."""
+        st = step % STAGES
         ok = step < num_steps
         mbarrier.expect(bars.index(st), BO * BK + BT * BK * 2, pred=ok)
         tma.async_copy_global_to_shared(w_desc, [row0, w_col0 + step * BK], bars.index(st),
@@ -186,8 +185,8 @@ if HAS_GLUON:
         for b in gl.static_range(STAGES):
             mbarrier.init(bars.index(b), count=1)
         for b in gl.static_range(STAGES - 1):
-            issue_at(w_desc, x_desc, w_s, x_s, bars, b, row0, tok0, k_begin, group * K + k_begin,
-                     b, num_steps, STAGES, BO, BT, BK)
+            issue_at(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin, b,
+                     num_steps, STAGES, BO, BT, BK)
 
         # the scale bytes of a thread's rows, KSUB columns per step
         s_ptrs, s_ok = scale_pointers(ws_ptr, row0, k_begin, W_ROWS, stride_wsr, BO, LW)
@@ -201,8 +200,8 @@ if HAS_GLUON:
             # every warp is past step i - 1 (its wgmmas waited, step i's operands loaded): the
             # stage the TMA below refills, (i - 1) % STAGES, is free
             cta_barrier()
-            issue_at(w_desc, x_desc, w_s, x_s, bars, i + STAGES - 1, row0, tok0, k_begin,
-                     group * K + k_begin, i + STAGES - 1, num_steps, STAGES, BO, BT, BK)
+            issue_at(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin,
+                     i + STAGES - 1, num_steps, STAGES, BO, BT, BK)
             acc = issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
             # the next step's operands while the wgmmas run
             b0, b1, n0, n1 = next_operands(w_s, bars, s_ptrs, s_ok, n0, n1, i, num_steps,

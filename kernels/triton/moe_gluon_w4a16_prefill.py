@@ -99,10 +99,11 @@ WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # tokens ~half the experts' blocks, session 15), 4 (quarters; at 4K tokens ~64 pairs per expert,
 # about half the blocks hold 65-96 pairs). H200 round 76a, whole pipeline at BM 128: parts 1 /
 # 2 / 4 7.24 / 6.83 / 6.67 ms at 4K tokens, 19.67 / 18.46 / 17.51 at 16K (the 4K prefill end to
-# end: 111.3 vs 110.3 ms, inside the run-to-run spread). 8 (eighths, from BM 128; session 34,
-# prepared without a GPU, not yet timed): a block of 65-80 pairs runs N = 64 + 16 instead of
-# 64 + 32 — at 4K tokens (~64 +- 8 pairs an expert) the padded tensor work falls from ~1.23 to
-# ~1.12 times the pairs' (``bench/moe_parts_padding.py``); the same bits
+# end: 111.3 vs 110.3 ms, inside the run-to-run spread). 8 (eighths, from BM 128; session 34):
+# a block of 65-80 pairs runs N = 64 + 16 instead of 64 + 32 — at 4K tokens (~64 +- 8 pairs an
+# expert) the padded tensor work falls from ~1.23 to ~1.12 times the pairs'
+# (``bench/moe_parts_padding.py``); the same bits. H100 round 175: the 4K pipeline 1.5-3.1 %
+# faster; level end to end (round 172, +0.1 %); off until its GPU bit checks (round 176) pass
 PARTS = 4
 # steps with at most this many pairs per expert on average run one warpgroup with two A
 # fragments (``rep`` 2: 128 weight rows on one warpgroup, the per-step bookkeeping once for

@@ -81,16 +81,6 @@ def test_op_table_frames_match_our_files_under_any_prefix(tmp_path):
     assert bc._frame_is_ours("/a/b/bench_x(3): f", ["bench_x"])  # a substring root
 
 
-def test_enclosing_names_lists_the_first_ops_frames():
-    from torch.profiler import ProfilerActivity, profile
-
-    x = torch.randn(8, 8)
-    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
-        _casts(x)
-    names = bc.enclosing_names(prof)
-    assert any("_casts" in n for n in names), names
-
-
 def test_op_table_takes_the_ops_own_stack_without_enclosing_frames():
     """A torch build that attaches the Python frames to the op (``stack``) instead of
     enclosing events: op_table matches ours among them."""
