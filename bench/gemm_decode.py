@@ -19,9 +19,9 @@ rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or
 ``gl[:WG:BT[:BK]:STAGES:wN]`` (``linear_wide``, Gluon: WG warpgroups of 64 weight rows share one
 TMA-fed token tile of BT; ``wide_config``'s launch, or this; ``gl:wN``: ``wide_config``'s launch
 with split-K for N waves at every row count, the rule before batch-invariant prefill), or
-``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``), or ``glv`` (the
-base kernel on ``wide_config``'s launch with 16-byte stores; the persistent variants ``glp`` /
-``glps`` went with ``linear_wide_persistent`` in session 35).
+``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``; the 16-byte-store
+variant ``glv`` and the persistent ``glp`` / ``glps`` were removed in session 35 / 36: no gain
+end to end, rounds 172 / 174).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -58,8 +58,6 @@ def parse_variant(text: str) -> dict | str:
             _, bt, bk, stages, waves = text.split(":")
             return dict(gl=True, WS=True, WG=1, BT=int(bt), BK=int(bk), STAGES=int(stages),
                         waves=float(waves[1:]))
-        if text == "glv":  # wide_config's launch on the base kernel, 16-byte stores
-            return dict(gl=True, VEC_STORE=True)
         if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
             return dict(gl=True, split_waves=float(text[len("gl:w"):]))
         if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN
@@ -91,7 +89,7 @@ def parse_variant(text: str) -> dict | str:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
                  "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN]', 'gl:wN', "
-                 "'glws:BT:BK:STAGES:wN', 'glv' or "
+                 "'glws:BT:BK:STAGES:wN' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
@@ -114,8 +112,6 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
                                                linear_wide.NUM_SMS)
             return lambda: linear_wide.linear_wide(xr, w, n, split_k=split).view(m, n)
         cfg = None if variant == "gl" else {key: v for key, v in variant.items() if key != "gl"}
-        if cfg is not None and "WG" not in cfg and "split_waves" not in cfg:  # glv
-            cfg = {**linear_wide.wide_config(m, n), **cfg}
         return lambda: linear_wide.linear_wide(xr, w, n, config=cfg).view(m, n)
     if variant == "wm" or isinstance(variant, dict) and variant.get("wm"):
         from deepinfer.kernels.triton import linear_decode

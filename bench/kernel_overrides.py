@@ -18,9 +18,6 @@ measures the variants alone, then the best end to end.
                                                    off; default linear.WIDE_MIN_ROWS)
     --linear-wide-max-rows N                       ... up to N rows (default: any; above N
                                                    the prefill tiles of _linear_kernel)
-    --linear-wide-vec-store-rows N                 linear_wide launches from N rows with
-                                                   16-byte output stores (0: off;
-                                                   linear_wide.VEC_STORE_MIN_ROWS)
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -34,9 +31,6 @@ measures the variants alone, then the best end to end.
                                                    to N pairs per expert (0: off; default
                                                    moe_gluon_w4a16_prefill.
                                                    REP_MAX_PAIRS_PER_EXPERT)
-    --w4a16-vec-store 0|1                          its output stores: 16-byte ones from a
-                                                   blocked layout, or the MMA layout's 2-byte
-                                                   ones (moe_gluon_w4a16_prefill.VEC_STORE)
     --w4a16-kernel base|ws|auto                    the bf16 prefill expert GEMM's kernel
                                                    (moe_gluon_w4a16_prefill.KERNEL; ws: TMA
                                                    issue on a producer warp; auto: ws for
@@ -59,7 +53,6 @@ measures the variants alone, then the best end to end.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 
@@ -81,13 +74,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-max-rows", type=int, default=None,
                     help="FP8 projections up to this many rows on linear_wide (default: "
                     "linear.WIDE_MAX_ROWS)")
-    ap.add_argument("--linear-wide-vec-store-rows", type=int, default=None,
-                    help="linear_wide launches from this many rows with 16-byte output stores "
-                    "(0: off, the default: linear_wide.VEC_STORE_MIN_ROWS)")
-    ap.add_argument("--w4a16-vec-store", type=int, default=None, choices=(0, 1),
-                    help="the prefill expert GEMMs' output stores: 1, 16-byte stores from a "
-                    "blocked layout; 0, the MMA layout's 2-byte ones (default: "
-                    "moe_gluon_w4a16_prefill.VEC_STORE)")
     ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
                     help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
                     "pairs per program (0: the decode pipeline, the default)")
@@ -136,28 +122,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
-          args.w4a16_rep_max_pairs, args.w4a16_kernel, args.w4a16_vec_store,
-          args.linear_wide_vec_store_rows)
-
-
-def _switch(flag: str, value: int | None, module: str, attr: str) -> None:
-    """``deepinfer.kernels.triton.<module>.<attr>`` = bool(value) for a 0 / 1 flag (None:
-    unchanged); another value exits naming the flag."""
-    if value is None:
-        return
-    if value not in (0, 1):
-        raise SystemExit(f"{flag} {value}: expected 0 or 1")
-    setattr(importlib.import_module(f"deepinfer.kernels.triton.{module}"), attr, bool(value))
-
-
-def _rows_from(flag: str, value: int | None, module: str, attr: str) -> None:
-    """``deepinfer.kernels.triton.<module>.<attr>`` = the row count from which a launch takes
-    a path (0: off, None there; None: unchanged); a negative value exits naming the flag."""
-    if value is None:
-        return
-    if value < 0:
-        raise SystemExit(f"{flag} {value}: expected >= 0 (0: off)")
-    setattr(importlib.import_module(f"deepinfer.kernels.triton.{module}"), attr, value or None)
+          args.w4a16_rep_max_pairs, args.w4a16_kernel)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -175,14 +140,9 @@ def apply(attention_config: str | None, moe_configs: list[str],
           route_decode_max_tokens: int | None = None,
           moe_decode_max_pairs: int | None = None,
           w4a16_rep_max_pairs: int | None = None,
-          w4a16_kernel: str | None = None,
-          w4a16_vec_store: int | None = None,
-          linear_wide_vec_store_rows: int | None = None) -> None:
+          w4a16_kernel: str | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    _switch("--w4a16-vec-store", w4a16_vec_store, "moe_gluon_w4a16_prefill", "VEC_STORE")
-    _rows_from("--linear-wide-vec-store-rows", linear_wide_vec_store_rows, "linear_wide",
-               "VEC_STORE_MIN_ROWS")
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

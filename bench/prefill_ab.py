@@ -4,8 +4,8 @@ median of ``--repeats`` prefills, and one fixed prompt's first two greedy tokens
 top-2 logprobs compared across the variants (the overrides under test keep the bits).
 
     python bench/prefill_ab.py --prompt-len 4096 \\
-        --variant "off=--linear-wide-vec-store-rows 0 --w4a16-vec-store 0" \\
-        --variant "on=--linear-wide-vec-store-rows 1024 --w4a16-vec-store 1"
+        --variant "quarters=--w4a16-prefill-parts 4" \\
+        --variant "eighths=--w4a16-prefill-parts 8"
 
 Why: a device round's A/B through ``prefill.py`` pays a model load (~11 s on the slice plan)
 and a cold start per run; the overrides ``kernel_overrides.py`` sets are module constants read

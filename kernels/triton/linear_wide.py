@@ -168,7 +168,7 @@ if HAS_GLUON:
                             split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
                             BK: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr,
-                            num_warps: gl.constexpr, VEC_STORE: gl.constexpr = False):
+                            num_warps: gl.constexpr):
         BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup (LW: operand_layout)
         KSUB: gl.constexpr = BK // 32  # scale columns (one k32 wgmma each) per K step
         gl.static_assert(KSUB == 1 or KSUB == 2, "BK must be 32 or 64")
@@ -211,12 +211,8 @@ if HAS_GLUON:
         for b in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(b))
 
-        if VEC_STORE and SPLIT_K == 1:
-            store_vec(acc, out_ptr, pid_o * BO, tok0, group, M, O, stride_om, stride_og, BO, BT,
-                      num_warps)
-        else:
-            store_tile(acc, out_ptr, pid_o * BO, tok0, split, group, M, O, split_stride,
-                       stride_om, stride_og, SPLIT_K, T_TILES, BO, BT, MMA)
+        store_tile(acc, out_ptr, pid_o * BO, tok0, split, group, M, O, split_stride, stride_om,
+                   stride_og, SPLIT_K, T_TILES, BO, BT, MMA)
 
     @gluon.jit
     def store_tile(acc, out_ptr, row_lo, tok0, split, group, M, O, split_stride, stride_om,
@@ -236,23 +232,6 @@ if HAS_GLUON:
             ptrs = (out_ptr + group.to(gl.int64) * stride_og
                     + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
             gl.store(ptrs, acc.to(gl.bfloat16), mask=mask)
-
-    @gluon.jit
-    def store_vec(acc, out_ptr, row_lo, tok0, group, M, O, stride_om, stride_og,
-                  BO: gl.constexpr, BT: gl.constexpr, num_warps: gl.constexpr):
-        """``linear_wide.store_tile``'s bf16 store (no split) from a blocked layout: each
-        thread 8 consecutive outputs of a token (16-byte stores, a warp's 8 lanes a 128-byte
-        run) instead of the MMA layout's 2-byte stores (its rows 8 apart); the conversion goes
-        through shared memory (the compiler's scratch, in rounds)."""
-        BL: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[8, 4],
-                                            warps_per_cta=[1, num_warps], order=[0, 1])
-        v = gl.convert_layout(acc.to(gl.bfloat16), BL)
-        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, BL))
-        offs_t = tok0 + gl.arange(0, BT, layout=gl.SliceLayout(0, BL))
-        mask = (rows_o < O)[:, None] & (offs_t < M)[None, :]
-        ptrs = (out_ptr + group.to(gl.int64) * stride_og
-                + offs_t.to(gl.int64)[None, :] * stride_om + rows_o[:, None])
-        gl.store(ptrs, v, mask=mask)
 
     @functools.cache
     def weight_layout(block_k: int):
@@ -288,9 +267,6 @@ def operand_layout(warpgroups: int):
 # such a program takes a whole SM, so the grid needs waves of them (wq_a / wkv at 4,096 rows,
 # 128 / 64 programs, ran 10-20 % slower on two).
 TWO_WG_MIN_PROGRAMS = 4 * NUM_SMS
-# launches from this many rows store their output from a blocked layout (16-byte stores
-# instead of the MMA layout's 2-byte ones; the same bits); None: off — session 33, not yet timed
-VEC_STORE_MIN_ROWS: int | None = None
 
 
 def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1) -> dict:
@@ -312,16 +288,14 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
     128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 µs
     on one warpgroup, 1,806 on two for all seven, ~1,785 as this picks per shape in that run;
     wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs: one program per SM
-    holds fewer stages in flight than two). ``VEC_STORE`` (from
-    ``VEC_STORE_MIN_ROWS`` rows): the 16-byte output stores."""
+    holds fewer stages in flight than two)."""
     bt = min(MAX_TILE_ROWS, max(64, next_power_of_2(max(num_rows, 1))))
-    vec = VEC_STORE_MIN_ROWS is not None and num_rows >= VEC_STORE_MIN_ROWS
     if bt == 256:
         if (out_features and out_features % 128 == 0 and out_features // 128
                 * cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
-            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1, VEC_STORE=vec)
-        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1, VEC_STORE=vec)
-    return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2, VEC_STORE=vec)
+            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1)
+        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
+    return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
 
 
 def wide_split(num_rows: int, programs: int, num_k: int, bk: int, waves: float) -> int:
@@ -345,8 +319,7 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
                 split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
     bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py; ``WS``: the
-    warp-specialized kernel of ``linear_wide_ws``; ``VEC_STORE``: the output from a blocked
-    layout, 16-byte stores — the same bits each); a BK of 64 that does not divide K falls back
+    warp-specialized kernel of ``linear_wide_ws``); a BK of 64 that does not divide K falls back
     to 32."""
     assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
     num_rows, groups, num_k = x3.shape
@@ -386,8 +359,6 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
         assert wg == 1, "linear_wide: the warp-specialized variant has one consumer warpgroup"
         kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
             "maxnreg": linear_wide_ws.maxnreg(bt)}
-    elif cfg.get("VEC_STORE"):  # the base kernel with 16-byte output stores
-        extra = {"VEC_STORE": True}
     kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
                  LW=operand_layout(wg), num_warps=4 * wg, **extra)
     if split_k > 1:
@@ -402,18 +373,14 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): 1, 2 and 4
-    warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not, the 16-byte store
-    (``VEC_STORE``) at two launches; wgmma, no spills."""
+    warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not; wgmma, no
+    spills."""
     cases = []
-    for wg, bt, bk, stages, split_k, vec in ((1, 64, 32, 6, 2, False), (1, 128, 32, 6, 1, False),
-                                             (1, 256, 32, 4, 2, False), (1, 256, 64, 3, 1, False),
-                                             (1, 128, 64, 4, 4, False), (2, 128, 32, 4, 2, False),
-                                             (2, 256, 64, 4, 1, False),
-                                             (4, 128, 64, 2, 1, False), (2, 256, 64, 4, 1, True),
-                                             (1, 64, 64, 4, 1, True)):
+    for wg, bt, bk, stages, split_k in ((1, 64, 32, 6, 2), (1, 128, 32, 6, 1), (1, 256, 32, 4, 2),
+                                        (1, 256, 64, 3, 1), (1, 128, 64, 4, 4), (2, 128, 32, 4, 2),
+                                        (2, 256, 64, 4, 1), (4, 128, 64, 2, 1)):
         cases.append({
-            "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}"
-                  + ("_vec" if vec else ""), "gluon": True,
+            "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}", "gluon": True,
             "module": __name__, "kernel": "_linear_wide_kernel",
             "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bt}x{bk}",
                           "w_desc": f"tma:u8:{bk}:{64 * wg}x{bk}",
@@ -422,8 +389,7 @@ def aot_cases() -> list[dict[str, Any]]:
                           "k_per_split": "i32", "split_stride": "i32", "stride_wsr": "i32",
                           "stride_om": "i32", "stride_og": "i32"},
             "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "BK": bk, "STAGES": stages,
-                           "LW": {"call": "operand_layout", "args": [wg]}, "VEC_STORE": vec,
-                           "num_warps": 4 * wg},
+                           "LW": {"call": "operand_layout", "args": [wg]}, "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})
     return cases

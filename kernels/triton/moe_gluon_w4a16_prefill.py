@@ -126,10 +126,6 @@ KERNEL = "auto"
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
-# both kernels' output stores, read at the call: False, the MMA layout's 2-byte stores (128 a
-# thread at REP 2, BM 128); True, 16-byte stores from a blocked layout (16 a thread, after a
-# conversion through shared memory). The same bits; prepared in session 33, not yet timed
-VEC_STORE = False
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -280,20 +276,13 @@ if HAS_GLUON:
 
     @gluon.jit
     def _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, slot0, stride_om,
-               MMA: gl.constexpr, VEC: gl.constexpr = False, NW: gl.constexpr = 4):
-        """acc [BO, BN] (layout MMA) -> out rows pairs[slot0 + j] (the valid ones). VEC: from
-        a blocked layout of 8 consecutive outputs a thread (16-byte stores of bf16; the
-        conversion through shared memory, the compiler's scratch; NW: the warps holding acc)
-        instead of the MMA layout's 2-byte ones (a thread's rows 8 apart)."""
+               MMA: gl.constexpr):
+        """acc [BO, BN] (layout MMA) -> out rows pairs[slot0 + j] (the valid ones)."""
         BO: gl.constexpr = acc.shape[0]
         BN: gl.constexpr = acc.shape[1]
-        L: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1], threads_per_warp=[8, 4],
-                                           warps_per_cta=[1, NW], order=[0, 1]) if VEC else MMA
         v = acc.to(out_ptr.dtype.element_ty)
-        if VEC:
-            v = gl.convert_layout(v, L)
-        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, L))
-        pairs_o = gl.load(pairs_ptr + slot0 + gl.arange(0, BN, layout=gl.SliceLayout(0, L)))
+        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, MMA))
+        pairs_o = gl.load(pairs_ptr + slot0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA)))
         valid = pairs_o < num_pairs
         offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
         gl.store(out_ptr + offs, v, mask=valid[None, :] & (rows_o[:, None] >= 0))
@@ -303,8 +292,7 @@ if HAS_GLUON:
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                    STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
                    BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr,
-                   PG: gl.constexpr, REP: gl.constexpr, num_warps: gl.constexpr,
-                   VEC: gl.constexpr = False):
+                   PG: gl.constexpr, REP: gl.constexpr, num_warps: gl.constexpr):
         """The K loop of one program against the first BN (+ BN2) tokens of its block (the
         rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
         BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
@@ -372,11 +360,9 @@ if HAS_GLUON:
             bits = _extract(p0)
             acc, acc2 = _wait(acc, acc2, BN2)
             a = _scaled(bits, sw, 0, ONE_MUL, LA)
-        _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA, VEC,
-               num_warps)
+        _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
         if BN2 > 0:
-            _store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN, stride_om,
-                   MMA2, VEC, num_warps)
+            _store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN, stride_om, MMA2)
 
     @gluon.jit
     def scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO: gl.constexpr,
@@ -393,7 +379,7 @@ if HAS_GLUON:
                      pairs_ptr, out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                      used, STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
                      ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
-                     num_warps: gl.constexpr, VEC: gl.constexpr):
+                     num_warps: gl.constexpr):
         """``_run_block`` at the N of ``used`` eighths of BM (``part_tiles``: one
         power-of-two tile or two, BN + BN2; 7 eighths run all of BM)."""
         descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
@@ -403,7 +389,7 @@ if HAS_GLUON:
                            w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr, num_pairs, row0,
                            row_lo, block, num_steps, stride_om, STAGES, WSTAGES, BM,
                            BM >> _EIGHTHS_BOX[u - 1], _EIGHTHS_BN2[u - 1] * (BM // 8),
-                           ONE_MUL, PG, REP, num_warps, VEC)
+                           ONE_MUL, PG, REP, num_warps)
 
     @gluon.jit
     def eighths_hit(used, u: gl.constexpr):
@@ -431,7 +417,7 @@ if HAS_GLUON:
                               WSTAGES: gl.constexpr, BM: gl.constexpr,
                               ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
                               PG: gl.constexpr, REP: gl.constexpr,
-                              num_warps: gl.constexpr, VEC: gl.constexpr = False):
+                              num_warps: gl.constexpr):
         # PG (``group_layout``): the weight tile's int32 words [BO, 16] in registers. x_desc /
         # xh_desc / xq_desc / xe_desc: token boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64] /
         # [BM / 8, 64]. PARTS (1, 2, 4, 8): a block runs N = the parts of BM that hold pairs
@@ -461,43 +447,43 @@ if HAS_GLUON:
                 _run_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars,
                              s_words, pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block,
                              num_steps, stride_om, used, STAGES, WSTAGES, BM, ONE_MUL, PG,
-                             REP, num_warps, VEC)
+                             REP, num_warps)
             elif PARTS == 4:
                 if used == 1:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 4, 0,
-                               ONE_MUL, PG, REP, num_warps, VEC)
+                               ONE_MUL, PG, REP, num_warps)
                 elif used == 2:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, REP, num_warps, VEC)
+                               ONE_MUL, PG, REP, num_warps)
                 elif used == 3:  # BM / 2 + BM / 4 (two accumulators)
                     _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, PG,
-                               REP, num_warps, VEC)
+                               REP, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP,
-                               num_warps, VEC)
+                               num_warps)
             elif PARTS == 2:
                 if used == 1:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, REP, num_warps, VEC)
+                               ONE_MUL, PG, REP, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP,
-                               num_warps, VEC)
+                               num_warps)
             else:
                 _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                            out_ptr, num_pairs, row0, tile * BO, block, num_steps, stride_om,
-                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP, num_warps, VEC)
+                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP, num_warps)
             for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -558,8 +544,7 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
                        out: torch.Tensor, block_m: int, stages: int = STAGES,
                        one_mul: bool = False, warpgroups: int = WARPGROUPS,
                        parts: int | None = None, weight_stages: int | None = None,
-                       rep: int = 1, maxnreg: int | None = None,
-                       vec_store: bool | None = None) -> torch.Tensor:
+                       rep: int = 1, maxnreg: int | None = None) -> torch.Tensor:
     """out[pair] (num_pairs, O; its dtype) = x[pair] @ W[expert]^T for the pairs a block holds,
     the fp32 sums rounded once. tokens: ``gather_tokens`` for these pairs (num_blocks * block_m
     rows); w (E, O, K/2) in ``moe_gluon_w4a8.to_kernel_order``, s (E, O, K/32) uint8; pairs
@@ -571,8 +556,7 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
     ``weight_stages``: the weight ring's depth (default ``WEIGHT_STAGES``, read at the call).
     ``rep`` (1 or 2): A fragments per warpgroup and group (64 rep weight rows a warpgroup, one
     accumulator of 64 rep rows), the per-step bookkeeping paid once for them. ``maxnreg``:
-    the launch's register cap per thread (None: the compiler's choice). ``vec_store``: the
-    output through 16-byte stores (default ``VEC_STORE``, read at the call; the same bits)."""
+    the launch's register cap per thread (None: the compiler's choice)."""
     assert HAS_GLUON, "w4a16_prefill_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -592,7 +576,6 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts,
         PG=group_layout(warpgroups, rep), REP=rep, num_warps=4 * warpgroups,
-        VEC=VEC_STORE if vec_store is None else vec_store,
         **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
@@ -743,15 +726,12 @@ def aot_cases() -> list[dict[str, Any]]:
     box within one step tile of the order), parts 1 / 2 / 4 (and 8 at REP 2, BM 128), REP 2 on
     one warpgroup at BM 64 and 128; and the token gather."""
     cases = []
-    for bm, stages, one_mul, wg, parts, rep, vec in (
-            (64, 4, True, 1, 1, 1, False), (64, 4, False, 1, 2, 1, False),
-            (128, 3, True, 1, 2, 1, False), (128, 2, True, 2, 2, 1, False),
-            (128, 2, True, 2, 4, 1, False), (64, 4, False, 1, 4, 1, False),
-            (128, 2, True, 1, 4, 2, False), (64, 4, True, 1, 4, 2, False),
-            (128, 2, True, 2, 4, 1, True), (128, 2, True, 1, 8, 2, False)):
+    for bm, stages, one_mul, wg, parts, rep in (
+            (64, 4, True, 1, 1, 1), (64, 4, False, 1, 2, 1), (128, 3, True, 1, 2, 1),
+            (128, 2, True, 2, 2, 1), (128, 2, True, 2, 4, 1), (64, 4, False, 1, 4, 1),
+            (128, 2, True, 1, 4, 2), (64, 4, True, 1, 4, 2), (128, 2, True, 1, 8, 2)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
-                            f"_wg{wg}_parts{parts}" + (f"_rep{rep}" if rep > 1 else "")
-                            + ("_vec" if vec else ""),
+                            f"_wg{wg}_parts{parts}" + (f"_rep{rep}" if rep > 1 else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -767,7 +747,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "ONE_MUL": one_mul,
                                      "PARTS": parts,
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
-                                     "REP": rep, "VEC": vec,
+                                     "REP": rep,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "expect_wgmma": True, "divisible": ["K", "O"]})

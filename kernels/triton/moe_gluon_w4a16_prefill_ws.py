@@ -97,7 +97,7 @@ if HAS_GLUON:
     def _consumer(w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row_lo,
                   block, num_steps, stride_om, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
-                  REP: gl.constexpr, NW: gl.constexpr, VEC: gl.constexpr):
+                  REP: gl.constexpr, NW: gl.constexpr):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
         stage is freed after its last group's wait (step i + 1's words are loaded by then)."""
         BO: gl.constexpr = 16 * NW * REP
@@ -146,11 +146,10 @@ if HAS_GLUON:
             # (the arrive follows a partition barrier: all warps got here)
             mbarrier.arrive(empty.index(st), count=1)
             a = base._scaled(bits, sw, 0, ONE_MUL, LA)
-        base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA,
-                    VEC, NW)
+        base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
         if BN2 > 0:
             base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
-                        stride_om, MMA2, VEC, NW)
+                        stride_om, MMA2)
 
     @gluon.jit
     def _ws_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr,
@@ -158,13 +157,13 @@ if HAS_GLUON:
                   S: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr,
                   ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                   NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                  PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr):
+                  PRODUCER_REGS: gl.constexpr):
         """One block's program at N = BN (+ BN2): consumer warpgroups and a producer warp."""
         BO: gl.constexpr = 16 * NW * REP
         gl.warp_specialize([
             (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
                          row_lo, block, num_steps, stride_om, S, BM, BN, BN2, ONE_MUL, PG, REP,
-                         NW, VEC)),
+                         NW)),
             (_producer, (x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
                          block * BM, num_steps, S, BO, BN, BN2)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -175,7 +174,7 @@ if HAS_GLUON:
                     num_steps, stride_om, used, S: gl.constexpr, BM: gl.constexpr,
                     ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                     NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                    PRODUCER_REGS: gl.constexpr, VEC: gl.constexpr):
+                    PRODUCER_REGS: gl.constexpr):
         """``_ws_block`` at the N of ``used`` eighths of BM (``base.part_tiles``)."""
         descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
         for u in gl.static_range(1, 8):
@@ -184,7 +183,7 @@ if HAS_GLUON:
                           w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr,
                           num_pairs, row0, row1, row_lo, block, num_steps, stride_om, S, BM,
                           BM >> base._EIGHTHS_BOX[u - 1], base._EIGHTHS_BN2[u - 1] * (BM // 8),
-                          ONE_MUL, PG, REP, NW, PRODUCER_WARPS, PRODUCER_REGS, VEC)
+                          ONE_MUL, PG, REP, NW, PRODUCER_WARPS, PRODUCER_REGS)
 
     @gluon.jit
     def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, s_ptr, pairs_ptr,
@@ -193,7 +192,7 @@ if HAS_GLUON:
                                  ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
                                  PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                 num_warps: gl.constexpr, VEC: gl.constexpr = False):
+                                 num_warps: gl.constexpr):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
         # the consumer warpgroups' warps (the producer warp comes on top)
         BO: gl.constexpr = 16 * num_warps * REP
@@ -220,31 +219,31 @@ if HAS_GLUON:
                 _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full,
                             empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo,
                             block, num_steps, stride_om, used, S, BM, ONE_MUL, PG, REP,
-                            num_warps, PRODUCER_WARPS, PRODUCER_REGS, VEC)
+                            num_warps, PRODUCER_WARPS, PRODUCER_REGS)
             elif PARTS == 4 and used == 1:
                 _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC)
+                          PRODUCER_REGS)
             elif PARTS >= 2 and used * (4 // PARTS) == 2:
                 _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC)
+                          PRODUCER_REGS)
             elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
                 _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC)
+                          PRODUCER_REGS)
             else:
                 _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
                           pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
                           stride_om,
                           S, BM, BM, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS, VEC)
+                          PRODUCER_REGS)
             for b in gl.static_range(S):
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
@@ -263,12 +262,11 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
                           sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                           out: torch.Tensor, block_m: int, one_mul: bool = False,
                           warpgroups: int = 1, parts: int | None = None, rep: int = 2,
-                          stages: int | None = None, maxnreg: int | None = None,
-                          vec_store: bool | None = None) -> torch.Tensor:
+                          stages: int | None = None,
+                          maxnreg: int | None = None) -> torch.Tensor:
     """``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``'s contract and bits on the producer-warp
     kernel (``stages``: the ring's depth, default ``STAGES`` read at the call; ``maxnreg``: the
-    launch's register cap per thread, None: ``launch_regs``; ``vec_store``: the 16-byte
-    stores, default ``moe_gluon_w4a16_prefill.VEC_STORE`` read at the call)."""
+    launch's register cap per thread, None: ``launch_regs``)."""
     assert HAS_GLUON, "w4a16_prefill_ws_gemm needs triton's Gluon"
     num_experts, out_features, half = w.shape
     k = half * 2
@@ -289,7 +287,6 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
         out.stride(0), S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts, PG=base.group_layout(warpgroups, rep), REP=rep,
         PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4 * warpgroups,
-        VEC=base.VEC_STORE if vec_store is None else vec_store,
         maxnreg=maxnreg or launch_regs(warpgroups))
     return out
 
@@ -297,14 +294,13 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
-    two warpgroups of REP 2 (256 rows: two weight boxes a step); the 16-byte stores and the
-    eighths (PARTS 8) on the 4K steps' shape."""
+    two warpgroups of REP 2 (256 rows: two weight boxes a step); the eighths (PARTS 8) on the
+    4K steps' shape."""
     cases = []
-    for bm, stages, wg, rep, vec, parts in (
-            (128, 2, 1, 2, False, 4), (64, 3, 1, 2, False, 4), (128, 2, 2, 1, False, 4),
-            (128, 3, 2, 2, False, 4), (128, 2, 1, 2, True, 4), (128, 2, 1, 2, False, 8)):
+    for bm, stages, wg, rep, parts in ((128, 2, 1, 2, 4), (64, 3, 1, 2, 4), (128, 2, 2, 1, 4),
+                                       (128, 3, 2, 2, 4), (128, 2, 1, 2, 8)):
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_vec" if vec else "") + ("_parts8" if parts == 8 else ""),
+                            + ("_parts8" if parts == 8 else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -319,7 +315,7 @@ def aot_cases() -> list[dict[str, Any]]:
                       "constexprs": {"S": stages, "BM": bm, "ONE_MUL": True, "PARTS": parts,
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
-                                     "PRODUCER_REGS": PRODUCER_REGS, "VEC": vec,
+                                     "PRODUCER_REGS": PRODUCER_REGS,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,

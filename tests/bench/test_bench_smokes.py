@@ -385,51 +385,13 @@ def test_moe_align_smoke_paths_equal_torch():
     assert out.count("equal True") == 2, out
 
 
-@pytest.mark.parametrize("arg,attr", [("linear_wide_vec_store_rows", "VEC_STORE_MIN_ROWS")])
-def test_kernel_overrides_linear_wide_rows(monkeypatch, arg, attr):
-    """--linear-wide-vec-store-rows N sets linear_wide's VEC_STORE_MIN_ROWS (0: off, None); a
-    negative value exits naming the flag."""
-    import kernel_overrides
-
-    from deepinfer.kernels.triton import linear_wide
-
-    monkeypatch.setattr(linear_wide, attr, None)
-    kernel_overrides.apply(None, [], **{arg: 2048})
-    assert getattr(linear_wide, attr) == 2048
-    kernel_overrides.apply(None, [], **{arg: 0})
-    assert getattr(linear_wide, attr) is None
-    with pytest.raises(SystemExit) as info:
-        kernel_overrides.apply(None, [], **{arg: -1})
-    assert "--" + arg.replace("_", "-") in str(info.value)
-
-
-def test_gemm_decode_vec_store_variant():
-    """gemm_decode.py's 'glv' (wide_config's launch, 16-byte stores); the persistent variants
-    went with their kernel (session 35)."""
+def test_gemm_decode_removed_variants_exit():
+    """gemm_decode.py's 16-byte-store and persistent variants went with their code (sessions
+    35 / 36): naming one exits with the variant grammar."""
     import gemm_decode
 
-    assert gemm_decode.parse_variant("glv") == {"gl": True, "VEC_STORE": True}
-    for gone in ("glp", "glps", "glp:2:256:64:4:w1"):
+    for gone in ("glv", "glp", "glps", "glp:2:256:64:4:w1"):
         with pytest.raises(SystemExit):
             gemm_decode.parse_variant(gone)
-
-
-@pytest.mark.parametrize("arg,attr", [("w4a16_vec_store", "VEC_STORE")])
-def test_kernel_overrides_w4a16_switches(monkeypatch, arg, attr):
-    """--w4a16-vec-store 0 / 1 sets moe_gluon_w4a16_prefill.VEC_STORE (off by default, read at
-    the call); another value exits naming the flag."""
-    import kernel_overrides
-
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
-
-    assert getattr(pf, attr) is False
-    monkeypatch.setattr(pf, attr, False)
-    kernel_overrides.apply(None, [], **{arg: 1})
-    assert getattr(pf, attr) is True
-    kernel_overrides.apply(None, [], **{arg: 0})
-    assert getattr(pf, attr) is False
-    with pytest.raises(SystemExit) as info:
-        kernel_overrides.apply(None, [], **{arg: 2})
-    assert "--" + arg.replace("_", "-") in str(info.value)
 
 

@@ -193,16 +193,15 @@ def test_prefill_ab_variants_parse_and_refuse_bad_ones():
     exit with a message naming the variant."""
     import prefill_ab
 
-    ok = prefill_ab.parse_variants(["off=--w4a16-vec-store 0 --linear-wide-vec-store-rows 0",
-                                    "on=--linear-wide-vec-store-rows 1024 --w4a16-vec-store 1"])
-    assert [(n, ns.w4a16_vec_store, ns.linear_wide_vec_store_rows) for n, _, ns in ok] == \
-        [("off", 0, 0), ("on", 1, 1024)]
-    for bad, words in ((["off", "on=--w4a16-vec-store 1"], "NAME=FLAGS"),
-                       (["a=--nope 1", "b=--w4a16-vec-store 1"], "--nope"),
-                       (["a=--w4a16-vec-store 0", "b=--linear-wide-vec-store-rows 1"],
-                        "same flags"),
-                       (["a=--w4a16-vec-store 0"], "at least two"),
-                       (["a=--w4a16-vec-store 0", "a=--w4a16-vec-store 1"], "differ")):
+    ok = prefill_ab.parse_variants(["quarters=--w4a16-prefill-parts 4 --w4a16-kernel ws",
+                                    "eighths=--w4a16-kernel auto --w4a16-prefill-parts 8"])
+    assert [(n, ns.w4a16_prefill_parts, ns.w4a16_kernel) for n, _, ns in ok] == \
+        [("quarters", 4, "ws"), ("eighths", 8, "auto")]
+    for bad, words in ((["off", "on=--w4a16-prefill-parts 8"], "NAME=FLAGS"),
+                       (["a=--nope 1", "b=--w4a16-prefill-parts 8"], "--nope"),
+                       (["a=--w4a16-prefill-parts 4", "b=--w4a16-kernel ws"], "same flags"),
+                       (["a=--w4a16-prefill-parts 4"], "at least two"),
+                       (["a=--w4a16-prefill-parts 4", "a=--w4a16-prefill-parts 8"], "differ")):
         with pytest.raises(SystemExit) as info:
             prefill_ab.parse_variants(bad)
         assert words in str(info.value), (bad, info.value)
@@ -216,8 +215,8 @@ def test_prefill_ab_runs_interleaved_variants_on_cpu(tmp_path):
 
     bench = Path(__file__).resolve().parents[2] / "bench" / "prefill_ab.py"
     done = subprocess.run([sys.executable, str(bench), "--prompt-len", "32", "--rounds", "2",
-                           "--repeats", "1", "--variant", "a=--w4a16-vec-store 0",
-                           "--variant", "b=--w4a16-vec-store 1", "--out", str(tmp_path)],
+                           "--repeats", "1", "--variant", "a=--w4a16-prefill-parts 4",
+                           "--variant", "b=--w4a16-prefill-parts 8", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (path,) = tmp_path.glob("*prefill_ab.json")

@@ -150,24 +150,3 @@ def test_linear_wide_ws_gpu(num_tokens, split_k):
              _rel(got, _reference(x, w, groups)), 5e-3)
 
 
-@pytest.mark.parametrize("num_tokens", [64, 200, 4096])
-def test_linear_wide_vec_store_gpu(num_tokens):
-    """The base kernel with its 16-byte output stores (``VEC_STORE``, session 33) gives its
-    2-byte stores' bits at ``wide_config``'s launch (one or two warpgroups, several token
-    tiles, grouped too), each timed."""
-    from deepinfer.kernels.triton import linear_wide
-
-    torch.manual_seed(11)
-    for name, groups, out_features, in_features in (("wq_b", 1, 32768, 1024),
-                                                    ("wo_a", V41_O_GROUPS, V41_O_LORA, 4096)):
-        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
-        w = _random_fp8_weight(groups * out_features, in_features)
-        cfg = linear_wide.wide_config(num_tokens, out_features, groups)
-        with nan_poisoned_allocations():
-            want = linear_wide.linear_wide(x, w, out_features, config={**cfg, "VEC_STORE": False})
-            got = linear_wide.linear_wide(x, w, out_features, config={**cfg, "VEC_STORE": True})
-        assert torch.equal(got, want), (name, num_tokens)
-        for vec in (False, True):
-            _row(f"{'vec' if vec else 'u16'} {name} WG{cfg['WG']}", f"M{num_tokens}",
-                 0.0, 0.0, _ms(lambda x=x, w=w, o=out_features, c={**cfg, "VEC_STORE": vec}:
-                               linear_wide.linear_wide(x, w, o, config=c)))

@@ -442,25 +442,3 @@ def test_swiglu_slots_equal_swiglu_then_gather_gpu(tokens, block_m):
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,warpgroups,rep", [(128, 1, 2), (128, 2, 1), (64, 1, 2)])
-def test_w4a16_prefill_vec_store_gives_the_same_bits(gated, block_m, warpgroups, rep):
-    """Both prefill expert kernels with their 16-byte output stores (``vec_store``: a blocked
-    layout through shared memory, session 33) against the base kernel's 2-byte stores, parts
-    4 (every quarter fill, both accumulators): bit-identical outputs, every pair's row
-    written."""
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
-
-    c = _w4a16_prefill_case(gated, block_m, 119)
-    args = (c["gathered"], c["weights"], c["scale"], c["pairs"], c["blocks"], c["num_pairs"])
-    want = pf.w4a16_prefill_gemm(*args, c["out"].clone(), block_m, one_mul=True,
-                                 warpgroups=warpgroups, parts=4, rep=rep, vec_store=False)
-    base = pf.w4a16_prefill_gemm(*args, torch.full_like(c["out"], float("nan")), block_m,
-                                 one_mul=True, warpgroups=warpgroups, parts=4, rep=rep,
-                                 vec_store=True)
-    got = ws.w4a16_prefill_ws_gemm(*args, torch.full_like(c["out"], float("nan")), block_m,
-                                   True, warpgroups, 4, rep, vec_store=True)
-    for out in (base, got):
-        assert not out.isnan().any()  # every pair's row written
-        assert torch.equal(out, want), (out - want).abs().max()

@@ -92,13 +92,3 @@ def test_operand_layout():
                       (4, [[16, 0], [32, 0], [64, 0], [128, 0]])):
         layout = linear_wide.operand_layout(wg)
         assert layout.warp_bases == warps and layout.shape == [64 * wg, 32]
-
-
-def test_wide_config_vec_store_from_its_rows(monkeypatch):
-    """``VEC_STORE_MIN_ROWS`` None (the default): no launch takes the 16-byte stores; set, every
-    launch from that many rows does (any token tile)."""
-    assert linear_wide.VEC_STORE_MIN_ROWS is None
-    assert not any(linear_wide.wide_config(r, 32768)["VEC_STORE"] for r in (64, 256, 4096))
-    monkeypatch.setattr(linear_wide, "VEC_STORE_MIN_ROWS", 128)
-    assert [linear_wide.wide_config(r, 32768)["VEC_STORE"] for r in (64, 128, 4096)] == \
-        [False, True, True]
