@@ -168,8 +168,10 @@ if HAS_GLUON:
                             split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
                             BK: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr,
-                            num_warps: gl.constexpr):
-        BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup (LW: operand_layout)
+                            num_warps: gl.constexpr, REP: gl.constexpr = 1):
+        # 64 REP weight rows per warpgroup (LW: operand_layout; REP 2: two wgmma A fragments
+        # of one accumulator, the MMA layout repeated along M)
+        BO: gl.constexpr = 16 * num_warps * REP
         KSUB: gl.constexpr = BK // 32  # scale columns (one k32 wgmma each) per K step
         gl.static_assert(KSUB == 1 or KSUB == 2, "BK must be 32 or 64")
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
@@ -247,18 +249,21 @@ if HAS_GLUON:
 
 
 @functools.cache
-def operand_layout(warpgroups: int):
-    """The weight tile's register layout [64 WG, 32] bytes: a thread's part of the wgmma A
-    fragment (warp w, lane 4 g + q: rows 16 w + g and + 8, K columns 2 q + {0, 1}, + 8, + 16,
+def operand_layout(warpgroups: int, rep: int = 1):
+    """The weight tile's register layout [64 WG rep, 32] bytes: a thread's part of the wgmma
+    A fragment (warp w, lane 4 g + q: rows 16 w + g and + 8, K columns 2 q + {0, 1}, + 8, + 16,
     + 24), the register-A layout of a bf16 tile, over the weight's bytes; warpgroups stacked on
-    the rows. Built here, lists of lists: inside a jit function the literal's inner lists
-    become tuples, and the layout would no longer compare equal to the one a slice of it
-    expands back to (a broadcast error)."""
+    the rows; rep 2: the same again 64 WG rows down (the MMA layout's repetition along M).
+    Built here, lists of lists: inside a jit function the literal's inner lists become tuples,
+    and the layout would no longer compare equal to the one a slice of it expands back to (a
+    broadcast error)."""
+    assert rep in (1, 2), rep
     warps = [[16 << b, 0] for b in range(2 + (warpgroups - 1).bit_length())]
     return gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [8, 0], [0, 8], [0, 16]],
+        reg_bases=[[0, 1], [8, 0], [0, 8], [0, 16]] + ([[64 * warpgroups, 0]] if rep == 2
+                                                        else []),
         lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
-        warp_bases=warps, block_bases=[], shape=[64 * warpgroups, 32])
+        warp_bases=warps, block_bases=[], shape=[64 * warpgroups * rep, 32])
 
 
 # Two warpgroups per 256-row token tile (BO 128) from this many programs (O / 128 x token tiles x
@@ -309,7 +314,8 @@ def wide_split(num_rows: int, programs: int, num_k: int, bk: int, waves: float) 
 
 def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 1) -> bool:
     """bf16 x (M, G, K) with M >= 1 and K % 32 == 0 against an Fp8BlockWeight
-    whose output features fill whole programs (O % 64 WG == 0)."""
+    whose output features fill whole programs (O % 64 ``warpgroups`` == 0: warpgroups times
+    A fragments per warpgroup)."""
     return (HAS_GLUON and 0 < x3.shape[0] and x3.shape[2] > 0
             and x3.shape[2] % STEP_K == 0 and x3.dtype == torch.bfloat16
             and isinstance(weight, Fp8BlockWeight) and out_features % (64 * warpgroups) == 0)
@@ -325,15 +331,17 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     num_rows, groups, num_k = x3.shape
     cfg = {**wide_config(num_rows, out_features, groups), **(config or {})}
     wg, bt, bk, stages = cfg["WG"], cfg["BT"], cfg["BK"], cfg["STAGES"]
-    assert accepts(x3, weight, out_features, wg), \
-        f"linear_wide: x {tuple(x3.shape)} {x3.dtype}, O {out_features} (WG {wg}) not accepted"
+    rep = cfg.get("REP", 1)
+    assert accepts(x3, weight, out_features, wg * rep), \
+        f"linear_wide: x {tuple(x3.shape)} {x3.dtype}, O {out_features} (WG {wg} REP {rep}) " \
+        "not accepted"
     assert bk in (32, 64), f"linear_wide: BK {bk}, expected 32 or 64"
     if num_k % bk:
         bk = STEP_K
     w, w_scale, _ = linear_decode.weight_operands(weight, "linear_wide")
     assert w.shape == (groups * out_features, num_k) and w.stride(1) == 1, \
         f"linear_wide: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
-    bo = 64 * wg
+    bo = 64 * wg * rep
     out = torch.empty((num_rows, groups, out_features), dtype=torch.bfloat16, device=x3.device)
     x2 = x3.contiguous().view(num_rows, groups * num_k)
     x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bt, bk], token_layout(bk))
@@ -356,11 +364,14 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     if cfg.get("WS"):  # the warp-specialized variant (prepared, off: linear_wide_ws.py)
         from deepinfer.kernels.triton import linear_wide_ws
 
-        assert wg == 1, "linear_wide: the warp-specialized variant has one consumer warpgroup"
+        assert wg == 1 and rep == 1, \
+            "linear_wide: the warp-specialized variant has one consumer warpgroup of one fragment"
         kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
             "maxnreg": linear_wide_ws.maxnreg(bt)}
+    else:
+        extra = {"REP": rep}
     kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
-                 LW=operand_layout(wg), num_warps=4 * wg, **extra)
+                 LW=operand_layout(wg, rep), num_warps=4 * wg, **extra)
     if split_k > 1:
         block_o, block_t = 64, 64
         linear_decode._splitk_sum_t_kernel[(cdiv(out_features, block_o),
@@ -373,23 +384,27 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): 1, 2 and 4
-    warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not; wgmma, no
-    spills."""
+    warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not, two A fragments
+    per warpgroup (REP 2) on one and two warpgroups; wgmma, no spills."""
     cases = []
-    for wg, bt, bk, stages, split_k in ((1, 64, 32, 6, 2), (1, 128, 32, 6, 1), (1, 256, 32, 4, 2),
-                                        (1, 256, 64, 3, 1), (1, 128, 64, 4, 4), (2, 128, 32, 4, 2),
-                                        (2, 256, 64, 4, 1), (4, 128, 64, 2, 1)):
+    for wg, bt, bk, stages, split_k, rep in (
+            (1, 64, 32, 6, 2, 1), (1, 128, 32, 6, 1, 1), (1, 256, 32, 4, 2, 1),
+            (1, 256, 64, 3, 1, 1), (1, 128, 64, 4, 4, 1), (2, 128, 32, 4, 2, 1),
+            (2, 256, 64, 4, 1, 1), (4, 128, 64, 2, 1, 1), (2, 128, 64, 4, 1, 2),
+            (1, 128, 64, 4, 1, 2)):
         cases.append({
-            "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}", "gluon": True,
+            "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}"
+                  + (f"_rep{rep}" if rep > 1 else ""), "gluon": True,
             "module": __name__, "kernel": "_linear_wide_kernel",
             "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bt}x{bk}",
-                          "w_desc": f"tma:u8:{bk}:{64 * wg}x{bk}",
+                          "w_desc": f"tma:u8:{bk}:{64 * wg * rep}x{bk}",
                           "ws_ptr": "*u8", "out_ptr": "*fp32" if split_k > 1 else "*bf16",
                           "M": "i32", "O": "i32", "K": "i32", "W_ROWS": "i32",
                           "k_per_split": "i32", "split_stride": "i32", "stride_wsr": "i32",
                           "stride_om": "i32", "stride_og": "i32"},
             "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "BK": bk, "STAGES": stages,
-                           "LW": {"call": "operand_layout", "args": [wg]}, "num_warps": 4 * wg},
+                           "LW": {"call": "operand_layout", "args": [wg, rep]}, "REP": rep,
+                           "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})
     return cases

@@ -129,7 +129,9 @@ def aot_cases() -> list[dict]:
                       "signature": {**case["signature"], "x_desc": f"tma:bf16:128:{bt}x64",
                                     "w_desc": "tma:u8:64:64x64",
                                     "out_ptr": "*fp32" if split_k > 1 else "*bf16"},
-                      "constexprs": {**case["constexprs"], "SPLIT_K": split_k, "BT": bt,
+                      "constexprs": {**{k: v for k, v in case["constexprs"].items()
+                                        if k != "REP"},  # one A fragment a warpgroup
+                                     "SPLIT_K": split_k, "BT": bt,
                                      "STAGES": stages,
                                      "LW": {"call": "operand_layout", "args": [1]},
                                      "num_warps": 4},

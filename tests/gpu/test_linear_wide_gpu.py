@@ -105,6 +105,39 @@ def test_linear_wide_prefill_rows_gpu(num_tokens):
         assert err <= 1.5 * base_err + 1e-4, (name, wg, err, base_err)
 
 
+@pytest.mark.parametrize("num_tokens", [200, 4096])
+@pytest.mark.parametrize("warpgroups,stages", [(2, 4), (1, 4)])
+def test_linear_wide_two_fragments_gpu(num_tokens, warpgroups, stages):
+    """Two A fragments per warpgroup (``REP`` 2: 64 WG x 2 weight rows against a 128-row token
+    tile) give the one-fragment launch's bits (the same exact products, each output's K sums
+    in the same order) on the slice's projections whose O 128 WG divides (wo_a grouped), split
+    and not (200 rows split by waves), every output written; each against the reference and
+    timed beside the default launch."""
+    from deepinfer.kernels.triton import linear_wide
+
+    torch.manual_seed(9)
+    for name, groups, out_features, in_features in SLICE_PROJECTIONS:
+        if out_features % (128 * warpgroups):
+            continue
+        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
+        w = _random_fp8_weight(groups * out_features, in_features)
+        rep2 = dict(WG=warpgroups, BT=128, BK=64, STAGES=stages, waves=1, REP=2)
+        rep1 = {**rep2, "REP": 1}
+        with nan_poisoned_allocations():
+            want = linear_wide.linear_wide(x, w, out_features, config=rep1)
+            got = linear_wide.linear_wide(x, w, out_features, config=rep2)
+        assert not got.isnan().any(), name
+        assert torch.equal(got, want), (name, (got.float() - want.float()).abs().max())
+        flops = 2.0 * num_tokens * groups * out_features * in_features
+        _row(f"linear_wide REP2 WG{warpgroups} {name}", f"M{num_tokens}",
+             _rel(got, _reference(x, w, groups)), 5e-3,
+             _ms(lambda x=x, w=w, o=out_features, c=rep2: linear_wide.linear_wide(x, w, o,
+                                                                                 config=c)),
+             flops)
+        _row(f"linear_wide default {name}", f"M{num_tokens}", 0.0, 5e-3,
+             _ms(lambda x=x, w=w, o=out_features: linear_wide.linear_wide(x, w, o)), flops)
+
+
 @pytest.mark.parametrize("num_tokens", [63, 64, 256, 1000])
 def test_linear_quant_act_dispatch_gpu(num_tokens, monkeypatch):
     """The registered Q8_32 projection takes linear_wide from ``linear.WIDE_MIN_ROWS`` rows
