@@ -16,8 +16,9 @@ the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x
 ``bf16:BMxBNxBK:stages:warps:wN`` on those tiles instead), or
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
 rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or
-``gl[:WG:BT[:BK]:STAGES:wN[:rREP]]`` (``linear_wide``, Gluon: WG warpgroups of 64 REP weight
-rows share one TMA-fed token tile of BT; ``wide_config``'s launch, or this; ``gl:wN``:
+``gl[:WG:BT[:BK]:STAGES:wN[:rREP][:first]]`` (``linear_wide``, Gluon: WG warpgroups of 64 REP
+weight rows share one TMA-fed token tile of BT, ``first``: a step's wgmmas issued before its TMA
+refill; ``wide_config``'s launch, or this; ``gl:wN``:
 ``wide_config``'s launch with split-K for N waves at every row count, the rule before
 batch-invariant prefill), or
 ``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``; the 16-byte-store
@@ -61,14 +62,17 @@ def parse_variant(text: str) -> dict | str:
                         waves=float(waves[1:]))
         if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
             return dict(gl=True, split_waves=float(text[len("gl:w"):]))
-        if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN[:rREP]
+        if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN[:rREP][:first]
             fields = text.split(":")[1:]
+            first = fields[-1] == "first"
+            if first:
+                fields.pop()
             rep = int(fields.pop()[1:]) if fields[-1].startswith("r") else 1
             if len(fields) == 4:
                 fields.insert(2, "32")
             wg, bt, bk, stages, waves = fields
             return dict(gl=True, WG=int(wg), BT=int(bt), BK=int(bk), STAGES=int(stages),
-                        waves=float(waves[1:]), REP=rep)
+                        waves=float(waves[1:]), REP=rep, MMA_FIRST=first)
         if text.startswith("wm:"):  # linear_decode: BOxBK[xBT]:stages:warps:wN
             _, tile, stages, warps, waves = text.split(":")
             bo, bk, *bt = (int(v) for v in tile.split("x"))
@@ -90,7 +94,8 @@ def parse_variant(text: str) -> dict | str:
     except ValueError:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
-                 "'bf16:BMxBNxBK:stages:warps:wN', 'gl[:WG:BT[:BK]:STAGES:wN[:rREP]]', 'gl:wN', "
+                 "'bf16:BMxBNxBK:stages:warps:wN', "
+                 "'gl[:WG:BT[:BK]:STAGES:wN[:rREP][:first]]', 'gl:wN', "
                  "'glws:BT:BK:STAGES:wN' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 

@@ -4,11 +4,13 @@
 #     routing whose last blocks take every eighth fill; the pipeline): round 175 timed the
 #     eighths 1.5-3.1 % faster per expert pipeline at 4K, bit-identical there; turn
 #     ``moe_gluon_w4a16_prefill.PARTS`` 8 on by default if these pass;
-#   * linear_wide with two A fragments per warpgroup (REP 2, 128-row token tiles: 0.8x the L2
-#     bytes per FLOP of the 4K default, two warpgroups x 64 weight rows against 256 tokens): its
-#     bits against REP 1, then the seven projections at 4,096 rows, the default launch against
-#     REP 2 on two / one warpgroups and the warp-specialized kernel at 256-row tiles (never
-#     timed at prefill rows), default first and last;
+#   * linear_wide with a step's wgmmas issued before its barrier and TMA refill (MMA_FIRST: the
+#     sm_90 loop's instructions outside the wgmmas' shadow 123 -> 84 a warp at the 4K launch)
+#     and with two A fragments per warpgroup (REP 2, 128-row token tiles: 0.8x the L2 bytes per
+#     FLOP of the 4K default, two warpgroups x 64 weight rows against 256 tokens): their bits
+#     against the default order / REP 1, then the seven projections at 4,096 rows — the default
+#     launch (gl, first and again late), with MMA_FIRST, REP 2 on two (and MMA_FIRST) / one
+#     warpgroups, the warp-specialized kernel at 256-row tiles (never timed at prefill rows);
 #   * a lone 4K prompt with --op-stacks (its table's frames, or the frame census where none
 #     matched: round 170 matched none on the device).
 # Pass the commit hash literally.
@@ -19,7 +21,7 @@ timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/gpu.log" | tail -6
 grep -E "^\| (w4a16 prefill eighths|linear_wide (REP2|default))" "$OUT/gpu.log" | cut -c1-120
 timeout 120 python3 bench/gemm_decode.py --rows 4096 --variants \
-  gl,gl:2:128:64:4:w1:r2,gl:2:128:64:3:w1:r2,gl:1:128:64:4:w1:r2,glws:256:64:3:w1,gl \
+  gl,gl:2:256:64:4:w1:first,gl:2:128:64:4:w1:r2,gl:2:128:64:4:w1:r2:first,gl:1:128:64:4:w1:r2,glws:256:64:3:w1,gl,gl:2:256:64:4:w1:first \
   >"$OUT/gemm4k.log" 2>&1
 echo "gemm_decode rc=$?"; grep -E "^\|" "$OUT/gemm4k.log" | cut -c1-150 | head -60
 timeout 150 python3 bench/prefill.py --prompt-lens 4096 --repeats 1 --no-eager --no-profile \

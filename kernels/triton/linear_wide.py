@@ -168,7 +168,8 @@ if HAS_GLUON:
                             split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
                             BK: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr,
-                            num_warps: gl.constexpr, REP: gl.constexpr = 1):
+                            num_warps: gl.constexpr, REP: gl.constexpr = 1,
+                            MMA_FIRST: gl.constexpr = False):
         # 64 REP weight rows per warpgroup (LW: operand_layout; REP 2: two wgmma A fragments
         # of one accumulator, the MMA layout repeated along M)
         BO: gl.constexpr = 16 * num_warps * REP
@@ -199,12 +200,17 @@ if HAS_GLUON:
 
         acc = gl.zeros([BO, BT], gl.float32, MMA)
         for i in range(num_steps):
+            # MMA_FIRST: step i's wgmmas go first, so the barrier and the TMA issue below run
+            # under them (the refilled stage is not step i's)
+            if MMA_FIRST:
+                acc = issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
             # every warp is past step i - 1 (its wgmmas waited, step i's operands loaded): the
             # stage the TMA below refills, (i - 1) % STAGES, is free
             cta_barrier()
             issue_at(w_desc, x_desc, w_s, x_s, bars, row0, tok0, k_begin, group * K + k_begin,
                      i + STAGES - 1, num_steps, STAGES, BO, BT, BK)
-            acc = issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
+            if not MMA_FIRST:
+                acc = issue_mmas(a0, a1, x_s.index(i % STAGES), acc, KSUB)
             # the next step's operands while the wgmmas run
             b0, b1, n0, n1 = next_operands(w_s, bars, s_ptrs, s_ok, n0, n1, i, num_steps,
                                            STAGES, KSUB, LW, LA)
@@ -369,7 +375,7 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
         kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
             "maxnreg": linear_wide_ws.maxnreg(bt)}
     else:
-        extra = {"REP": rep}
+        extra = {"REP": rep, "MMA_FIRST": bool(cfg.get("MMA_FIRST", False))}
     kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
                  LW=operand_layout(wg, rep), num_warps=4 * wg, **extra)
     if split_k > 1:
@@ -385,17 +391,19 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): 1, 2 and 4
     warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not, two A fragments
-    per warpgroup (REP 2) on one and two warpgroups; wgmma, no spills."""
+    per warpgroup (REP 2) on one and two warpgroups, the wgmmas before the TMA issue
+    (``MMA_FIRST``); wgmma, no spills."""
     cases = []
-    for wg, bt, bk, stages, split_k, rep in (
-            (1, 64, 32, 6, 2, 1), (1, 128, 32, 6, 1, 1), (1, 256, 32, 4, 2, 1),
-            (1, 256, 64, 3, 1, 1), (1, 128, 64, 4, 4, 1), (2, 128, 32, 4, 2, 1),
-            (2, 256, 64, 4, 1, 1), (4, 128, 64, 2, 1, 1), (2, 128, 64, 4, 1, 2),
-            (1, 128, 64, 4, 1, 2)):
+    for wg, bt, bk, stages, split_k, rep, first in (
+            (1, 64, 32, 6, 2, 1, 0), (1, 128, 32, 6, 1, 1, 0), (1, 256, 32, 4, 2, 1, 0),
+            (1, 256, 64, 3, 1, 1, 0), (1, 128, 64, 4, 4, 1, 0), (2, 128, 32, 4, 2, 1, 0),
+            (2, 256, 64, 4, 1, 1, 0), (4, 128, 64, 2, 1, 1, 0), (2, 128, 64, 4, 1, 2, 0),
+            (1, 128, 64, 4, 1, 2, 0), (2, 256, 64, 4, 1, 1, 1), (2, 128, 64, 4, 1, 2, 1),
+            (1, 64, 64, 4, 2, 1, 1)):
         cases.append({
             "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}"
-                  + (f"_rep{rep}" if rep > 1 else ""), "gluon": True,
-            "module": __name__, "kernel": "_linear_wide_kernel",
+                  + (f"_rep{rep}" if rep > 1 else "") + ("_mmafirst" if first else ""),
+            "gluon": True, "module": __name__, "kernel": "_linear_wide_kernel",
             "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bt}x{bk}",
                           "w_desc": f"tma:u8:{bk}:{64 * wg * rep}x{bk}",
                           "ws_ptr": "*u8", "out_ptr": "*fp32" if split_k > 1 else "*bf16",
@@ -404,7 +412,7 @@ def aot_cases() -> list[dict[str, Any]]:
                           "stride_om": "i32", "stride_og": "i32"},
             "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "BK": bk, "STAGES": stages,
                            "LW": {"call": "operand_layout", "args": [wg, rep]}, "REP": rep,
-                           "num_warps": 4 * wg},
+                           "MMA_FIRST": bool(first), "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})
     return cases

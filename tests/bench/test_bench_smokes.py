@@ -386,15 +386,15 @@ def test_moe_align_smoke_paths_equal_torch():
 
 
 def test_gemm_decode_linear_wide_variants():
-    """gemm_decode.py's ``gl:WG:BT[:BK]:STAGES:wN[:rREP]`` (BK 32 when left out, REP 1); the
-    16-byte-store and persistent variants went with their code (sessions 35 / 36): naming one
-    exits with the variant grammar."""
+    """gemm_decode.py's ``gl:WG:BT[:BK]:STAGES:wN[:rREP][:first]`` (BK 32 when left out, REP
+    1, the TMA refill before the wgmmas); the 16-byte-store and persistent variants went with
+    their code (sessions 35 / 36): naming one exits with the variant grammar."""
     import gemm_decode
 
     assert gemm_decode.parse_variant("gl:2:128:64:4:w1:r2") == dict(
-        gl=True, WG=2, BT=128, BK=64, STAGES=4, waves=1.0, REP=2)
-    assert gemm_decode.parse_variant("gl:1:256:3:w2") == dict(
-        gl=True, WG=1, BT=256, BK=32, STAGES=3, waves=2.0, REP=1)
+        gl=True, WG=2, BT=128, BK=64, STAGES=4, waves=1.0, REP=2, MMA_FIRST=False)
+    assert gemm_decode.parse_variant("gl:1:256:3:w2:first") == dict(
+        gl=True, WG=1, BT=256, BK=32, STAGES=3, waves=2.0, REP=1, MMA_FIRST=True)
     for gone in ("glv", "glp", "glps", "glp:2:256:64:4:w1"):
         with pytest.raises(SystemExit):
             gemm_decode.parse_variant(gone)

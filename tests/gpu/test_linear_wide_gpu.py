@@ -109,10 +109,10 @@ def test_linear_wide_prefill_rows_gpu(num_tokens):
 @pytest.mark.parametrize("warpgroups,stages", [(2, 4), (1, 4)])
 def test_linear_wide_two_fragments_gpu(num_tokens, warpgroups, stages):
     """Two A fragments per warpgroup (``REP`` 2: 64 WG x 2 weight rows against a 128-row token
-    tile) give the one-fragment launch's bits (the same exact products, each output's K sums
-    in the same order) on the slice's projections whose O 128 WG divides (wo_a grouped), split
-    and not (200 rows split by waves), every output written; each against the reference and
-    timed beside the default launch."""
+    tile) and a step's wgmmas before its TMA refill (``MMA_FIRST``, both REPs) give the
+    one-fragment launch's bits (the same exact products, each output's K sums in the same
+    order) on the slice's projections whose O 128 WG divides (wo_a grouped), every output
+    written; REP 2 against the reference and timed beside the default launch."""
     from deepinfer.kernels.triton import linear_wide
 
     torch.manual_seed(9)
@@ -125,9 +125,12 @@ def test_linear_wide_two_fragments_gpu(num_tokens, warpgroups, stages):
         rep1 = {**rep2, "REP": 1}
         with nan_poisoned_allocations():
             want = linear_wide.linear_wide(x, w, out_features, config=rep1)
-            got = linear_wide.linear_wide(x, w, out_features, config=rep2)
-        assert not got.isnan().any(), name
-        assert torch.equal(got, want), (name, (got.float() - want.float()).abs().max())
+            outs = [linear_wide.linear_wide(x, w, out_features, config=c)
+                    for c in (rep2, {**rep2, "MMA_FIRST": True}, {**rep1, "MMA_FIRST": True})]
+        for got in outs:
+            assert not got.isnan().any(), name
+            assert torch.equal(got, want), (name, (got.float() - want.float()).abs().max())
+        got = outs[0]
         flops = 2.0 * num_tokens * groups * out_features * in_features
         _row(f"linear_wide REP2 WG{warpgroups} {name}", f"M{num_tokens}",
              _rel(got, _reference(x, w, groups)), 5e-3,
