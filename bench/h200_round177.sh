@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device round 177 (session 36) (≈ 6 min): what decides the next defaults, in one call —
+# Device round 177 (session 36) (≈ 9 min): what decides the next defaults, in one call —
 #   * the eighths' GPU bit checks (PARTS 8 on both prefill expert kernels against parts 4,
 #     routing whose last blocks take every eighth fill; the pipeline): round 175 timed the
 #     eighths 1.5-3.1 % faster per expert pipeline at 4K, bit-identical there; turn
@@ -11,6 +11,7 @@
 #     against the default order / REP 1, then the seven projections at 4,096 rows — the default
 #     launch (gl, first and again late), with MMA_FIRST, REP 2 on two (and MMA_FIRST) / one
 #     warpgroups, the warp-specialized kernel at 256-row tiles (never timed at prefill rows);
+#   * the lone 4K prompt end to end with either / both (bench/prefill_ab.py, 3 rounds);
 #   * a lone 4K prompt with --op-stacks (its table's frames, or the frame census where none
 #     matched: round 170 matched none on the device).
 # Pass the commit hash literally.
@@ -24,6 +25,15 @@ timeout 120 python3 bench/gemm_decode.py --rows 4096 --variants \
   gl,gl:2:256:64:4:w1:first,gl:2:128:64:4:w1:r2,gl:2:128:64:4:w1:r2:first,gl:1:128:64:4:w1:r2,glws:256:64:3:w1,gl,gl:2:256:64:4:w1:first \
   >"$OUT/gemm4k.log" 2>&1
 echo "gemm_decode rc=$?"; grep -E "^\|" "$OUT/gemm4k.log" | cut -c1-150 | head -60
+# the lone 4K prompt end to end: off / MMA_FIRST / REP 2 / both, interleaved (bits compared)
+timeout 200 python3 bench/prefill_ab.py --prompt-len 4096 --rounds 3 --repeats 3 \
+  --variant "off=--linear-wide-mma-first 0 --linear-wide-rep2 0" \
+  --variant "first=--linear-wide-mma-first 1 --linear-wide-rep2 0" \
+  --variant "rep2=--linear-wide-mma-first 0 --linear-wide-rep2 1" \
+  --variant "both=--linear-wide-mma-first 1 --linear-wide-rep2 1" \
+  --out "$OUT" >"$OUT/prefill_ab.log" 2>&1
+echo "prefill_ab rc=$?"; grep -E "^\| [a-z0-9]+ \| [0-9]|median|same|differ|tokens" \
+  "$OUT/prefill_ab.log" | cut -c1-160 | tail -24
 timeout 150 python3 bench/prefill.py --prompt-lens 4096 --repeats 1 --no-eager --no-profile \
   --op-stacks --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"

@@ -278,6 +278,11 @@ def operand_layout(warpgroups: int, rep: int = 1):
 # such a program takes a whole SM, so the grid needs waves of them (wq_a / wkv at 4,096 rows,
 # 128 / 64 programs, ran 10-20 % slower on two).
 TWO_WG_MIN_PROGRAMS = 4 * NUM_SMS
+# read at each call (session 36, round 177 decides): MMA_FIRST — every launch issues a step's
+# wgmmas before its barrier and TMA refill (the same bits); REP2 — the two-warpgroup launches
+# take two A fragments per warpgroup against 128-row token tiles where 256 divides O
+MMA_FIRST = False
+REP2 = False
 
 
 def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1) -> dict:
@@ -299,14 +304,18 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
     128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 µs
     on one warpgroup, 1,806 on two for all seven, ~1,785 as this picks per shape in that run;
     wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs: one program per SM
-    holds fewer stages in flight than two)."""
+    holds fewer stages in flight than two). ``MMA_FIRST`` and ``REP2`` (module settings,
+    read here) add the wgmma-first order and the two-fragment launch."""
     bt = min(MAX_TILE_ROWS, max(64, next_power_of_2(max(num_rows, 1))))
+    order = {"MMA_FIRST": MMA_FIRST}
     if bt == 256:
         if (out_features and out_features % 128 == 0 and out_features // 128
                 * cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
-            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1)
-        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1)
-    return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2)
+            if REP2 and out_features % 256 == 0:
+                return dict(WG=2, BT=128, BK=64, STAGES=4, waves=1, REP=2, **order)
+            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1, **order)
+        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1, **order)
+    return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2, **order)
 
 
 def wide_split(num_rows: int, programs: int, num_k: int, bk: int, waves: float) -> int:

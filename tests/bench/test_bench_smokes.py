@@ -385,6 +385,32 @@ def test_moe_align_smoke_paths_equal_torch():
     assert out.count("equal True") == 2, out
 
 
+def test_kernel_overrides_linear_wide_switches(monkeypatch):
+    """--linear-wide-mma-first / --linear-wide-rep2 0|1 set linear_wide.MMA_FIRST / REP2, which
+    ``wide_config`` reads: the 4K two-warpgroup launch becomes REP 2 on 128-row token tiles
+    (only where 256 divides O) and every launch carries the order; another value exits
+    naming the flag."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import linear_wide
+
+    monkeypatch.setattr(linear_wide, "MMA_FIRST", False)
+    monkeypatch.setattr(linear_wide, "REP2", False)
+    assert linear_wide.wide_config(4096, 5120) == dict(WG=2, BT=256, BK=64, STAGES=4, waves=1,
+                                                       MMA_FIRST=False)
+    kernel_overrides.apply(None, [], linear_wide_mma_first=1, linear_wide_rep2=1)
+    assert linear_wide.wide_config(4096, 5120) == dict(WG=2, BT=128, BK=64, STAGES=4, waves=1,
+                                                       REP=2, MMA_FIRST=True)
+    assert linear_wide.wide_config(4096, 128 * 41, 4)["BT"] == 256  # 256 does not divide O
+    assert linear_wide.wide_config(64, 5120)["MMA_FIRST"] is True
+    kernel_overrides.apply(None, [], linear_wide_mma_first=0, linear_wide_rep2=0)
+    assert linear_wide.wide_config(4096, 5120)["BT"] == 256
+    for flag in ("linear_wide_mma_first", "linear_wide_rep2"):
+        with pytest.raises(SystemExit) as info:
+            kernel_overrides.apply(None, [], **{flag: 2})
+        assert "--" + flag.replace("_", "-") in str(info.value)
+
+
 def test_gemm_decode_linear_wide_variants():
     """gemm_decode.py's ``gl:WG:BT[:BK]:STAGES:wN[:rREP][:first]`` (BK 32 when left out, REP
     1, the TMA refill before the wgmmas); the 16-byte-store and persistent variants went with
