@@ -21,6 +21,7 @@ weight rows share one TMA-fed token tile of BT, ``first``: a step's wgmmas issue
 refill; ``wide_config``'s launch, or this; ``gl:wN``:
 ``wide_config``'s launch with split-K for N waves at every row count, the rule before
 batch-invariant prefill), or
+``glf`` / ``gl0`` (``wide_config``'s launch with ``MMA_FIRST`` on / off), or
 ``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``; the 16-byte-store
 variant ``glv`` and the persistent ``glp`` / ``glps`` were removed in session 35 / 36: no gain
 end to end, rounds 172 / 174).
@@ -33,6 +34,7 @@ another order).
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import sys
 from pathlib import Path
@@ -60,6 +62,8 @@ def parse_variant(text: str) -> dict | str:
             _, bt, bk, stages, waves = text.split(":")
             return dict(gl=True, WS=True, WG=1, BT=int(bt), BK=int(bk), STAGES=int(stages),
                         waves=float(waves[1:]))
+        if text in ("glf", "gl0"):  # wide_config's launch, MMA_FIRST on / off
+            return dict(gl=True, MMA_FIRST=text == "glf")
         if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
             return dict(gl=True, split_waves=float(text[len("gl:w"):]))
         if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN[:rREP][:first]
@@ -96,7 +100,7 @@ def parse_variant(text: str) -> dict | str:
                  "(split an int or wN), 'default', 'bf16[:wN]', "
                  "'bf16:BMxBNxBK:stages:warps:wN', "
                  "'gl[:WG:BT[:BK]:STAGES:wN[:rREP][:first]]', 'gl:wN', "
-                 "'glws:BT:BK:STAGES:wN' or "
+                 "'glf', 'gl0', 'glws:BT:BK:STAGES:wN' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
@@ -119,6 +123,8 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
                                                linear_wide.NUM_SMS)
             return lambda: linear_wide.linear_wide(xr, w, n, split_k=split).view(m, n)
         cfg = None if variant == "gl" else {key: v for key, v in variant.items() if key != "gl"}
+        if cfg is not None and "WG" not in cfg:  # glf / gl0: wide_config's launch, that order
+            cfg = {**linear_wide.wide_config(m, n), **cfg}
         return lambda: linear_wide.linear_wide(xr, w, n, config=cfg).view(m, n)
     if variant == "wm" or isinstance(variant, dict) and variant.get("wm"):
         from deepinfer.kernels.triton import linear_decode
@@ -202,11 +208,14 @@ def main() -> int:
                 print(f"| {name} | {m} | {text} | {us:.1f} | {n_bytes / us / 1e3:.0f} | "
                       f"{roof_us / us:.2f} | {diff:.1e} |", flush=True)
     if total:
-        print("\nAll shapes, one call each (variants that ran on every shape)")
+        print("\nAll shapes, one call each (variants that ran on every shape; a variant named "
+              "more than once: the mean of its runs)")
         print("| rows | variant | µs | roofline µs | η |\n|---:|---|---:|---:|---:|")
+        repeats = collections.Counter(text for text, _ in variants)
         for (m, text), (us, roof_us, count) in sorted(total.items(),
                                                       key=lambda t: (t[0][0], t[1][0])):
-            if count == len(SHAPES):
+            if count == len(SHAPES) * repeats[text]:
+                us, roof_us = us / repeats[text], roof_us / repeats[text]
                 print(f"| {m} | {text} | {us:.1f} | {roof_us:.1f} | {roof_us / us:.2f} |")
     return 0
 

@@ -36,8 +36,8 @@ the whole K loop:
     scaled and issued (session 17, rounds 82-84: no faster than decoding a whole step after the
     wait, within the runs' noise, in 112 registers instead of 127; the bound at 4K tokens is
     the token tiles' L2 reads per FLOP, docs/performance.md). WG warpgroups share one token
-    tile. ``PARTS``: a block runs the loop at N = the parts of BM (halves or quarters) that
-    hold pairs (each N its own copy of the loop, ``_run_block``; 3 of 4 quarters as two
+    tile. ``PARTS``: a block runs the loop at N = the parts of BM (halves, quarters, eighths)
+    that hold pairs (each N its own copy of the loop, ``_run_block``; 3 of 4 quarters as two
     accumulators, N = BM / 2 + BM / 4, fed by the same registers). ``REP`` 2: a warpgroup
     holds two A fragments (64 rows each, one [128, 32] operand: two wgmmas per k16) against
     the same token slice, so the step's bookkeeping (TMA issue, barriers, waits, descriptors)
@@ -103,8 +103,9 @@ WARPGROUPS = 2  # warpgroups per program (64 weight rows each, one token tile)
 # a block of 65-80 pairs runs N = 64 + 16 instead of 64 + 32 — at 4K tokens (~64 +- 8 pairs an
 # expert) the padded tensor work falls from ~1.23 to ~1.12 times the pairs'
 # (``bench/moe_parts_padding.py``); the same bits. H100 round 175: the 4K pipeline 1.5-3.1 %
-# faster; level end to end (round 172, +0.1 %); off until its GPU bit checks (round 176) pass
-PARTS = 4
+# faster; level end to end (round 172, +0.1 %); the default since its GPU bit checks (every
+# eighth fill, both kernels: H100 round 177, session 36) passed
+PARTS = 8
 # steps with at most this many pairs per expert on average run one warpgroup with two A
 # fragments (``rep`` 2: 128 weight rows on one warpgroup, the per-step bookkeeping once for
 # both; the same bits). H200 round 153 (session 27), ms per call, 2 warpgroups x 64 rows / 1 x

@@ -421,6 +421,8 @@ def test_gemm_decode_linear_wide_variants():
         gl=True, WG=2, BT=128, BK=64, STAGES=4, waves=1.0, REP=2, MMA_FIRST=False)
     assert gemm_decode.parse_variant("gl:1:256:3:w2:first") == dict(
         gl=True, WG=1, BT=256, BK=32, STAGES=3, waves=2.0, REP=1, MMA_FIRST=True)
+    assert gemm_decode.parse_variant("glf") == dict(gl=True, MMA_FIRST=True)
+    assert gemm_decode.parse_variant("gl0") == dict(gl=True, MMA_FIRST=False)
     for gone in ("glv", "glp", "glps", "glp:2:256:64:4:w1"):
         with pytest.raises(SystemExit):
             gemm_decode.parse_variant(gone)

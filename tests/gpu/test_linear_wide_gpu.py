@@ -70,7 +70,7 @@ def test_linear_wide_gpu(num_tokens):
 @pytest.mark.parametrize("split_k", [1, 3])
 def test_linear_wide_launches_gpu(config, split_k):
     """Each launch class on wo_b at 200 rows (several token tiles where BT < 200), split and
-    not, against the reference."""
+    not, against the reference; with ``MMA_FIRST`` the same bits."""
     from deepinfer.kernels.triton import linear_wide
 
     torch.manual_seed(1)
@@ -78,7 +78,11 @@ def test_linear_wide_launches_gpu(config, split_k):
     x = torch.randn(num_tokens, 1, in_features, device="cuda", dtype=torch.bfloat16)
     w = _random_fp8_weight(out_features, in_features)
     with nan_poisoned_allocations():
-        out = linear_wide.linear_wide(x, w, out_features, split_k=split_k, config=config)
+        out = linear_wide.linear_wide(x, w, out_features, split_k=split_k,
+                                      config={**config, "MMA_FIRST": False})
+        first = linear_wide.linear_wide(x, w, out_features, split_k=split_k,
+                                        config={**config, "MMA_FIRST": True})
+    assert torch.equal(first, out), config  # the wgmmas before the refill: the same bits
     label = (f"WG{config['WG']} BT{config['BT']} BK{config['BK']} S{config['STAGES']} "
              f"split {split_k}")
     _row(f"linear_wide {label}", f"M{num_tokens} wo_b", _rel(out, _reference(x, w, 1)), 5e-3)
@@ -111,8 +115,9 @@ def test_linear_wide_two_fragments_gpu(num_tokens, warpgroups, stages):
     """Two A fragments per warpgroup (``REP`` 2: 64 WG x 2 weight rows against a 128-row token
     tile) and a step's wgmmas before its TMA refill (``MMA_FIRST``, both REPs) give the
     one-fragment launch's bits (the same exact products, each output's K sums in the same
-    order) on the slice's projections whose O 128 WG divides (wo_a grouped), every output
-    written; REP 2 against the reference and timed beside the default launch."""
+    order, split-K fixed at 200 rows: REP changes the split by waves) on the slice's
+    projections whose O 128 WG divides (wo_a grouped), every output written; REP 2 against
+    the reference and timed beside the default launch."""
     from deepinfer.kernels.triton import linear_wide
 
     torch.manual_seed(9)
@@ -123,9 +128,10 @@ def test_linear_wide_two_fragments_gpu(num_tokens, warpgroups, stages):
         w = _random_fp8_weight(groups * out_features, in_features)
         rep2 = dict(WG=warpgroups, BT=128, BK=64, STAGES=stages, waves=1, REP=2)
         rep1 = {**rep2, "REP": 1}
+        split = 2 if num_tokens < 1024 else 1  # fixed: REP changes the programs' split by waves
         with nan_poisoned_allocations():
-            want = linear_wide.linear_wide(x, w, out_features, config=rep1)
-            outs = [linear_wide.linear_wide(x, w, out_features, config=c)
+            want = linear_wide.linear_wide(x, w, out_features, split, config=rep1)
+            outs = [linear_wide.linear_wide(x, w, out_features, split, config=c)
                     for c in (rep2, {**rep2, "MMA_FIRST": True}, {**rep1, "MMA_FIRST": True})]
         for got in outs:
             assert not got.isnan().any(), name
