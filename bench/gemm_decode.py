@@ -16,15 +16,16 @@ the weight decoded in registers, ``linear.linear``; ``:wN`` as above on its 128x
 ``bf16:BMxBNxBK:stages:warps:wN`` on those tiles instead), or
 ``wm[:BOxBK[xBT]:stages:warps:wN]`` (``linear_decode``: the decoded weight on the MMA's M side,
 rows on N in token tiles of BT; ``decode_config``'s tiles, or these), or
-``gl[:WG:BT[:BK]:STAGES:wN[:rREP][:first]]`` (``linear_wide``, Gluon: WG warpgroups of 64 REP
-weight rows share one TMA-fed token tile of BT, ``first``: a step's wgmmas issued before its TMA
-refill; ``wide_config``'s launch, or this; ``gl:wN``:
+``gl[:WG:BT[:BK]:STAGES:wN[:first]]`` (``linear_wide``, Gluon: WG warpgroups of 64 weight rows
+share one TMA-fed token tile of BT, ``first``: a step's wgmmas issued before its TMA refill;
+``wide_config``'s launch, or this; ``gl:wN``:
 ``wide_config``'s launch with split-K for N waves at every row count, the rule before
 batch-invariant prefill), or
 ``glf`` / ``gl0`` (``wide_config``'s launch with ``MMA_FIRST`` on / off), or
 ``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``; the 16-byte-store
-variant ``glv`` and the persistent ``glp`` / ``glps`` were removed in session 35 / 36: no gain
-end to end, rounds 172 / 174).
+variant ``glv``, the persistent ``glp`` / ``glps`` and two A fragments per warpgroup
+(``:rREP``) were removed in sessions 35 / 36: no gain, rounds 172 / 174 / 177; their code is at
+59cb884 / bf68298).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -66,17 +67,16 @@ def parse_variant(text: str) -> dict | str:
             return dict(gl=True, MMA_FIRST=text == "glf")
         if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
             return dict(gl=True, split_waves=float(text[len("gl:w"):]))
-        if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN[:rREP][:first]
+        if text.startswith("gl:"):  # linear_wide: WG:BT[:BK]:STAGES:wN[:first]
             fields = text.split(":")[1:]
             first = fields[-1] == "first"
             if first:
                 fields.pop()
-            rep = int(fields.pop()[1:]) if fields[-1].startswith("r") else 1
             if len(fields) == 4:
                 fields.insert(2, "32")
             wg, bt, bk, stages, waves = fields
             return dict(gl=True, WG=int(wg), BT=int(bt), BK=int(bk), STAGES=int(stages),
-                        waves=float(waves[1:]), REP=rep, MMA_FIRST=first)
+                        waves=float(waves[1:]), MMA_FIRST=first)
         if text.startswith("wm:"):  # linear_decode: BOxBK[xBT]:stages:warps:wN
             _, tile, stages, warps, waves = text.split(":")
             bo, bk, *bt = (int(v) for v in tile.split("x"))
@@ -99,7 +99,7 @@ def parse_variant(text: str) -> dict | str:
         sys.exit(f"gemm_decode: bad variant {text!r}: expected BMxBNxBK:stages:warps:split "
                  "(split an int or wN), 'default', 'bf16[:wN]', "
                  "'bf16:BMxBNxBK:stages:warps:wN', "
-                 "'gl[:WG:BT[:BK]:STAGES:wN[:rREP][:first]]', 'gl:wN', "
+                 "'gl[:WG:BT[:BK]:STAGES:wN[:first]]', 'gl:wN', "
                  "'glf', 'gl0', 'glws:BT:BK:STAGES:wN' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 

@@ -14,6 +14,8 @@
 #   * the lone 4K prompt end to end with either / both (bench/prefill_ab.py, 3 rounds);
 #   * a lone 4K prompt with --op-stacks (its table's frames, or the frame census where none
 #     matched: round 170 matched none on the device).
+# Ran in session 36 at commit 84141eb (an H100). REP 2 (`:r2`, --linear-wide-rep2) was removed
+# after it (it lost): rerun at that commit.
 # Pass the commit hash literally.
 source "$(dirname "$0")/device_setup.sh"
 timeout 200 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \

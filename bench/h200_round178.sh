@@ -11,6 +11,8 @@
 #   * the base prefill expert kernel (the 8K steps' shape) with its MMA_FIRST, base / +first
 #     twice, bits against the first row.
 # (tests/gpu/test_linear_wide_gpu.py's MMA_FIRST checks: the next round with device time.)
+# Ran in session 36 at commit bf68298 (an H100). The base expert kernel's MMA_FIRST (base+first)
+# was removed after it (level at 8K): rerun at that commit.
 # Pass the commit hash literally.
 source "$(dirname "$0")/device_setup.sh"
 timeout 100 python3 bench/gemm_decode.py --rows 4096 --variants \

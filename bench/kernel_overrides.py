@@ -18,11 +18,13 @@ measures the variants alone, then the best end to end.
                                                    off; default linear.WIDE_MIN_ROWS)
     --linear-wide-max-rows N                       ... up to N rows (default: any; above N
                                                    the prefill tiles of _linear_kernel)
-    --linear-wide-mma-first 0|1                    linear_wide: a step's wgmmas before its
-                                                   TMA refill (linear_wide.MMA_FIRST)
-    --linear-wide-rep2 0|1                         linear_wide's two-warpgroup launches with
-                                                   two A fragments a warpgroup, 128-row token
-                                                   tiles (linear_wide.REP2)
+    --linear-wide-two-wg-rows N                    linear_wide's two-warpgroup launches from
+                                                   WIDE_TWO_WG_MIN_PROGRAMS programs from N
+                                                   rows (0: four waves at every row count;
+                                                   linear_wide.WIDE_TWO_WG_ROWS)
+    --linear-wide-mma-first 0|1                    linear_wide's two-warpgroup launches: a
+                                                   step's wgmmas before its TMA refill
+                                                   (linear_wide.MMA_FIRST)
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -76,12 +78,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-rows", type=int, default=None,
                     help="FP8 projections of bf16 x from this many rows on linear_wide "
                     "(0: off; default: linear.WIDE_MIN_ROWS)")
+    ap.add_argument("--linear-wide-two-wg-rows", type=int, default=None,
+                    help="linear_wide takes two warpgroups from WIDE_TWO_WG_MIN_PROGRAMS "
+                    "programs from this many rows (0: the four waves at every row count; "
+                    "default: linear_wide.WIDE_TWO_WG_ROWS)")
     ap.add_argument("--linear-wide-mma-first", type=int, default=None, choices=(0, 1),
-                    help="linear_wide issues a step's wgmmas before its TMA refill (default: "
-                    "linear_wide.MMA_FIRST)")
-    ap.add_argument("--linear-wide-rep2", type=int, default=None, choices=(0, 1),
-                    help="linear_wide's two-warpgroup launches with two A fragments a "
-                    "warpgroup against 128-row token tiles (default: linear_wide.REP2)")
+                    help="linear_wide's two-warpgroup launches issue a step's wgmmas before "
+                    "its TMA refill (default: linear_wide.MMA_FIRST)")
     ap.add_argument("--linear-wide-max-rows", type=int, default=None,
                     help="FP8 projections up to this many rows on linear_wide (default: "
                     "linear.WIDE_MAX_ROWS)")
@@ -134,7 +137,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
           args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_mma_first,
-          args.linear_wide_rep2)
+          args.linear_wide_two_wg_rows)
 
 
 def apply(attention_config: str | None, moe_configs: list[str],
@@ -154,16 +157,20 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a16_rep_max_pairs: int | None = None,
           w4a16_kernel: str | None = None,
           linear_wide_mma_first: int | None = None,
-          linear_wide_rep2: int | None = None) -> None:
+          linear_wide_two_wg_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    for flag, value, attr in (("--linear-wide-mma-first", linear_wide_mma_first, "MMA_FIRST"),
-                              ("--linear-wide-rep2", linear_wide_rep2, "REP2")):
-        if value is not None:
-            from deepinfer.kernels.triton import linear_wide
-            if value not in (0, 1):
-                raise SystemExit(f"{flag} {value}: expected 0 or 1")
-            setattr(linear_wide, attr, bool(value))
+    if linear_wide_two_wg_rows is not None:
+        from deepinfer.kernels.triton import linear_wide
+        if linear_wide_two_wg_rows < 0:
+            raise SystemExit(f"--linear-wide-two-wg-rows {linear_wide_two_wg_rows}: expected "
+                             ">= 0 (0: off)")
+        linear_wide.WIDE_TWO_WG_ROWS = linear_wide_two_wg_rows or None
+    if linear_wide_mma_first is not None:
+        from deepinfer.kernels.triton import linear_wide
+        if linear_wide_mma_first not in (0, 1):
+            raise SystemExit(f"--linear-wide-mma-first {linear_wide_mma_first}: expected 0 or 1")
+        linear_wide.MMA_FIRST = bool(linear_wide_mma_first)
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

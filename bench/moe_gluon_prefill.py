@@ -89,9 +89,7 @@ def main() -> None:
                         help="A fragments per warpgroup and group (64 rep weight rows each)")
     parser.add_argument("--w4a16-kernel", nargs="+", default=["base"],
                         help="base or ws (the TMA issue on a producer warp), each with an "
-                             "optional launch register cap per thread (base:168, ws:128) and, "
-                             "for base, +first (MMA_FIRST: a step's first wgmma group before "
-                             "its TMA refills)")
+                             "optional launch register cap per thread (base:168, ws:128)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves), 4 (quarters) or 8 "
                              "(eighths, from BM 128)")
@@ -110,11 +108,9 @@ def main() -> None:
                              "pipeline beside them (decode sizes)")
     args = parser.parse_args()
     for kern in args.w4a16_kernel:
-        name, _, cap = kern.removesuffix("+first").partition(":")
-        if (name not in ("base", "ws") or (cap and not cap.isdigit())
-                or (kern.endswith("+first") and name != "base")):
-            parser.error(f"--w4a16-kernel {kern}: expected base or ws, optionally :REGISTERS, "
-                         "base optionally +first")
+        name, _, cap = kern.partition(":")
+        if name not in ("base", "ws") or (cap and not cap.isdigit()):
+            parser.error(f"--w4a16-kernel {kern}: expected base or ws, optionally :REGISTERS")
     from bench_common import roofline
 
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
@@ -187,14 +183,13 @@ def main() -> None:
                                f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
                                f"{wg}"), flush=True)
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
-        default_kernel = pf16.KERNEL, pf16.MAXNREG, pf16.MMA_FIRST  # restored after the rows
+        default_kernel = pf16.KERNEL, pf16.MAXNREG  # restored after the rows
         for bm, stages, wg, parts, rep, kern in [
                 (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
                 for kn in args.w4a16_kernel if wg * rp <= (4 if kn.startswith("ws") else 2)]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
-            pf16.MMA_FIRST = kern.endswith("+first")
-            pf16.KERNEL, _, cap = kern.removesuffix("+first").partition(":")  # pipeline's too
+            pf16.KERNEL, _, cap = kern.partition(":")  # the pipeline's, too
             pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
@@ -234,7 +229,7 @@ def main() -> None:
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
                                f" parts{parts} rep{rep} {kern} (all launches) | {bm} | "
                                f"{stages} | {wg}"), flush=True)
-        pf16.KERNEL, pf16.MAXNREG, pf16.MMA_FIRST = default_kernel
+        pf16.KERNEL, pf16.MAXNREG = default_kernel
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

@@ -223,7 +223,7 @@ def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
         return False
     cfg = linear_wide.wide_config(rows, out_features, x3.shape[1])
     return (_sm_major(x3.device) == 9
-            and linear_wide.accepts(x3, weight, out_features, cfg["WG"] * cfg.get("REP", 1)))
+            and linear_wide.accepts(x3, weight, out_features, cfg["WG"]))
 
 
 @functools.cache

@@ -168,11 +168,8 @@ if HAS_GLUON:
                             split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
                             BK: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr,
-                            num_warps: gl.constexpr, REP: gl.constexpr = 1,
-                            MMA_FIRST: gl.constexpr = False):
-        # 64 REP weight rows per warpgroup (LW: operand_layout; REP 2: two wgmma A fragments
-        # of one accumulator, the MMA layout repeated along M)
-        BO: gl.constexpr = 16 * num_warps * REP
+                            num_warps: gl.constexpr, MMA_FIRST: gl.constexpr = False):
+        BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup (LW: operand_layout)
         KSUB: gl.constexpr = BK // 32  # scale columns (one k32 wgmma each) per K step
         gl.static_assert(KSUB == 1 or KSUB == 2, "BK must be 32 or 64")
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
@@ -255,34 +252,39 @@ if HAS_GLUON:
 
 
 @functools.cache
-def operand_layout(warpgroups: int, rep: int = 1):
-    """The weight tile's register layout [64 WG rep, 32] bytes: a thread's part of the wgmma
-    A fragment (warp w, lane 4 g + q: rows 16 w + g and + 8, K columns 2 q + {0, 1}, + 8, + 16,
+def operand_layout(warpgroups: int):
+    """The weight tile's register layout [64 WG, 32] bytes: a thread's part of the wgmma A
+    fragment (warp w, lane 4 g + q: rows 16 w + g and + 8, K columns 2 q + {0, 1}, + 8, + 16,
     + 24), the register-A layout of a bf16 tile, over the weight's bytes; warpgroups stacked on
-    the rows; rep 2: the same again 64 WG rows down (the MMA layout's repetition along M).
-    Built here, lists of lists: inside a jit function the literal's inner lists become tuples,
-    and the layout would no longer compare equal to the one a slice of it expands back to (a
-    broadcast error)."""
-    assert rep in (1, 2), rep
+    the rows. Built here, lists of lists: inside a jit function the literal's inner lists
+    become tuples, and the layout would no longer compare equal to the one a slice of it
+    expands back to (a broadcast error)."""
     warps = [[16 << b, 0] for b in range(2 + (warpgroups - 1).bit_length())]
     return gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [8, 0], [0, 8], [0, 16]] + ([[64 * warpgroups, 0]] if rep == 2
-                                                        else []),
+        reg_bases=[[0, 1], [8, 0], [0, 8], [0, 16]],
         lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
-        warp_bases=warps, block_bases=[], shape=[64 * warpgroups * rep, 32])
+        warp_bases=warps, block_bases=[], shape=[64 * warpgroups, 32])
 
 
 # Two warpgroups per 256-row token tile (BO 128) from this many programs (O / 128 x token tiles x
 # groups) up: at 4,096 rows a projection is L2-bound (round 100a, wo_b: L2 at 83 % of its peak,
 # the tensor pipe at 54 %) and 128 weight rows per token tile read 0.56x the L2 bytes per FLOP;
 # such a program takes a whole SM, so the grid needs waves of them (wq_a / wkv at 4,096 rows,
-# 128 / 64 programs, ran 10-20 % slower on two).
+# 128 / 64 programs, ran 10-20 % slower on two on the H200 in round 101a).
 TWO_WG_MIN_PROGRAMS = 4 * NUM_SMS
-# read at each call (session 36, round 177 decides): MMA_FIRST — every launch issues a step's
-# wgmmas before its barrier and TMA refill (the same bits); REP2 — the two-warpgroup launches
-# take two A fragments per warpgroup against 128-row token tiles where 256 divides O
-MMA_FIRST = False
-REP2 = False
+# ... from ``WIDE_TWO_WG_ROWS`` rows, from this many: with MMA_FIRST two warpgroups won at
+# 4,096 rows from 128 programs (H100 rounds 177-178, µs per call: wq_a, 128 programs, 101 on
+# one warpgroup against 70 on two, 64 with MMA_FIRST; shared w1/w3, 288 programs, 223 against
+# 208, 193 with it; wkv, 64 programs, stays on one: 50.5 against 66.3)
+WIDE_TWO_WG_MIN_PROGRAMS = 128
+WIDE_TWO_WG_ROWS: int | None = 4096  # None: the four waves at every row count
+# the two-warpgroup launches issue a step's wgmmas before its barrier and TMA refill (read at
+# each call; the same bits). H100 round 178, the seven projections at 4,096 rows as
+# ``wide_config`` picked them before the row rule above: 1,862 µs off, 1,727 on (wo_b 572 ->
+# 533, wq_b 544-640 -> 519-529, shared w2 177 -> 160-169, indexer wq_b 145 -> 131); the
+# one-warpgroup launches gain nothing (wq_a, wkv at 4,096 rows: level / +3 %; the decode
+# sizes 64-256: -4 to +4 %), so they keep the old order
+MMA_FIRST = True
 
 
 def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1) -> dict:
@@ -304,18 +306,18 @@ def wide_config(num_rows: int, out_features: int | None = None, groups: int = 1)
     128): two warpgroups, 4 stages (round 101a, 4,096 rows: the seven projections 1,928 µs
     on one warpgroup, 1,806 on two for all seven, ~1,785 as this picks per shape in that run;
     wo_b 672 -> 562, shared w2 210 -> 177; 3 / 5 stages 1,858 / 1,867 µs: one program per SM
-    holds fewer stages in flight than two). ``MMA_FIRST`` and ``REP2`` (module settings,
-    read here) add the wgmma-first order and the two-fragment launch."""
+    holds fewer stages in flight than two); from ``WIDE_TWO_WG_ROWS`` rows already from
+    ``WIDE_TWO_WG_MIN_PROGRAMS`` such programs. The two-warpgroup launches take ``MMA_FIRST``
+    (read here)."""
     bt = min(MAX_TILE_ROWS, max(64, next_power_of_2(max(num_rows, 1))))
-    order = {"MMA_FIRST": MMA_FIRST}
     if bt == 256:
+        min_programs = (WIDE_TWO_WG_MIN_PROGRAMS if WIDE_TWO_WG_ROWS is not None
+                        and num_rows >= WIDE_TWO_WG_ROWS else TWO_WG_MIN_PROGRAMS)
         if (out_features and out_features % 128 == 0 and out_features // 128
-                * cdiv(num_rows, bt) * groups >= TWO_WG_MIN_PROGRAMS):
-            if REP2 and out_features % 256 == 0:
-                return dict(WG=2, BT=128, BK=64, STAGES=4, waves=1, REP=2, **order)
-            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1, **order)
-        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1, **order)
-    return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2, **order)
+                * cdiv(num_rows, bt) * groups >= min_programs):
+            return dict(WG=2, BT=bt, BK=64, STAGES=4, waves=1, MMA_FIRST=MMA_FIRST)
+        return dict(WG=1, BT=bt, BK=64, STAGES=3, waves=1, MMA_FIRST=False)
+    return dict(WG=1, BT=bt, BK=64, STAGES=4, waves=2, MMA_FIRST=False)
 
 
 def wide_split(num_rows: int, programs: int, num_k: int, bk: int, waves: float) -> int:
@@ -329,8 +331,7 @@ def wide_split(num_rows: int, programs: int, num_k: int, bk: int, waves: float) 
 
 def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 1) -> bool:
     """bf16 x (M, G, K) with M >= 1 and K % 32 == 0 against an Fp8BlockWeight
-    whose output features fill whole programs (O % 64 ``warpgroups`` == 0: warpgroups times
-    A fragments per warpgroup)."""
+    whose output features fill whole programs (O % 64 WG == 0)."""
     return (HAS_GLUON and 0 < x3.shape[0] and x3.shape[2] > 0
             and x3.shape[2] % STEP_K == 0 and x3.dtype == torch.bfloat16
             and isinstance(weight, Fp8BlockWeight) and out_features % (64 * warpgroups) == 0)
@@ -346,17 +347,15 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     num_rows, groups, num_k = x3.shape
     cfg = {**wide_config(num_rows, out_features, groups), **(config or {})}
     wg, bt, bk, stages = cfg["WG"], cfg["BT"], cfg["BK"], cfg["STAGES"]
-    rep = cfg.get("REP", 1)
-    assert accepts(x3, weight, out_features, wg * rep), \
-        f"linear_wide: x {tuple(x3.shape)} {x3.dtype}, O {out_features} (WG {wg} REP {rep}) " \
-        "not accepted"
+    assert accepts(x3, weight, out_features, wg), \
+        f"linear_wide: x {tuple(x3.shape)} {x3.dtype}, O {out_features} (WG {wg}) not accepted"
     assert bk in (32, 64), f"linear_wide: BK {bk}, expected 32 or 64"
     if num_k % bk:
         bk = STEP_K
     w, w_scale, _ = linear_decode.weight_operands(weight, "linear_wide")
     assert w.shape == (groups * out_features, num_k) and w.stride(1) == 1, \
         f"linear_wide: weight {tuple(w.shape)} does not match x {tuple(x3.shape)}"
-    bo = 64 * wg * rep
+    bo = 64 * wg
     out = torch.empty((num_rows, groups, out_features), dtype=torch.bfloat16, device=x3.device)
     x2 = x3.contiguous().view(num_rows, groups * num_k)
     x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bt, bk], token_layout(bk))
@@ -379,14 +378,13 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     if cfg.get("WS"):  # the warp-specialized variant (prepared, off: linear_wide_ws.py)
         from deepinfer.kernels.triton import linear_wide_ws
 
-        assert wg == 1 and rep == 1, \
-            "linear_wide: the warp-specialized variant has one consumer warpgroup of one fragment"
+        assert wg == 1, "linear_wide: the warp-specialized variant has one consumer warpgroup"
         kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
             "maxnreg": linear_wide_ws.maxnreg(bt)}
     else:
-        extra = {"REP": rep, "MMA_FIRST": bool(cfg.get("MMA_FIRST", False))}
+        extra = {"MMA_FIRST": bool(cfg.get("MMA_FIRST", False))}
     kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
-                 LW=operand_layout(wg, rep), num_warps=4 * wg, **extra)
+                 LW=operand_layout(wg), num_warps=4 * wg, **extra)
     if split_k > 1:
         block_o, block_t = 64, 64
         linear_decode._splitk_sum_t_kernel[(cdiv(out_features, block_o),
@@ -399,28 +397,26 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/conftest.py ``sm90_compile``): 1, 2 and 4
-    warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not, two A fragments
-    per warpgroup (REP 2) on one and two warpgroups, the wgmmas before the TMA issue
-    (``MMA_FIRST``); wgmma, no spills."""
+    warpgroups, token tiles of 64 / 128 / 256, BK 32 and 64, split and not, the wgmmas before
+    the TMA refill (``MMA_FIRST``: the 4K launch and a split one); wgmma, no spills."""
     cases = []
-    for wg, bt, bk, stages, split_k, rep, first in (
-            (1, 64, 32, 6, 2, 1, 0), (1, 128, 32, 6, 1, 1, 0), (1, 256, 32, 4, 2, 1, 0),
-            (1, 256, 64, 3, 1, 1, 0), (1, 128, 64, 4, 4, 1, 0), (2, 128, 32, 4, 2, 1, 0),
-            (2, 256, 64, 4, 1, 1, 0), (4, 128, 64, 2, 1, 1, 0), (2, 128, 64, 4, 1, 2, 0),
-            (1, 128, 64, 4, 1, 2, 0), (2, 256, 64, 4, 1, 1, 1), (2, 128, 64, 4, 1, 2, 1),
-            (1, 64, 64, 4, 2, 1, 1)):
+    for wg, bt, bk, stages, split_k, first in (
+            (1, 64, 32, 6, 2, 0), (1, 128, 32, 6, 1, 0), (1, 256, 32, 4, 2, 0),
+            (1, 256, 64, 3, 1, 0), (1, 128, 64, 4, 4, 0), (2, 128, 32, 4, 2, 0),
+            (2, 256, 64, 4, 1, 0), (4, 128, 64, 2, 1, 0), (2, 256, 64, 4, 1, 1),
+            (1, 64, 64, 4, 2, 1)):
         cases.append({
             "id": f"linear_wide_wg{wg}_bt{bt}_bk{bk}_s{stages}_split{split_k}"
-                  + (f"_rep{rep}" if rep > 1 else "") + ("_mmafirst" if first else ""),
+                  + ("_mmafirst" if first else ""),
             "gluon": True, "module": __name__, "kernel": "_linear_wide_kernel",
             "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bt}x{bk}",
-                          "w_desc": f"tma:u8:{bk}:{64 * wg * rep}x{bk}",
+                          "w_desc": f"tma:u8:{bk}:{64 * wg}x{bk}",
                           "ws_ptr": "*u8", "out_ptr": "*fp32" if split_k > 1 else "*bf16",
                           "M": "i32", "O": "i32", "K": "i32", "W_ROWS": "i32",
                           "k_per_split": "i32", "split_stride": "i32", "stride_wsr": "i32",
                           "stride_om": "i32", "stride_og": "i32"},
             "constexprs": {"SPLIT_K": split_k, "T_TILES": 1, "BT": bt, "BK": bk, "STAGES": stages,
-                           "LW": {"call": "operand_layout", "args": [wg, rep]}, "REP": rep,
+                           "LW": {"call": "operand_layout", "args": [wg]},
                            "MMA_FIRST": bool(first), "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
             "divisible": ["O", "K", "k_per_split"]})

@@ -115,9 +115,6 @@ PARTS = 8
 # 154 at the engine's BM 64 (up to 32 pairs per expert): 1K 1.272 / 1.269 gated, 2K 1.560 /
 # 1.396 gated, 1.599 / 1.349 down. 0: off
 REP_MAX_PAIRS_PER_EXPERT = 64
-# the base kernel issues a step's first wgmma group before its barrier and TMA refills (read at
-# the call; the same bits; session 36: linear_wide's MMA_FIRST, this kernel's 8K steps)
-MMA_FIRST = False
 # the kernel the pipeline launches, read at the call: "base" (this module's), "ws" (the same
 # loop with its TMA issue on a producer warp: ``moe_gluon_w4a16_prefill_ws``; the same bits) or
 # "auto": ws for the one-warpgroup REP 2 programs, base for the rest. H200 rounds 156-157
@@ -296,8 +293,7 @@ if HAS_GLUON:
                    out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                    STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
                    BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr,
-                   PG: gl.constexpr, REP: gl.constexpr, num_warps: gl.constexpr,
-                   MMA_FIRST: gl.constexpr):
+                   PG: gl.constexpr, REP: gl.constexpr, num_warps: gl.constexpr):
         """The K loop of one program against the first BN (+ BN2) tokens of its block (the
         rest is padding), and the store of the valid pairs. BN2 > 0: a second accumulator [BO,
         BN2] for tokens BN .. BN + BN2, fed by the same decoded A operands (N = 96 of 128 as
@@ -306,8 +302,7 @@ if HAS_GLUON:
         Pipelined per 32-K group: while group g's wgmmas run, the next group's bits are
         extracted (integer instructions); after the wait they are scaled (bf16x2 FMAs) and
         issued. A 128-K step's first group comes from the next ring stage, loaded during the
-        step's last group. MMA_FIRST: a step's first group is issued before the barrier and the
-        TMA refills, which then run under it (the refilled stages are not step i's)."""
+        step's last group."""
         BO: gl.constexpr = 16 * num_warps * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
@@ -333,11 +328,6 @@ if HAS_GLUON:
                                                             instr_shape=[16, BN2, 16])
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
-            xa = xa_s.index(i % STAGES)
-            xb = xb_s.index(i % STAGES)
-            if MMA_FIRST:
-                mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
-                acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
             # every warp is past step i - 1 (its wgmmas waited, this step's bytes loaded): the
             # stages the TMAs below refill — tokens (i - 1) % STAGES, weights (i - 1) %
             # WSTAGES (read at the end of step i - 2) — are free
@@ -345,9 +335,10 @@ if HAS_GLUON:
             _issue_w(w_desc, w_s, bars, row0, i + WSTAGES - 1, num_steps, STAGES, WSTAGES, BO)
             _issue_x(x_desc, x2_desc, xa_s, xb_s, bars, x_row0, i + STAGES - 1, num_steps,
                      STAGES, BN, BN2)
-            if not MMA_FIRST:
-                mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
-                acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
+            mbarrier.wait(bars.index(i % STAGES), (i // STAGES) & 1)
+            xa = xa_s.index(i % STAGES)
+            xb = xb_s.index(i % STAGES)
+            acc, acc2 = _mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
             bits = _extract(p1)
             acc, acc2 = _wait(acc, acc2, BN2)
             a = _scaled(bits, sw, 1, ONE_MUL, LA)
@@ -389,7 +380,7 @@ if HAS_GLUON:
                      pairs_ptr, out_ptr, num_pairs, row0, row_lo, block, num_steps, stride_om,
                      used, STAGES: gl.constexpr, WSTAGES: gl.constexpr, BM: gl.constexpr,
                      ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
-                     num_warps: gl.constexpr, MMA_FIRST: gl.constexpr):
+                     num_warps: gl.constexpr):
         """``_run_block`` at the N of ``used`` eighths of BM (``part_tiles``: one
         power-of-two tile or two, BN + BN2; 7 eighths run all of BM)."""
         descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
@@ -399,7 +390,7 @@ if HAS_GLUON:
                            w_s, xa_s, xb_s, bars, s_words, pairs_ptr, out_ptr, num_pairs, row0,
                            row_lo, block, num_steps, stride_om, STAGES, WSTAGES, BM,
                            BM >> _EIGHTHS_BOX[u - 1], _EIGHTHS_BN2[u - 1] * (BM // 8),
-                           ONE_MUL, PG, REP, num_warps, MMA_FIRST)
+                           ONE_MUL, PG, REP, num_warps)
 
     @gluon.jit
     def eighths_hit(used, u: gl.constexpr):
@@ -427,7 +418,7 @@ if HAS_GLUON:
                               WSTAGES: gl.constexpr, BM: gl.constexpr,
                               ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
                               PG: gl.constexpr, REP: gl.constexpr,
-                              num_warps: gl.constexpr, MMA_FIRST: gl.constexpr = False):
+                              num_warps: gl.constexpr):
         # PG (``group_layout``): the weight tile's int32 words [BO, 16] in registers. x_desc /
         # xh_desc / xq_desc / xe_desc: token boxes [BM, 64] / [BM / 2, 64] / [BM / 4, 64] /
         # [BM / 8, 64]. PARTS (1, 2, 4, 8): a block runs N = the parts of BM that hold pairs
@@ -457,44 +448,43 @@ if HAS_GLUON:
                 _run_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, bars,
                              s_words, pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block,
                              num_steps, stride_om, used, STAGES, WSTAGES, BM, ONE_MUL, PG,
-                             REP, num_warps, MMA_FIRST)
+                             REP, num_warps)
             elif PARTS == 4:
                 if used == 1:
                     _run_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 4, 0,
-                               ONE_MUL, PG, REP, num_warps, MMA_FIRST)
+                               ONE_MUL, PG, REP, num_warps)
                 elif used == 2:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, REP, num_warps, MMA_FIRST)
+                               ONE_MUL, PG, REP, num_warps)
                 elif used == 3:  # BM / 2 + BM / 4 (two accumulators)
                     _run_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, BM // 4, ONE_MUL, PG,
-                               REP, num_warps, MMA_FIRST)
+                               REP, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP,
-                               num_warps, MMA_FIRST)
+                               num_warps)
             elif PARTS == 2:
                 if used == 1:
                     _run_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM // 2, 0,
-                               ONE_MUL, PG, REP, num_warps, MMA_FIRST)
+                               ONE_MUL, PG, REP, num_warps)
                 else:
                     _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words,
                                pairs_ptr, out_ptr, num_pairs, row0, tile * BO, block, num_steps,
                                stride_om, STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP,
-                               num_warps, MMA_FIRST)
+                               num_warps)
             else:
                 _run_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, bars, s_words, pairs_ptr,
                            out_ptr, num_pairs, row0, tile * BO, block, num_steps, stride_om,
-                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP, num_warps,
-                           MMA_FIRST)
+                           STAGES, WSTAGES, BM, BM, 0, ONE_MUL, PG, REP, num_warps)
             for b in gl.static_range(STAGES + WSTAGES):
                 mbarrier.invalidate(bars.index(b))
 
@@ -587,7 +577,6 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
         out.stride(0), STAGES=stages, WSTAGES=weight_stages, BM=block_m, ONE_MUL=one_mul,
         PARTS=parts,
         PG=group_layout(warpgroups, rep), REP=rep, num_warps=4 * warpgroups,
-        MMA_FIRST=MMA_FIRST,
         **({"maxnreg": maxnreg} if maxnreg else {}))
     return out
 
@@ -736,17 +725,14 @@ def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py; also
     bench/gluon_sass.py): 64 / 128 pairs per program, both decodes, 1 / 2 warpgroups (a weight
     box within one step tile of the order), parts 1 / 2 / 4 (and 8 at REP 2, BM 128), REP 2 on
-    one warpgroup at BM 64 and 128, the first group before the refills (``MMA_FIRST``, the 8K
-    steps' shape); and the token gather."""
+    one warpgroup at BM 64 and 128; and the token gather."""
     cases = []
-    for bm, stages, one_mul, wg, parts, rep, first in (
-            (64, 4, True, 1, 1, 1, 0), (64, 4, False, 1, 2, 1, 0), (128, 3, True, 1, 2, 1, 0),
-            (128, 2, True, 2, 2, 1, 0), (128, 2, True, 2, 4, 1, 0), (64, 4, False, 1, 4, 1, 0),
-            (128, 2, True, 1, 4, 2, 0), (64, 4, True, 1, 4, 2, 0), (128, 2, True, 1, 8, 2, 0),
-            (128, 2, True, 2, 8, 1, 1)):
+    for bm, stages, one_mul, wg, parts, rep in (
+            (64, 4, True, 1, 1, 1), (64, 4, False, 1, 2, 1), (128, 3, True, 1, 2, 1),
+            (128, 2, True, 2, 2, 1), (128, 2, True, 2, 4, 1), (64, 4, False, 1, 4, 1),
+            (128, 2, True, 1, 4, 2), (64, 4, True, 1, 4, 2), (128, 2, True, 1, 8, 2)):
         cases.append({"id": f"w4a16_prefill_bm{bm}_s{stages}_{'one' if one_mul else 'two'}"
-                            f"_wg{wg}_parts{parts}" + (f"_rep{rep}" if rep > 1 else "")
-                            + ("_mmafirst" if first else ""),
+                            f"_wg{wg}_parts{parts}" + (f"_rep{rep}" if rep > 1 else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -762,7 +748,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "ONE_MUL": one_mul,
                                      "PARTS": parts,
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
-                                     "REP": rep, "MMA_FIRST": bool(first),
+                                     "REP": rep,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "expect_wgmma": True, "divisible": ["K", "O"]})

@@ -385,45 +385,49 @@ def test_moe_align_smoke_paths_equal_torch():
     assert out.count("equal True") == 2, out
 
 
-def test_kernel_overrides_linear_wide_switches(monkeypatch):
-    """--linear-wide-mma-first / --linear-wide-rep2 0|1 set linear_wide.MMA_FIRST / REP2, which
-    ``wide_config`` reads: the 4K two-warpgroup launch becomes REP 2 on 128-row token tiles
-    (only where 256 divides O) and every launch carries the order; another value exits
-    naming the flag."""
+def test_kernel_overrides_linear_wide_mma_first(monkeypatch):
+    """--linear-wide-mma-first 0|1 sets linear_wide.MMA_FIRST, which ``wide_config`` reads for
+    its two-warpgroup launches only; --linear-wide-two-wg-rows N (0: off) the rows from which
+    fewer programs take two warpgroups; a bad value exits naming the flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import linear_wide
 
-    monkeypatch.setattr(linear_wide, "MMA_FIRST", False)
-    monkeypatch.setattr(linear_wide, "REP2", False)
+    monkeypatch.setattr(linear_wide, "MMA_FIRST", linear_wide.MMA_FIRST)
+    kernel_overrides.apply(None, [], linear_wide_mma_first=0)
     assert linear_wide.wide_config(4096, 5120) == dict(WG=2, BT=256, BK=64, STAGES=4, waves=1,
                                                        MMA_FIRST=False)
-    kernel_overrides.apply(None, [], linear_wide_mma_first=1, linear_wide_rep2=1)
-    assert linear_wide.wide_config(4096, 5120) == dict(WG=2, BT=128, BK=64, STAGES=4, waves=1,
-                                                       REP=2, MMA_FIRST=True)
-    assert linear_wide.wide_config(4096, 128 * 41, 4)["BT"] == 256  # 256 does not divide O
-    assert linear_wide.wide_config(64, 5120)["MMA_FIRST"] is True
-    kernel_overrides.apply(None, [], linear_wide_mma_first=0, linear_wide_rep2=0)
-    assert linear_wide.wide_config(4096, 5120)["BT"] == 256
-    for flag in ("linear_wide_mma_first", "linear_wide_rep2"):
-        with pytest.raises(SystemExit) as info:
-            kernel_overrides.apply(None, [], **{flag: 2})
-        assert "--" + flag.replace("_", "-") in str(info.value)
+    kernel_overrides.apply(None, [], linear_wide_mma_first=1)
+    assert linear_wide.wide_config(4096, 5120)["MMA_FIRST"] is True
+    assert linear_wide.wide_config(4096, 512)["MMA_FIRST"] is False  # one warpgroup
+    assert linear_wide.wide_config(64, 5120)["MMA_FIRST"] is False
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], linear_wide_mma_first=2)
+    assert "--linear-wide-mma-first" in str(info.value)
+    monkeypatch.setattr(linear_wide, "WIDE_TWO_WG_ROWS", linear_wide.WIDE_TWO_WG_ROWS)
+    kernel_overrides.apply(None, [], linear_wide_two_wg_rows=0)  # the four waves everywhere
+    assert linear_wide.WIDE_TWO_WG_ROWS is None and linear_wide.wide_config(4096, 1024)["WG"] == 1
+    kernel_overrides.apply(None, [], linear_wide_two_wg_rows=4096)
+    assert linear_wide.wide_config(4096, 1024)["WG"] == 2
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.apply(None, [], linear_wide_two_wg_rows=-1)
+    assert "--linear-wide-two-wg-rows" in str(info.value)
 
 
 def test_gemm_decode_linear_wide_variants():
-    """gemm_decode.py's ``gl:WG:BT[:BK]:STAGES:wN[:rREP][:first]`` (BK 32 when left out, REP
-    1, the TMA refill before the wgmmas); the 16-byte-store and persistent variants went with
-    their code (sessions 35 / 36): naming one exits with the variant grammar."""
+    """gemm_decode.py's ``gl:WG:BT[:BK]:STAGES:wN[:first]`` (BK 32 when left out, the TMA
+    refill before the wgmmas by default) and ``glf`` / ``gl0``; the 16-byte-store, persistent
+    and two-fragment variants went with their code (sessions 35 / 36): naming one exits with
+    the variant grammar."""
     import gemm_decode
 
-    assert gemm_decode.parse_variant("gl:2:128:64:4:w1:r2") == dict(
-        gl=True, WG=2, BT=128, BK=64, STAGES=4, waves=1.0, REP=2, MMA_FIRST=False)
+    assert gemm_decode.parse_variant("gl:2:256:64:4:w1") == dict(
+        gl=True, WG=2, BT=256, BK=64, STAGES=4, waves=1.0, MMA_FIRST=False)
     assert gemm_decode.parse_variant("gl:1:256:3:w2:first") == dict(
-        gl=True, WG=1, BT=256, BK=32, STAGES=3, waves=2.0, REP=1, MMA_FIRST=True)
+        gl=True, WG=1, BT=256, BK=32, STAGES=3, waves=2.0, MMA_FIRST=True)
     assert gemm_decode.parse_variant("glf") == dict(gl=True, MMA_FIRST=True)
     assert gemm_decode.parse_variant("gl0") == dict(gl=True, MMA_FIRST=False)
-    for gone in ("glv", "glp", "glps", "glp:2:256:64:4:w1"):
+    for gone in ("glv", "glp", "glps", "glp:2:256:64:4:w1", "gl:2:128:64:4:w1:r2"):
         with pytest.raises(SystemExit):
             gemm_decode.parse_variant(gone)
 

@@ -110,41 +110,34 @@ def test_linear_wide_prefill_rows_gpu(num_tokens):
 
 
 @pytest.mark.parametrize("num_tokens", [200, 4096])
-@pytest.mark.parametrize("warpgroups,stages", [(2, 4), (1, 4)])
-def test_linear_wide_two_fragments_gpu(num_tokens, warpgroups, stages):
-    """Two A fragments per warpgroup (``REP`` 2: 64 WG x 2 weight rows against a 128-row token
-    tile) and a step's wgmmas before its TMA refill (``MMA_FIRST``, both REPs) give the
-    one-fragment launch's bits (the same exact products, each output's K sums in the same
-    order, split-K fixed at 200 rows: REP changes the split by waves) on the slice's
-    projections whose O 128 WG divides (wo_a grouped), every output written; REP 2 against
-    the reference and timed beside the default launch."""
+@pytest.mark.parametrize("warpgroups", [1, 2])
+def test_linear_wide_mma_first_gpu(num_tokens, warpgroups):
+    """A step's wgmmas before its barrier and TMA refill (``MMA_FIRST``) give the other
+    order's bits (the same exact products, each output's K sums in the same order; split-K
+    as ``wide_split`` picks it) on the slice's projections, one and two warpgroups at 256-row
+    token tiles, every output written; against the reference, both orders timed."""
     from deepinfer.kernels.triton import linear_wide
 
     torch.manual_seed(9)
     for name, groups, out_features, in_features in SLICE_PROJECTIONS:
-        if out_features % (128 * warpgroups):
+        if out_features % (64 * warpgroups):
             continue
         x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
         w = _random_fp8_weight(groups * out_features, in_features)
-        rep2 = dict(WG=warpgroups, BT=128, BK=64, STAGES=stages, waves=1, REP=2)
-        rep1 = {**rep2, "REP": 1}
-        split = 2 if num_tokens < 1024 else 1  # fixed: REP changes the programs' split by waves
+        cfg = dict(WG=warpgroups, BT=256, BK=64, STAGES=4 if warpgroups == 2 else 3, waves=1)
         with nan_poisoned_allocations():
-            want = linear_wide.linear_wide(x, w, out_features, split, config=rep1)
-            outs = [linear_wide.linear_wide(x, w, out_features, split, config=c)
-                    for c in (rep2, {**rep2, "MMA_FIRST": True}, {**rep1, "MMA_FIRST": True})]
-        for got in outs:
-            assert not got.isnan().any(), name
-            assert torch.equal(got, want), (name, (got.float() - want.float()).abs().max())
-        got = outs[0]
+            want = linear_wide.linear_wide(x, w, out_features, config={**cfg, "MMA_FIRST": False})
+            got = linear_wide.linear_wide(x, w, out_features, config={**cfg, "MMA_FIRST": True})
+        assert not got.isnan().any(), name
+        assert torch.equal(got, want), (name, (got.float() - want.float()).abs().max())
         flops = 2.0 * num_tokens * groups * out_features * in_features
-        _row(f"linear_wide REP2 WG{warpgroups} {name}", f"M{num_tokens}",
-             _rel(got, _reference(x, w, groups)), 5e-3,
-             _ms(lambda x=x, w=w, o=out_features, c=rep2: linear_wide.linear_wide(x, w, o,
-                                                                                 config=c)),
-             flops)
-        _row(f"linear_wide default {name}", f"M{num_tokens}", 0.0, 5e-3,
-             _ms(lambda x=x, w=w, o=out_features: linear_wide.linear_wide(x, w, o)), flops)
+        for first in (False, True):
+            c = {**cfg, "MMA_FIRST": first}
+            _row(f"linear_wide WG{warpgroups}{' first' if first else ''} {name}",
+                 f"M{num_tokens}", _rel(got, _reference(x, w, groups)), 5e-3,
+                 _ms(lambda x=x, w=w, o=out_features, c=c: linear_wide.linear_wide(x, w, o,
+                                                                                config=c)),
+                 flops)
 
 
 @pytest.mark.parametrize("num_tokens", [63, 64, 256, 1000])

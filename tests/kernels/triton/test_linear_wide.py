@@ -69,18 +69,26 @@ def test_wide_split_is_row_count_invariant_from_prefill_sizes():
 
 def test_wide_config_two_warpgroups_from_enough_programs():
     """Two warpgroups per 256-row token tile only where the grid holds
-    ``TWO_WG_MIN_PROGRAMS`` programs of 128 weight rows: the large 4,096-row projections, not
-    wq_a / wkv there, not the decode sizes, never an O that 128 does not divide."""
+    ``TWO_WG_MIN_PROGRAMS`` programs of 128 weight rows (from ``WIDE_TWO_WG_ROWS`` rows
+    ``WIDE_TWO_WG_MIN_PROGRAMS``): the 4,096-row projections but wkv, not the decode sizes,
+    never an O that 128 does not divide; only they issue the wgmmas first."""
     cfg = linear_wide.wide_config
     n = linear_wide.TWO_WG_MIN_PROGRAMS
     assert cfg(4096, 5120)["WG"] == 2 and cfg(4096, 5120)["STAGES"] == 4  # wo_b: 640 programs
-    assert cfg(4096, 1024)["WG"] == 1 and cfg(4096, 512)["WG"] == 1  # wq_a, wkv: 128, 64
+    # from WIDE_TWO_WG_ROWS (4,096) rows already from 128 programs: wq_a (128) on two, wkv (64)
+    # on one; below it the four waves: at 2,048 rows wq_a (64) and shared w1/w3 (144) on one
+    assert linear_wide.WIDE_TWO_WG_ROWS == 4096
+    assert cfg(4096, 1024)["WG"] == 2 and cfg(4096, 512)["WG"] == 1
+    assert cfg(4096, 2304)["WG"] == 2 and cfg(2048, 2304)["WG"] == 1
+    assert cfg(8192, 512)["WG"] == 2  # wkv at 8K-row steps: 128 programs
     assert cfg(4096, 1024, groups=8)["WG"] == 2  # wo_a: 8 groups of 1024
     assert cfg(256, 32768)["WG"] == 1  # decode: one token tile, 256 programs
     assert cfg(256, 128 * n)["WG"] == 2 and cfg(256, 128 * n - 128)["WG"] == 1
     assert cfg(4096, 5120 + 64)["WG"] == 1  # O % 128 != 0
     assert cfg(4096)["WG"] == 1  # no O given: the one-warpgroup launch
     assert cfg(128, 10 ** 6)["WG"] == 1  # below 256-row tiles: one warpgroup
+    assert cfg(4096, 5120)["MMA_FIRST"] is linear_wide.MMA_FIRST is True
+    assert not any(cfg(r, o)["MMA_FIRST"] for r, o in ((4096, 512), (256, 32768), (64, 5120)))
     w = gemm_fp8.pack_fp8_weight(torch.randn(256, 64) * 0.02)
     assert linear_wide.accepts(torch.zeros(4096, 1, 64, dtype=torch.bfloat16), w, 256,
                                cfg(4096, 256)["WG"])

@@ -140,7 +140,7 @@ def test_w4a16_prefill_compiles_for_sm90(sm90_compile):
     one warpgroup of two A fragments."""
     cases = [c for c in pf.aot_cases() if c["kernel"] == "_w4a16_prefill_kernel"]
     gather = [c for c in pf.aot_cases() if c["kernel"] == "_gather_tokens_kernel"]
-    assert len(cases) == 10 and len(gather) == 1
+    assert len(cases) == 9 and len(gather) == 1
     results = sm90_compile(cases + gather)
     for case in cases:
         r = results[case["id"]]
