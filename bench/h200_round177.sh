@@ -28,14 +28,10 @@ timeout 120 python3 bench/gemm_decode.py --rows 4096 --variants \
   >"$OUT/gemm4k.log" 2>&1
 echo "gemm_decode rc=$?"; grep -E "^\|" "$OUT/gemm4k.log" | cut -c1-150 | head -60
 # the lone 4K prompt end to end: off / MMA_FIRST / REP 2 / both, interleaved (bits compared)
-timeout 200 python3 bench/prefill_ab.py --prompt-len 4096 --rounds 3 --repeats 3 \
-  --variant "off=--linear-wide-mma-first 0 --linear-wide-rep2 0" \
-  --variant "first=--linear-wide-mma-first 1 --linear-wide-rep2 0" \
-  --variant "rep2=--linear-wide-mma-first 0 --linear-wide-rep2 1" \
-  --variant "both=--linear-wide-mma-first 1 --linear-wide-rep2 1" \
-  --out "$OUT" >"$OUT/prefill_ab.log" 2>&1
-echo "prefill_ab rc=$?"; grep -E "^\| [a-z0-9]+ \| [0-9]|median|same|differ|tokens" \
-  "$OUT/prefill_ab.log" | cut -c1-160 | tail -24
+prefill_ab_4k 3 "off=--linear-wide-mma-first 0 --linear-wide-rep2 0" \
+  "first=--linear-wide-mma-first 1 --linear-wide-rep2 0" \
+  "rep2=--linear-wide-mma-first 0 --linear-wide-rep2 1" \
+  "both=--linear-wide-mma-first 1 --linear-wide-rep2 1"
 timeout 150 python3 bench/prefill.py --prompt-lens 4096 --repeats 1 --no-eager --no-profile \
   --op-stacks --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill rc=$?"; grep -E "^prefill [0-9]" "$OUT/prefill_4k.log"

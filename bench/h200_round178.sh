@@ -22,12 +22,8 @@ timeout 70 python3 bench/gemm_decode.py --rows 64 128 256 --variants gl0,glf,gl0
   >"$OUT/gemm_decode.log" 2>&1
 echo "gemm decode sizes rc=$?"; grep -E "^\| [0-9]+ \| gl" "$OUT/gemm_decode.log" | cut -c1-150
 grep -E "^\| [a-z]" "$OUT/gemm_decode.log" | awk -F'|' '$8 !~ /0.0e\+00/' | head -8
-timeout 120 python3 bench/prefill_ab.py --prompt-len 4096 --rounds 3 --repeats 3 \
-  --variant "old=--w4a16-prefill-parts 4 --linear-wide-mma-first 0" \
-  --variant "new=--w4a16-prefill-parts 8 --linear-wide-mma-first 1" \
-  --out "$OUT" >"$OUT/prefill_ab.log" 2>&1
-echo "prefill_ab rc=$?"; grep -E "^\| [a-z0-9]+ \| [0-9]|median|same|differ|tokens" \
-  "$OUT/prefill_ab.log" | cut -c1-160 | tail -10
+prefill_ab_4k 3 "old=--w4a16-prefill-parts 4 --linear-wide-mma-first 0" \
+  "new=--w4a16-prefill-parts 8 --linear-wide-mma-first 1"
 MOE8=(--tokens 8192 --bm 256 --skip-triton --w4a16-bm 128 --w4a16-stages 2 --w4a16-wg 2
       --w4a16-rep 1 --w4a16-parts 8 --w4a16-kernel base base+first base base+first)
 timeout 90 python3 bench/moe_gluon_prefill.py "${MOE8[@]}" >"$OUT/moe8k_first.log" 2>&1

@@ -15,12 +15,8 @@ timeout 150 python3 -m pytest -p no:cacheprovider -q -m gpu -s -rf \
   tests/gpu/test_linear_wide_gpu.py >"$OUT/gpu.log" 2>&1
 echo "gpu checks rc=$?"; grep -E "^(FAILED|ERROR)|[0-9]+ passed|[0-9]+ failed" "$OUT/gpu.log" | tail -6
 grep -E "^\| linear_wide WG2( first)? wo_b" "$OUT/gpu.log" | cut -c1-120
-timeout 150 python3 bench/prefill_ab.py --prompt-len 4096 --rounds 4 --repeats 3 \
-  --variant "s35=--w4a16-prefill-parts 4 --linear-wide-mma-first 0 --linear-wide-two-wg-rows 0" \
-  --variant "s36=--w4a16-prefill-parts 8 --linear-wide-mma-first 1 --linear-wide-two-wg-rows 4096" \
-  --out "$OUT" >"$OUT/prefill_ab.log" 2>&1
-echo "prefill_ab rc=$?"; grep -E "^\| [a-z0-9]+ \| [0-9]|median|same|differ|tokens" \
-  "$OUT/prefill_ab.log" | cut -c1-160 | tail -12
+prefill_ab_4k 4 "s35=--w4a16-prefill-parts 4 --linear-wide-mma-first 0 --linear-wide-two-wg-rows 0" \
+  "s36=--w4a16-prefill-parts 8 --linear-wide-mma-first 1 --linear-wide-two-wg-rows 4096"
 timeout 150 python3 bench/prefill.py --prompt-lens 4096 --repeats 3 --no-eager --host-phases \
   --out "$OUT" >"$OUT/prefill_4k.log" 2>&1
 echo "prefill 4K rc=$?"; grep -E "^prefill [0-9]|^\| 4096|GPU busy" "$OUT/prefill_4k.log"
