@@ -20,7 +20,9 @@ were slower, rounds 64a / 65a) against one token tile of BT <= 256 rows:
     shuffles), decodes e4m3 x 2^(e-127) there (exact in bf16, as ``linear_decode``) and issues
     one m64 nBT k32 wgmma per scale column; the next step's operands are decoded while those
     run, the accumulator waited before the loop's back edge (an in-flight accumulator there
-    made ptxas serialize the wgmmas in ``moe_gluon``: C7515);
+    made ptxas serialize the wgmmas in ``moe_gluon``: C7515); the two-warpgroup launches issue
+    a step's wgmmas before its CTA barrier and TMA refill (``MMA_FIRST``, session 36: the
+    barriers and the TMA issue then run under the tensor work);
   * split-K for the few-tile shapes: fp32 partials t-contiguous, summed in split order by
     ``linear_decode._splitk_sum_t_kernel`` (the workspace layout ``linear_decode`` uses; a
     fix-up in the last program of a tile was 2.4x slower, round 66a).
