@@ -384,7 +384,7 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
         kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
             "maxnreg": linear_wide_ws.maxnreg(bt)}
     else:
-        extra = {"MMA_FIRST": bool(cfg.get("MMA_FIRST", False))}
+        extra = {"MMA_FIRST": cfg["MMA_FIRST"]}
     kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
                  LW=operand_layout(wg), num_warps=4 * wg, **extra)
     if split_k > 1:
