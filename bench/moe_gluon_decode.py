@@ -66,8 +66,8 @@ def main() -> None:
                         help="W4A8 kernel variants: 'default' (the module's DECODE_PREFETCH "
                         "and register_cap) or PREFETCH:GATED_CAP:DOWN_CAP (0|1, registers or "
                         "'-' for none), e.g. 0:-:72 1:128:80, module=NAME (another copy of "
-                        "the kernel module in kernels/triton), xcp=0|1 (DECODE_XCP), paired=0|1 "
-                        "(DECODE_PAIRED) or late=0|1 (DECODE_REFILL_LATE)")
+                        "the kernel module in kernels/triton), xcp=0|1 (DECODE_XCP) or paired=0|1 "
+                        "(DECODE_PAIRED)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -151,7 +151,6 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
             for v, w, div in ((xv, fp4[0], k), (xv, fp4[1], k), (hv, fp4[2], 1))]
     default_prefetch, default_cap = moe_gluon_w4a8.DECODE_PREFETCH, moe_gluon_w4a8.register_cap
     default_xcp, default_paired = moe_gluon_w4a8.DECODE_XCP, moe_gluon_w4a8.DECODE_PAIRED
-    default_late = moe_gluon_w4a8.DECODE_REFILL_LATE
     for variant, bm, stages in [(v, bm, st) for v in args.w4a8_variants for bm in args.w4a8_bm
                                 for st in args.w4a8_stages]:
         kmod = moe_gluon_w4a8
@@ -159,7 +158,6 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
         moe_gluon_w4a8.register_cap = default_cap
         moe_gluon_w4a8.DECODE_XCP = default_xcp
         moe_gluon_w4a8.DECODE_PAIRED = default_paired
-        moe_gluon_w4a8.DECODE_REFILL_LATE = default_late
         if variant == "default":
             label = f"{stages} stages"
         elif variant.startswith("xcp="):  # the codes by cp.async (1) or register loads (0)
@@ -167,9 +165,6 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
             label = f"{stages} stages, {variant}"
         elif variant.startswith("paired="):  # the down GEMM on the gated loop (1) or not (0)
             moe_gluon_w4a8.DECODE_PAIRED = variant == "paired=1"
-            label = f"{stages} stages, {variant}"
-        elif variant.startswith("late="):  # refills after the step's wgmmas (1) or before (0)
-            moe_gluon_w4a8.DECODE_REFILL_LATE = variant == "late=1"
             label = f"{stages} stages, {variant}"
         elif variant.startswith("module="):  # another copy of the kernel module (an A/B)
             try:

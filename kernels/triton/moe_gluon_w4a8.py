@@ -76,11 +76,13 @@ DECODE_XCP = True
 # 0.752 at 256 (correct: rel. L2 2.3e-05 both); decode 64 x 32K 13.23 -> 13.03 ms, 256 x 32K
 # 23.23 -> 22.77 (bench/moe_gluon_decode.py --w4a8-variants paired=0 paired=1)
 DECODE_PAIRED = True
-# a step's weight refill (TMA) and next activation codes (cp.async) issued after its wgmmas
-# instead of before them (REFILL_LATE), so their barriers and issue run while the tensor cores
-# work — the order linear_wide's MMA_FIRST took in session 36. Both still follow the step's
-# CTA barrier, which is what makes the slots they overwrite free (read at step i - 1)
-DECODE_REFILL_LATE = False
+# a step's refills (the weights' TMA, the next codes' cp.async) are issued right after its CTA
+# barrier, before its wgmmas. Issued after them (session 37, REFILL_LATE: ~30 instructions and
+# the refill's barriers under the wgmmas in the sm_90 SASS; code at 58e0547), H200 round 180:
+# the gated GEMM 0.85 -> 0.89 ms at 64 tokens, 1.32 -> 1.40 at 256, the down GEMM +6-8 %, decode
+# 64 / 256 x 4K 12.01 / 20.87 -> 12.65 / 21.94 ms, the same bits: the loads' lead over their
+# use counts for more here than the instructions the wgmmas hide. Ring depth (round 181, the
+# same launches): 3 / 4 / 6 stages 0.86 / 0.84 / 1.05 ms gated at 64 tokens — 4 stays
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -180,26 +182,12 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         return ex, ew, fw
 
     @gluon.jit
-    def _refill(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i, num_steps, x_smem, x8_next,
-                GATED: gl.constexpr, STAGES: gl.constexpr, BK: gl.constexpr,
-                TILE: gl.constexpr, ROW3: gl.constexpr, XCP: gl.constexpr):
-        """Step i's refills, after its CTA barrier: the weights of step i + STAGES - 1 (TMA)
-        into the stage step i - 1 read and (XCP) the next step's codes [BM, BK] (cp.async,
-        from ``x8_next``) into the activation slot step i - 1 read."""
-        issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1, num_steps, GATED,
-                   STAGES, BK, TILE, ROW3)
-        if XCP:
-            async_copy.async_copy_global_to_shared(x_smem.index((i + 1) % 2), x8_next)
-            async_copy.commit_group()
-
-    @gluon.jit
     def _w4a8_decode_kernel(xc_ptr, xs_ptr, w1_desc, s1_ptr, w3_desc, s3_ptr, pairs_ptr,
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
                             GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
                             PREFETCH: gl.constexpr, TILE: gl.constexpr, XCP: gl.constexpr,
-                            PAIRED: gl.constexpr, REFILL_LATE: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            PAIRED: gl.constexpr, num_warps: gl.constexpr):
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
         # PAIRED (with GATED): one weight, rows [128 t, 128 t + 64) as "w1" and the next 64 as
         # "w3" (one step tile, ROW3 = 64), both into out1's columns: the gated loop's shared
@@ -297,9 +285,12 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 # after the barrier: every warp is past step i - 1's reads of the stage this
                 # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
                 # does not imply the others have read their weights)
-                if not REFILL_LATE:
-                    _refill(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i, num_steps, x_smem,
-                            x8_ptrs + nxt * BK, GATED, STAGES, BK, TILE, ROW3, XCP)
+                issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
+                           num_steps, GATED, STAGES, BK, TILE, ROW3)
+                if XCP:  # the next step's codes into the other slot (read at step i - 1)
+                    async_copy.async_copy_global_to_shared(x_smem.index((i + 1) % 2),
+                                                           x8_ptrs + nxt * BK)
+                    async_copy.commit_group()
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
                 a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
@@ -307,10 +298,6 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
                 if GATED:
                     b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
                     d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
-                if REFILL_LATE:  # under the wgmmas just issued
-                    _refill(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i, num_steps, x_smem,
-                            x8_ptrs + nxt * BK, GATED, STAGES, BK, TILE, ROW3, XCP)
-                if GATED:
                     c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
                         num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
                     acc3 = promote_words(acc3, d0, fw, ex, 0)
@@ -453,7 +440,7 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
         s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated or paired, STAGES=stages,
         BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, XCP=DECODE_XCP, PAIRED=paired,
-        REFILL_LATE=DECODE_REFILL_LATE, num_warps=4, **({"maxnreg": cap} if cap else {}))
+        num_warps=4, **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 
 

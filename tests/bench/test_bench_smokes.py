@@ -222,8 +222,7 @@ def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
 
     from deepinfer.kernels.triton import moe_gluon_w4a8
 
-    for name in ("DECODE_PREFETCH", "register_cap", "DECODE_XCP", "DECODE_PAIRED",
-                 "DECODE_REFILL_LATE"):
+    for name in ("DECODE_PREFETCH", "register_cap", "DECODE_XCP", "DECODE_PAIRED"):
         monkeypatch.setattr(moe_gluon_w4a8, name, getattr(moe_gluon_w4a8, name))
     kernel_overrides.apply(None, [], w4a8_decode_variant="0:-:72")
     assert moe_gluon_w4a8.DECODE_PREFETCH is False
@@ -241,12 +240,7 @@ def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
     assert moe_gluon_w4a8.DECODE_PAIRED is False
     kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:0:1")
     assert moe_gluon_w4a8.DECODE_PAIRED is True and moe_gluon_w4a8.DECODE_XCP is False
-    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:1:1:1")
-    assert moe_gluon_w4a8.DECODE_REFILL_LATE is True and moe_gluon_w4a8.DECODE_XCP is True
-    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:1:1:0")
-    assert moe_gluon_w4a8.DECODE_REFILL_LATE is False
-    for bad in ("2:-:-", "1:128", "1:x:80", "1:128:80:2", "1:128:80:1:1:2",
-                "1:128:80:1:1:1:1"):
+    for bad in ("2:-:-", "1:128", "1:x:80", "1:128:80:2", "1:128:80:1:1:1"):
         with pytest.raises(SystemExit) as info:
             kernel_overrides.apply(None, [], w4a8_decode_variant=bad)
         assert "--w4a8-decode-variant" in str(info.value)

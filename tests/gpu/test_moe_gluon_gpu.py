@@ -74,33 +74,6 @@ def test_w4a8_gluon(gated, paired, block_m, monkeypatch):
              f"bm{block_m}", f"{TOKENS}x{x.shape[1]}", _rel(out, ref), 1e-3)
 
 
-@pytest.mark.parametrize("paired", [False, True])
-@pytest.mark.parametrize("block_m", [8, 16])
-def test_w4a8_refill_late_same_bits(paired, block_m, monkeypatch):
-    """``DECODE_REFILL_LATE`` (a step's TMA refill and next codes issued after its wgmmas) only
-    moves when the refills are issued: the outputs equal the default order's bit for bit."""
-    from deepinfer.kernels.triton import moe_align, moe_gluon_w4a8, quant_act
-
-    monkeypatch.setattr(moe_gluon_w4a8, "DECODE_PAIRED", paired)
-    for gated in (True, False):
-        ids, x, w, div = _case(gated)
-        codes, scales = quant_act.quant_q8_32(x)
-        words = [moe_gluon_w4a8.to_kernel_order(p) for p, _ in w]
-        pairs, blocks = moe_align.align_pairs(ids, EXPERTS, block_m)
-        args = (words[0], w[0][1], words[1] if gated else None, w[1][1] if gated else None)
-        outs = {}
-        for late in (False, True):
-            monkeypatch.setattr(moe_gluon_w4a8, "DECODE_REFILL_LATE", late)
-            with nan_poisoned_allocations():
-                outs[late] = moe_gluon_w4a8.w4a8_decode_gemm(codes, scales, *args, pairs, blocks,
-                                                             ids.numel(), div, block_m=block_m)
-        for a, b in zip(outs[False], outs[True], strict=True):
-            if a is not None:
-                assert torch.equal(a, b), (gated, paired, block_m)
-        _row(f"w4a8 refill late {'gated' if gated else 'down'}{' paired' if paired else ''} "
-             f"bm{block_m}", f"{TOKENS}x{x.shape[1]}", 0.0, 0.0)
-
-
 @pytest.mark.parametrize("gated", [True, False])
 def test_bf16_gluon(gated):
     from deepinfer.kernels.triton import moe_align, moe_gluon

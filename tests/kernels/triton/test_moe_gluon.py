@@ -150,24 +150,21 @@ def test_sm90_compile(sm90_compile):
     (W4A8: one m64 n8/16 k32 per 32-K group; bf16: one per 16 even / odd K), in budget."""
     cases = []
     for gated in (True, False):
-        for bm, prefetch, xcp, paired, late in (
-                (8, False, False, False, False), (8, True, False, False, False),
-                (8, True, True, False, False), (16, False, True, False, False),
-                (8, True, True, True, False), (8, True, True, True, True),
-                (16, False, True, False, True)):
+        for bm, prefetch, xcp, paired in ((8, False, False, False), (8, True, False, False),
+                                          (8, True, True, False), (16, False, True, False),
+                                          (8, True, True, True)):
             if paired and not gated:
                 continue  # the paired down launch runs the gated loop
             cap = moe_gluon_w4a8.register_cap(gated, bm, prefetch)
             cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}"
                                 f"{'_prefetch' if prefetch else ''}{'_xcp' if xcp else ''}"
-                                f"{'_paired' if paired else ''}{'_late' if late else ''}",
+                                f"{'_paired' if paired else ''}",
                           "gluon": True,
                           "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
                           "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
                           "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm,
                                          "PREFETCH": prefetch, "TILE": TILE_ROWS,
-                                         "XCP": xcp, "PAIRED": paired,
-                                         "REFILL_LATE": late, "num_warps": 4},
+                                         "XCP": xcp, "PAIRED": paired, "num_warps": 4},
                           "num_warps": 4, "num_stages": 1, "no_spill": True,
                           **({"maxnreg": cap} if cap else {}),
                           "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
