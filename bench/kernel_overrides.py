@@ -60,6 +60,7 @@ measures the variants alone, then the best end to end.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 
@@ -140,6 +141,26 @@ def apply_args(args: argparse.Namespace) -> None:
           args.linear_wide_two_wg_rows)
 
 
+
+def _switch(flag: str, value: int | None, module: str, attr: str) -> None:
+    """``deepinfer.kernels.triton.<module>.<attr>`` = bool(value) for a 0 / 1 flag (None:
+    unchanged); another value exits naming the flag."""
+    if value is None:
+        return
+    if value not in (0, 1):
+        raise SystemExit(f"{flag} {value}: expected 0 or 1")
+    setattr(importlib.import_module(f"deepinfer.kernels.triton.{module}"), attr, bool(value))
+
+
+def _rows_from(flag: str, value: int | None, module: str, attr: str) -> None:
+    """``deepinfer.kernels.triton.<module>.<attr>`` = the row count from which a launch takes
+    a path (0: off, None there; None: unchanged); a negative value exits naming the flag."""
+    if value is None:
+        return
+    if value < 0:
+        raise SystemExit(f"{flag} {value}: expected >= 0 (0: off)")
+    setattr(importlib.import_module(f"deepinfer.kernels.triton.{module}"), attr, value or None)
+
 def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,
           shared_expert_max_rows: int | None = None,
@@ -160,17 +181,9 @@ def apply(attention_config: str | None, moe_configs: list[str],
           linear_wide_two_wg_rows: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    if linear_wide_two_wg_rows is not None:
-        from deepinfer.kernels.triton import linear_wide
-        if linear_wide_two_wg_rows < 0:
-            raise SystemExit(f"--linear-wide-two-wg-rows {linear_wide_two_wg_rows}: expected "
-                             ">= 0 (0: off)")
-        linear_wide.WIDE_TWO_WG_ROWS = linear_wide_two_wg_rows or None
-    if linear_wide_mma_first is not None:
-        from deepinfer.kernels.triton import linear_wide
-        if linear_wide_mma_first not in (0, 1):
-            raise SystemExit(f"--linear-wide-mma-first {linear_wide_mma_first}: expected 0 or 1")
-        linear_wide.MMA_FIRST = bool(linear_wide_mma_first)
+    _rows_from("--linear-wide-two-wg-rows", linear_wide_two_wg_rows, "linear_wide",
+               "WIDE_TWO_WG_ROWS")
+    _switch("--linear-wide-mma-first", linear_wide_mma_first, "linear_wide", "MMA_FIRST")
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

@@ -170,7 +170,7 @@ if HAS_GLUON:
                             split_stride, stride_wsr, stride_om, stride_og,
                             SPLIT_K: gl.constexpr, T_TILES: gl.constexpr, BT: gl.constexpr,
                             BK: gl.constexpr, STAGES: gl.constexpr, LW: gl.constexpr,
-                            num_warps: gl.constexpr, MMA_FIRST: gl.constexpr = False):
+                            num_warps: gl.constexpr, MMA_FIRST: gl.constexpr):
         BO: gl.constexpr = 16 * num_warps  # 64 weight rows per warpgroup (LW: operand_layout)
         KSUB: gl.constexpr = BK // 32  # scale columns (one k32 wgmma each) per K step
         gl.static_assert(KSUB == 1 or KSUB == 2, "BK must be 32 or 64")

@@ -131,8 +131,7 @@ def aot_cases() -> list[dict]:
                                     "out_ptr": "*fp32" if split_k > 1 else "*bf16"},
                       "constexprs": {**{k: v for k, v in case["constexprs"].items()
                                         if k != "MMA_FIRST"},  # the base kernel's order
-                                     "SPLIT_K": split_k, "BT": bt,
-                                     "STAGES": stages,
+                                     "SPLIT_K": split_k, "BT": bt, "STAGES": stages,
                                      "LW": {"call": "operand_layout", "args": [1]},
                                      "num_warps": 4},
                       "num_warps": 4, "maxnreg": maxnreg(bt)})
