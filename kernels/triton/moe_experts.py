@@ -582,6 +582,8 @@ def _one_mul_mode(wanted, *weights) -> int:
 # the prefill pipeline with that many pairs per program instead (both operands by TMA after a
 # gather; bench/kernel_overrides.py --w4a8-decode-bm, measured by bench/h200_round54.sh).
 W4A8_DECODE_PREFILL_BM = 0
+# the ordered combine's program (``combine_pairs``): columns of one token, warps
+COMBINE_BLOCK_D, COMBINE_WARPS = 1024, 4
 # W4A8 layout: the decode pipeline (``moe_gluon_w4a8``, 8 pairs per program) up to this many
 # pairs per expert, the prefill pipelines above. H200 rounds 133a / 133b (one layer of the slice,
 # the whole pipeline as a CUDA graph, ms; decode / bf16 prefill BM 64 / BM 128): 512 tokens (8
@@ -742,12 +744,12 @@ def combine_pairs(y: torch.Tensor, order_ids: torch.Tensor,
         assert residual.shape == (num_tokens, dim) and residual.stride(1) == 1, residual.shape
     res = out if residual is None else residual
     bf16_bits = out.dtype == torch.bfloat16
-    block_d = min(1024, next_power_of_2(dim))
+    block_d = min(COMBINE_BLOCK_D, next_power_of_2(dim))
     _moe_combine_kernel[(num_tokens, cdiv(dim, block_d))](
         y, order_ids.contiguous(), res, out.view(torch.int16) if bf16_bits else out, dim,
         y.stride(0), res.stride(0), out.stride(0), TOPK=topk,
         KP=max(2, next_power_of_2(topk)), BLOCK_D=block_d, HAS_RES=residual is not None,
-        OUT_BF16_BITS=bf16_bits, num_warps=4)
+        OUT_BF16_BITS=bf16_bits, num_warps=COMBINE_WARPS)
     return out
 
 

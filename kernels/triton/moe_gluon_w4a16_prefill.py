@@ -84,6 +84,7 @@ BLOCK_K = 128  # K per pipeline step: 4 groups of 32 (one 64-byte box of the W4A
 # padding)
 GATHER_SLOTS = 8
 GATHER_BLOCK_K = 512
+GATHER_WARPS = 4
 # H200, bench/moe_gluon_prefill.py (rounds 70a / 71a; 384 experts, top-6, whole pipeline):
 # BM 128, 2 stages, 2 warpgroups 8.18 ms at 4K tokens (the FP8 kernel: 11.21), 19.72 at 16K
 # (36.50); BM 64: 8.35-9.14 / 24.8-26.0; 4 warpgroups 9.3-11.0 / 21.4-30.4
@@ -536,7 +537,7 @@ def gather_tokens(x: torch.Tensor, sorted_pairs: torch.Tensor, num_pairs: int,
     if slots:
         _gather_tokens_kernel[(cdiv(slots, GATHER_SLOTS),)](
             x, sorted_pairs, out, num_pairs, slots, k, row_div, x.stride(0), out.stride(0),
-            SLOTS=GATHER_SLOTS, BLOCK_K=GATHER_BLOCK_K, num_warps=4)
+            SLOTS=GATHER_SLOTS, BLOCK_K=GATHER_BLOCK_K, num_warps=GATHER_WARPS)
     return out
 
 

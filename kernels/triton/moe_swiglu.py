@@ -24,6 +24,8 @@ from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.quant_act import q8_32_groups, q8_32_values
 
 ACT_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+# the slot-major SwiGLU's program (``swiglu_fake_q8_slots``): slots x columns, warps
+SLOTS_BLOCK_P, SLOTS_BLOCK_N, SLOTS_WARPS = 16, 128, 4
 
 
 @triton.jit
@@ -156,11 +158,12 @@ def swiglu_fake_q8_slots(g: torch.Tensor, u: torch.Tensor, route_w: torch.Tensor
         out = torch.empty((slots, inter), dtype=torch.bfloat16, device=g.device)
     assert out.shape == (slots, inter) and out.dtype == torch.bfloat16 and out.is_contiguous()
     if slots and num_pairs:
-        bp, bn = 16, 128
+        bp, bn = SLOTS_BLOCK_P, SLOTS_BLOCK_N
         rw = route_w.reshape(-1).to(torch.float32).contiguous()
         _swiglu_slots_kernel[(cdiv(slots, bp), cdiv(inter, bn))](
             g, u, rw, sorted_pairs, out, num_pairs, slots, inter, float(limit), g.stride(0),
-            u.stride(0), out.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn, num_warps=4)
+            u.stride(0), out.stride(0), ACT=ACT_CODES[act_dtype], BP=bp, BN=bn,
+            num_warps=SLOTS_WARPS)
     return out
 
 

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Device round 185 (session 38) (≈ 3-4 min): the 4K prefill's memory-bound kernels alone
+# (bench/rest_kernels.py: the mHC expand + collapse + norm, the norm alone, the experts' token
+# gather, the slot-major SwiGLU, the ordered combine) under several launch configs against the
+# copy ceiling of the same run; then Nsight Compute on each default once (a small process:
+# round 184 profiled them inside a whole prefill, whose device-memory save / restore per replay
+# let it reach 3 kernels in 220 s) — DRAM-bound or not.
+# Pass the commit hash literally.
+source "$(dirname "$0")/device_setup.sh"
+timeout 240 python3 bench/rest_kernels.py >"$OUT/rest.log" 2>&1
+echo "rest_kernels rc=$?"; grep -E "^\||ceiling" "$OUT/rest.log" | grep -v "^|---"
+if [ -n "$NCU" ]; then
+  timeout 200 "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    --section WarpStateStats python3 bench/rest_kernels.py --ncu >"$OUT/ncu_rest.log" 2>&1
+  echo "ncu rc=$?"
+  grep -E "^  _[a-z_0-9]+kernel|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Block Size|Waves Per SM|Mem Busy|Max Bandwidth|Warp Cycles Per Issued" \
+    "$OUT/ncu_rest.log" | sed 's/  */ /g' | head -110
+fi
+rm -f "$OUT/install.log"
