@@ -206,19 +206,22 @@ def _hc_collapse_kernel(x_ptr, pre_ptr, out_ptr, D, stride_xn, stride_xs, stride
 
 
 @triton.jit
-def expand_chunk(out_ptr, x_ptr, post_ptr, comb_ptr, n, offs_d, mask_d, stride_on, stride_xn,
-                 stride_xs, S: tl.constexpr):
-    """[S_j, BD] fp32: y[n, j, d] = post[n, j] * out[n, d] + sum_i comb[n, i, j] * x[n, i, d]
-    for the columns offs_d (0 where masked). Shared by ``_hc_expand_kernel`` and
-    ``mhc_norm``'s fused expand."""
-    streams = tl.arange(0, S)
-    x = tl.load(x_ptr + n * stride_xn + streams[:, None] * stride_xs + offs_d[None, :],
-                mask=mask_d[None, :], other=0.0).to(tl.float32)  # [S_i, BD]
-    o = tl.load(out_ptr + n * stride_on + offs_d, mask=mask_d, other=0.0).to(tl.float32)
-    post = tl.load(post_ptr + n * S + streams)  # [S_j]
-    comb = tl.load(comb_ptr + n * S * S + streams[:, None] * S + streams[None, :])  # [S_i, S_j]
-    mixed = tl.sum(comb[:, :, None] * x[:, None, :], axis=0)  # [S_j, BD]
-    return post[:, None] * o[None, :] + mixed
+def expand_stream(o, x_row_ptr, stride_xs, post_n_ptr, comb_n_ptr, j, mask_d,
+                  S: tl.constexpr):
+    """[BD] fp32: stream j of y for one chunk, ``post[n, j] * out[n, d] + sum_i comb[n, i, j] *
+    x[n, i, d]`` — the branch term, then the streams in order i = 0..S-1. o: out's chunk (fp32),
+    x_row_ptr: x[n, 0, chunk] ([BD] pointers), post_n_ptr / comb_n_ptr: row n of post / comb;
+    masked columns give 0. Shared by ``_hc_expand_kernel`` and ``mhc_norm``'s fused expand,
+    so both store the same bits.
+
+    Everything stays one [BD] vector per stream (x's rows are re-read per j, from L1): the
+    earlier [S_i, S_j, BD] product converted layouts through shared memory several times a
+    program in sm_90 SASS (session 38)."""
+    y = tl.load(post_n_ptr + j) * o
+    for i in tl.static_range(S):
+        x_i = tl.load(x_row_ptr + i * stride_xs, mask=mask_d, other=0.0).to(tl.float32)
+        y += tl.load(comb_n_ptr + i * S + j) * x_i
+    return y
 
 
 @triton.jit
@@ -228,11 +231,13 @@ def _hc_expand_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, y_ptr, D, stride_on, s
     n = tl.program_id(0).to(tl.int64)
     offs_d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
-    y = expand_chunk(out_ptr, x_ptr, post_ptr, comb_ptr, n, offs_d, mask_d, stride_on, stride_xn,
-                     stride_xs, S)
-    streams = tl.arange(0, S)
-    tl.store(y_ptr + n * stride_xn + streams[:, None] * stride_xs + offs_d[None, :],
-             y.to(y_ptr.dtype.element_ty), mask=mask_d[None, :])
+    o = tl.load(out_ptr + n * stride_on + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    x_row = x_ptr + n * stride_xn + offs_d
+    for j in tl.static_range(S):
+        y = expand_stream(o, x_row, stride_xs, post_ptr + n * S, comb_ptr + n * S * S, j, mask_d,
+                          S)
+        tl.store(y_ptr + n * stride_xn + j * stride_xs + offs_d, y.to(y_ptr.dtype.element_ty),
+                 mask=mask_d)  # y: x's strides (contiguous)
 
 
 # _hc_coeffs_kernel's launch (bench/mhc_prefill.py varies them): BK=64 of S*D (BK=128 spilled

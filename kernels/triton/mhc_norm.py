@@ -5,7 +5,7 @@
 Single-pass mHC knows the next site's collapse weights ``pre`` before this site's expand runs
 (``runtime/model/block.py``), so the new streams need not be read back for the collapse:
 
-  ``_hc_expand_collapse_kernel``, grid (N, D / BLOCK_D): y's chunk (``mhc.expand_chunk``, the
+  ``_hc_expand_collapse_kernel``, grid (N, D / BLOCK_D): y's chunk (``mhc.expand_stream``, the
       expand kernel's own code) stored in x's dtype; the collapse of those rounded values with
       pre (streams summed in order, fp32), rounded to x's dtype into h; the chunk's sum of
       squares of that rounded h into a workspace ws (N, D / BLOCK_D) fp32.
@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
-from deepinfer.kernels.triton.mhc import expand_chunk
+from deepinfer.kernels.triton.mhc import expand_stream
 from deepinfer.kernels.triton.quant_act import q8_32_groups, q8_32_values
 
 BLOCK_D = 512  # the expand kernel's chunk (mhc.hc_expand): the same registers per program
@@ -54,13 +54,15 @@ def _hc_expand_collapse_kernel(out_ptr, x_ptr, post_ptr, comb_ptr, pre_ptr, y_pt
     chunk = tl.program_id(1)
     offs_d = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
     mask_d = offs_d < D
-    streams = tl.arange(0, S)
-    y = expand_chunk(out_ptr, x_ptr, post_ptr, comb_ptr, n, offs_d, mask_d, stride_on, stride_xn,
-                     stride_xs, S).to(y_ptr.dtype.element_ty)  # [S, BD]; 0 where masked
-    tl.store(y_ptr + n * (S * D) + streams[:, None] * D + offs_d[None, :], y,
-             mask=mask_d[None, :])
-    pre = tl.load(pre_ptr + n * S + streams)
-    h = tl.sum(pre[:, None] * y.to(tl.float32), axis=0).to(h_ptr.dtype.element_ty)  # [BD]
+    o = tl.load(out_ptr + n * stride_on + offs_d, mask=mask_d, other=0.0).to(tl.float32)
+    x_row = x_ptr + n * stride_xn + offs_d
+    hf = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for j in tl.static_range(S):
+        y = expand_stream(o, x_row, stride_xs, post_ptr + n * S, comb_ptr + n * S * S, j, mask_d,
+                          S).to(y_ptr.dtype.element_ty)  # 0 where masked
+        tl.store(y_ptr + n * (S * D) + j * D + offs_d, y, mask=mask_d)
+        hf += tl.load(pre_ptr + n * S + j) * y.to(tl.float32)  # streams summed in order
+    h = hf.to(h_ptr.dtype.element_ty)
     tl.store(h_ptr + n * stride_hn + offs_d, h, mask=mask_d)
     hf = h.to(tl.float32)
     tl.store(ws_ptr + n * num_chunks + chunk, tl.sum(hf * hf, axis=0))

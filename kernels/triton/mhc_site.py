@@ -6,7 +6,7 @@ Why: after each expand the engine's ``hc_coeffs`` re-reads the new streams (168 
 4K prefill; round 159: 81 µs a call against a 39 µs HBM floor, 16 calls). Here the expand's
 program holds y already: ``_hc_site_kernel``, grid (N / BM, D / BLOCK_D), BM tokens x BLOCK_D
 columns in BD-column steps, computes y (the expand: streams mixed in order i = 0..S-1, then
-the branch term — y's last bit can differ from ``mhc.expand_chunk``'s tree), stores it, the
+the branch term — y's last bit can differ from ``mhc.expand_stream``'s order), stores it, the
 collapse h and its sum of squares (for ``mhc_norm._rms_apply_kernel``), and the partial
 projections m = y_chunk @ fn_chunk^T (one dot of K = S * BD per step: bf16x3 on the GPU, the
 fp32 fn split into three bf16 terms as ``mhc._dot_fn_parts``; fp32 "ieee" in the

@@ -59,7 +59,7 @@ def test_hc_expand_norm_v41(rows):
         return y3, norm.rms_norm(tri_mhc.hc_collapse(y3, pre), weight, eps)
 
     y3 = three()[0]
-    # y: the expand kernel's fp32 arithmetic (``expand_chunk``), but not always its bits: in
+    # y: the expand kernel's fp32 arithmetic (``expand_stream``), but not always its bits: in
     # the fused kernel the compiler may order the four-term sum (or contract post * out)
     # otherwise (round 166: 1 row equal, 64 and 4,096 rows not) — one bf16 step of y plus
     # the fp32 rounding of the terms

@@ -65,7 +65,7 @@ def test_against_reference(dtype, dim):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_streams_are_the_expand_kernels_bits(dtype):
-    """y is the expand kernel's own output (the same code, ``mhc.expand_chunk``), and h is the
+    """y is the expand kernel's own output (the same code, ``mhc.expand_stream``), and h is the
     separate collapse + norm kernels' h up to the statistic's summation order (<= 1 rounding
     of h's dtype)."""
     args = _inputs(7, 1120, dtype, 2)
