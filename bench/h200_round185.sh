@@ -20,6 +20,8 @@ timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -q tests/gpu/test_m
 echo "GPU checks (mhc_norm) rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -4
 timeout 240 python3 bench/rest_kernels.py >"$OUT/rest.log" 2>&1
 echo "rest_kernels rc=$?"; grep -E "^\||ceiling" "$OUT/rest.log" | grep -v "^|---"
+timeout 60 python3 bench/mhc_prefill.py --tokens 4096 >"$OUT/mhc.log" 2>&1
+echo "mhc_prefill rc=$?"; grep -E "^\| 4096" "$OUT/mhc.log"
 if [ -n "$NCU" ]; then
   timeout 200 "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \

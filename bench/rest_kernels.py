@@ -16,6 +16,8 @@ constants; ``default`` is the module's):
   swiglu       ``moe_swiglu.swiglu_fake_q8_slots`` (g, u read; slot rows written) — BP:BN:WARPS
   combine      ``moe_experts.combine_pairs(residual=)`` (per-pair rows and the shared expert's
                read; token rows written) — BLOCK_D:WARPS
+  coeffs       ``mhc.hc_coeffs`` (the streams read once; fn from L2), its default launch only
+               (bench/mhc_prefill.py sweeps its configs)
 
 Shapes of the 4K prefill on the slice plan: N tokens, S = 4 streams of D = 5120 (bf16), I =
 2304, 384 experts, top-6 (pairs grouped in blocks of 128, the engine's BLOCK_M at 4K). Per
@@ -41,6 +43,7 @@ VARIANTS = {
     "gather": ("default", "4:512:4", "16:512:4", "8:1024:4", "8:512:8", "16:1024:8", "2:2048:4"),
     "swiglu": ("default", "16:256:4", "32:128:4", "8:256:4", "16:128:8", "32:256:8", "8:512:4"),
     "combine": ("default", "512:4", "1024:8", "2048:8", "512:2", "5120:8"),
+    "coeffs": ("default",),  # its launch configs: bench/mhc_prefill.py
 }
 # module constants each kernel's variant fields set, in order
 CONSTANTS = {
@@ -49,6 +52,7 @@ CONSTANTS = {
     "gather": ("moe_gluon_w4a16_prefill", ("GATHER_SLOTS", "GATHER_BLOCK_K", "GATHER_WARPS")),
     "swiglu": ("moe_swiglu", ("SLOTS_BLOCK_P", "SLOTS_BLOCK_N", "SLOTS_WARPS")),
     "combine": ("moe_experts", ("COMBINE_BLOCK_D", "COMBINE_WARPS")),
+    "coeffs": ("mhc", ()),
 }
 
 
@@ -73,7 +77,7 @@ def set_variant(kernel: str, variant: str, defaults: dict) -> None:
 def make_calls(num_tokens: int, dim: int, inter: int, experts: int, device: str) -> dict:
     """kernel -> (timed call, bytes it must move, checked call or None: the timed one); a call
     returns its outputs as a tuple."""
-    from deepinfer.kernels.triton import mhc_norm, moe_align, moe_experts, moe_swiglu
+    from deepinfer.kernels.triton import mhc, mhc_norm, moe_align, moe_experts, moe_swiglu
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
 
     g = torch.Generator(device="cpu").manual_seed(0)
@@ -94,6 +98,9 @@ def make_calls(num_tokens: int, dim: int, inter: int, experts: int, device: str)
     xq = randn(n, dim)
     gate, up = randn(p, inter), randn(p, inter)
     y, res = randn(p, dim), randn(n, dim)
+    fn = randn((2 + s) * s, s * dim, dtype=torch.float32, scale=0.01)
+    fn_scale = torch.tensor([0.5, 0.7, 1.3], device=device)
+    fn_base = randn((2 + s) * s, dtype=torch.float32, scale=0.3)
 
     h_work = h.clone()
     ws_by_block: dict[int, torch.Tensor] = {}
@@ -124,6 +131,8 @@ def make_calls(num_tokens: int, dim: int, inter: int, experts: int, device: str)
                    3 * p * inter * bf2, None),
         "combine": (lambda: (moe_experts.combine_pairs(y, ids, residual=res),),
                     (p + 2 * n) * dim * bf2, None),
+        "coeffs": (lambda: mhc.hc_coeffs(x, fn, fn_scale, fn_base, 1e-20, 1e-6, 20),
+                   n * s * dim * bf2, None),
     }
 
 
