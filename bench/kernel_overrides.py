@@ -55,6 +55,12 @@ measures the variants alone, then the best end to end.
     --shared-expert-max-rows N                     the shared expert on the dense projection
                                                    kernels up to N rows (shared_expert.py;
                                                    more: the grouped 1-expert GEMM)
+    --launch-constant MODULE.NAME=INT              any integer launch constant of a module of
+                                                   deepinfer.kernels.triton, e.g.
+                                                   mhc_norm.BLOCK_D=1024 (repeatable; in
+                                                   prefill_ab.py every variant lists the same
+                                                   names: the rest_kernels.py sweeps' winners
+                                                   end to end)
 """
 
 from __future__ import annotations
@@ -125,6 +131,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the bf16 prefill expert GEMM's kernel: base, ws (its TMA issue on a "
                     "producer warp) or auto (ws for REP 2 programs; default: "
                     "moe_gluon_w4a16_prefill.KERNEL)")
+    ap.add_argument("--launch-constant", action="append", default=[], metavar="MODULE.NAME=INT",
+                    help="an integer launch constant of deepinfer.kernels.triton.MODULE "
+                    "(repeatable), e.g. mhc_norm.BLOCK_D=1024")
     ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
                     help="W4A8 experts on the decode pipeline up to this many pairs per expert "
                     "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
@@ -139,6 +148,27 @@ def apply_args(args: argparse.Namespace) -> None:
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
           args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_mma_first,
           args.linear_wide_two_wg_rows)
+    for text in args.launch_constant:
+        set_launch_constant(text)
+
+
+def set_launch_constant(text: str) -> None:
+    """``MODULE.NAME=INT``: deepinfer.kernels.triton.MODULE.NAME = INT; exits naming the flag
+    for an unknown module or constant, or a constant that is not an integer."""
+    target, sep, value = text.partition("=")
+    module, dot, name = target.rpartition(".")
+    if not sep or not dot or not value.lstrip("-").isdigit():
+        raise SystemExit(f"--launch-constant {text!r}: expected MODULE.NAME=INT")
+    try:
+        mod = importlib.import_module(f"deepinfer.kernels.triton.{module}")
+    except ImportError:
+        raise SystemExit(f"--launch-constant {text!r}: no module deepinfer.kernels.triton."
+                         f"{module}") from None
+    old = getattr(mod, name, None)
+    if type(old) is not int:
+        raise SystemExit(f"--launch-constant {text!r}: {module}.{name} is not an integer "
+                         f"constant (it is {old!r})")
+    setattr(mod, name, int(value))
 
 
 

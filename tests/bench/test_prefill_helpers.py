@@ -207,6 +207,38 @@ def test_prefill_ab_variants_parse_and_refuse_bad_ones():
         assert words in str(info.value), (bad, info.value)
 
 
+def test_launch_constant_sets_an_integer_constant_and_refuses_the_rest(monkeypatch):
+    """kernel_overrides' --launch-constant MODULE.NAME=INT sets the module's integer constant
+    (what prefill_ab.py's variants switch between prefills); a malformed text, an unknown
+    module or a name that is not an integer constant exits naming the text."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import mhc_norm
+
+    monkeypatch.setattr(mhc_norm, "BLOCK_D", mhc_norm.BLOCK_D)  # restored after the test
+    ns = _overrides_namespace(["--launch-constant", "mhc_norm.BLOCK_D=1024"])
+    kernel_overrides.apply_args(ns)
+    assert mhc_norm.BLOCK_D == 1024
+    for bad, words in (("mhc_norm.BLOCK_D", "MODULE.NAME=INT"), ("BLOCK_D=3", "MODULE.NAME=INT"),
+                       ("mhc_norm.BLOCK_D=x", "MODULE.NAME=INT"),
+                       ("nomodule.X=1", "no module"), ("mhc_norm.NOPE=1", "not an integer"),
+                       ("mhc_norm.torch=1", "not an integer")):
+        with pytest.raises(SystemExit) as info:
+            kernel_overrides.set_launch_constant(bad)
+        assert words in str(info.value) and repr(bad) in str(info.value), (bad, info.value)
+    assert mhc_norm.BLOCK_D == 1024  # a refused text changes nothing
+
+
+def _overrides_namespace(argv: list[str]):
+    import argparse
+
+    import kernel_overrides
+
+    ap = argparse.ArgumentParser()
+    kernel_overrides.add_arguments(ap)
+    return ap.parse_args(argv)
+
+
 def test_prefill_ab_runs_interleaved_variants_on_cpu(tmp_path):
     """bench/prefill_ab.py on the tiny plan: one load, the variants interleaved per round, the
     medians and the fixed prompt's bits compared across variants, in the table and the JSON."""
