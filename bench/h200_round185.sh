@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device round 185 (session 38) (≈ 3-4 min): the 4K prefill's memory-bound kernels alone
+# Device round 185 (session 38) (≈ 7-8 min): the 4K prefill's memory-bound kernels alone
 # (bench/rest_kernels.py: the mHC expand + collapse + norm, the norm alone, the experts' token
 # gather, the slot-major SwiGLU, the ordered combine) under several launch configs against the
 # copy ceiling of the same run; then Nsight Compute on each default once (a small process:
@@ -20,10 +20,17 @@ timeout 150 python3 -m pytest -p no:cacheprovider -m gpu -rf -q tests/gpu/test_m
 echo "GPU checks (mhc_norm) rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -4
 timeout 240 python3 bench/rest_kernels.py >"$OUT/rest.log" 2>&1
 echo "rest_kernels rc=$?"; grep -E "^\||ceiling" "$OUT/rest.log" | grep -v "^|---"
+# the fastest variants end to end against the defaults (a lone 4K prompt, interleaved)
+PICK=$(python3 bench/rest_kernels.py --pick "$OUT/rest.log")
+BASE=$(python3 bench/rest_kernels.py --pick "$OUT/rest.log" --pick-defaults)
+echo "fastest: $PICK"
+if [ -n "$PICK" ] && [ "$PICK" != "$BASE" ]; then
+  prefill_ab_4k 4 "defaults=$BASE" "fastest=$PICK"
+fi
 timeout 60 python3 bench/mhc_prefill.py --tokens 4096 >"$OUT/mhc.log" 2>&1
 echo "mhc_prefill rc=$?"; grep -E "^\| 4096" "$OUT/mhc.log"
 if [ -n "$NCU" ]; then
-  timeout 200 "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight \
+  timeout 130 "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight \
     --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     --section WarpStateStats python3 bench/rest_kernels.py --ncu >"$OUT/ncu_rest.log" 2>&1
   echo "ncu rc=$?"

@@ -26,6 +26,10 @@ must move (each operand once), GB/s, the fraction of the copy ceiling, and max |
 the default| over its outputs (0: the same bits; expand_norm's statistic sums in BLOCK_D
 chunks, so other BLOCK_Ds may differ in the last bits). ``--ncu``: instead, each kernel's
 default once between cudaProfilerStart / Stop (run under ``ncu --profile-from-start off``).
+``--pick LOG``: from a sweep's printed table, the ``kernel_overrides.py --launch-constant``
+flags of each kernel's fastest variant (the defaults' own values where none is faster by
+``--pick-margin``), on one line; and, with ``--pick-defaults``, the defaults' values of the
+same constants (the A/B control of ``prefill_ab.py``).
 """
 
 from __future__ import annotations
@@ -172,6 +176,39 @@ def copy_ceiling_gbs(device: str) -> float:
     return 2 * src.numel() / median_us(lambda: dst.copy_(src), device, 10) / 1e3
 
 
+def pick(log: str, margin: float, defaults_only: bool) -> str:
+    """``--launch-constant`` flags: per kernel of the sweep's table in ``log``, the fastest
+    variant's constants when it beats ``default`` by more than ``margin`` (a fraction), else
+    the defaults' values (every kernel's constants are named either way)."""
+    best: dict[str, tuple[float, str]] = {}
+    default_us: dict[str, float] = {}
+    for line in open(log, encoding="utf-8"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        # rms_apply runs on expand_norm's constants (its chunks are the expand's): expand_norm,
+        # which times both launches, picks them
+        if len(cells) < 3 or cells[0] in ("rms_apply", "coeffs") or cells[0] not in VARIANTS:
+            continue
+        try:
+            us = float(cells[2])
+        except ValueError:  # a failed row
+            continue
+        if cells[1] == "default":
+            default_us[cells[0]] = us
+        if cells[0] not in best or us < best[cells[0]][0]:
+            best[cells[0]] = (us, cells[1])
+    flags = []
+    for kernel, (us, variant) in best.items():
+        mod_name, names = CONSTANTS[kernel]
+        mod = module(mod_name)
+        values = [getattr(mod, name) for name in names]
+        if (not defaults_only and variant != "default" and kernel in default_us
+                and us < default_us[kernel] * (1 - margin)):
+            values = [int(f) for f in variant.split(":")]
+        flags += [f"--launch-constant {mod_name}.{name}={value}"
+                  for name, value in zip(names, values, strict=True)]
+    return " ".join(flags)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=4096)
@@ -179,7 +216,14 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, 32 tokens, D = 256")
     ap.add_argument("--ncu", action="store_true",
                     help="each kernel's default once between cudaProfilerStart / Stop")
+    ap.add_argument("--pick", default=None, metavar="LOG",
+                    help="print the fastest variants' --launch-constant flags from a sweep log")
+    ap.add_argument("--pick-margin", type=float, default=0.03)
+    ap.add_argument("--pick-defaults", action="store_true")
     args = ap.parse_args()
+    if args.pick:
+        print(pick(args.pick, args.pick_margin, args.pick_defaults))
+        return 0
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"
     device = "cpu" if args.smoke else "cuda"
