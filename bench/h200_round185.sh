@@ -2,9 +2,8 @@
 # Device round 185 (session 38) (≈ 7-8 min): the 4K prefill's memory-bound kernels alone
 # (bench/rest_kernels.py: the mHC expand + collapse + norm, the norm alone, the experts' token
 # gather, the slot-major SwiGLU, the ordered combine) under several launch configs against the
-# copy ceiling of the same run; then Nsight Compute on each default once (a small process:
-# round 184 profiled them inside a whole prefill, whose device-memory save / restore per replay
-# let it reach 3 kernels in 220 s) — DRAM-bound or not.
+# copy ceiling of the same run; then the fastest variants end to end (prefill_ab.py, a lone 4K
+# prompt against the defaults). Nsight Compute on each default: round 186.
 # The expand's code changed in this session (``mhc.expand_stream``: one [BD] vector per stream,
 # no layout conversions): the same sweep of expand_norm from the tree before it (carry
 # ab-base.tar = `git archive 1817d69`) times the old code on this card.
@@ -26,15 +25,5 @@ BASE=$(python3 bench/rest_kernels.py --pick "$OUT/rest.log" --pick-defaults)
 echo "fastest: $PICK"
 if [ -n "$PICK" ] && [ "$PICK" != "$BASE" ]; then
   prefill_ab_4k 4 "defaults=$BASE" "fastest=$PICK"
-fi
-timeout 60 python3 bench/mhc_prefill.py --tokens 4096 >"$OUT/mhc.log" 2>&1
-echo "mhc_prefill rc=$?"; grep -E "^\| 4096" "$OUT/mhc.log"
-if [ -n "$NCU" ]; then
-  timeout 130 "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight \
-    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-    --section WarpStateStats python3 bench/rest_kernels.py --ncu >"$OUT/ncu_rest.log" 2>&1
-  echo "ncu rc=$?"
-  grep -E "^  _[a-z_0-9]+kernel|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Grid Size|Block Size|Waves Per SM|Mem Busy|Max Bandwidth|Warp Cycles Per Issued" \
-    "$OUT/ncu_rest.log" | sed 's/  */ /g' | head -110
 fi
 rm -f "$OUT/install.log"
