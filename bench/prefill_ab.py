@@ -116,11 +116,16 @@ def run(args, root: Path, progress) -> dict:
                          for n, _, _ in variants}
     base = variants[0][0]
     res["same_tokens"] = all(tokens[n] == tokens[base] for n in tokens)
+    res["check_tokens"] = tokens  # per variant: [(token, logprob) of the top 2] per step
     for n, ms in res["medians_ms"].items():
         print(f"{n}: {ms:.1f} ms median over {args.rounds} rounds "
               f"({ms / res['medians_ms'][base] - 1:+.1%} against {base})", flush=True)
     print("the fixed prompt's two greedy tokens and top-2 logprobs equal across variants: "
           f"{res['same_tokens']}", flush=True)
+    if not res["same_tokens"]:
+        for n, top in tokens.items():
+            print(f"  {n}: " + "; ".join(" ".join(f"{t}:{lp:.6f}" for t, lp in step)
+                                         for step in top), flush=True)
     return res
 
 

@@ -10,7 +10,8 @@ constants; ``default`` is the module's):
 
   expand_norm  ``mhc_norm.hc_expand_norm(quant=True)``: ``_hc_expand_collapse_kernel`` +
                ``_rms_apply_kernel`` (x, out read; y, h, hq written) — BLOCK_D:WARPS
-  rms_apply    ``mhc_norm.rms_apply`` alone (h read and written, hq written) — BLOCK_D:WARPS
+  rms_apply    ``mhc_norm.rms_apply`` alone (h read and written, hq written) — its own tile:
+               APPLY_BLOCK_D:APPLY_WARPS
   gather       ``moe_gluon_w4a16_prefill.gather_tokens`` (x rows read, slot rows written) —
                SLOTS:BLOCK_K:WARPS
   swiglu       ``moe_swiglu.swiglu_fake_q8_slots`` (g, u read; slot rows written) — BP:BN:WARPS
@@ -21,7 +22,8 @@ constants; ``default`` is the module's):
 
 Shapes of the 4K prefill on the slice plan: N tokens, S = 4 streams of D = 5120 (bf16), I =
 2304, 384 experts, top-6 (pairs grouped in blocks of 128, the engine's BLOCK_M at 4K). Per
-(kernel, variant): median µs (CUDA events, 20 runs after 3 warm-ups), the bytes the kernel
+(kernel, variant): median µs a call (CUDA events around 10 back-to-back calls, 20 runs after 3
+warm-ups), the bytes the kernel
 must move (each operand once), GB/s, the fraction of the copy ceiling, and max |out - out of
 the default| over its outputs (0: the same bits; expand_norm's statistic sums in BLOCK_D
 chunks, so other BLOCK_Ds may differ in the last bits). ``--ncu``: instead, each kernel's
@@ -43,7 +45,7 @@ import torch
 STREAMS, DIM, INTER, EXPERTS, TOPK, BLOCK_M = 4, 5120, 2304, 384, 6, 128
 VARIANTS = {
     "expand_norm": ("default", "512:2", "1024:4", "1024:8", "256:2", "2048:8"),
-    "rms_apply": ("default", "512:2", "1024:4", "1024:8", "2048:8"),
+    "rms_apply": ("default", "512:4", "512:2", "1024:8", "2048:8", "256:2"),
     "gather": ("default", "4:512:4", "16:512:4", "8:1024:4", "8:512:8", "16:1024:8", "2:2048:4"),
     "swiglu": ("default", "16:256:4", "32:128:4", "8:256:4", "16:128:8", "32:256:8", "8:512:4"),
     "combine": ("default", "512:4", "1024:8", "2048:8", "512:2", "5120:8"),
@@ -52,7 +54,7 @@ VARIANTS = {
 # module constants each kernel's variant fields set, in order
 CONSTANTS = {
     "expand_norm": ("mhc_norm", ("BLOCK_D", "NUM_WARPS")),
-    "rms_apply": ("mhc_norm", ("BLOCK_D", "NUM_WARPS")),
+    "rms_apply": ("mhc_norm", ("APPLY_BLOCK_D", "APPLY_WARPS")),
     "gather": ("moe_gluon_w4a16_prefill", ("GATHER_SLOTS", "GATHER_BLOCK_K", "GATHER_WARPS")),
     "swiglu": ("moe_swiglu", ("SLOTS_BLOCK_P", "SLOTS_BLOCK_N", "SLOTS_WARPS")),
     "combine": ("moe_experts", ("COMBINE_BLOCK_D", "COMBINE_WARPS")),
@@ -112,13 +114,14 @@ def make_calls(num_tokens: int, dim: int, inter: int, experts: int, device: str)
     h_slots = torch.zeros(pairs.numel(), inter, dtype=torch.bfloat16, device=device)
 
     def rms_apply(fresh: bool = False):
-        """In place on h_work (fresh: from h first); the chunk sums of a row of ones' norm."""
+        """In place on h_work (fresh: from h first), from the expand's chunk sums (those of a
+        row of ones)."""
         block_d = min(mhc_norm.BLOCK_D, dim)
         ws = ws_by_block.setdefault(block_d, torch.full((n, dim // block_d), float(block_d),
                                                         device=device))
         if fresh:
             h_work.copy_(h)
-        mhc_norm.rms_apply(h_work, weight, ws, 1e-6, hq, block_d)
+        mhc_norm.rms_apply(h_work, weight, ws, 1e-6, hq)
         return h_work, hq
 
     # padding slots are left unwritten: the gather and SwiGLU write into zeroed buffers
@@ -150,7 +153,11 @@ def max_diff(a: tuple, b: tuple) -> float:
     return worst
 
 
-def median_us(fn, device: str, runs: int = 20) -> float:
+def median_us(fn, device: str, runs: int = 20, calls: int = 10) -> float:
+    """Median over ``runs`` of the mean µs a call of ``calls`` back-to-back calls between two
+    events: the GPU's queue stays ahead of the host, so the wrappers' launch cost (tens of µs
+    a Triton launch from Python) is not timed — round 185 timed one call between events, which
+    counted it (the same kernels 20-95 % slower than Nsight Compute's durations)."""
     if device == "cpu":
         fn()
         return float("nan")
@@ -160,10 +167,11 @@ def median_us(fn, device: str, runs: int = 20) -> float:
     for _ in range(runs):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(calls):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
+        times.append(a.elapsed_time(b) * 1e3 / calls)
     return sorted(times)[len(times) // 2]
 
 
@@ -184,9 +192,7 @@ def pick(log: str, margin: float, defaults_only: bool) -> str:
     default_us: dict[str, float] = {}
     for line in open(log, encoding="utf-8"):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        # rms_apply runs on expand_norm's constants (its chunks are the expand's): expand_norm,
-        # which times both launches, picks them
-        if len(cells) < 3 or cells[0] in ("rms_apply", "coeffs") or cells[0] not in VARIANTS:
+        if len(cells) < 3 or cells[0] == "coeffs" or cells[0] not in VARIANTS:
             continue
         try:
             us = float(cells[2])

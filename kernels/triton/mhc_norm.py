@@ -9,7 +9,7 @@ Single-pass mHC knows the next site's collapse weights ``pre`` before this site'
       expand kernel's own code) stored in x's dtype; the collapse of those rounded values with
       pre (streams summed in order, fp32), rounded to x's dtype into h; the chunk's sum of
       squares of that rounded h into a workspace ws (N, D / BLOCK_D) fp32.
-  ``_rms_apply_kernel``, grid (N, D / BLOCK_D): the row's statistic from its chunk sums (one
+  ``_rms_apply_kernel``, grid (N, D / APPLY_BLOCK_D): the row's statistic from its chunk sums (one
       tree over a fixed CHUNKS_P2 vector), ``h = weight * (h * rstd)`` in place; IEEE sqrt and
       division, as ``norm._rms_norm_kernel``; with ``quant`` it also stores h's Q8_32 values
       hq (``quant_act.q8_32_groups`` / ``q8_32_values`` over 32-column groups: the bits of
@@ -41,6 +41,11 @@ from deepinfer.kernels.triton.quant_act import q8_32_groups, q8_32_values
 
 BLOCK_D = 512  # the expand kernel's chunk (mhc.hc_expand): the same registers per program
 NUM_WARPS = 4
+# rms_apply's tile, independent of the chunks whose sums it reads (its statistic sums all of
+# them the same way): 8 columns a thread, 16-byte loads and stores (session 38: at 512 columns
+# and 4 warps the apply ran at 65 % of the H100's DRAM peak, 8-byte accesses)
+APPLY_BLOCK_D = 1024
+APPLY_WARPS = 4
 
 
 @triton.jit
@@ -117,21 +122,23 @@ def hc_expand_norm(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor, comb:
         out, x, post.to(torch.float32).contiguous(), comb.to(torch.float32).contiguous(),
         pre.to(torch.float32).contiguous(), y, h, ws, dim, chunks, out.stride(0), x.stride(0),
         x.stride(1), h.stride(0), S=s, BLOCK_D=block_d, num_warps=NUM_WARPS)
-    rms_apply(h, weight, ws, eps, hq, block_d)
+    rms_apply(h, weight, ws, eps, hq)
     return y, h, hq
 
 
 def rms_apply(h: torch.Tensor, weight: torch.Tensor, ws: torch.Tensor, eps: float,
-              hq: torch.Tensor | None, block_d: int) -> None:
+              hq: torch.Tensor | None) -> None:
     """``_rms_apply_kernel`` over h (N, D) in place, from the rows' chunk sums of squares ws
-    (N, D / block_d) fp32; h's Q8_32 values into hq (N, D) when given. Shared with
+    (N, chunks) fp32 (any chunking: the statistic sums them all), in tiles of
+    ``APPLY_BLOCK_D`` columns; h's Q8_32 values into hq (N, D) when given. Shared with
     ``mhc_site``."""
-    chunks = ws.shape[1]
-    _rms_apply_kernel[(h.shape[0], chunks)](
-        h, weight.contiguous(), ws, h if hq is None else hq, h.shape[1], chunks, h.stride(0),
+    chunks, dim = ws.shape[1], h.shape[1]
+    block_d = max(32, min(APPLY_BLOCK_D, next_power_of_2(dim)))
+    _rms_apply_kernel[(h.shape[0], cdiv(dim, block_d))](
+        h, weight.contiguous(), ws, h if hq is None else hq, dim, chunks, h.stride(0),
         h.stride(0) if hq is None else hq.stride(0), float(eps),
         CHUNKS_P2=max(2, next_power_of_2(chunks)), BLOCK_D=block_d, QUANT=hq is not None,
-        num_warps=NUM_WARPS)
+        num_warps=APPLY_WARPS)
 
 
 def aot_cases() -> list[dict[str, Any]]:
@@ -151,8 +158,8 @@ def aot_cases() -> list[dict[str, Any]]:
          "signature": {"h_ptr": "*bf16", "w_ptr": "*bf16", "ws_ptr": "*fp32", "hq_ptr": "*bf16",
                        "D": "i32", "num_chunks": "i32", "stride_hn": "i32", "stride_qn": "i32",
                        "eps": "fp32"},
-         "constexprs": {"CHUNKS_P2": 16, "BLOCK_D": BLOCK_D, "QUANT": quant},
-         "num_warps": NUM_WARPS, "num_stages": 1}
+         "constexprs": {"CHUNKS_P2": 16, "BLOCK_D": APPLY_BLOCK_D, "QUANT": quant},
+         "num_warps": APPLY_WARPS, "num_stages": 1}
         for quant in (False, True)
     ]
 

@@ -132,7 +132,7 @@ def hc_site(out: torch.Tensor, x: torch.Tensor, post: torch.Tensor, comb: torch.
         num_tokens, dim, chunks, out.stride(0), x.stride(0), x.stride(1), h.stride(0),
         fn.stride(0), S=s, C=c, PRECISION=precision, FN_PARTS=mhc.COEFFS_FN_PARTS, BM=BM,
         BLOCK_D=BLOCK_D, BD=BD, num_warps=4 if interpret else NUM_WARPS)
-    mhc_norm.rms_apply(h, weight, hws, eps, hq, BLOCK_D)
+    mhc_norm.rms_apply(h, weight, hws, eps, hq)
     fin_bm = mhc.COEFFS_FINALIZE_BLOCK_M
     mhc._hc_finalize_kernel[(cdiv(num_tokens, fin_bm),)](
         cws, scale.to(torch.float32).contiguous(), base.to(torch.float32).contiguous(),
