@@ -583,7 +583,7 @@ def _one_mul_mode(wanted, *weights) -> int:
 # gather; bench/kernel_overrides.py --w4a8-decode-bm, measured by bench/h200_round54.sh).
 W4A8_DECODE_PREFILL_BM = 0
 # the ordered combine's program (``combine_pairs``): columns of one token, warps
-COMBINE_BLOCK_D, COMBINE_WARPS = 1024, 4
+COMBINE_BLOCK_D, COMBINE_WARPS = 1024, 8
 # W4A8 layout: the decode pipeline (``moe_gluon_w4a8``, 8 pairs per program) up to this many
 # pairs per expert, the prefill pipelines above. H200 rounds 133a / 133b (one layer of the slice,
 # the whole pipeline as a CUDA graph, ms; decode / bf16 prefill BM 64 / BM 128): 512 tokens (8
