@@ -13,6 +13,8 @@ byte 255, NaN, never come out of a Q8_32 quantizer and are rejected by the check
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -21,6 +23,12 @@ from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 FP8_BLOCK = 32
 E4M3_MAX = 448.0
+# Under the interpreter (TRITON_INTERPRET=1, set before triton is imported, as everywhere here)
+# the fp32 -> e4m3 cast does not round to nearest: ``q8_32_groups`` rounds onto the e4m3 grid
+# in integer / fp32 arithmetic first. Compiled for a GPU the cast is ``cvt.rn.satfinite`` — round
+# to nearest even, the same bits — and the software rounding (~12 instructions a value) is left
+# out (session 38: the slot-major SwiGLU's ~50 instructions a value, issue-bound in part).
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 @triton.jit
@@ -59,7 +67,9 @@ def q8_32_groups(x, AXIS: tl.constexpr):
     e = tl.where(exponent == 0xFF, 0xFF, e)  # inf/NaN amax -> NaN scale byte
     inv_scale = ((254 - e) << 23).to(tl.float32, bitcast=True)  # 2^(127 - e), exact
     y = tl.minimum(tl.maximum(x * inv_scale, -448.0), 448.0)
-    return round_to_e4m3_grid(y).to(tl.float8e4nv), e
+    if INTERPRETED:  # the interpreter's cast truncates; the GPU's rounds to nearest even
+        y = round_to_e4m3_grid(y)
+    return y.to(tl.float8e4nv), e
 
 
 @triton.jit
