@@ -222,6 +222,8 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, 32 tokens, D = 256")
     ap.add_argument("--ncu", action="store_true",
                     help="each kernel's default once between cudaProfilerStart / Stop")
+    ap.add_argument("--only-default", action="store_true",
+                    help="each kernel's default launch only (an A/B of two trees)")
     ap.add_argument("--pick", default=None, metavar="LOG",
                     help="print the fastest variants' --launch-constant flags from a sweep log")
     ap.add_argument("--pick-margin", type=float, default=0.03)
@@ -248,6 +250,7 @@ def main() -> int:
         torch.cuda.cudart().cudaProfilerStop()
         print(f"ran {', '.join(args.kernels)} once under the profiler")
         return 0
+    print("kernels:", module("mhc_norm").__file__)  # which tree (an A/B sets PYTHONPATH)
     ceiling = copy_ceiling_gbs(device)
     print(f"tokens {dims[0]}, D {dims[1]}, I {dims[2]}, experts {dims[3]}; copy ceiling "
           f"{ceiling:.0f} GB/s")
@@ -258,7 +261,7 @@ def main() -> int:
         check = check or fn
         set_variant(kernel, "default", defaults)
         ref = tuple(t.clone() if t is not None else None for t in check())
-        for variant in VARIANTS[kernel]:
+        for variant in VARIANTS[kernel][:1] if args.only_default else VARIANTS[kernel]:
             try:
                 set_variant(kernel, variant, defaults)
                 diff = max_diff(check(), ref)
