@@ -42,13 +42,16 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep_args  # noqa: E402
+
 STREAMS, DIM, INTER, EXPERTS, TOPK, BLOCK_M = 4, 5120, 2304, 384, 6, 128
 VARIANTS = {
     "expand_norm": ("default", "512:2", "1024:4", "1024:8", "256:2", "2048:8"),
     "rms_apply": ("default", "512:4", "512:2", "1024:8", "2048:8", "256:2"),
     "gather": ("default", "4:512:4", "16:512:4", "8:1024:4", "8:512:8", "16:1024:8", "2:2048:4"),
     "swiglu": ("default", "16:256:4", "32:128:4", "8:256:4", "16:128:8", "32:256:8", "8:512:4"),
-    "combine": ("default", "512:4", "1024:8", "2048:8", "512:2", "5120:8"),
+    "combine": ("default", "512:4", "1024:4", "2048:8", "512:2", "2048:4"),
     "coeffs": ("default",),  # its launch configs: bench/mhc_prefill.py
 }
 # module constants each kernel's variant fields set, in order
@@ -262,14 +265,15 @@ def main() -> int:
         set_variant(kernel, "default", defaults)
         ref = tuple(t.clone() if t is not None else None for t in check())
         for variant in VARIANTS[kernel][:1] if args.only_default else VARIANTS[kernel]:
-            try:
+            def measure(kernel=kernel, variant=variant, fn=fn, check=check, ref=ref):
                 set_variant(kernel, variant, defaults)
-                diff = max_diff(check(), ref)
-                us = median_us(fn, device)
-            except Exception as e:  # noqa: BLE001 - a config that does not compile is a row
-                print(f"| {kernel} | {variant} | failed: {type(e).__name__}: "
-                      f"{str(e).splitlines()[0][:100]} |", flush=True)
+                return max_diff(check(), ref), median_us(fn, device)
+
+            # a config that does not compile is a failed row, not the end of the sweep
+            measured = sweep_args.try_variant(f"{kernel} | {variant}", measure)
+            if measured is None:
                 continue
+            diff, us = measured
             gbs = nbytes / us / 1e3
             print(f"| {kernel} | {variant} | {us:.1f} | {nbytes / 1e6:.0f} | {gbs:.0f} | "
                   f"{gbs / ceiling:.2f} | {diff:.3g} |", flush=True)

@@ -432,3 +432,34 @@ def test_gemm_decode_linear_wide_variants():
             gemm_decode.parse_variant(gone)
 
 
+
+
+def test_rest_kernels_smoke_variants_give_the_defaults_bits():
+    """bench/rest_kernels.py under the interpreter: every launch config of the gather, the
+    combine and the norm's apply runs and gives its default's bits (max diff 0 in each row)."""
+    out = _smoke("rest_kernels.py", "--kernels", "gather", "combine", "rms_apply")
+    rows = [line.split("|") for line in out.splitlines()
+            if line.startswith("| ") and not line.startswith("| kernel")]
+    assert len(rows) == 19 and "failed" not in out, out
+    assert all(row[-2].strip() == "0" for row in rows), out
+
+
+def test_rest_kernels_pick_turns_a_sweep_into_launch_constants(tmp_path):
+    """``--pick``: each kernel's fastest variant as --launch-constant flags when it beats the
+    default by the margin, else the defaults' values; failed rows and hc_coeffs are skipped."""
+    import rest_kernels
+
+    log = tmp_path / "sweep.log"
+    log.write_text("| kernel | variant | µs | MB | GB/s | of copy | max diff vs default |\n"
+                   "| expand_norm | default | 150.0 | 1 | 1 | 1 | 0 |\n"
+                   "| expand_norm | 1024:4 | 120.0 | 1 | 1 | 1 | 0 |\n"
+                   "| combine | default | 90.0 | 1 | 1 | 1 | 0 |\n"
+                   "| combine | 512:4 | 89.0 | 1 | 1 | 1 | 0 |\n"
+                   "| swiglu | 8:256:4 | failed: CompilationError |\n"
+                   "| coeffs | default | 80.0 | 1 | 1 | 1 | 0 |\n")
+    flags = rest_kernels.pick(str(log), 0.03, False).split(" --launch-constant ")
+    assert flags[0] == "--launch-constant mhc_norm.BLOCK_D=1024"
+    assert flags[1:] == ["mhc_norm.NUM_WARPS=4", "moe_experts.COMBINE_BLOCK_D=1024",
+                         "moe_experts.COMBINE_WARPS=8"]  # 512:4 is within the 3 % margin
+    defaults = rest_kernels.pick(str(log), 0.03, True)
+    assert "mhc_norm.BLOCK_D=512" in defaults and "COMBINE_WARPS=8" in defaults
