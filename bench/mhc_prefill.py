@@ -15,7 +15,8 @@ from INVARIANT_MIN_ROWS tokens); omitted trailing fields take the module's defau
 splits by the token count at every size (the rule before batch-invariant prefill). Such a variant
 pins the launch at every token count (decode and prefill alike); ``default`` is the module's own
 launch, which picks BM by the token count (COEFFS_DECODE_MAX_TOKENS). Per (tokens, variant): the
-launch it ran (BM, precision/parts), the median ms (CUDA events, 20 runs after 3 warm-ups), the
+launch it ran (BM, precision/parts), the median ms a call (CUDA events around 10 back-to-back
+calls, 20 runs after 3 warm-ups; before session 38 one call, the launch timed with it), the
 split it launched, max |out - out of the first variant| (split-K and the precisions reorder fp32
 sums), and the fraction of the HBM ceiling measured in the same run that reading x once
 (N x S x D x 2 B) takes: the kernel is a stream over x. The default list A/Bs the session-6
@@ -114,7 +115,7 @@ def main() -> int:
                 print(f"{variant} ({launch}): max abs err vs reference {err:.2e}")
                 assert err < 1e-4, variant
                 continue
-            ms = median_ms(run)
+            ms = median_ms(run, calls=10)  # back to back: the launch not timed
             read_ms = x.numel() * 2 / hbm * 1e3
             print(f"| {n} | {variant} | {launch} | {ms:.3f} | {split} | {read_ms / ms:.3f} "
                   f"| {diff:.1e} |", flush=True)

@@ -158,24 +158,16 @@ def max_diff(a: tuple, b: tuple) -> float:
 
 def median_us(fn, device: str, runs: int = 20, calls: int = 10) -> float:
     """Median over ``runs`` of the mean µs a call of ``calls`` back-to-back calls between two
-    events: the GPU's queue stays ahead of the host, so the wrappers' launch cost (tens of µs
-    a Triton launch from Python) is not timed — round 185 timed one call between events, which
-    counted it (the same kernels 20-95 % slower than Nsight Compute's durations)."""
+    events (``roofline.median_ms``): the GPU's queue stays ahead of the host, so the wrappers'
+    launch cost (tens of µs a Triton launch from Python) is not timed — round 185 timed one
+    call between events, which counted it (the same kernels 20-95 % slower than Nsight
+    Compute's durations). NaN on the CPU (one call: the smoke)."""
     if device == "cpu":
         fn()
         return float("nan")
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return sorted(times)[len(times) // 2]
+    from roofline import median_ms
+
+    return median_ms(fn, runs, calls) * 1e3
 
 
 def copy_ceiling_gbs(device: str) -> float:

@@ -44,18 +44,21 @@ def spec_of(plan: dict) -> ModelSpec:
     return load_model_spec(plan["topology"]["model"]["path"])
 
 
-def median_ms(fn, iters: int = 20) -> float:
-    """Median CUDA-event time (ms) of fn() over iters runs, after 3 warm-ups."""
+def median_ms(fn, iters: int = 20, calls: int = 1) -> float:
+    """Median CUDA-event time (ms) of fn() over iters runs, after 3 warm-ups. ``calls`` > 1:
+    the mean of that many back-to-back calls between the events, so that a Python launch
+    (tens of µs for a Triton kernel) hides behind the GPU's queue instead of being timed."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(3):
         fn()
     times = []
     for _ in range(iters):
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / calls)
     return sorted(times)[len(times) // 2]
 
 
