@@ -171,7 +171,6 @@ def set_launch_constant(text: str) -> None:
     setattr(mod, name, int(value))
 
 
-
 def _switch(flag: str, value: int | None, module: str, attr: str) -> None:
     """``deepinfer.kernels.triton.<module>.<attr>`` = bool(value) for a 0 / 1 flag (None:
     unchanged); another value exits naming the flag."""
@@ -190,6 +189,7 @@ def _rows_from(flag: str, value: int | None, module: str, attr: str) -> None:
     if value < 0:
         raise SystemExit(f"{flag} {value}: expected >= 0 (0: off)")
     setattr(importlib.import_module(f"deepinfer.kernels.triton.{module}"), attr, value or None)
+
 
 def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,

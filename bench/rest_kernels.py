@@ -23,11 +23,11 @@ constants; ``default`` is the module's):
 Shapes of the 4K prefill on the slice plan: N tokens, S = 4 streams of D = 5120 (bf16), I =
 2304, 384 experts, top-6 (pairs grouped in blocks of 128, the engine's BLOCK_M at 4K). Per
 (kernel, variant): median µs a call (CUDA events around 10 back-to-back calls, 20 runs after 3
-warm-ups), the bytes the kernel
-must move (each operand once), GB/s, the fraction of the copy ceiling, and max |out - out of
-the default| over its outputs (0: the same bits; expand_norm's statistic sums in BLOCK_D
-chunks, so other BLOCK_Ds may differ in the last bits). ``--ncu``: instead, each kernel's
-default once between cudaProfilerStart / Stop (run under ``ncu --profile-from-start off``).
+warm-ups), the bytes the kernel must move (each operand once), GB/s, the fraction of the copy
+ceiling, and max |out - out of the default| over its outputs (0: the same bits; expand_norm's
+statistic sums in BLOCK_D chunks, so other BLOCK_Ds may differ in the last bits). ``--ncu``:
+instead, each kernel's default once between cudaProfilerStart / Stop (run under ``ncu
+--profile-from-start off``).
 ``--pick LOG``: from a sweep's printed table, the ``kernel_overrides.py --launch-constant``
 flags of each kernel's fastest variant (the defaults' own values where none is faster by
 ``--pick-margin``), on one line; and, with ``--pick-defaults``, the defaults' values of the
@@ -37,8 +37,10 @@ same constants (the A/B control of ``prefill_ab.py``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -66,7 +68,6 @@ CONSTANTS = {
 
 
 def module(name: str):
-    import importlib
     return importlib.import_module(f"deepinfer.kernels.triton.{name}")
 
 
@@ -171,12 +172,12 @@ def median_us(fn, device: str, runs: int = 20, calls: int = 10) -> float:
 
 
 def copy_ceiling_gbs(device: str) -> float:
-    """Device-to-device copy of 1 GiB: bytes read + written per second (GB/s)."""
+    """``roofline.copy_ms`` of 1 GiB as bytes read + written per second (GB/s); NaN on CPU."""
     if device == "cpu":
         return float("nan")
-    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    return 2 * src.numel() / median_us(lambda: dst.copy_(src), device, 10) / 1e3
+    from roofline import copy_ms
+
+    return 2 * (1 << 30) / copy_ms(1 << 30) / 1e6
 
 
 def pick(log: str, margin: float, defaults_only: bool) -> str:
@@ -185,7 +186,12 @@ def pick(log: str, margin: float, defaults_only: bool) -> str:
     the defaults' values (every kernel's constants are named either way)."""
     best: dict[str, tuple[float, str]] = {}
     default_us: dict[str, float] = {}
-    for line in open(log, encoding="utf-8"):
+    try:
+        lines = Path(log).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise SystemExit(f"rest_kernels --pick {log}: cannot read the sweep log "
+                         f"({e.strerror})") from None
+    for line in lines:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 3 or cells[0] == "coeffs" or cells[0] not in VARIANTS:
             continue

@@ -82,7 +82,7 @@ def graph_us(fn, calls: int, iters: int = 20) -> float:
 def measure_ceilings() -> dict:
     """HBM bytes/s (copy: read + write), bf16 and fp8 matmul FLOP/s, measured on random data."""
     n_bytes = 4 << 30
-    copy_ms = _copy_ms(n_bytes)
+    copy_time_ms = copy_ms(n_bytes)
     n = 8192
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -92,12 +92,13 @@ def measure_ceilings() -> dict:
     fp8_ms = median_ms(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
                                                  out_dtype=torch.bfloat16))
     return {"source": f"measured on {torch.cuda.get_device_name()}",
-            "hbm_bytes_per_s": 2 * n_bytes / (copy_ms * 1e-3),
+            "hbm_bytes_per_s": 2 * n_bytes / (copy_time_ms * 1e-3),
             "bf16_flops_per_s": 2 * n ** 3 / (bf16_ms * 1e-3),
             "fp8_flops_per_s": 2 * n ** 3 / (fp8_ms * 1e-3)}
 
 
-def _copy_ms(n_bytes: int) -> float:
+def copy_ms(n_bytes: int) -> float:
+    """Median ms of a device-to-device copy of ``n_bytes`` (the HBM ceiling's measurement)."""
     src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
     return median_ms(lambda: dst.copy_(src))
