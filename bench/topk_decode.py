@@ -1,7 +1,7 @@
-"""The indexer's position-sorted top-k at decode (kernels/triton/topk.py): stage path vs radix.
+"""The indexer's position-sorted top-k (kernels/triton/topk.py): stage path vs radix vs bisect.
 
     TRITON_INTERPRET=0 python bench/topk_decode.py [--rows 1 8 64 256] [--entries 1024 8192]
-        [--k 512] [--variants 8:4096:8,...] [--ties] [--eager] [--width 16384]
+        [--k 512] [--variants 8:4096:8,...] [--ties] [--eager] [--width 16384] [--causal 2]
     python bench/topk_decode.py --smoke                           # CPU interpreter, no timings
 
 Decode shapes: one row per query (rows), each over ``entries`` compressed-KV scores (4K / 32K
@@ -11,13 +11,18 @@ the first ``entries`` visible and -inf beyond, as the decode graph has them (its
 max_model_len / ratio wide: 16,384 in the slice plan). Scores are random normal fp32 (with
 ``--ties``: rounded to 1/4, so the k-th score is tied across many positions).
 
+``--causal RATIO``: a prefill's rows instead (query n sees (n + 1) // RATIO of the scores; a 4K
+prompt at ratio 2: ``--rows 4096 --entries 2048 --causal 2``); GB/s count the visible scores.
+
 Paths (``topk_positions(method=...)``):
   stage    blocked ``tl.topk`` over tiles of 4096 packed (score, position) keys, stages until one
            tile is left, then a ``tl.sort`` of the k survivors by position (until session 9);
   radix    ``topk_radix``: one program per row, histogram passes over the 32-bit order key, then
            one ordered compaction (no sort). A variant ``BITS:TILE:WARPS`` sets
            ``RADIX_BITS`` (bits per pass: 4 / 8), ``RADIX_TILE`` (scores per tile; a row up to
-           it stays in registers) and ``NUM_WARPS``; the first is the module's default.
+           it stays in registers) and ``NUM_WARPS``; the first is the module's default;
+  bisect   ``topk_bisect``: one warp per row, the k-th key by bisection, the same compaction
+           (rows up to its ``MAX_ENTRIES``, without ``--width``).
 Per (rows, entries, path): µs per call as the decode step runs it, i.e. inside a CUDA graph of
 ``--calls`` back-to-back calls (median over 20 replays after 3 warm-ups, CUDA events, divided by
 the calls; ``--eager``: also the median of 20 single eager calls after 3 warm-ups), the speed-up
@@ -67,6 +72,9 @@ def smoke() -> None:
             print(f"smoke rows={rows} entries={entries} k={k} radix {text}: "
                   f"equal {torch.equal(got, want)}")
             assert torch.equal(got, want), text
+        got = topk.topk_positions(s, k, vis, method="bisect")
+        print(f"smoke rows={rows} entries={entries} k={k} bisect: equal {torch.equal(got, want)}")
+        assert torch.equal(got, want), "bisect"
     print("smoke ok (no timings under the interpreter)")
 
 
@@ -86,7 +94,7 @@ def eager_us(fn) -> float:
 
 def bench(args: argparse.Namespace) -> None:
     from deepinfer.kernels.reference import indexer as ref
-    from deepinfer.kernels.triton import topk, topk_radix
+    from deepinfer.kernels.triton import topk, topk_bisect, topk_radix
 
     hbm = args.hbm_tbs * 1e12
     variants = args.variants.split(",")
@@ -100,12 +108,17 @@ def bench(args: argparse.Namespace) -> None:
         for entries in args.entries:
             width = max(entries, args.width or entries)
             s = make_scores(rows, width, args.ties, "cuda")
-            s[:, entries:] = float("-inf")
             vis = torch.full((rows,), entries, dtype=torch.int64, device="cuda")
+            if args.causal:  # query n sees (n + 1) // ratio scores
+                vis = torch.clamp((torch.arange(rows, device="cuda") + 1) // args.causal,
+                                  max=entries)
+            s = s.masked_fill(torch.arange(width, device="cuda")[None, :] >= vis[:, None],
+                              float("-inf"))
             want = ref.topk_positions(s.cpu(), args.k).cuda()
-            n_bytes = rows * entries * 4
+            n_bytes = int(vis.sum()) * 4
             base = None
-            for path in ["stage"] + [f"radix {v}" for v in variants]:
+            bisect = ["bisect"] if entries <= topk_bisect.MAX_ENTRIES and width == entries else []
+            for path in ["stage"] + [f"radix {v}" for v in variants] + bisect:
                 method = path.split()[0]
                 if method == "radix":
                     set_variant(topk_radix, path.split()[1])
@@ -138,6 +151,8 @@ def main() -> int:
     parser.add_argument("--ties", action="store_true", help="scores rounded to 1/4")
     parser.add_argument("--width", type=int, default=0,
                         help="row width (>= entries; the rest -inf and not visible)")
+    parser.add_argument("--causal", type=int, default=0, metavar="RATIO",
+                        help="a prefill's rows: query n sees (n + 1) // RATIO scores")
     parser.add_argument("--calls", type=int, default=20, help="calls per CUDA graph")
     parser.add_argument("--eager", action="store_true", help="also time single eager calls")
     parser.add_argument("--hbm-tbs", type=float, default=4.3, help="HBM roofline, TB/s")

@@ -13,7 +13,9 @@ is left (1M scores, k = 512, BT = 4096: 4 stages). A final kernel decodes the su
   first min(num_blocks, #blocks) surviving blocks whose max is > -inf.
 
 ``topk_positions`` takes this stage path for rows longer than ``RADIX_MAX_ENTRIES``; shorter
-rows (decode) go to ``topk_radix`` (histogram radix select, no sort). The host wrappers only
+rows go to ``topk_radix`` (histogram radix select, no sort: decode's few rows) or, many short
+rows (a prefill's queries, ``topk_bisect.takes``), to ``topk_bisect`` (one warp a row); the
+candidate blocks' radix path routes its block maxima the same way. The host wrappers only
 allocate buffers and launch.
 """
 
@@ -25,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepinfer.kernels.triton import attn_common, topk_radix
+from deepinfer.kernels.triton import attn_common, topk_bisect, topk_radix
 from deepinfer.kernels.triton.attn_common import cuda_sm90
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
@@ -177,14 +179,21 @@ def topk_positions(scores: torch.Tensor, k: int, num_visible: torch.Tensor | Non
     the cost follows the context, not T (a CUDA graph's fixed width).
 
     ``method``: "radix" (``topk_radix``: one program per row, histogram passes + an ordered
-    compaction), "stage" (the blocked tl.topk stages + a final sort), or "auto": radix up to
-    ``RADIX_MAX_ENTRIES`` scores per row (a shape-only choice), else stage."""
+    compaction), "bisect" (``topk_bisect``: one warp per row, a bisection select + the same
+    compaction; rows up to its ``MAX_ENTRIES``), "stage" (the blocked tl.topk stages + a final
+    sort), or "auto" (a shape-only choice): bisect for ``topk_bisect.takes`` (many short rows:
+    a prefill's queries), else radix up to ``RADIX_MAX_ENTRIES`` scores per row, else stage."""
+    n, t = scores.shape
     if method == "auto":
-        method = "radix" if scores.shape[1] <= RADIX_MAX_ENTRIES else "stage"
+        method = ("bisect" if topk_bisect.takes(n, t)
+                  else "radix" if t <= RADIX_MAX_ENTRIES else "stage")
+    if method == "bisect":
+        return topk_bisect.topk_positions_bisect(scores, k, num_visible)
     if method == "radix":
         return topk_radix.topk_positions_radix(scores, k, num_visible)
     if method != "stage":
-        raise ValueError(f"topk_positions: method {method!r} is not auto, radix or stage")
+        raise ValueError(f"topk_positions: method {method!r} is not auto, bisect, radix or "
+                         "stage")
     out = topk_radix.positions_out(scores, k)
     n, k_out = out.shape
     if out.numel() == 0:
@@ -228,7 +237,9 @@ def select_candidate_blocks(scores: torch.Tensor, num_visible: torch.Tensor, num
                                                  PACKED=not radix, num_warps=4)
     vis_blocks = (num_visible.to(torch.int64) + block_size - 1) // block_size
     if radix:  # the kept blocks' indices ascending, -1 for -inf picks (never kept)
-        kept = topk_radix.topk_positions_radix(keys, keep, vis_blocks)
+        one_row = (topk_bisect.topk_positions_bisect if topk_bisect.takes(n, nb)
+                   else topk_radix.topk_positions_radix)
+        kept = one_row(keys, keep, vis_blocks)
         bc = min(MASK_ROWS, kp)
         _block_mask_kernel[(n, cdiv(keep, bc))](kept, kept.stride(0), mask.view(torch.int8),
                                                        mask.stride(0), t, keep, BC=bc,
@@ -275,7 +286,7 @@ def aot_cases() -> list[dict[str, Any]]:
         dict(name="candidate block mask 2048x8", module=__name__, kernel="_block_mask_kernel",
              types={"pos_ptr": "*i64", "mask_ptr": "*i8"},
              meta=dict(BC=MASK_ROWS, BS=8, num_warps=4)),
-    ] + topk_radix.aot_cases()
+    ] + topk_radix.aot_cases() + topk_bisect.aot_cases()
 
 
 def register_triton_topk() -> None:

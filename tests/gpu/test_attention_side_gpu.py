@@ -455,23 +455,30 @@ def test_topk_and_candidate_blocks():
             f"{mism} differing mask entries")
 
 
-def test_topk_positions_causal_prefill():
-    """A 4K prompt's ratio-2 top-k (4,096 rows x 2,048 scores, query n sees (n + 1) // 2):
-    the quarter of the rows that read at most k = 512 scores skips the radix passes (session
-    31); exact equality with the reference, timed."""
+@pytest.mark.parametrize("ratio,ties", [(2, True), (2, False), (1, False)])
+def test_topk_positions_causal_prefill(ratio, ties):
+    """A 4K prompt's top-k at ratio 2 / 1 (4,096 rows x 2,048 / 4,096 scores, query n sees
+    (n + 1) // ratio): the rows that read at most k = 512 scores skip the select (session 31);
+    scores in steps of 1/4 (the k-th tied: the bisection's 32 steps) or distinct (its early
+    stop). The radix, bisect and auto (bisect at these rows) paths equal the reference exactly,
+    timed."""
     from deepinfer.kernels.triton import topk as tri
 
-    n, t, dev = 4096, 2048, "cuda"
-    scores = (torch.randn(n, t, device=dev) * 4).round() / 4
-    vis = (torch.arange(n, device=dev) + 1) // 2
+    n, dev = 4096, "cuda"
+    t = n // ratio
+    scores = torch.randn(n, t, device=dev)
+    scores = (scores * 4).round() / 4 if ties else scores
+    vis = (torch.arange(n, device=dev) + 1) // ratio
     scores = scores.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None],
                                 float("-inf"))
     want = ref_idx.topk_positions(scores.cpu(), TOPK).to(dev)
-    got = tri.topk_positions(scores, TOPK, vis)
-    ms = _time_ms(lambda: tri.topk_positions(scores, TOPK, vis))
-    mism = int((got != want).sum())
-    _record("topk_positions causal N=4096 T=2048 k=512", float(mism), 0.0, ms,
-            f"{mism} differing ids")
+    for method in ("radix", "bisect", "auto"):
+        got = tri.topk_positions(scores, TOPK, vis, method=method)
+        ms = _time_ms(lambda method=method: tri.topk_positions(scores, TOPK, vis,
+                                                               method=method))
+        mism = int((got != want).sum())
+        _record(f"topk_positions {method} causal N={n} T={t} k=512"
+                f"{' ties' if ties else ''}", float(mism), 0.0, ms, f"{mism} differing ids")
 
 
 @pytest.mark.parametrize("n,t", [(64, 1024), (256, 8192), (5, 40000)])
@@ -488,7 +495,7 @@ def test_topk_positions_decode_shapes_both_methods(n, t):
     scores = scores.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None],
                                 float("-inf"))
     want = ref_idx.topk_positions(scores.cpu(), TOPK).to(dev)
-    for method in ("stage", "radix"):
+    for method in ("stage", "radix") + (("bisect",) if t <= 4096 else ()):
         got = tri.topk_positions(scores, TOPK, vis, method=method)
         ms = _time_ms(lambda method=method: tri.topk_positions(scores, TOPK, vis, method=method))
         mism = int((got != want).sum())

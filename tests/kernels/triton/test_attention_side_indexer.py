@@ -30,6 +30,7 @@ from deepinfer.kernels.reference import indexer as ref  # noqa: E402
 from deepinfer.kernels.reference import quant  # noqa: E402
 from deepinfer.kernels.triton import indexer as tri  # noqa: E402
 from deepinfer.kernels.triton import topk as tri_topk  # noqa: E402
+from deepinfer.kernels.triton import topk_bisect as tri_topk_bisect  # noqa: E402
 from deepinfer.kernels.triton import topk_radix as tri_topk_radix  # noqa: E402
 
 
@@ -260,6 +261,52 @@ def test_topk_positions_radix_matches_reference(monkeypatch, tile):
         assert torch.equal(tri_topk_radix.topk_positions_radix(s, k), want), k
         want = ref.topk_positions(masked, k)
         assert torch.equal(tri_topk_radix.topk_positions_radix(beyond, k, vis), want), k
+
+
+def test_topk_positions_bisect_matches_reference():
+    """The bisection select + the same compaction == the reference exactly on the radix test's
+    rows (ties across the threshold, -0.0 / +0.0, -inf tails, none finite, +inf, subnormals, a
+    constant row: the bisection runs all 32 steps; distinct rows stop early), with and without
+    num_visible (larger scores past it must not be read), k from 1 to past T."""
+    t = 70
+    s = _radix_scores(torch.Generator().manual_seed(21), t)
+    vis = torch.tensor([t, 33, t, 20, 0, t, 16, 41])
+    hidden = torch.arange(t)[None, :] >= vis[:, None]
+    masked = s.masked_fill(hidden, float("-inf"))
+    beyond = s.masked_fill(hidden, 1e30)
+    for k in (1, 16, 40, t + 6):
+        want = ref.topk_positions(s, k)
+        assert torch.equal(tri_topk_bisect.topk_positions_bisect(s, k), want), k
+        want = ref.topk_positions(masked, k)
+        assert torch.equal(tri_topk_bisect.topk_positions_bisect(beyond, k, vis), want), k
+
+
+def test_topk_bisect_causal_rows_and_routing(monkeypatch):
+    """A prefill's causal rows (query n sees (n + 1) // 2 scores; early rows read fewer than k)
+    in steps of 1/4 (the k-th score tied across positions) and distinct: method="auto" takes the
+    bisect kernel from MIN_ROWS rows up (the radix one below), and both equal the reference;
+    rows longer than MAX_ENTRIES are refused by the launch, never routed there."""
+    g = torch.Generator().manual_seed(23)
+    n, t = 48, 24
+    vis = (torch.arange(n) + 1) // 2
+    used = []
+    real = tri_topk_bisect.topk_positions_bisect
+    monkeypatch.setattr(tri_topk_bisect, "topk_positions_bisect",
+                        lambda *a: used.append("bisect") or real(*a))
+    for s in ((torch.randn(n, t, generator=g) * 4).round() / 4, torch.randn(n, t, generator=g)):
+        s = ref.mask_invisible(s, vis)
+        for k in (4, 9):
+            want = ref.topk_positions(s, k)
+            used.clear()
+            monkeypatch.setattr(tri_topk_bisect, "MIN_ROWS", n)
+            assert torch.equal(tri_topk.topk_positions(s, k, vis), want)
+            monkeypatch.setattr(tri_topk_bisect, "MIN_ROWS", n + 1)
+            assert torch.equal(tri_topk.topk_positions(s, k, vis), want)
+            assert used == ["bisect"]
+    assert tri_topk_bisect.takes(tri_topk_bisect.MIN_ROWS, tri_topk_bisect.MAX_ENTRIES)
+    assert not tri_topk_bisect.takes(tri_topk_bisect.MIN_ROWS, tri_topk_bisect.MAX_ENTRIES + 1)
+    with pytest.raises(ValueError, match="at most"):
+        tri_topk_bisect.launch_meta(tri_topk_bisect.MAX_ENTRIES + 1, True)
 
 
 def test_topk_positions_auto_picks_radix_for_short_rows(monkeypatch):
