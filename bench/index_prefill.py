@@ -1,6 +1,7 @@
 """Prefill-shaped indexer scores (kernels/triton/indexer.py, float keys) under several configs.
 
-    TRITON_INTERPRET=0 python bench/index_prefill.py [--queries 4096] [--keys 1024] [--variants ...]
+    TRITON_INTERPRET=0 python bench/index_prefill.py [--queries 4096] [--keys 1024] [--causal 2]
+        [--variants ...]
     python bench/index_prefill.py --smoke                                   # CPU interpreter
 
 The slice plan's index-source layer at prefill: N queries x 32 index heads of 128 scored against
@@ -8,7 +9,11 @@ one sequence's T unpacked index keys (bf16 rows: ``Indexer.select`` unpacks the 
 once), ``score[n, t] = sum_h w[n, h] * relu(q[n, h] . k[t])``; a 4K prompt at compression
 ratio 4 has T = 1,024. A variant is ``LAYOUT:KT:ROWS:WARPS`` — LAYOUT ``h`` (contiguous channel
 halves) or ``i`` (interleaved pairs, the layout until session 5), key tiles of 128 per program,
-q rows per program (queries x heads), warps: the module's ``*_FLOAT`` constants. Per variant: the
+q rows per program (queries x heads), warps: the module's ``*_FLOAT`` constants, on the rows
+kernel (``indexer.FLOAT_KERNEL`` "rows"); or ``m:QUERIES:KEYS:KEY_TILES:WARPS:STAGES`` — the
+keys-on-M kernel (``index_scores_keys_m``, session 39) with those module constants. ``--causal
+RATIO``: each query n sees (n + 1) // RATIO keys (``num_visible``, as a prompt's layer passes
+it: about half the tiles unscored; FLOPs count the visible pairs). Per variant: the
 median ms (CUDA events, 20 runs after 3 warm-ups), max |out - out of the first variant| (fp32 sums
 reordered only), FLOPs 2 x N x Hi x D x T and the fraction of the bf16 ceiling measured in the
 same run. A measurement for choosing the config, not a test.
@@ -25,19 +30,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep_args  # noqa: E402
 
 HEADS, DIM = 32, 128
-DEFAULT_VARIANTS = "i:1:64:4,h:1:64:4,h:4:64:4,h:8:64:4,h:4:64:8,h:4:128:8,h:1:128:8,h:8:128:8"
+DEFAULT_VARIANTS = ("h:8:64:4,m:4:128:8:8:3,m:4:128:8:8:2,m:4:64:8:4:3,m:8:128:8:8:2,"
+                    "m:2:128:8:8:3,m:4:128:4:8:3,m:4:128:16:8:3,h:4:128:8")
 
 
-def set_variant(indexer, layout: str, key_tiles: int, rows: int, warps: int) -> None:
+def set_variant(indexer, layout: str, *nums: int) -> None:
+    """``h|i:KT:ROWS:WARPS`` (the rows kernel) or ``m:QUERIES:KEYS:KT:WARPS:STAGES`` (keys on M)."""
+    from deepinfer.kernels.triton import index_scores_keys_m as keys_m
+
+    if layout == "m":
+        indexer.FLOAT_KERNEL = "keys_m"
+        keys_m.QUERIES, keys_m.KEYS, keys_m.KEY_TILES, keys_m.NUM_WARPS, keys_m.NUM_STAGES = nums
+        return
+    indexer.FLOAT_KERNEL = "rows"
     indexer.FLOAT_HALVES = layout == "h"
-    indexer.KEY_TILES_FLOAT, indexer.ROWS_PER_PROGRAM_FLOAT = key_tiles, rows
-    indexer.NUM_WARPS_FLOAT = warps
+    indexer.KEY_TILES_FLOAT, indexer.ROWS_PER_PROGRAM_FLOAT, indexer.NUM_WARPS_FLOAT = nums
 
 
 def main() -> int:
     def shapes(ap):
         ap.add_argument("--queries", type=int, default=4096)
         ap.add_argument("--keys", type=int, default=1024)
+        ap.add_argument("--causal", type=int, default=0, metavar="RATIO",
+                        help="query n sees (n + 1) // RATIO keys")
     args = sweep_args.parse(__doc__, DEFAULT_VARIANTS, "4 queries x 300 keys", shapes)
     from deepinfer.kernels.reference import indexer as ref
     from deepinfer.kernels.triton import indexer
@@ -49,10 +64,15 @@ def main() -> int:
     q = torch.randn(n, HEADS, DIM, generator=g).to(dtype).to(device)
     w = torch.randn(n, HEADS, generator=g).to(device)
     keys = torch.randn(t, DIM, generator=g).to(dtype).to(device)
-    run = lambda: indexer.index_scores(q, w, keys)  # noqa: E731
-    flops = 2 * n * HEADS * DIM * t
+    vis = None
+    pairs = n * t
+    if args.causal:
+        vis = torch.clamp((torch.arange(n) + 1) // args.causal, max=t).to(device)
+        pairs = int(vis.sum())
+    run = lambda: indexer.index_scores(q, w, keys, vis)  # noqa: E731
+    flops = 2 * pairs * HEADS * DIM
     if args.smoke:
-        want = ref.index_scores(q, w, keys)
+        want = ref.index_scores(q, w, keys, vis)
     else:
         from roofline import measure_ceilings, median_ms
 
@@ -69,9 +89,10 @@ def main() -> int:
         if out is None:
             continue
         first = out if first is None else first
-        diff = (out - first).abs().max().item()
+        diff = (out - first).nan_to_num(posinf=0, neginf=0).abs().max().item()
         if args.smoke:
-            err = (out - want).abs().max().item()
+            assert torch.equal(torch.isneginf(out), torch.isneginf(want)), variant
+            err = (out - want).nan_to_num(posinf=0, neginf=0).abs().max().item()
             print(f"{variant}: max abs err vs reference {err:.2e}, vs first {diff:.2e}")
             assert err < 1e-3, variant
             continue

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels import formats
-from deepinfer.kernels.triton import attn_common, mxfp4_unpack
+from deepinfer.kernels.triton import attn_common, index_scores_keys_m, mxfp4_unpack
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
@@ -42,6 +42,10 @@ NUM_WARPS = 4
 # per program and the channel layout; bench/index_prefill.py varies them. H200, 4,096 queries x
 # 1,024 keys (session 6 round 11): interleaved pairs 2.20 ms, halves with 1/4/8 key tiles
 # 0.271/0.204/0.184 ms (8 tiles x 64 rows x 4 warps ties 4 x 128 x 8 warps, 0.183)
+# the float-key kernel: "keys_m" (``index_scores_keys_m``: keys on the MMA's M side, a
+# program's queries x heads on N) or "rows" (this module's ``_index_scores_kernel``, queries x
+# heads on M; the tiling below)
+FLOAT_KERNEL = "keys_m"
 KEY_TILES_FLOAT = 8
 ROWS_PER_PROGRAM_FLOAT = 64
 FLOAT_HALVES = True
@@ -321,6 +325,8 @@ def _launch(q, w, keys, vis, records):
         return out
     if q.stride(-1) != 1 or w.stride(-1) != 1 or keys.stride(-1) != 1:
         raise ValueError("index scores: q, head weights and keys must be contiguous rows")
+    if not records and FLOAT_KERNEL == "keys_m":
+        return index_scores_keys_m.index_scores(q, w, keys, out, vis)
     meta = launch_meta(hi, d, records, vis is not None, q.dtype)
     grid = (cdiv(n, meta["BN"]), cdiv(num_keys, meta["BT"] * meta["KT"]))
     _index_scores_kernel[grid](
@@ -440,7 +446,7 @@ def aot_cases() -> list[dict[str, Any]]:
              kernel="_index_scores_paged_v2_kernel", types=dict(types, bt_ptr="*i64"),
              meta=dict(paged_launch_meta(64, 128, kernel="v2"), ASM=True, F32=False,
                        PREC="tf32")),
-    ]
+    ] + index_scores_keys_m.aot_cases()
 
 
 def register_triton_indexer() -> None:

@@ -45,8 +45,11 @@ from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 # experts, block_m 16): 1.8 / 6.1 / 15 / 32 / 60 us at 6 / 384 / 1536 / 4092 / 8190 pairs against
 # 49 / 81 / 87 / 92 / 135 us for the torch version's ~36 launches
 MAX_PAIRS = 8192  # < 2**16: the radix passes count in 16-bit fields
-# pairs per program above MAX_PAIRS (``_align_chunked``)
-CHUNK = 4096
+# pairs per program above MAX_PAIRS (``_align_chunked``). H100 round 191 (session 39, BM 128,
+# µs a call of both launches in a CUDA graph; 4096 / 2048 / 1024 / 512): 2K tokens 73.4 / 59.5 /
+# 57.1 / 54.8, 4K 65.7 / 52.9 / 52.2 / 50.0, 8K 58.8 / 45.3 / 44.0 / 43.1 — more programs
+# in flight (a 4K prompt's 24,576 pairs: 48 instead of 6); the same outputs
+CHUNK = 512
 _FILL = 2048  # rows memset per loop step
 
 

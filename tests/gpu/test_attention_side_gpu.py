@@ -290,8 +290,11 @@ def test_compressed_and_index_key_records():
 SCORE_TOL = 1e-5
 
 
-def test_index_scores():
+@pytest.mark.parametrize("float_kernel", ["keys_m", "rows"])
+def test_index_scores(float_kernel, monkeypatch):
     from deepinfer.kernels.triton import indexer as tri
+
+    monkeypatch.setattr(tri, "FLOAT_KERNEL", float_kernel)
 
     n, t, dev = 64, 65536, "cuda"
     q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, HI, DI, device=dev)).to(torch.bfloat16)
@@ -309,17 +312,21 @@ def test_index_scores():
     got = tri.index_scores(q, w, keys_bf16)
     want = ref_idx.index_scores(q, w, keys_bf16)
     ms = _time_ms(lambda: tri.index_scores(q, w, keys_bf16))
-    _record("index_scores bf16 keys N=64 T=65536", _rel(got, want), SCORE_TOL, ms)
+    _record(f"index_scores bf16 keys {float_kernel} N=64 T=65536", _rel(got, want), SCORE_TOL,
+            ms)
 
 
-def test_index_scores_causal_prefill():
-    """A 4K prompt's ratio-2 scores (4,096 queries x 2,048 keys) with each query's visible
-    count (session 31): -inf exactly beyond it, the unmasked kernel's bits where visible, and
-    the time against the unmasked kernel plus torch's mask (the wiring before; ~half the
-    tiles are unscored now)."""
+@pytest.mark.parametrize("float_kernel", ["keys_m", "rows"])
+@pytest.mark.parametrize("ratio", [2, 1])
+def test_index_scores_causal_prefill(float_kernel, ratio, monkeypatch):
+    """A 4K prompt's scores at ratio 2 / 1 (4,096 queries x 2,048 / 4,096 keys) with each
+    query's visible count (session 31), on both float-key kernels (``indexer.FLOAT_KERNEL``):
+    -inf exactly beyond it, the unmasked kernel's bits where visible, and the time against the
+    unmasked kernel plus torch's mask (the wiring before; ~half the tiles are unscored now)."""
     from deepinfer.kernels.triton import indexer as tri
 
-    n, ratio, dev = 4096, 2, "cuda"
+    monkeypatch.setattr(tri, "FLOAT_KERNEL", float_kernel)
+    n, dev = 4096, "cuda"
     t = n // ratio
     q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, HI, DI, device=dev)).to(torch.bfloat16)
     w = torch.randn(n, HI, device=dev) * (DI ** -0.5) * (HI ** -0.5)
@@ -333,7 +340,7 @@ def test_index_scores_causal_prefill():
     want = ref_idx.mask_invisible(ref_idx.index_scores(q, w, keys), vis)
     ms = _time_ms(lambda: tri.index_scores(q, w, keys, vis))
     ms_before = _time_ms(lambda: ref_idx.mask_invisible(tri.index_scores(q, w, keys), vis))
-    _record("index_scores causal N=4096 T=2048", _rel(got, want), SCORE_TOL, ms,
+    _record(f"index_scores {float_kernel} causal N={n} T={t}", _rel(got, want), SCORE_TOL, ms,
             f"unmasked + torch mask {ms_before:.3f} ms")
 
 

@@ -41,8 +41,15 @@ def _inputs(gen, n=5, hi=8, d=32, t=70, dtype=torch.float32):
     return q, w, keys
 
 
+@pytest.fixture(params=["keys_m", "rows"])
+def float_kernel(request, monkeypatch):
+    """Both float-key kernels: ``index_scores_keys_m`` (the default) and the M-side rows one."""
+    monkeypatch.setattr(tri, "FLOAT_KERNEL", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_index_scores_matches_reference(dtype):
+def test_index_scores_matches_reference(dtype, float_kernel):
     q, w, keys = _inputs(torch.Generator().manual_seed(7), dtype=dtype)
     keys = quant.fake_quant_fp4_ue8m0_block32(keys).to(dtype)
     got = tri.index_scores(q, w, keys)
@@ -51,9 +58,11 @@ def test_index_scores_matches_reference(dtype):
 
 @pytest.mark.parametrize("halves", [True, False])
 def test_index_scores_float_keys_released_shape(halves, monkeypatch):
-    """Float keys at the released 32 x 128 over 1,100 keys: several key tiles per program
-    (KEY_TILES_FLOAT), a partial last tile, 3 queries (a partial query block); both channel
-    layouts (contiguous halves, the default, and interleaved pairs) match the reference."""
+    """Float keys at the released 32 x 128 over 1,100 keys on the rows kernel: several key
+    tiles per program (KEY_TILES_FLOAT), a partial last tile, 3 queries (a partial query
+    block); both channel layouts (contiguous halves, the default, and interleaved pairs) match
+    the reference."""
+    monkeypatch.setattr(tri, "FLOAT_KERNEL", "rows")
     monkeypatch.setattr(tri, "FLOAT_HALVES", halves)
     meta = tri.launch_meta(32, 128, False, False, torch.float32)
     assert meta["KT"] == tri.KEY_TILES_FLOAT > 1
@@ -61,6 +70,19 @@ def test_index_scores_float_keys_released_shape(halves, monkeypatch):
     q, w, keys = _inputs(torch.Generator().manual_seed(9), n=3, hi=32, d=128, t=1100)
     keys = quant.fake_quant_fp4_ue8m0_block32(keys)
     got = tri.index_scores(q, w, keys)
+    torch.testing.assert_close(got, ref.index_scores(q, w, keys), atol=1e-4, rtol=1e-5)
+
+
+def test_index_scores_keys_m_released_shape():
+    """The keys-on-M kernel at the released 32 x 128 over 1,100 keys (a partial last tile and
+    key range) for 9 queries (a partial query block of QUERIES): the reference's values, and the
+    rows kernel's up to fp32 summation order (the head sum runs along N here)."""
+    from deepinfer.kernels.triton import index_scores_keys_m as keys_m
+
+    q, w, keys = _inputs(torch.Generator().manual_seed(19), n=9, hi=32, d=128, t=1100)
+    keys = quant.fake_quant_fp4_ue8m0_block32(keys)
+    assert 9 % keys_m.QUERIES and 1100 % (keys_m.KEYS * keys_m.KEY_TILES)
+    got = keys_m.index_scores(q, w, keys, torch.empty(9, 1100))
     torch.testing.assert_close(got, ref.index_scores(q, w, keys), atol=1e-4, rtol=1e-5)
 
 
@@ -81,7 +103,7 @@ def test_index_scores_records_visibility(hi, d, t):
 # programs lie beyond every query of a block (written -inf, never scored) next to partly
 # visible ones; the causal counts of a ratio-2 prompt and some at the edges
 @pytest.mark.parametrize("hi,d", [(4, 32), (32, 128)])
-def test_index_scores_float_keys_visibility(hi, d):
+def test_index_scores_float_keys_visibility(hi, d, float_kernel):
     t = 1100
     q, w, keys = _inputs(torch.Generator().manual_seed(10), n=40, hi=hi, d=d, t=t)
     keys = quant.fake_quant_fp4_ue8m0_block32(keys)
