@@ -61,6 +61,8 @@ measures the variants alone, then the best end to end.
                                                    prefill_ab.py every variant lists the same
                                                    names: the rest_kernels.py sweeps' winners
                                                    end to end)
+    --launch-choice MODULE.NAME=WORD               any string kernel choice of such a module,
+                                                   e.g. indexer.FLOAT_KERNEL=rows (repeatable)
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--launch-constant", action="append", default=[], metavar="MODULE.NAME=INT",
                     help="an integer launch constant of deepinfer.kernels.triton.MODULE "
                     "(repeatable), e.g. mhc_norm.BLOCK_D=1024")
+    ap.add_argument("--launch-choice", action="append", default=[], metavar="MODULE.NAME=WORD",
+                    help="a string kernel choice of deepinfer.kernels.triton.MODULE "
+                    "(repeatable), e.g. indexer.FLOAT_KERNEL=rows")
     ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
                     help="W4A8 experts on the decode pipeline up to this many pairs per expert "
                     "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
@@ -150,25 +155,40 @@ def apply_args(args: argparse.Namespace) -> None:
           args.linear_wide_two_wg_rows)
     for text in args.launch_constant:
         set_launch_constant(text)
+    for text in args.launch_choice:
+        set_launch_choice(text)
 
 
 def set_launch_constant(text: str) -> None:
     """``MODULE.NAME=INT``: deepinfer.kernels.triton.MODULE.NAME = INT; exits naming the flag
     for an unknown module or constant, or a constant that is not an integer."""
+    _set_module_constant("--launch-constant", text, int, "INT",
+                         lambda v: v.lstrip("-").isdigit())
+
+
+def set_launch_choice(text: str) -> None:
+    """``MODULE.NAME=WORD``: deepinfer.kernels.triton.MODULE.NAME = "WORD" for a string
+    constant (a kernel choice such as indexer.FLOAT_KERNEL); exits as ``set_launch_constant``."""
+    _set_module_constant("--launch-choice", text, str, "WORD",
+                         lambda v: v.replace("_", "").isalnum())
+
+
+def _set_module_constant(flag: str, text: str, kind: type, shape: str, valid) -> None:
     target, sep, value = text.partition("=")
     module, dot, name = target.rpartition(".")
-    if not sep or not dot or not value.lstrip("-").isdigit():
-        raise SystemExit(f"--launch-constant {text!r}: expected MODULE.NAME=INT")
+    if not sep or not dot or not valid(value):
+        raise SystemExit(f"{flag} {text!r}: expected MODULE.NAME={shape}")
     try:
         mod = importlib.import_module(f"deepinfer.kernels.triton.{module}")
     except ImportError:
-        raise SystemExit(f"--launch-constant {text!r}: no module deepinfer.kernels.triton."
-                         f"{module}") from None
+        raise SystemExit(f"{flag} {text!r}: no module deepinfer.kernels.triton.{module}") \
+            from None
     old = getattr(mod, name, None)
-    if type(old) is not int:
-        raise SystemExit(f"--launch-constant {text!r}: {module}.{name} is not an integer "
-                         f"constant (it is {old!r})")
-    setattr(mod, name, int(value))
+    if type(old) is not kind:
+        noun = "an integer" if kind is int else "a string"
+        raise SystemExit(f"{flag} {text!r}: {module}.{name} is not {noun} constant (it is "
+                         f"{old!r})")
+    setattr(mod, name, kind(value))
 
 
 def _switch(flag: str, value: int | None, module: str, attr: str) -> None:

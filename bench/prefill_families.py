@@ -30,7 +30,7 @@ FAMILIES = (
      ("_linear_wide", "_linear_kernel", "_linear_decode", "_hc_coeffs", "_route_scores",
       "_gemm_head")),
     ("attention", "attention_flops", "bf16", "kv_bytes", ("_attn_prefill", "_sparse_attn")),
-    ("indexer scores", "indexer_flops", "bf16", None, ("_index_scores",)),
+    ("indexer scores", "indexer_flops", "bf16", None, ("_index_scores", "_scores_keys_m")),
 )
 REST = "rest (memory-bound, no FLOP floor)"
 

@@ -11,7 +11,8 @@ N. Every program then streams its key range through shared memory for only 2 que
 prompt at ratio 2 (4,096 queries, 2,048 keys, causal) moves ~0.5 GB of key tiles from L2 for
 34 GFLOP (64 FLOP a byte), and the head sum reduces M rows spread over the 4 warps (shared
 memory and barriers a tile) — 268 µs a call on the H200 (3 calls in round 187's 4K prompt,
-0.80 ms, 0.27 of its floor). Here a program holds ``QUERIES`` queries (N = QUERIES x heads,
+0.80 ms, 0.27 of its floor); 0.283 ms alone at that shape on an H100 against 0.134 here
+(round 192). Here a program holds ``QUERIES`` queries (N = QUERIES x heads,
 their q rows loaded once as the B operand) and streams ``KEYS`` keys a tile as A (M): the key
 bytes per FLOP fall by QUERIES / 2, and the head sum runs along N — each thread's accumulator
 row holds 8 of a query's 32 heads (the wgmma layout: columns 8 j + 2 (lane % 4) + {0, 1}), so
@@ -39,9 +40,14 @@ import triton.language as tl
 
 from deepinfer.kernels.triton.launch_math import cdiv
 
+# H100 round 192 (bench/index_prefill.py, 4,096 queries, causal; ms at 2,048 keys ratio 2 /
+# 4,096 keys ratio 1; QUERIES:KEYS:KEY_TILES:WARPS:STAGES): 4:128:8:8:3 0.218 / 0.261,
+# 4:128:8:8:2 0.163 / 0.277, 4:64:8:4:3 0.142 / 0.251, 8:128:8:8:2 0.145 / 0.239, 2:128:8:8:3
+# 0.156 / 0.261, 4:128:4:8:3 0.181 / 0.319, 4:128:16:8:3 0.134 / 0.225 (this default); the
+# rows kernel (indexer.FLOAT_KERNEL "rows", its default tiling) 0.283 / 0.357
 QUERIES = 4  # queries per program: N = QUERIES x heads (128 at the released 32 heads)
 KEYS = 128  # keys per tile: M
-KEY_TILES = 8  # tiles per program (its queries stay in shared memory across them)
+KEY_TILES = 16  # tiles per program (its queries stay in shared memory across them)
 NUM_WARPS = 8  # 2 warpgroups: 64 keys each
 NUM_STAGES = 3  # key tiles in flight (Triton's software pipeline)
 

@@ -51,6 +51,9 @@ MAX_PAIRS = 8192  # < 2**16: the radix passes count in 16-bit fields
 # in flight (a 4K prompt's 24,576 pairs: 48 instead of 6); the same outputs
 CHUNK = 512
 _FILL = 2048  # rows memset per loop step
+# chunks whose counts the scatter programs load at once (a 4K prompt at CHUNK 512: 48 chunks,
+# 6 loads instead of 48 dependent loop steps)
+_COUNT_ROWS = 8
 
 
 @triton.jit
@@ -153,7 +156,7 @@ def _chunk_sort_kernel(ids_ptr, words_ptr, ranks_ptr, counts_ptr, num_pairs, num
 def _chunk_scatter_kernel(words_ptr, ranks_ptr, counts_ptr, base_ptr, sorted_pairs_ptr,
                           block_expert_ptr, num_pairs, num_experts, num_rows, num_blocks,
                           num_chunks, BM: tl.constexpr, CHUNK: tl.constexpr,
-                          E_BITS: tl.constexpr, FILL: tl.constexpr):
+                          E_BITS: tl.constexpr, FILL: tl.constexpr, COUNT_ROWS: tl.constexpr):
     """Chunked path, pass 2. Programs c < num_chunks: chunk c's pairs to their rows, row =
     (first block of the bucket) BM + (the bucket's pairs in chunks before c) + rank (stable:
     pair order within a bucket, as one sort of all pairs). Program num_chunks: every other row
@@ -166,10 +169,12 @@ def _chunk_scatter_kernel(words_ptr, ranks_ptr, counts_ptr, base_ptr, sorted_pai
     buckets = tl.arange(0, 1 << E_BITS)
     totals = tl.zeros_like(buckets)
     before = tl.zeros_like(buckets)
-    for k in range(0, num_chunks):
-        n = tl.load(counts_ptr + k * (1 << E_BITS) + buckets)
-        totals += n
-        before += tl.where(k < c, n, 0)
+    for k0 in range(0, num_chunks, COUNT_ROWS):  # COUNT_ROWS chunks' counts a load
+        k = k0 + tl.arange(0, COUNT_ROWS)
+        n = tl.load(counts_ptr + k[:, None] * (1 << E_BITS) + buckets[None, :],
+                    mask=(k < num_chunks)[:, None], other=0)
+        totals += tl.sum(n, 0)
+        before += tl.sum(tl.where((k < c)[:, None], n, 0), 0)
     blocks = (totals + BM - 1) // BM
     first_block = tl.cumsum(blocks, 0) - blocks
     if c < num_chunks:
@@ -270,7 +275,7 @@ def _align_chunked(flat: torch.Tensor, sorted_pairs: torch.Tensor, block_expert:
     _chunk_scatter_kernel[(num_chunks + 1,)](
         words, ranks, counts, bases, sorted_pairs, block_expert, num_pairs, num_experts,
         sorted_pairs.numel(), block_expert.numel(), num_chunks, BM=block_m, CHUNK=CHUNK,
-        E_BITS=e_bits, FILL=_FILL, num_warps=warps, num_stages=1)
+        E_BITS=e_bits, FILL=_FILL, COUNT_ROWS=_COUNT_ROWS, num_warps=warps, num_stages=1)
 
 
 def _num_warps(n_pad: int) -> int:

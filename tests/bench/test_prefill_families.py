@@ -38,6 +38,7 @@ def test_family_of_names_each_kernel_class():
     assert pf.family_of("_hc_coeffs_kernel") == "dense GEMMs"
     assert pf.family_of("_attn_prefill_ws_kernel") == "attention"
     assert pf.family_of("_index_scores_kernel") == "indexer scores"
+    assert pf.family_of("_scores_keys_m_kernel") == "indexer scores"
     assert pf.family_of("_rms_norm_kernel") == pf.REST
     assert pf.family_of("Memcpy HtoD (Pinned -> Device)") == pf.REST
 

@@ -229,6 +229,27 @@ def test_launch_constant_sets_an_integer_constant_and_refuses_the_rest(monkeypat
     assert mhc_norm.BLOCK_D == 1024  # a refused text changes nothing
 
 
+def test_launch_choice_sets_a_string_constant_and_refuses_the_rest(monkeypatch):
+    """--launch-choice MODULE.NAME=WORD sets a string kernel choice (indexer.FLOAT_KERNEL);
+    an integer constant, a malformed word or an unknown module exits naming the text."""
+    import kernel_overrides
+
+    from deepinfer.kernels.triton import indexer
+
+    monkeypatch.setattr(indexer, "FLOAT_KERNEL", indexer.FLOAT_KERNEL)
+    kernel_overrides.apply_args(_overrides_namespace(["--launch-choice",
+                                                      "indexer.FLOAT_KERNEL=rows"]))
+    assert indexer.FLOAT_KERNEL == "rows"
+    for bad, words in (("indexer.FLOAT_KERNEL", "MODULE.NAME=WORD"),
+                       ("indexer.FLOAT_KERNEL=a b", "MODULE.NAME=WORD"),
+                       ("nomodule.X=a", "no module"),
+                       ("indexer.KEY_TILES_FLOAT=rows", "not a string")):
+        with pytest.raises(SystemExit) as info:
+            kernel_overrides.set_launch_choice(bad)
+        assert words in str(info.value) and repr(bad) in str(info.value), (bad, info.value)
+    assert indexer.FLOAT_KERNEL == "rows"
+
+
 def _overrides_namespace(argv: list[str]):
     import argparse
 

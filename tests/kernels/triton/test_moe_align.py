@@ -150,6 +150,7 @@ def test_sm90_compile(sm90_compile):
                           "words", "ranks", "counts", "base", "sorted_pairs", "block_expert")},
                           **{n: "i32" for n in ("num_pairs", "num_experts", "num_rows",
                                                 "num_blocks", "num_chunks")}},
-                      "constexprs": {**chunk, "BM": block_m, "FILL": moe_align._FILL},
+                      "constexprs": {**chunk, "BM": block_m, "FILL": moe_align._FILL,
+                                     "COUNT_ROWS": moe_align._COUNT_ROWS},
                       "num_warps": warps, "num_stages": 1, "no_spill": True, "max_stack": 0})
     sm90_compile(cases)
