@@ -48,7 +48,10 @@ MAX_PAIRS = 8192  # < 2**16: the radix passes count in 16-bit fields
 # pairs per program above MAX_PAIRS (``_align_chunked``). H100 round 191 (session 39, BM 128,
 # µs a call of both launches in a CUDA graph; 4096 / 2048 / 1024 / 512): 2K tokens 73.4 / 59.5 /
 # 57.1 / 54.8, 4K 65.7 / 52.9 / 52.2 / 50.0, 8K 58.8 / 45.3 / 44.0 / 43.1 — more programs
-# in flight (a 4K prompt's 24,576 pairs: 48 instead of 6); the same outputs
+# in flight (a 4K prompt's 24,576 pairs: 48 instead of 6); the same outputs. Round 193, with
+# the scatter's counts read 8 chunks a load (512 / 1024 / 2048): 2K 53.8 / 56.8 / 61.3, 4K
+# 49.2 / 51.6 / 56.3, 8K 41.6 / 43.3 / 50.7. In the 4K prompt (8 calls) the sort 403 -> 54 µs,
+# the scatter 280 -> 317 µs
 CHUNK = 512
 _FILL = 2048  # rows memset per loop step
 # chunks whose counts the scatter programs load at once (a 4K prompt at CHUNK 512: 48 chunks,
