@@ -22,14 +22,16 @@ No host sync, shapes fixed by (num_pairs, num_experts, block_m): CUDA-graph safe
 
 Above MAX_PAIRS (one program's registers) the pairs go in chunks of CHUNK, two launches:
   A. program c runs steps 1-2 on chunk c alone (its words sorted and ranked in a scratch
-     buffer) and writes counts[c, bucket], the chunk's pairs of each bucket;
+     buffer) and writes counts[c, bucket], the chunk's pairs of each bucket, and sets its
+     share of sorted_pairs' rows to the sentinel (contiguous stores: session 39's H100 round
+     193 had one program of B write each expert's padding rows, 512 x 128 scattered stores,
+     ~35 µs a call);
   B. program c < num_chunks reads every chunk's counts: per bucket its pairs, blocks
      cdiv(pairs, BM) and first block (an exclusive cumsum), and the pairs of chunks before c;
      row = first block * BM + pairs before c + rank — chunks in pair order, each sorted stably:
-     the order of one stable sort of all pairs. Program num_chunks writes every row no pair
-     takes (each bucket's padding, the rows past the last used block) as the sentinel, and
-     block_expert: -1, each used bucket at its first block, a running max over the blocks, the
-     extra bucket back to -1.
+     the order of one stable sort of all pairs (the rows no pair takes keep A's sentinel).
+     Program num_chunks writes block_expert: -1, each used bucket at its first block, a running
+     max over the blocks, the extra bucket back to -1.
 The torch version ran ~20 launches there (every prefill step of more than 1,365 tokens).
 """
 
@@ -137,13 +139,21 @@ def _align_pairs_kernel(ids_ptr, sorted_pairs_ptr, block_expert_ptr, num_pairs, 
 
 
 @triton.jit
-def _chunk_sort_kernel(ids_ptr, words_ptr, ranks_ptr, counts_ptr, num_pairs, num_experts,
-                       CHUNK: tl.constexpr, E_BITS: tl.constexpr):
+def _chunk_sort_kernel(ids_ptr, words_ptr, ranks_ptr, counts_ptr, sorted_pairs_ptr, num_pairs,
+                       num_experts, num_rows, CHUNK: tl.constexpr, E_BITS: tl.constexpr,
+                       FILL: tl.constexpr):
     """Chunked path, pass 1 (program c: pairs c CHUNK .. + CHUNK): the chunk's words sorted by
     bucket into words[c CHUNK ...] (bucket * CHUNK + the pair's lane in the chunk), each sorted
     lane's rank in its bucket's run into ranks[c CHUNK ...], and the chunk's pairs per bucket
-    into counts[c, 0 : 2**E_BITS] (0 for buckets it does not hold)."""
+    into counts[c, 0 : 2**E_BITS] (0 for buckets it does not hold). And its share of
+    sorted_pairs (num_rows / programs rows, contiguous) set to the sentinel num_pairs: pass 2
+    overwrites the rows pairs take (launch order keeps the two apart)."""
     c = tl.program_id(0)
+    share = tl.cdiv(num_rows, tl.num_programs(0))
+    for r0 in range(c * share, tl.minimum((c + 1) * share, num_rows), FILL):
+        rows = r0 + tl.arange(0, FILL)
+        tl.store(sorted_pairs_ptr + rows, tl.zeros((FILL,), tl.int32) + num_pairs,
+                 mask=(rows < num_rows) & (rows < (c + 1) * share))
     start = c * CHUNK
     count = tl.minimum(num_pairs - start, CHUNK)
     word, rank, is_end, valid, lane = _sort_runs(ids_ptr + start, words_ptr + start, count,
@@ -157,15 +167,14 @@ def _chunk_sort_kernel(ids_ptr, words_ptr, ranks_ptr, counts_ptr, num_pairs, num
 
 @triton.jit
 def _chunk_scatter_kernel(words_ptr, ranks_ptr, counts_ptr, base_ptr, sorted_pairs_ptr,
-                          block_expert_ptr, num_pairs, num_experts, num_rows, num_blocks,
+                          block_expert_ptr, num_pairs, num_experts, num_blocks,
                           num_chunks, BM: tl.constexpr, CHUNK: tl.constexpr,
                           E_BITS: tl.constexpr, FILL: tl.constexpr, COUNT_ROWS: tl.constexpr):
     """Chunked path, pass 2. Programs c < num_chunks: chunk c's pairs to their rows, row =
     (first block of the bucket) BM + (the bucket's pairs in chunks before c) + rank (stable:
-    pair order within a bucket, as one sort of all pairs). Program num_chunks: every other row
-    (each bucket's padding to whole blocks, the rows past the last used block) gets the sentinel
-    num_pairs, and block_expert its buckets (-1 for the extra bucket and past the last block) —
-    addresses no pair program writes."""
+    pair order within a bucket, as one sort of all pairs); every other row keeps pass 1's
+    sentinel. Program num_chunks: block_expert, its buckets (-1 for the extra bucket and past
+    the last block) — addresses no pair program writes."""
     c = tl.program_id(0)
     # per bucket: its pairs, its blocks (cdiv(pairs, BM)) and first block, the pairs of the
     # chunks before c
@@ -190,17 +199,7 @@ def _chunk_scatter_kernel(words_ptr, ranks_ptr, counts_ptr, base_ptr, sorted_pai
         base = tl.load(base_ptr + c * (1 << E_BITS) + word // CHUNK, mask=valid, other=0)
         tl.store(sorted_pairs_ptr + base + rank, c * CHUNK + word % CHUNK, mask=valid)
     else:
-        # each bucket's padding rows (fewer than BM), then the rows past the last used block
-        pad_rows = blocks * BM - totals
-        first_pad = first_block * BM + totals
-        for j in range(BM):
-            tl.store(sorted_pairs_ptr + first_pad + j, tl.zeros_like(buckets) + num_pairs,
-                     mask=j < pad_rows)
         used_blocks = tl.sum(blocks, 0)
-        for r0 in range(used_blocks * BM, num_rows, FILL):
-            rows = r0 + tl.arange(0, FILL)
-            tl.store(sorted_pairs_ptr + rows, tl.zeros((FILL,), tl.int32) + num_pairs,
-                     mask=rows < num_rows)
         # block_expert: -1, each used bucket at its first block, then a running max over the
         # blocks (buckets increase with the block), the extra bucket's blocks back to -1
         for b0 in range(0, num_blocks, FILL):
@@ -272,12 +271,12 @@ def _align_chunked(flat: torch.Tensor, sorted_pairs: torch.Tensor, block_expert:
     words, ranks = scratch[:span], scratch[span:2 * span]
     counts, bases = scratch[2 * span:2 * span + buckets], scratch[2 * span + buckets:]
     warps = _num_warps(CHUNK)
-    _chunk_sort_kernel[(num_chunks,)](flat, words, ranks, counts, num_pairs, num_experts,
-                                      CHUNK=CHUNK, E_BITS=e_bits, num_warps=warps,
-                                      num_stages=1)
+    _chunk_sort_kernel[(num_chunks,)](flat, words, ranks, counts, sorted_pairs, num_pairs,
+                                      num_experts, sorted_pairs.numel(), CHUNK=CHUNK,
+                                      E_BITS=e_bits, FILL=_FILL, num_warps=warps, num_stages=1)
     _chunk_scatter_kernel[(num_chunks + 1,)](
         words, ranks, counts, bases, sorted_pairs, block_expert, num_pairs, num_experts,
-        sorted_pairs.numel(), block_expert.numel(), num_chunks, BM=block_m, CHUNK=CHUNK,
+        block_expert.numel(), num_chunks, BM=block_m, CHUNK=CHUNK,
         E_BITS=e_bits, FILL=_FILL, COUNT_ROWS=_COUNT_ROWS, num_warps=warps, num_stages=1)
 
 

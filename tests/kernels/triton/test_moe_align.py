@@ -139,17 +139,17 @@ def test_sm90_compile(sm90_compile):
         cases.append({"id": f"moe_align_chunk_sort_{ids_ty[1:]}", "module": sig_module,
                       "kernel": "_chunk_sort_kernel",
                       "signature": {"ids_ptr": ids_ty, "words_ptr": "*i32", "ranks_ptr": "*i32",
-                                    "counts_ptr": "*i32", "num_pairs": "i32",
-                                    "num_experts": "i32"},
-                      "constexprs": chunk, "num_warps": warps, "num_stages": 1,
-                      "no_spill": True, "max_stack": 0})
+                                    "counts_ptr": "*i32", "sorted_pairs_ptr": "*i32",
+                                    "num_pairs": "i32", "num_experts": "i32", "num_rows": "i32"},
+                      "constexprs": {**chunk, "FILL": moe_align._FILL}, "num_warps": warps,
+                      "num_stages": 1, "no_spill": True, "max_stack": 0})
     for block_m in (16, 128):
         cases.append({"id": f"moe_align_chunk_scatter_bm{block_m}", "module": sig_module,
                       "kernel": "_chunk_scatter_kernel",
                       "signature": {**{f"{n}_ptr": "*i32" for n in (
                           "words", "ranks", "counts", "base", "sorted_pairs", "block_expert")},
-                          **{n: "i32" for n in ("num_pairs", "num_experts", "num_rows",
-                                                "num_blocks", "num_chunks")}},
+                          **{n: "i32" for n in ("num_pairs", "num_experts", "num_blocks",
+                                                "num_chunks")}},
                       "constexprs": {**chunk, "BM": block_m, "FILL": moe_align._FILL,
                                      "COUNT_ROWS": moe_align._COUNT_ROWS},
                       "num_warps": warps, "num_stages": 1, "no_spill": True, "max_stack": 0})
