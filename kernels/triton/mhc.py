@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepinfer.kernels.triton import quant_act
+from deepinfer.kernels.triton import mhc_terms, quant_act
 from deepinfer.kernels.triton.gemm_fp8 import INVARIANT_MIN_ROWS, is_interpreting
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
@@ -280,6 +280,10 @@ COEFFS_NUM_WARPS_PREFILL = 4  # one warpgroup per 64 tokens
 # 122 -> 553 µs per step), so the prefill launch's 2.5x faster coefficients (850 -> 334 µs)
 # bought nothing.
 COEFFS_FINALIZE_BLOCK_M = 16
+# the prefill launch's projections: "fused" (``_hc_coeffs_kernel``: tokens on M, fn split in
+# registers every step) or "terms" (``mhc_terms``: fn's bf16 terms built once, on M; tokens on
+# N; prepared in session 39, not measured on a GPU yet — the bits differ from "fused")
+COEFFS_KERNEL = "fused"
 
 
 def coeffs_config(num_tokens: int, interpret: bool = False) -> dict:
@@ -366,6 +370,15 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     scale = scale.to(torch.float32).contiguous()
     base = base.to(torch.float32).contiguous()
     common = dict(S=s, C=c, SINKHORN_ITERS=int(sinkhorn_iters))
+    if (COEFFS_KERNEL == "terms" and num_tokens > COEFFS_DECODE_MAX_TOKENS
+            and x.dtype == torch.bfloat16 and precision in ("bf16x3", "ieee")):
+        terms_ws = torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
+        mhc_terms.partial_sums(x, mhc_terms.fn_terms(fn, s), terms_ws,
+                               k_blocks_per_split * cfg["BK"], cfg["BK"], strided, interpret)
+        _hc_finalize_kernel[(cdiv(num_tokens, cfg["finalize_BM"]),)](
+            terms_ws, scale, base, pre, post, comb, num_tokens, num_k, float(norm_eps),
+            float(hc_eps), SPLIT=split, BM=cfg["finalize_BM"], num_warps=4, **common)
+        return pre, post, comb
     _hc_coeffs_kernel[(num_m_blocks, split)](
         x, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
         k_blocks_per_split * cfg["BK"], x.stride(0), x.stride(1), dim, fn.stride(0),

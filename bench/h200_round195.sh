@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Device round 195 (session 39, prepared for the next session) (≈ 6 min): the mHC
+# coefficients' terms kernel (kernels/triton/mhc_terms.py, mhc.COEFFS_KERNEL "terms", off) —
+# its GPU checks (against the reference and the fused kernel, contiguous and stride-0 streams,
+# a prefix call's rows), alone at 4K tokens against the fused default (bench/mhc_prefill.py),
+# end to end (prefill_ab: fused / terms, the check tokens may differ: another fp32 summation
+# order); then the lone 4K prompt at the defaults (an H200 figure for session 39's changes if
+# the card is one). Pass the commit hash literally.
+source "$(dirname "$0")/device_setup.sh"
+timeout 150 python3 -m pytest -q -p no:warnings tests/gpu/test_gemm_side_gpu.py \
+  -k "mhc_terms or mhc_gpu" >"$OUT/gpu.log" 2>&1
+echo "gpu mhc tests rc=$?"; tail -2 "$OUT/gpu.log"
+timeout 90 python3 bench/mhc_prefill.py --tokens 4096 \
+  --variants "default,terms,terms:128:8:4,terms:64:4:4,terms:256:8:3,default,terms" \
+  >"$OUT/mhc.log" 2>&1
+echo "mhc_prefill rc=$?"; grep -E "^\| 4096" "$OUT/mhc.log"
+prefill_ab_4k 3 "fused=--launch-choice mhc.COEFFS_KERNEL=fused" \
+  "terms=--launch-choice mhc.COEFFS_KERNEL=terms"
+timeout 200 python3 bench/prefill.py --prompt-lens 4096 --repeats 3 --no-eager --out "$OUT" \
+  >"$OUT/prefill_4k.log" 2>&1
+echo "prefill 4K rc=$?"
+grep -E "^prefill 4096|GPU busy|^\| 4096|^\| (routed|dense|attention|indexer|rest)|_hc_|topk|_chunk_|_scores_keys" \
+  "$OUT/prefill_4k.log" | cut -c1-150 | head -20
+rm -f "$OUT/install.log"
