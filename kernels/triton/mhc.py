@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deepinfer.kernels.triton import mhc_terms, quant_act
+from deepinfer.kernels.triton import quant_act
 from deepinfer.kernels.triton.gemm_fp8 import INVARIANT_MIN_ROWS, is_interpreting
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
@@ -109,6 +109,19 @@ def _hc_epilogue(m, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr, post_ptr,
 
 
 @triton.jit
+def stream_tile_ptrs(x_ptr, rows, offs_k, k_begin, stride_xn, stride_xs, D,
+                     STRIDED: tl.constexpr):
+    """[rows, offs_k] pointers of the flattened streams' K columns k_begin + offs_k. STRIDED:
+    the streams are ``stride_xs`` apart, not D, and the K range lies in one stream (the host
+    checks D % the split's K), stream k_begin // D from column k_begin % D."""
+    if STRIDED:
+        # multiples of 16 (BK and D are; the host checks the stride): aligned, vector loads
+        first = tl.multiple_of((k_begin // D) * stride_xs, 16) + tl.multiple_of(k_begin % D, 16)
+        return x_ptr + rows[:, None] * stride_xn + first + offs_k[None, :]
+    return x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
+
+
+@triton.jit
 def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, ws_ptr,
                       N, K, k_per_split, stride_xn, stride_xs, D, stride_fn, norm_eps, hc_eps,
                       S: tl.constexpr, C: tl.constexpr, SINKHORN_ITERS: tl.constexpr,
@@ -141,12 +154,7 @@ def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, com
     fn_row = tl.where(cols < S * S, 2 * S + cols, c2)
     live = cols < S * S + 2 * S
     k_begin = split * k_per_split
-    if STRIDED:  # the split's K range lies in one stream (the host checks D % k_per_split)
-        # multiples of 16 (BK and D are; the host checks the stride): aligned, vector loads
-        first = tl.multiple_of((k_begin // D) * stride_xs, 16) + tl.multiple_of(k_begin % D, 16)
-        x_ptrs = x_ptr + rows[:, None] * stride_xn + first + offs_k[None, :]
-    else:
-        x_ptrs = x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
+    x_ptrs = stream_tile_ptrs(x_ptr, rows, offs_k, k_begin, stride_xn, stride_xs, D, STRIDED)
     f_ptrs = (fn_ptr + tl.where(live, fn_row, 0)[None, :] * stride_fn + k_begin
               + offs_k[:, None])
 
@@ -372,6 +380,8 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     common = dict(S=s, C=c, SINKHORN_ITERS=int(sinkhorn_iters))
     if (COEFFS_KERNEL == "terms" and num_tokens > COEFFS_DECODE_MAX_TOKENS
             and x.dtype == torch.bfloat16 and precision in ("bf16x3", "ieee")):
+        from deepinfer.kernels.triton import mhc_terms  # it builds on this module
+
         terms_ws = torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
         mhc_terms.partial_sums(x, mhc_terms.fn_terms(fn, s), terms_ws,
                                k_blocks_per_split * cfg["BK"], cfg["BK"], strided, interpret)

@@ -36,17 +36,20 @@ kernel), terms (MT, S D) bf16, ws (SPLIT, N, C + 1) fp32.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
+from deepinfer.kernels.triton.mhc import split_bf16_parts, stream_tile_ptrs
+
 TOKENS = 128  # tokens per program: the wgmma N
 NUM_WARPS = 8  # two warpgroups: 64 term rows each
 NUM_STAGES = 3
 _CACHE_MAX = 256  # fn tensors whose terms are kept (V4.1: 2 sites a layer, 43 layers)
-_cache: dict[tuple, torch.Tensor] = {}
+_cache: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
 
 
 @triton.jit
@@ -62,11 +65,7 @@ def _hc_terms_kernel(x_ptr, t_ptr, ws_ptr, N, K, k_per_split, stride_xn, stride_
     rows = tl.where(mask_n, offs_n, 0).to(tl.int64)
     offs_k = tl.arange(0, BK)
     k_begin = split * k_per_split
-    if STRIDED:  # the split's K range lies in one stream (the host checks D % k_per_split)
-        first = tl.multiple_of((k_begin // D) * stride_xs, 16) + tl.multiple_of(k_begin % D, 16)
-        x_ptrs = x_ptr + rows[:, None] * stride_xn + first + offs_k[None, :]
-    else:
-        x_ptrs = x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
+    x_ptrs = stream_tile_ptrs(x_ptr, rows, offs_k, k_begin, stride_xn, stride_xs, D, STRIDED)
     t_ptrs = t_ptr + tl.arange(0, MT)[:, None] * stride_t + k_begin + offs_k[None, :]
     acc = tl.zeros((MT, BN), dtype=tl.float32)
     sumsq = tl.zeros((BN,), dtype=tl.float32)
@@ -89,14 +88,11 @@ def _hc_terms_kernel(x_ptr, t_ptr, ws_ptr, N, K, k_per_split, stride_xn, stride_
 def fn_terms(fn: torch.Tensor, s: int) -> torch.Tensor:
     """(MT, K) bf16: fn's three bf16 terms (``mhc.split_bf16_parts``), term p's columns in the
     fused kernel's order (comb rows 2S.., pre rows 0.., post rows S.., zeros to C = 2 S^2) at
-    rows p C ..; MT = 4 C, the last block zero. Cached per fn tensor (its storage, version and
-    shape)."""
-    key = (fn.data_ptr(), fn._version, tuple(fn.shape), fn.device)
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
-    from deepinfer.kernels.triton.mhc import split_bf16_parts
-
+    rows p C ..; MT = 4 C, the last block zero. Cached per fn tensor object while it lives and
+    is not changed in place."""
+    hit = _cache.get(id(fn))
+    if hit is not None and hit[0]() is fn and hit[1] == fn._version:
+        return hit[2]
     c = 2 * s * s
     order = list(range(2 * s, 2 * s + s * s)) + list(range(2 * s))  # comb, pre, post
     terms = torch.zeros((4 * c, fn.shape[1]), dtype=torch.bfloat16, device=fn.device)
@@ -104,7 +100,11 @@ def fn_terms(fn: torch.Tensor, s: int) -> torch.Tensor:
         terms[p * c:p * c + len(order)] = part[order]
     if len(_cache) >= _CACHE_MAX:
         _cache.pop(next(iter(_cache)))
-    _cache[key] = terms
+    # keyed by the tensor object (its storage address can be reused by a later tensor): the
+    # entry leaves with it, and an in-place change (its version) rebuilds
+    key = id(fn)
+    _cache[key] = (weakref.ref(fn, lambda _, key=key: _cache.pop(key, None)), fn._version,
+                   terms)
     return terms
 
 

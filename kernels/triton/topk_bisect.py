@@ -37,7 +37,7 @@ import triton.language as tl
 
 from deepinfer.kernels.triton import topk_radix
 from deepinfer.kernels.triton.launch_math import next_power_of_2
-from deepinfer.kernels.triton.topk_radix import _compact, _order_key
+from deepinfer.kernels.triton.topk_radix import _compact, _fill_unpicked, _order_key, _row_of
 
 MAX_ENTRIES = 4096  # scores per row this kernel takes (one register tile)
 ENTRIES_PER_WARP = 2048  # a row's warps: its tile / this (at least one)
@@ -52,12 +52,8 @@ def _bisect_topk_kernel(
     BT: tl.constexpr, HAS_VIS: tl.constexpr,
 ):
     """Row ``program_id(0)``: out[row, :k_out] = its top-k_out positions ascending, then -1s."""
-    row = tl.program_id(0)
-    in_row = in_ptr + row.to(tl.int64) * stride_in
-    out_row = out_ptr + row.to(tl.int64) * stride_out
-    n = length
-    if HAS_VIS:  # scores at or beyond num_visible are -inf: not read
-        n = tl.minimum(tl.maximum(tl.load(vis_ptr + row), 0), length).to(tl.int32)
+    in_row, out_row, n = _row_of(in_ptr, stride_in, length, vis_ptr, out_ptr, stride_out,
+                                 HAS_VIS)
     offs = tl.arange(0, BT)
     u, ok = _order_key(in_row, offs, n)
     u = tl.where(ok, u, 0)  # invalid: below every finite score's key
@@ -76,9 +72,7 @@ def _bisect_topk_kernel(
     eq_seen = tl.zeros((), tl.int32)
     taken = tl.zeros((), tl.int32)
     eq_seen, taken = _compact(u, u != 0, offs, thr, k_rem, eq_seen, taken, out_row)
-    for start in range(0, k_out, BT):  # slots after the last pick: -1
-        j = start + offs
-        tl.store(out_row + j, tl.full((BT,), -1, tl.int64), mask=(j >= taken) & (j < k_out))
+    _fill_unpicked(out_row, taken, k_out, offs, BT)
 
 
 def warps_for(tile: int) -> int:
@@ -114,12 +108,4 @@ def topk_positions_bisect(scores: torch.Tensor, k: int,
     """``topk_radix.topk_positions_radix``'s contract and output, by this module's kernel:
     (N, T) fp32 scores (rows contiguous, T <= MAX_ENTRIES) -> (N, min(k, T)) int64 positions
     ascending, then -1. One launch, grid (N,), no host sync."""
-    out = topk_radix.positions_out(scores, k)
-    (n, k_out), t = out.shape, scores.shape[1]
-    if out.numel() == 0:
-        return out
-    meta = launch_meta(t, num_visible is not None)
-    vis = out if num_visible is None else num_visible.to(torch.int64).contiguous()
-    _bisect_topk_kernel[(n,)](scores, scores.stride(0), t, vis, out, out.stride(0), k_out,
-                              **meta)
-    return out
+    return topk_radix.launch_rows(_bisect_topk_kernel, launch_meta, scores, k, num_visible)

@@ -86,12 +86,8 @@ def _radix_topk_kernel(
     HAS_VIS: tl.constexpr,
 ):
     """Row ``program_id(0)``: out[row, :k_out] = its top-k_out positions ascending, then -1s."""
-    row = tl.program_id(0)
-    in_row = in_ptr + row.to(tl.int64) * stride_in
-    out_row = out_ptr + row.to(tl.int64) * stride_out
-    n = length
-    if HAS_VIS:  # scores at or beyond num_visible are -inf: not read
-        n = tl.minimum(tl.maximum(tl.load(vis_ptr + row), 0), length).to(tl.int32)
+    in_row, out_row, n = _row_of(in_ptr, stride_in, length, vis_ptr, out_ptr, stride_out,
+                                 HAS_VIS)
     offs = tl.arange(0, BT)
     if ONE_TILE:
         u0, ok0 = _order_key(in_row, offs, n)
@@ -120,7 +116,24 @@ def _radix_topk_kernel(
             u, ok = _order_key(in_row, start + offs, n)
             eq_seen, taken = _compact(u, ok, start + offs, prefix, k_rem, eq_seen, taken,
                                       out_row)
-    for start in range(0, k_out, BT):  # slots after the last pick: -1
+    _fill_unpicked(out_row, taken, k_out, offs, BT)
+
+
+@triton.jit
+def _row_of(in_ptr, stride_in, length, vis_ptr, out_ptr, stride_out, HAS_VIS: tl.constexpr):
+    """Program ``program_id(0)``'s row: (its scores, its output row, the scores it reads: the
+    row's num_visible clamped to [0, length] when HAS_VIS, else length)."""
+    row = tl.program_id(0).to(tl.int64)
+    n = length
+    if HAS_VIS:  # scores at or beyond num_visible are -inf: not read
+        n = tl.minimum(tl.maximum(tl.load(vis_ptr + row), 0), length).to(tl.int32)
+    return in_ptr + row * stride_in, out_ptr + row * stride_out, n
+
+
+@triton.jit
+def _fill_unpicked(out_row, taken, k_out, offs, BT: tl.constexpr):
+    """Slots [taken, k_out) of the output row (after the last pick): -1."""
+    for start in range(0, k_out, BT):
         j = start + offs
         tl.store(out_row + j, tl.full((BT,), -1, tl.int64), mask=(j >= taken) & (j < k_out))
 
@@ -151,14 +164,20 @@ def topk_positions_radix(scores: torch.Tensor, k: int,
     contiguous) -> (N, min(k, T)) int64 positions ascending, then -1 for picks with a -inf
     score. ``num_visible`` (N,) int: every score at or beyond it is -inf (not read). One
     launch, grid (N,), no host sync."""
+    return launch_rows(_radix_topk_kernel, launch_meta, scores, k, num_visible)
+
+
+def launch_rows(kernel, meta_of, scores: torch.Tensor, k: int,
+                num_visible: torch.Tensor | None) -> torch.Tensor:
+    """The host side of a one-program-per-row position top-k (this module's kernel and
+    ``topk_bisect``'s share the signature): the output, the launch at ``meta_of(T, has_vis)``."""
     out = positions_out(scores, k)
     (n, k_out), t = out.shape, scores.shape[1]
     if out.numel() == 0:
         return out
-    meta = launch_meta(t, num_visible is not None)
+    meta = meta_of(t, num_visible is not None)
     vis = out if num_visible is None else num_visible.to(torch.int64).contiguous()
-    _radix_topk_kernel[(n,)](scores, scores.stride(0), t, vis, out, out.stride(0), k_out,
-                             **meta)
+    kernel[(n,)](scores, scores.stride(0), t, vis, out, out.stride(0), k_out, **meta)
     return out
 
 

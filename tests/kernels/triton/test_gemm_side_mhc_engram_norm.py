@@ -62,6 +62,13 @@ def test_fn_terms_sum_to_fn_in_the_fused_column_order():
     fn.mul_(2.0)
     assert torch.equal(mhc_terms.fn_terms(fn, s).float().view(4, c, 64)[0, :s * s],
                        2 * blocks[0, :s * s])
+    # a new tensor in the old one's storage (freed, reallocated) is not served the old terms
+    ptr = fn.data_ptr()
+    del fn, terms
+    other = torch.randn((2 + s) * s, 64, generator=torch.Generator().manual_seed(4))
+    want = torch.cat([other[order], torch.zeros(c - len(order), 64)])
+    got = mhc_terms.fn_terms(other, s).float().view(4, c, 64)
+    assert torch.equal((got[0] + got[1]) + got[2], want), other.data_ptr() == ptr
 
 
 @pytest.mark.parametrize("split", [None, 1, 3])
