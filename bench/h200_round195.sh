@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device round 195 (session 39, prepared for the next session) (≈ 6 min): the mHC
+# Device round 195 (session 39, prepared for the next session) (≈ 7 min): the index scores'
+# and top-k rows invariance (session 39's kernels: test_batch_invariance_gpu.py), the mHC
 # coefficients' terms kernel (kernels/triton/mhc_terms.py, mhc.COEFFS_KERNEL "terms", off) —
 # its GPU checks (against the reference and the fused kernel, contiguous and stride-0 streams,
 # a prefix call's rows), alone at 4K tokens against the fused default (bench/mhc_prefill.py),
@@ -8,8 +9,9 @@
 # prompt at the defaults (an H200 figure for session 39's changes if the card is one). Pass the
 # commit hash literally.
 source "$(dirname "$0")/device_setup.sh"
-timeout 150 python3 -m pytest -q -p no:warnings tests/gpu/test_gemm_side_gpu.py \
-  -k "mhc_terms or mhc_gpu" >"$OUT/gpu.log" 2>&1
+timeout 180 python3 -m pytest -q -p no:warnings tests/gpu/test_gemm_side_gpu.py \
+  tests/gpu/test_batch_invariance_gpu.py -k "mhc_terms or mhc_gpu or index_scores_and_topk" \
+  >"$OUT/gpu.log" 2>&1
 echo "gpu mhc tests rc=$?"; tail -2 "$OUT/gpu.log"
 timeout 90 python3 bench/mhc_prefill.py --tokens 4096 \
   --variants "default,terms,terms:128:8:4,terms:64:4:4,terms:256:8:3,default,terms" \

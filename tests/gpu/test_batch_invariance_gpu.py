@@ -70,6 +70,34 @@ def test_mhc_coeffs_rows_invariant_gpu():
             assert torch.equal(p, f[:rows]), f"hc_coeffs {label}: {rows} rows differ"
 
 
+def test_index_scores_and_topk_rows_invariant_gpu():
+    """A prompt's indexer at ratio 2 (session 39's kernels: the keys-on-M float-key scores and,
+    from ``topk_bisect.MIN_ROWS`` rows, the bisection top-k): a query's scores and picks the
+    same in a prefix call of the first rows (a shorter chunk) as in the 8,192-query call, at
+    any row count — the scores kernel's per-query sums do not depend on the query's slot in a
+    program, and both top-k kernels give the reference's positions."""
+    from deepinfer.kernels.reference import quant
+    from deepinfer.kernels.triton import indexer, topk
+
+    torch.manual_seed(13)
+    n, hi, d = FULL_ROWS, 32, 128
+    t = n // 2
+    q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, hi, d, device="cuda"))
+    q = q.to(torch.bfloat16)
+    w = torch.randn(n, hi, device="cuda") * (d ** -0.5) * (hi ** -0.5)
+    keys = quant.fake_quant_fp4_ue8m0_block32(torch.randn(t, d, device="cuda"))
+    keys = keys.to(torch.bfloat16)
+    vis = (torch.arange(n, device="cuda") + 1) // 2
+    full = indexer.index_scores(q, w, keys, vis)
+    picks = topk.topk_positions(full, 512, vis)
+    for rows in (100, 600) + tuple(_prefixes()):  # below and above topk_bisect.MIN_ROWS
+        part = indexer.index_scores(q[:rows].contiguous(), w[:rows].contiguous(), keys,
+                                    vis[:rows].contiguous())
+        assert torch.equal(part, full[:rows]), f"index scores: {rows} rows differ"
+        got = topk.topk_positions(part, 512, vis[:rows].contiguous())
+        assert torch.equal(got, picks[:rows]), f"top-k: {rows} rows differ"
+
+
 def test_routed_experts_rows_invariant_gpu():
     """The routed experts of the slice (384 W4A8-order MXFP4 experts, top-6, D 5120, I 2304)
     through ``run_experts``' dispatch: at 1,024 rows (16 pairs per expert) they ran the decode
