@@ -153,6 +153,16 @@ moe_prefill_bench() {
     | grep -v "all launches" | cut -d'|' -f2,3,4,5,6,7
   grep -c "bit-identical to this BM's first config: True" "$OUT/moe_$name.log"
 }
+# prefill_4k [KERNEL_REGEX]: the lone 4K prompt at the defaults (prefill.py, 3 repeats, its
+# results JSON in $OUT), logged to $OUT/prefill_4k.log; prints the time, the families and the
+# kernel-table rows matching KERNEL_REGEX (session 39's rounds).
+prefill_4k() {
+  timeout 200 python3 bench/prefill.py --prompt-lens 4096 --repeats 3 --no-eager --out "$OUT" \
+    >"$OUT/prefill_4k.log" 2>&1
+  echo "prefill 4K rc=$?"
+  grep -E "^prefill 4096|GPU busy|^\| 4096|^\| (routed|dense|attention|indexer|rest)${1:+|$1}" \
+    "$OUT/prefill_4k.log" | cut -c1-150 | head -20
+}
 # A lone 4K prompt's kernel-override variants in one process (bench/prefill_ab.py: one load,
 # the variants interleaved, 3 prefills each per round, the fixed prompt's bits compared):
 # prefill_ab_4k ROUNDS "NAME=FLAGS" "NAME=FLAGS" ... (rounds 177-179), logged to

@@ -23,9 +23,5 @@ timeout 90 python3 bench/index_prefill.py --queries 4096 --keys 2048 --causal 2 
 echo "index_prefill rc=$?"; grep -E "^\| m" "$OUT/index.log"
 prefill_ab_4k 3 "fused=--launch-choice mhc.COEFFS_KERNEL=fused" \
   "terms=--launch-choice mhc.COEFFS_KERNEL=terms"
-timeout 200 python3 bench/prefill.py --prompt-lens 4096 --repeats 3 --no-eager --out "$OUT" \
-  >"$OUT/prefill_4k.log" 2>&1
-echo "prefill 4K rc=$?"
-grep -E "^prefill 4096|GPU busy|^\| 4096|^\| (routed|dense|attention|indexer|rest)|_hc_|topk|_chunk_|_scores_keys" \
-  "$OUT/prefill_4k.log" | cut -c1-150 | head -20
+prefill_4k "_hc_|topk|_chunk_|_scores_keys"
 rm -f "$OUT/install.log"

@@ -38,14 +38,14 @@ BLOCK_KEYS = 128
 KEY_TILES = 8  # key tiles per program (q stays in registers/shared across them)
 ROWS_PER_PROGRAM = 64  # BN * Hi
 NUM_WARPS = 4
-# float keys (the prefill path: one sequence's unpacked index keys): key tiles per program, q rows
-# per program and the channel layout; bench/index_prefill.py varies them. H200, 4,096 queries x
-# 1,024 keys (session 6 round 11): interleaved pairs 2.20 ms, halves with 1/4/8 key tiles
-# 0.271/0.204/0.184 ms (8 tiles x 64 rows x 4 warps ties 4 x 128 x 8 warps, 0.183)
 # the float-key kernel: "keys_m" (``index_scores_keys_m``: keys on the MMA's M side, a
 # program's queries x heads on N) or "rows" (this module's ``_index_scores_kernel``, queries x
 # heads on M; the tiling below)
 FLOAT_KERNEL = "keys_m"
+# float keys (the prefill path: one sequence's unpacked index keys): key tiles per program, q rows
+# per program and the channel layout; bench/index_prefill.py varies them. H200, 4,096 queries x
+# 1,024 keys (session 6 round 11): interleaved pairs 2.20 ms, halves with 1/4/8 key tiles
+# 0.271/0.204/0.184 ms (8 tiles x 64 rows x 4 warps ties 4 x 128 x 8 warps, 0.183)
 KEY_TILES_FLOAT = 8
 ROWS_PER_PROGRAM_FLOAT = 64
 FLOAT_HALVES = True

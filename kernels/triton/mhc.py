@@ -373,30 +373,28 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     if strided and (dim % (k_blocks_per_split * cfg["BK"]) or x.stride(1) % 16 or dim % 16):
         x, strided = x.contiguous(), False
     c = 2 * s * s  # the fused fn tile's columns: comb, pre, post, padding
+    # the terms kernel (prefill launch, bf16 x) always writes split partials for the finalize
+    terms = (COEFFS_KERNEL == "terms" and num_tokens > COEFFS_DECODE_MAX_TOKENS
+             and x.dtype == torch.bfloat16 and precision in ("bf16x3", "ieee"))
+    partials = split > 1 or terms
     ws = (torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
-          if split > 1 else pre)
+          if partials else pre)
     scale = scale.to(torch.float32).contiguous()
     base = base.to(torch.float32).contiguous()
     common = dict(S=s, C=c, SINKHORN_ITERS=int(sinkhorn_iters))
-    if (COEFFS_KERNEL == "terms" and num_tokens > COEFFS_DECODE_MAX_TOKENS
-            and x.dtype == torch.bfloat16 and precision in ("bf16x3", "ieee")):
+    if terms:
         from deepinfer.kernels.triton import mhc_terms  # it builds on this module
 
-        terms_ws = torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
-        mhc_terms.partial_sums(x, mhc_terms.fn_terms(fn, s), terms_ws,
-                               k_blocks_per_split * cfg["BK"], cfg["BK"], strided, interpret)
-        _hc_finalize_kernel[(cdiv(num_tokens, cfg["finalize_BM"]),)](
-            terms_ws, scale, base, pre, post, comb, num_tokens, num_k, float(norm_eps),
-            float(hc_eps), SPLIT=split, BM=cfg["finalize_BM"], num_warps=4, **common)
-        return pre, post, comb
-    _hc_coeffs_kernel[(num_m_blocks, split)](
-        x, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
-        k_blocks_per_split * cfg["BK"], x.stride(0), x.stride(1), dim, fn.stride(0),
-        float(norm_eps),
-        float(hc_eps), SPLIT=split, PRECISION=precision, FN_PARTS=cfg["fn_parts"], BM=cfg["BM"],
-        BK=cfg["BK"], STRIDED=strided, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"], **common)
-    if split > 1:
+        mhc_terms.partial_sums(x, mhc_terms.fn_terms(fn, s), ws, k_blocks_per_split * cfg["BK"],
+                               cfg["BK"], strided, interpret)
+    else:
+        _hc_coeffs_kernel[(num_m_blocks, split)](
+            x, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
+            k_blocks_per_split * cfg["BK"], x.stride(0), x.stride(1), dim, fn.stride(0),
+            float(norm_eps), float(hc_eps), SPLIT=split, PRECISION=precision,
+            FN_PARTS=cfg["fn_parts"], BM=cfg["BM"], BK=cfg["BK"], STRIDED=strided,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
+    if partials:
         fin_bm = cfg["finalize_BM"]
         _hc_finalize_kernel[(cdiv(num_tokens, fin_bm),)](
             ws, scale, base, pre, post, comb, num_tokens, num_k, float(norm_eps), float(hc_eps),
