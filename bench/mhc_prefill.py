@@ -8,9 +8,7 @@ launch configs.
 parsing and the reference, not the GPU launches, which tests/kernels/triton compiles for SM90.)
 
 Shapes of the slice plan: S = 4 streams of D = 5120 (bf16), fn (24, 20480) fp32, 20 Sinkhorn
-iterations. ``terms[:TOKENS:WARPS:STAGES]`` runs the prefill launch's projections on
-``mhc_terms`` (fn's bf16 terms on M, session 39; the decode launch as the module's). Otherwise a
-variant is ``BM:BK:WARPS:STAGES:TARGET[:PRECISION[:FN_PARTS[:FIXED]]]`` — the
+iterations. A variant is ``BM:BK:WARPS:STAGES:TARGET[:PRECISION[:FN_PARTS[:FIXED]]]`` — the
 module's ``COEFFS_*`` constants (tokens per program, K step, warps, stages, the split-K program
 target, the dot's precision "bf16x3" or "tf32x3", the bf16 terms of fn under bf16x3, the split
 from INVARIANT_MIN_ROWS tokens); omitted trailing fields take the module's defaults; a FIXED of 0
@@ -38,31 +36,19 @@ import sweep_args  # noqa: E402
 
 STREAMS, DIM, ITERS = 4, 5120, 20
 DEFAULT_VARIANTS = ("16:64:4:4:528:tf32x3,default,32:64:4:4:528:bf16x3:3,"
-                    "128:64:8:4:528:bf16x3:3,64:64:4:4:528:bf16x3:2,terms,terms:128:8:4,"
-                    "terms:64:4:4,terms:256:8:3")
+                    "128:64:8:4:528:bf16x3:3,64:64:4:4:528:bf16x3:2")
 # the launch constants a variant sets, in the order of its fields after BM:BK:WARPS:STAGES:TARGET
-LAUNCH_CONSTANTS = ("COEFFS_KERNEL", "COEFFS_BLOCK_M", "COEFFS_BLOCK_M_PREFILL", "COEFFS_BLOCK_K",
+LAUNCH_CONSTANTS = ("COEFFS_BLOCK_M", "COEFFS_BLOCK_M_PREFILL", "COEFFS_BLOCK_K",
                     "COEFFS_NUM_WARPS", "COEFFS_NUM_WARPS_PREFILL", "COEFFS_NUM_STAGES",
                     "COEFFS_TARGET_PROGRAMS", "COEFFS_PRECISION", "COEFFS_FN_PARTS",
-                    "COEFFS_INVARIANT_SPLIT", "COEFFS_DECODE_MAX_TOKENS")
+                    "COEFFS_INVARIANT_SPLIT")
 
 
 def set_variant(mhc, variant: str, defaults: dict) -> None:
     """Restore the module's launch constants (``defaults``), then pin the variant's."""
-    from deepinfer.kernels.triton import mhc_terms
-
     for name, value in defaults.items():
         setattr(mhc, name, value)
-    for name, value in defaults["terms"].items():
-        setattr(mhc_terms, name, value)
     if variant == "default":
-        return
-    if variant.startswith("terms"):  # terms[:TOKENS:WARPS:STAGES]
-        mhc.COEFFS_KERNEL = "terms"
-        fields = variant.split(":")[1:]
-        assert len(fields) in (0, 3), f"variant {variant!r}: terms[:TOKENS:WARPS:STAGES]"
-        if fields:
-            mhc_terms.TOKENS, mhc_terms.NUM_WARPS, mhc_terms.NUM_STAGES = map(int, fields)
         return
     fields = variant.split(":")
     assert 5 <= len(fields) <= 8, \
@@ -85,11 +71,9 @@ def main() -> int:
                             lambda ap: ap.add_argument("--tokens", type=int, nargs="+",
                                                        default=[4096, 64]))
     from deepinfer.kernels.reference import mhc as ref
-    from deepinfer.kernels.triton import mhc, mhc_terms
+    from deepinfer.kernels.triton import mhc
 
     defaults = {name: getattr(mhc, name) for name in LAUNCH_CONSTANTS}
-    defaults["terms"] = {name: getattr(mhc_terms, name)
-                         for name in ("TOKENS", "NUM_WARPS", "NUM_STAGES")}
     device = args.device
     dim = 64 if args.smoke else DIM
     token_counts = [20] if args.smoke else args.tokens
@@ -113,13 +97,9 @@ def main() -> int:
         first = None
         for variant in args.variants.split(","):
             set_variant(mhc, variant, defaults)
-            if args.smoke and variant.startswith("terms"):
-                mhc.COEFFS_DECODE_MAX_TOKENS = 1  # the smoke's 20 tokens: the prefill launch
             cfg = mhc.coeffs_config(n, args.smoke)
             launch = f"BM{cfg['BM']} {cfg['precision']}" + (
                 f"/{cfg['fn_parts']}" if cfg["precision"] == "bf16x3" else "")
-            if mhc.COEFFS_KERNEL == "terms" and n > mhc.COEFFS_DECODE_MAX_TOKENS:
-                launch = f"terms BN{mhc_terms.TOKENS} w{mhc_terms.NUM_WARPS}"
             split = mhc.coeffs_split(n, STREAMS * dim, cfg)
             run = lambda a=args_: mhc.hc_coeffs(*a)  # noqa: E731
             flat = lambda a=args_, n=n: torch.cat([o.reshape(n, -1)  # noqa: E731

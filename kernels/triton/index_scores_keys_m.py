@@ -43,12 +43,15 @@ from deepinfer.kernels.triton.launch_math import cdiv
 # H100 round 192 (bench/index_prefill.py, 4,096 queries, causal; ms at 2,048 keys ratio 2 /
 # 4,096 keys ratio 1; QUERIES:KEYS:KEY_TILES:WARPS:STAGES): 4:128:8:8:3 0.218 / 0.261,
 # 4:128:8:8:2 0.163 / 0.277, 4:64:8:4:3 0.142 / 0.251, 8:128:8:8:2 0.145 / 0.239, 2:128:8:8:3
-# 0.156 / 0.261, 4:128:4:8:3 0.181 / 0.319, 4:128:16:8:3 0.134 / 0.225 (this default); the
-# rows kernel (indexer.FLOAT_KERNEL "rows", its default tiling) 0.283 / 0.357
+# 0.156 / 0.261, 4:128:4:8:3 0.181 / 0.319, 4:128:16:8:3 0.134 / 0.225 (session 39's default);
+# the rows kernel (indexer.FLOAT_KERNEL "rows", its default tiling) 0.283 / 0.357. Another H100,
+# round 195-196 (session 40), each twice interleaved: 4:128:16:8:3 0.164-0.165 / 0.247-0.252,
+# 4:64:16:4:3 0.154-0.158 / 0.234 (this default; the same output bits), 4:64:32:4:3 0.147 / -,
+# 8:128:16:8:2 0.164, 2:64:16:4:3 0.165, 4:64:16:4:4 0.156 at 2,048 keys
 QUERIES = 4  # queries per program: N = QUERIES x heads (128 at the released 32 heads)
-KEYS = 128  # keys per tile: M
+KEYS = 64  # keys per tile: M (one warpgroup's m64)
 KEY_TILES = 16  # tiles per program (its queries stay in shared memory across them)
-NUM_WARPS = 8  # 2 warpgroups: 64 keys each
+NUM_WARPS = 4  # one warpgroup
 NUM_STAGES = 3  # key tiles in flight (Triton's software pipeline)
 
 

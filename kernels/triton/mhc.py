@@ -109,19 +109,6 @@ def _hc_epilogue(m, sumsq, rows, mask_m, scale_ptr, base_ptr, pre_ptr, post_ptr,
 
 
 @triton.jit
-def stream_tile_ptrs(x_ptr, rows, offs_k, k_begin, stride_xn, stride_xs, D,
-                     STRIDED: tl.constexpr):
-    """[rows, offs_k] pointers of the flattened streams' K columns k_begin + offs_k. STRIDED:
-    the streams are ``stride_xs`` apart, not D, and the K range lies in one stream (the host
-    checks D % the split's K), stream k_begin // D from column k_begin % D."""
-    if STRIDED:
-        # multiples of 16 (BK and D are; the host checks the stride): aligned, vector loads
-        first = tl.multiple_of((k_begin // D) * stride_xs, 16) + tl.multiple_of(k_begin % D, 16)
-        return x_ptr + rows[:, None] * stride_xn + first + offs_k[None, :]
-    return x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
-
-
-@triton.jit
 def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, comb_ptr, ws_ptr,
                       N, K, k_per_split, stride_xn, stride_xs, D, stride_fn, norm_eps, hc_eps,
                       S: tl.constexpr, C: tl.constexpr, SINKHORN_ITERS: tl.constexpr,
@@ -154,7 +141,12 @@ def _hc_coeffs_kernel(x_ptr, fn_ptr, scale_ptr, base_ptr, pre_ptr, post_ptr, com
     fn_row = tl.where(cols < S * S, 2 * S + cols, c2)
     live = cols < S * S + 2 * S
     k_begin = split * k_per_split
-    x_ptrs = stream_tile_ptrs(x_ptr, rows, offs_k, k_begin, stride_xn, stride_xs, D, STRIDED)
+    if STRIDED:  # the split's K range lies in one stream (the host checks D % k_per_split)
+        # multiples of 16 (BK and D are; the host checks the stride): aligned, vector loads
+        first = tl.multiple_of((k_begin // D) * stride_xs, 16) + tl.multiple_of(k_begin % D, 16)
+        x_ptrs = x_ptr + rows[:, None] * stride_xn + first + offs_k[None, :]
+    else:
+        x_ptrs = x_ptr + rows[:, None] * stride_xn + k_begin + offs_k[None, :]
     f_ptrs = (fn_ptr + tl.where(live, fn_row, 0)[None, :] * stride_fn + k_begin
               + offs_k[:, None])
 
@@ -288,10 +280,6 @@ COEFFS_NUM_WARPS_PREFILL = 4  # one warpgroup per 64 tokens
 # 122 -> 553 µs per step), so the prefill launch's 2.5x faster coefficients (850 -> 334 µs)
 # bought nothing.
 COEFFS_FINALIZE_BLOCK_M = 16
-# the prefill launch's projections: "fused" (``_hc_coeffs_kernel``: tokens on M, fn split in
-# registers every step) or "terms" (``mhc_terms``: fn's bf16 terms built once, on M; tokens on
-# N; prepared in session 39, not measured on a GPU yet — the bits differ from "fused")
-COEFFS_KERNEL = "fused"
 
 
 def coeffs_config(num_tokens: int, interpret: bool = False) -> dict:
@@ -373,28 +361,19 @@ def hc_coeffs(x: torch.Tensor, fn: torch.Tensor, scale: torch.Tensor, base: torc
     if strided and (dim % (k_blocks_per_split * cfg["BK"]) or x.stride(1) % 16 or dim % 16):
         x, strided = x.contiguous(), False
     c = 2 * s * s  # the fused fn tile's columns: comb, pre, post, padding
-    # the terms kernel (prefill launch, bf16 x) always writes split partials for the finalize
-    terms = (COEFFS_KERNEL == "terms" and num_tokens > COEFFS_DECODE_MAX_TOKENS
-             and x.dtype == torch.bfloat16 and precision in ("bf16x3", "ieee"))
-    partials = split > 1 or terms
     ws = (torch.empty((split, num_tokens, c + 1), dtype=torch.float32, device=dev)
-          if partials else pre)
+          if split > 1 else pre)
     scale = scale.to(torch.float32).contiguous()
     base = base.to(torch.float32).contiguous()
     common = dict(S=s, C=c, SINKHORN_ITERS=int(sinkhorn_iters))
-    if terms:
-        from deepinfer.kernels.triton import mhc_terms  # it builds on this module
-
-        mhc_terms.partial_sums(x, mhc_terms.fn_terms(fn, s), ws, k_blocks_per_split * cfg["BK"],
-                               cfg["BK"], strided, interpret)
-    else:
-        _hc_coeffs_kernel[(num_m_blocks, split)](
-            x, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
-            k_blocks_per_split * cfg["BK"], x.stride(0), x.stride(1), dim, fn.stride(0),
-            float(norm_eps), float(hc_eps), SPLIT=split, PRECISION=precision,
-            FN_PARTS=cfg["fn_parts"], BM=cfg["BM"], BK=cfg["BK"], STRIDED=strided,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **common)
-    if partials:
+    _hc_coeffs_kernel[(num_m_blocks, split)](
+        x, fn, scale, base, pre, post, comb, ws, num_tokens, num_k,
+        k_blocks_per_split * cfg["BK"], x.stride(0), x.stride(1), dim, fn.stride(0),
+        float(norm_eps),
+        float(hc_eps), SPLIT=split, PRECISION=precision, FN_PARTS=cfg["fn_parts"], BM=cfg["BM"],
+        BK=cfg["BK"], STRIDED=strided, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **common)
+    if split > 1:
         fin_bm = cfg["finalize_BM"]
         _hc_finalize_kernel[(cdiv(num_tokens, fin_bm),)](
             ws, scale, base, pre, post, comb, num_tokens, num_k, float(norm_eps), float(hc_eps),

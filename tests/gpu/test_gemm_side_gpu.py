@@ -421,39 +421,6 @@ def test_mhc_gpu(num_tokens, precision, monkeypatch):
          _ms(lambda: tri_mhc.hc_expand(out, x, post, comb)))
 
 
-@pytest.mark.parametrize("first_block", [False, True])  # contiguous / stride-0 streams
-def test_mhc_terms_gpu(first_block, monkeypatch):
-    """``mhc.COEFFS_KERNEL`` "terms" (session 39, prepared): the prefill launch's projections
-    on ``mhc_terms`` against the reference (as the fused kernel's bound) and the fused kernel,
-    each timed; a token's coefficients the same in a prefix call (batch invariance)."""
-    from deepinfer.kernels.reference import mhc
-    from deepinfer.kernels.triton import mhc as tri_mhc
-
-    n, s, d = PREFILL_TOKENS, V41_HC, V41_HIDDEN
-    if first_block:
-        x = torch.randn(n, 1, d, device="cuda", dtype=torch.bfloat16).expand(n, s, d)
-    else:
-        x = torch.randn(n, s, d, device="cuda", dtype=torch.bfloat16)
-    fn = torch.randn((2 + s) * s, s * d, device="cuda") * 0.01
-    scale = torch.tensor([0.5, 0.7, 1.3], device="cuda")
-    base = torch.randn((2 + s) * s, device="cuda") * 0.3
-    args = (x, fn, scale, base, 1e-20, 1e-6, 20)
-    ref = mhc.hc_coeffs(x.contiguous(), *args[1:])
-    fused = tri_mhc.hc_coeffs(*args)
-    monkeypatch.setattr(tri_mhc, "COEFFS_KERNEL", "terms")
-    with nan_poisoned_allocations():
-        got = tri_mhc.hc_coeffs(*args)
-    err = max((o - r).abs().max().item() for o, r in zip(got, ref, strict=True))
-    _row(f"hc_coeffs terms{' stride-0' if first_block else ''} (abs err)", f"N{n} S{s} D{d}",
-         err, 1e-4, _ms(lambda: tri_mhc.hc_coeffs(*args)))
-    gap = max((o - f).abs().max().item() for o, f in zip(got, fused, strict=True))
-    _row("hc_coeffs terms vs fused (abs)", f"N{n}", gap, 1e-5, 0.0)
-    rows = n // 2 + 129  # another token block and the same fixed split
-    part = tri_mhc.hc_coeffs(x[:rows], *args[1:])
-    for label, p_, g_ in zip(("pre", "post", "comb"), part, got, strict=True):
-        assert torch.equal(p_, g_[:rows]), f"hc_coeffs terms {label}: {rows} rows differ"
-
-
 def test_engram_and_norm_gpu():
     from deepinfer.kernels.reference import engram, norm
     from deepinfer.kernels.triton import engram as tri_engram

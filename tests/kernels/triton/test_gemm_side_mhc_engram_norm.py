@@ -17,7 +17,6 @@ from deepinfer.kernels import registry  # noqa: E402
 from deepinfer.kernels.reference import engram, mhc, norm  # noqa: E402
 from deepinfer.kernels.triton import engram as tri_engram  # noqa: E402
 from deepinfer.kernels.triton import mhc as tri_mhc  # noqa: E402
-from deepinfer.kernels.triton import mhc_terms  # noqa: E402
 from deepinfer.kernels.triton import norm as tri_norm  # noqa: E402
 
 
@@ -41,62 +40,6 @@ def test_hc_coeffs(split, block_m, monkeypatch):
     ref = mhc.hc_coeffs(x, fn, scale, base, 1e-20, 1e-6, 20)
     for o, r, name in zip(out, ref, ("pre", "post", "comb"), strict=True):
         assert o.shape == r.shape and o.dtype == torch.float32, name
-        assert (o - r).abs().max().item() < 2e-6, name
-
-
-def test_fn_terms_sum_to_fn_in_the_fused_column_order():
-    """``mhc_terms.fn_terms``: three bf16 blocks of C rows (comb, pre, post, zero padding) and a
-    zero fourth; hi + mid + lo == fn exactly per column; cached per fn, rebuilt after an
-    in-place change (the tensor's version)."""
-    s = 4
-    c = 2 * s * s
-    fn = torch.randn((2 + s) * s, 64, generator=torch.Generator().manual_seed(3)) * 0.05
-    terms = mhc_terms.fn_terms(fn, s)
-    assert terms.shape == (4 * c, 64) and terms.dtype == torch.bfloat16
-    blocks = terms.float().view(4, c, 64)
-    order = list(range(2 * s, 2 * s + s * s)) + list(range(2 * s))
-    assert torch.equal((blocks[0] + blocks[1]) + blocks[2], torch.cat(
-        [fn[order], torch.zeros(c - len(order), 64)]))
-    assert not blocks[3].any() and not blocks[:, len(order):].any()
-    assert mhc_terms.fn_terms(fn, s) is terms
-    fn.mul_(2.0)
-    assert torch.equal(mhc_terms.fn_terms(fn, s).float().view(4, c, 64)[0, :s * s],
-                       2 * blocks[0, :s * s])
-    # a new tensor in the old one's storage (freed, reallocated) is not served the old terms
-    ptr = fn.data_ptr()
-    del fn, terms
-    other = torch.randn((2 + s) * s, 64, generator=torch.Generator().manual_seed(4))
-    want = torch.cat([other[order], torch.zeros(c - len(order), 64)])
-    got = mhc_terms.fn_terms(other, s).float().view(4, c, 64)
-    assert torch.equal((got[0] + got[1]) + got[2], want), other.data_ptr() == ptr
-
-
-@pytest.mark.parametrize("split", [None, 1, 3])
-@pytest.mark.parametrize("strided", [False, True])
-def test_hc_coeffs_terms_kernel(split, strided, monkeypatch):
-    """``COEFFS_KERNEL`` "terms" (prepared, off): the prefill launch's projections on
-    ``mhc_terms`` (fn's bf16 terms on M) + the finalize match the reference as the fused
-    kernel does — split-K, one split, and the first block's stride-0 streams."""
-    monkeypatch.setattr(tri_mhc, "COEFFS_KERNEL", "terms")
-    monkeypatch.setattr(tri_mhc, "COEFFS_DECODE_MAX_TOKENS", 4)  # 37 tokens: the prefill launch
-    used = []
-    real = mhc_terms.partial_sums
-    monkeypatch.setattr(mhc_terms, "partial_sums", lambda *a: used.append(1) or real(*a))
-    g = torch.Generator().manual_seed(5)
-    num_tokens, s, dim = 37, 4, 64
-    if strided:
-        x = torch.randn(num_tokens, 1, dim, generator=g).to(torch.bfloat16)
-        x = x.expand(num_tokens, s, dim)
-        split = 4 if split is None else split * 4  # each split inside one stream
-    else:
-        x = torch.randn(num_tokens, s, dim, generator=g).to(torch.bfloat16)
-    fn = torch.randn((2 + s) * s, s * dim, generator=g) * 0.05
-    scale = torch.tensor([0.5, 0.7, 1.3])
-    base = torch.randn((2 + s) * s, generator=g) * 0.3
-    out = tri_mhc.hc_coeffs(x, fn, scale, base, 1e-20, 1e-6, 20, split=split)
-    ref = mhc.hc_coeffs(x.float().contiguous(), fn, scale, base, 1e-20, 1e-6, 20)
-    assert used == [1]
-    for o, r, name in zip(out, ref, ("pre", "post", "comb"), strict=True):
         assert (o - r).abs().max().item() < 2e-6, name
 
 
@@ -389,19 +332,6 @@ def test_sm90_compile(sm90_compile):
                        "eps": "fp32"},
          "constexprs": {"BLOCK_D": 2048, "QUANT": quant}, "num_warps": 8, "num_stages": 1}
         for quant in (False, True)
-    ] + [
-        {"id": f"hc_terms_s4_d5120{'_strided' if strided else ''}",
-         "module": "deepinfer.kernels.triton.mhc_terms", "kernel": "_hc_terms_kernel",
-         "signature": {"x_ptr": "*bf16", "t_ptr": "*bf16", "ws_ptr": "*fp32", "N": "i32",
-                       "K": "i32", "k_per_split": "i32", "stride_xn": "i32", "stride_xs": "i32",
-                       "D": "i32", "stride_t": "i32"},
-         "constexprs": {"C": V41_HC_COLS, "MT": 4 * V41_HC_COLS, "STRIDED": strided,
-                        **{k: v for k, v in mhc_terms.launch_meta(pcfg["BK"], False).items()
-                           if not k.startswith("num_")}},
-         "num_warps": mhc_terms.NUM_WARPS, "num_stages": mhc_terms.NUM_STAGES,
-         "no_spill": True, "expect_wgmma": True,
-         "divisible": ["K", "k_per_split", "D", "stride_xs"]}
-        for strided in (False, True)
     ]
     sm90_compile(cases)
 
