@@ -191,8 +191,20 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
         # for the slice's seven FP8 projections at 4,096 rows (session 12, round 49a,
         # bench/gemm_prefill_choice.py --bf16-configs; BM or BN 256 and BK 128 were slower)
         return dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
-    return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8,
-                num_stages=3 if (x_split == 3 or w_fp8) else 4)
+    if x_split == 3:  # fp32 x or promoted bf16 x (the compressor's kv / gate projections)
+        return dict(BM=FP32X_BM, BN=FP32X_BN, BK=64, GROUP_M=8, num_warps=FP32X_WARPS,
+                    num_stages=FP32X_STAGES)
+    return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3 if w_fp8 else 4)
+
+
+# linear_config's tiles for fp32 x / promoted bf16 x above 64 rows, read at the call (the
+# compressor's two [512, 5120] projections per layer: 9 calls of ~86 µs in the H100's 4K prompt,
+# round 195). BK stays 64: each K chunk is one promotion, so BM / BN / warps leave a row's bits
+# as they are; bench/route_compress.py times them
+FP32X_BM = 128
+FP32X_BN = 128
+FP32X_WARPS = 8
+FP32X_STAGES = 3
 
 
 # bf16 x against FP8 block weights up to this many rows (on a GPU) runs

@@ -106,6 +106,15 @@ def _route_topk_kernel(scores_ptr, bias_ptr, bias_vl_ptr, image_mask_ptr, weight
 # the prefill tiles, 64 x 64, made 24 programs of 80 K steps there: 26 µs per call, 0.21 ms of
 # the 256 x 32K decode step, session 21 round 117a).
 ROUTE_DECODE_MAX_TOKENS = 256
+# the scores' prefill tiles (above ROUTE_DECODE_MAX_TOKENS), read at the call: BM tokens (the
+# wgmma M side) x BE experts, BK-column steps. Any tiling gives a token the same bits (every
+# logit sums its K steps in order, each on the same k16 instructions); bench/route_compress.py
+# times them at a 4K prompt's shape
+PREFILL_BM = 64
+PREFILL_BE = 64
+PREFILL_BK = 64
+PREFILL_WARPS = 4
+PREFILL_STAGES = 4
 
 
 def route_config(num_tokens: int, num_experts: int, interpret: bool = False) -> dict:
@@ -120,8 +129,8 @@ def route_config(num_tokens: int, num_experts: int, interpret: bool = False) -> 
     if num_tokens <= ROUTE_DECODE_MAX_TOKENS:
         return dict(BM=16, BE=16 if num_tokens <= 64 else 32, BK=128, num_warps=4,
                     num_stages=4, BT=16, E_PAD=e_pad, topk_warps=8)
-    return dict(BM=64, BE=64, BK=64, num_warps=4, num_stages=4, BT=16, E_PAD=e_pad,
-                topk_warps=8)
+    return dict(BM=PREFILL_BM, BE=PREFILL_BE, BK=PREFILL_BK, num_warps=PREFILL_WARPS,
+                num_stages=PREFILL_STAGES, BT=16, E_PAD=e_pad, topk_warps=8)
 
 
 def route_sqrtsoftplus(x: torch.Tensor, gate_weight: torch.Tensor, bias: torch.Tensor,

@@ -463,3 +463,31 @@ def test_rest_kernels_pick_turns_a_sweep_into_launch_constants(tmp_path):
                          "moe_experts.COMBINE_WARPS=8"]  # 512:4 is within the 3 % margin
     defaults = rest_kernels.pick(str(log), 0.03, True)
     assert "mhc_norm.BLOCK_D=512" in defaults and "COMBINE_WARPS=8" in defaults
+
+
+def test_route_compress_smoke_matches_reference():
+    """bench/route_compress.py: every router and compressor variant runs on the interpreter and
+    matches the torch reference (routing weights and ids exactly up to fp32 sums; the
+    projection against fp64)."""
+    out = _smoke("route_compress.py")
+    rows = [ln for ln in out.splitlines() if "max abs err vs reference" in ln]
+    assert len(rows) == len(__import__("route_compress").DEFAULT_VARIANTS.split(",")), out
+    assert all(float(ln.rsplit(" ", 2)[1]) < 1e-5 for ln in rows), out
+
+
+def test_route_compress_pick_takes_the_fastest_with_the_defaults_bits(tmp_path):
+    """``--pick``: a faster variant with other bits is skipped, one within the margin too; a
+    kind without a faster variant keeps the defaults' values."""
+    rc = __import__("route_compress")
+    log = tmp_path / "sweep.log"
+    log.write_text("| route:default | 54.0 | 300 | 0.40 | — |\n"
+                   "| route:64:128:64:4:4 | 40.0 | 400 | 0.53 | True |\n"
+                   "| route:128:128:64:8:3 | 30.0 | 500 | 0.66 | False |\n"
+                   "| compress:default | 86.0 | 250 | 0.33 | — |\n"
+                   "| compress:64:128:4:4 | 85.0 | 252 | 0.33 | True |\n")
+    flags = rc.pick(str(log)).split()[1::2]
+    assert flags[:5] == ["moe_routing.PREFILL_BM=64", "moe_routing.PREFILL_BE=128",
+                         "moe_routing.PREFILL_BK=64", "moe_routing.PREFILL_WARPS=4",
+                         "moe_routing.PREFILL_STAGES=4"]
+    from deepinfer.kernels.triton import linear
+    assert flags[5:] == [f"linear.{f}={getattr(linear, f)}" for f in rc.COMPRESS_FIELDS]
