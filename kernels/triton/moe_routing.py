@@ -109,9 +109,16 @@ ROUTE_DECODE_MAX_TOKENS = 256
 # the scores' prefill tiles (above ROUTE_DECODE_MAX_TOKENS), read at the call: BM tokens (the
 # wgmma M side) x BE experts, BK-column steps. Any tiling gives a token the same bits (every
 # logit sums its K steps in order, each on the same k16 instructions); bench/route_compress.py
-# times them at a 4K prompt's shape
+# times them at a 4K prompt's shape. H100 round 197 (µs a call, BM:BE:BK:WARPS:STAGES, the same
+# bits in every row): 64:64:64:4:4 83.5 / 82.6 (before), 64:128:64:4:4 74.2 (this default),
+# 64:128:64:4:3 78.7, 128:128:64:8:3 81.9, 128:64:64:8:4 96.6, 64:64:128:4:3 100.0
 PREFILL_BM = 64
-PREFILL_BE = 64
+PREFILL_BE = 128
+# below this many programs at PREFILL_BE (a wave of the H100's / H200's 132 SMs: 2,048 tokens
+# and fewer at 384 experts) the experts' tiles narrow to PREFILL_NARROW_BE (session 39's 64,
+# twice the programs)
+PREFILL_MIN_PROGRAMS = 132
+PREFILL_NARROW_BE = 64
 PREFILL_BK = 64
 PREFILL_WARPS = 4
 PREFILL_STAGES = 4
@@ -129,7 +136,10 @@ def route_config(num_tokens: int, num_experts: int, interpret: bool = False) -> 
     if num_tokens <= ROUTE_DECODE_MAX_TOKENS:
         return dict(BM=16, BE=16 if num_tokens <= 64 else 32, BK=128, num_warps=4,
                     num_stages=4, BT=16, E_PAD=e_pad, topk_warps=8)
-    return dict(BM=PREFILL_BM, BE=PREFILL_BE, BK=PREFILL_BK, num_warps=PREFILL_WARPS,
+    be = PREFILL_BE
+    if cdiv(num_tokens, PREFILL_BM) * cdiv(num_experts, be) < PREFILL_MIN_PROGRAMS:
+        be = PREFILL_NARROW_BE  # a mid-size prefill: more, narrower programs
+    return dict(BM=PREFILL_BM, BE=be, BK=PREFILL_BK, num_warps=PREFILL_WARPS,
                 num_stages=PREFILL_STAGES, BT=16, E_PAD=e_pad, topk_warps=8)
 
 

@@ -48,7 +48,8 @@ def test_route_sqrtsoftplus(with_image, gate_temp, normalize):
 def test_route_config_spreads_decode_batches():
     """The scores' GPU tiles: a decode batch (up to ROUTE_DECODE_MAX_TOKENS) of 384 experts runs
     on ~100-200 programs (round 117a: 24 programs of 64 x 64 at 256 tokens, 26 µs a call);
-    prefill sizes keep the 64 x 64 wgmma tiles."""
+    prefill sizes take 64-token wgmma tiles, 128 experts wide from a wave of programs (4K
+    tokens), 64 below (twice the programs of a mid-size prefill)."""
     def programs(n: int) -> int:
         cfg = moe_routing.route_config(n, 384)
         return -(-n // cfg["BM"]) * -(-384 // cfg["BE"])
@@ -57,6 +58,8 @@ def test_route_config_spreads_decode_batches():
     assert programs(128) == 96 and programs(256) == 192
     assert programs(moe_routing.ROUTE_DECODE_MAX_TOKENS + 1) > programs(256) // 8
     assert moe_routing.route_config(4096, 384)["BM"] == 64
+    assert moe_routing.route_config(4096, 384)["BE"] == 128 and programs(4096) == 192
+    assert moe_routing.route_config(2048, 384)["BE"] == 64 and programs(2048) == 192
 
 
 def _experts(num_experts: int, inter: int, dim: int, seed: int):
