@@ -263,7 +263,7 @@ def host_phases(llm, length: int, vocab: int, hold_ms: float = 0.0
         return lambda: setattr(obj, name, own) if own is not None else delattr(obj, name)
 
     undo = [mark(engine, "_inputs", "engine inputs", "inputs built"),
-            mark(engine.worker, "_enqueue", "worker thread runs", None),
+            mark(engine.worker, "_enqueue", "step enqueue starts", None),
             mark(model, "_check", "forward checks", None),
             mark(model, "_hash_ids", "engram hash", "engram hash built"),
             mark(model, "_backbone", "backbone enqueue", "backbone enqueued"),

@@ -151,8 +151,12 @@ class Worker:
     def launch(self, inputs: StepInputs) -> None:
         """Enqueue ``inputs``: inline for a graph step, else on the thread (or inline without
         pipelining), behind every step launched before it. A step fed from another must be
-        launched after it, inline."""
-        inline = inputs.graph_rows is not None or self._executor is None
+        launched after it, inline. An eager step with nothing in flight also runs inline: the
+        GPU is idle, and the thread would start it only once the caller's Python blocks and
+        releases the GIL (~0.28 ms on the H100 host: a lone prompt's first kernel that much
+        later, session 40); the caller's own work after the launch then overlaps the GPU."""
+        inline = (inputs.graph_rows is not None or self._executor is None
+                  or not self._launched)
         if inline:
             self.wait_enqueued()
         if inputs.feed_from is not None and inputs.feed_from.device is None:
