@@ -195,6 +195,24 @@ class Mxfp4ExpertWeights:
                                        dtype=torch.float32).to(WEIGHT_DTYPE)
 
 
+def stacked_rows(top: Fp8BlockWeight, bottom: Fp8BlockWeight) -> Fp8BlockWeight | None:
+    """``top`` and ``bottom`` (O, I) as one (2 O, I) weight (top's rows, then bottom's) without
+    a copy, when bottom's codes and scales directly follow top's in one storage (each
+    contiguous; O a multiple of the 32-row scale tile); else None."""
+    def follows(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+                and a.is_contiguous() and b.is_contiguous()
+                and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+                and b.storage_offset() == a.storage_offset() + a.numel())
+
+    codes, scale = top.codes, top.scale
+    if codes.shape[0] % FP8_TILE or not (follows(codes, bottom.codes)
+                                          and follows(scale, bottom.scale)):
+        return None
+    return Fp8BlockWeight(codes.as_strided((2 * codes.shape[0], codes.shape[1]), codes.stride()),
+                          scale.as_strided((2 * scale.shape[0], scale.shape[1]), scale.stride()))
+
+
 @dataclass(frozen=True)
 class Fp8Rows(_Fp8CodesAndScales):
     """An engram table kept as stored: codes float8_e4m3fn [R, C], scale ue8m0 [R, C/32]

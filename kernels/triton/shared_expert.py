@@ -1,6 +1,8 @@
 """The shared expert on the dense projection kernels (model-spec §2.8):
 
-    g = Q8_32(x) @ W1^T, u = Q8_32(x) @ W3^T      (x.dtype: the reference's linear_quant_act)
+    g = Q8_32(x) @ W1^T, u = Q8_32(x) @ W3^T      (x.dtype: the reference's linear_quant_act;
+                                                  one GEMM of both at prefill rows when the
+                                                  weights are packed: ``stacked_rows``)
     h = Q8_32(act(r * silu(min(g, limit)) * clamp(u, -limit, limit)))
     y = h @ W2^T                                  (x.dtype)
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from deepinfer.kernels.quantized import Fp8BlockWeight
+from deepinfer.kernels.quantized import Fp8BlockWeight, stacked_rows
 from deepinfer.kernels.triton import gemm_fp8, linear, moe_swiglu, quant_act
 
 # Rows up to which this path runs (None: every row count). Prefill sizes too: at 4,096 rows
@@ -30,6 +32,15 @@ from deepinfer.kernels.triton import gemm_fp8, linear, moe_swiglu, quant_act
 # (298 vs 224 TFLOP/s), and the 4K prefill 154.7 -> 152.4 ms (session 12, round 48a).
 # bench/kernel_overrides.py --shared-expert-max-rows sets a cap for A/B runs.
 MAX_ROWS: int | None = None
+# Rows from which the gate and up projections run as one GEMM when their weights lie in one
+# tensor (``quantized.stacked_rows``: w3's codes and scales right after w1's, as
+# ``Expert.pack_gate_up`` leaves them on load). At 4,096 rows each 2,304-output projection
+# is 288 programs of one per SM (2.2 waves on 132 SMs, the last one 18 % full); both at once
+# are 576 (4.4 waves). From gemm_fp8.INVARIANT_MIN_ROWS no launch splits K, so every output
+# keeps its bits (each program runs the same K loop on the same tiles); below it the split-K
+# by waves would change with the program count. None: off (an A/B through
+# bench/kernel_overrides.py --launch-constant: a row count above the prompt's)
+PACKED_MIN_ROWS: int | None = gemm_fp8.INVARIANT_MIN_ROWS
 
 
 def applies(x: torch.Tensor, w1, w3, w2) -> bool:
@@ -55,6 +66,12 @@ def shared_expert_ffn(x: torch.Tensor, w1: Fp8BlockWeight, w3: Fp8BlockWeight,
         h_codes, h_scales = moe_swiglu.swiglu_q8(g, u, rw, limit, x.dtype)
         return gemm_fp8.gemm_q8(h_codes, h_scales, w2, x.dtype)
     xq = x if x_rounded else quant_act.fake_quant_fp8_block32(x)  # bf16 MMA on the Q8_32 values
-    g = linear.linear(xq, w1)
-    u = linear.linear(xq, w3)
+    pair = (stacked_rows(w1, w3) if PACKED_MIN_ROWS is not None and rows >= PACKED_MIN_ROWS
+            else None)
+    if pair is not None:  # one GEMM of 2I outputs: g and u as its two column halves
+        gu = linear.linear(xq, pair)
+        g, u = gu[:, :w1.codes.shape[0]], gu[:, w1.codes.shape[0]:]
+    else:
+        g = linear.linear(xq, w1)
+        u = linear.linear(xq, w3)
     return linear.linear(moe_swiglu.swiglu_fake_q8(g, u, rw, limit, x.dtype), w2)

@@ -86,8 +86,11 @@ class DeepseekV41(nn.Module):
 
     def to_device(self, device: torch.device | str) -> DeepseekV41:
         """Move every parameter and buffer (also the non-persistent RoPE tables and token map)
-        and the engram hash constants to ``device``; a no-op for tensors already there."""
+        and the engram hash constants to ``device``; a no-op for tensors already there. Then
+        each shared expert's gate and up weights share one tensor (``Expert.pack_gate_up``)."""
         self.to(device)
+        for block in self.layers:  # after the move: .to() copies each parameter on its own
+            block.ffn.shared_experts.pack_gate_up()
         if self.engram_hash is not None:
             h = self.engram_hash
             self.engram_hash = dataclasses.replace(

@@ -44,10 +44,11 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from deepinfer.kernels.quantized import stacked_rows
 from deepinfer.kernels.reference.moe import combine_in_expert_order
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.expert_slots import ExpertSlots
-from deepinfer.runtime.model.params import Linear, f32_param
+from deepinfer.runtime.model.params import Linear, f32_param, frozen
 
 
 class TokenExchange(Protocol):
@@ -72,6 +73,29 @@ class Expert(nn.Module):
         self.w1 = Linear(dim, inter, quant_act=True)
         self.w2 = Linear(inter, dim, quant_act=True)
         self.w3 = Linear(dim, inter, quant_act=True)
+
+    @torch.no_grad()
+    def pack_gate_up(self) -> None:
+        """Put w1's and w3's codes in one tensor and their scales in another (w1's rows, then
+        w3's), each holder keeping a view of its half: the same values, and the kernels can run
+        both projections as one GEMM (``quantized.stacked_rows``). Only quantized weights
+        on one device with whole 32-row scale tiles; a no-op when already packed."""
+        w1, w3 = self.w1, self.w3
+        if not (w1.is_quantized and w3.is_quantized):
+            return
+        c1, c3 = w1._parameters["weight"], w3._parameters["weight"]
+        s1, s3 = w1._parameters["scale"], w3._parameters["scale"]
+        if (c1.is_meta or c1.shape != c3.shape or c1.shape[0] % 32 or c1.dtype != c3.dtype
+                or s1.dtype != s3.dtype or len({t.device for t in (c1, c3, s1, s3)}) != 1):
+            return
+        if stacked_rows(w1.weight, w3.weight) is not None:
+            return
+        codes, scales = torch.cat([c1, c3]), torch.cat([s1, s3])
+        rows, tiles = c1.shape[0], s1.shape[0]
+        w1._parameters["weight"], w3._parameters["weight"] = (frozen(codes[:rows]),
+                                                              frozen(codes[rows:]))
+        w1._parameters["scale"], w3._parameters["scale"] = (frozen(scales[:tiles]),
+                                                            frozen(scales[tiles:]))
 
 
 class Gate(nn.Module):

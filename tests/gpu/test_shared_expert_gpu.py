@@ -63,3 +63,39 @@ def test_shared_expert_dense_path(rows):
     grouped = moe_experts.run_experts(x, ids, ones, *one, 10.0, combine=False)
     _row(f"shared expert grouped {rows}", f"{rows}x{dim}", _rel(grouped, ref), 1e-2,
          _ms(lambda: moe_experts.run_experts(x, ids, ones, *one, 10.0, combine=False)), flops)
+
+
+@pytest.mark.parametrize("rows", [1024, 4096])
+def test_shared_expert_packed_gate_up(rows, monkeypatch):
+    """Gate and up weights in one tensor (``Expert.pack_gate_up``): from ``PACKED_MIN_ROWS``
+    one GEMM of 4,608 outputs instead of two of 2,304 — the same bits (no split-K from
+    gemm_fp8.INVARIANT_MIN_ROWS), both timed."""
+    from deepinfer.kernels.quantized import Fp8BlockWeight, stacked_rows
+    from deepinfer.kernels.triton import shared_expert
+    from tests.gpu.test_gemm_side_gpu import _ms
+
+    torch.manual_seed(rows + 1)
+    dim, inter = 5120, 2304
+    codes = torch.randint(0, 255, (2 * inter, dim), dtype=torch.uint8, device="cuda")
+    codes = torch.where((codes & 0x7F) == 0x7F, codes - 1, codes).view(torch.float8_e4m3fn)
+    scale = torch.randint(112, 122, (2 * inter // 32, dim // 32), dtype=torch.uint8,
+                          device="cuda").view(torch.float8_e8m0fnu)
+    w1 = Fp8BlockWeight(codes[:inter], scale[:inter // 32])
+    w3 = Fp8BlockWeight(codes[inter:], scale[inter // 32:])
+    apart = [Fp8BlockWeight(w.codes.clone(), w.scale.clone()) for w in (w1, w3)]
+    c2 = torch.randint(0, 255, (dim, inter), dtype=torch.uint8, device="cuda")
+    c2 = torch.where((c2 & 0x7F) == 0x7F, c2 - 1, c2).view(torch.float8_e4m3fn)
+    w2 = Fp8BlockWeight(c2, torch.randint(112, 122, (dim // 32, inter // 32), dtype=torch.uint8,
+                                          device="cuda").view(torch.float8_e8m0fnu))
+    assert stacked_rows(w1, w3) is not None and stacked_rows(*apart) is None
+    assert rows >= shared_expert.PACKED_MIN_ROWS
+    x = (torch.randn(rows, dim, device="cuda") * 0.5).to(torch.bfloat16)
+    with nan_poisoned_allocations():
+        packed = shared_expert.shared_expert_ffn(x, w1, w3, w2, 10.0)
+        separate = shared_expert.shared_expert_ffn(x, *apart, w2, 10.0)
+    assert torch.equal(packed, separate), f"{rows} rows: packed gate/up changed the bits"
+    flops = 6.0 * rows * dim * inter
+    _row(f"shared expert packed {rows}", f"{rows}x{dim}", 0.0, 1e-2,
+         _ms(lambda: shared_expert.shared_expert_ffn(x, w1, w3, w2, 10.0)), flops)
+    _row(f"shared expert separate {rows}", f"{rows}x{dim}", 0.0, 1e-2,
+         _ms(lambda: shared_expert.shared_expert_ffn(x, *apart, w2, 10.0)), flops)

@@ -147,3 +147,27 @@ def test_shared_expert_takes_fp8_weights():
     x = torch.randn(4, dim, generator=gen(19)).bfloat16()
     want = moe.expert_ffn(x, w1.dequantize(), w3.dequantize(), w2.dequantize(), 10.0)
     assert same_bits(moe.expert_ffn(x, w1, w3, w2, 10.0), want)
+
+
+def test_stacked_rows_only_for_adjacent_weights():
+    """``stacked_rows``: a view of both weights when the second's codes and scales directly
+    follow the first's in one storage; None for separate tensors, the reverse order, or a
+    row count off the 32-row scale tiles."""
+    from deepinfer.kernels.quantized import stacked_rows
+
+    a, b = random_fp8_weight(64, 96, 1), random_fp8_weight(64, 96, 2)
+    assert stacked_rows(a, b) is None  # separate storages
+    codes, scale = torch.cat([a.codes.view(torch.uint8), b.codes.view(torch.uint8)]), \
+        torch.cat([a.scale.view(torch.uint8), b.scale.view(torch.uint8)])
+    codes, scale = codes.view(torch.float8_e4m3fn), scale.view(torch.float8_e8m0fnu)
+    top, bottom = Fp8BlockWeight(codes[:64], scale[:2]), Fp8BlockWeight(codes[64:], scale[2:])
+    both = stacked_rows(top, bottom)
+    assert both is not None and both.codes.shape == (128, 96) and both.scale.shape == (4, 3)
+    assert torch.equal(both.dequantize(), torch.cat([a.dequantize(), b.dequantize()]))
+    assert both.codes.data_ptr() == top.codes.data_ptr()  # a view, no copy
+    assert stacked_rows(bottom, top) is None  # the reverse order
+    assert stacked_rows(top, Fp8BlockWeight(codes[64:], scale[2:].clone())) is None
+    odd = torch.cat([a.codes.view(torch.uint8)[:48]] * 2).view(torch.float8_e4m3fn)
+    odd_scale = torch.cat([a.scale.view(torch.uint8)[:2]] * 2).view(torch.float8_e8m0fnu)
+    assert stacked_rows(Fp8BlockWeight(odd[:48], odd_scale[:2]),
+                        Fp8BlockWeight(odd[48:], odd_scale[2:])) is None  # 48 rows: 1.5 tiles

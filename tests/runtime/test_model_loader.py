@@ -29,3 +29,26 @@ def test_engram_token_map_is_identity_for_tiny_and_checked(tiny):
                                  "engram_compressed_vocab_size": 400})
     with pytest.raises(ValueError, match="engram_compressed_vocab_size"):
         engram_token_map(bad, tiny.tokenizer)
+
+
+def test_to_device_packs_each_shared_experts_gate_and_up_weights():
+    """``to_device`` leaves every shared expert's w1 and w3 codes in one tensor and their
+    scales in another (``Expert.pack_gate_up``; the kernels then run both as one GEMM at
+    prefill rows): the same values, and packing twice is a no-op."""
+    from deepinfer.kernels.quantized import stacked_rows
+
+    net = load_model("builtin:tiny", "synthetic", seed=0).model
+    experts = [block.ffn.shared_experts for block in net.layers]
+    assert experts and all(e.w1.is_quantized for e in experts)
+    before = [(e.w1.weight.dequantize(), e.w3.weight.dequantize()) for e in experts]
+    assert all(stacked_rows(e.w1.weight, e.w3.weight) is None for e in experts)
+    net.to_device("cpu")
+    for e, (d1, d3) in zip(experts, before, strict=True):
+        both = stacked_rows(e.w1.weight, e.w3.weight)
+        assert both is not None
+        assert torch.equal(both.dequantize(), torch.cat([d1, d3]))
+        assert torch.equal(e.w1.weight.dequantize(), d1)
+        assert torch.equal(e.w3.weight.dequantize(), d3)
+        ptr = e.w1.weight.codes.data_ptr()
+        e.pack_gate_up()
+        assert e.w1.weight.codes.data_ptr() == ptr

@@ -83,3 +83,36 @@ def test_rounded_input_gives_the_same_bits(rows):
     xq = quant_act.fake_quant_fp8_block32(x)
     assert torch.equal(shared_expert.shared_expert_ffn(xq, w1, w3, w2, 7.0, x_rounded=True),
                        shared_expert.shared_expert_ffn(x, w1, w3, w2, 7.0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_gate_up_is_one_gemm_with_the_same_bits(dtype, monkeypatch):
+    """Gate and up weights in one tensor (``quantized.stacked_rows``, as ``Expert.pack_gate_up``
+    leaves them): from ``PACKED_MIN_ROWS`` rows one GEMM of 2I outputs, g and u its halves —
+    the separate weights' output bit for bit; below the threshold two GEMMs."""
+    from deepinfer.kernels.quantized import Fp8BlockWeight, stacked_rows
+
+    g = torch.Generator().manual_seed(7)
+    dim, inter, rows = 128, 96, 70
+    x = torch.randn(rows, dim, generator=g).to(dtype)
+    w1, w3 = (random_fp8_weight(inter, dim, s, WEIGHT_RANGE) for s in (8, 9))
+    w2 = random_fp8_weight(dim, inter, 10, WEIGHT_RANGE)
+    codes = torch.cat([w.codes.view(torch.uint8) for w in (w1, w3)]).view(w1.codes.dtype)
+    scale = torch.cat([w.scale.view(torch.uint8) for w in (w1, w3)]).view(w1.scale.dtype)
+    p1, p3 = (Fp8BlockWeight(codes[:inter], scale[:inter // 32]),
+              Fp8BlockWeight(codes[inter:], scale[inter // 32:]))
+    assert stacked_rows(p1, p3) is not None
+    calls = []
+    real = linear.linear
+    monkeypatch.setattr(linear, "linear", lambda x_, w, *a, **k: calls.append(
+        w.codes.shape[0]) or real(x_, w, *a, **k))
+    want = shared_expert.shared_expert_ffn(x, w1, w3, w2, 7.0)  # separate tensors
+    assert calls == [inter, inter, dim]
+    monkeypatch.setattr(shared_expert, "PACKED_MIN_ROWS", rows)
+    calls.clear()
+    got = shared_expert.shared_expert_ffn(x, p1, p3, w2, 7.0)
+    assert calls == [2 * inter, dim] and torch.equal(got, want)
+    monkeypatch.setattr(shared_expert, "PACKED_MIN_ROWS", rows + 1)
+    calls.clear()
+    assert torch.equal(shared_expert.shared_expert_ffn(x, p1, p3, w2, 7.0), want)
+    assert calls == [inter, inter, dim]
