@@ -73,15 +73,7 @@ def module(name: str):
 
 def set_variant(kernel: str, variant: str, defaults: dict) -> None:
     mod_name, names = CONSTANTS[kernel]
-    mod = module(mod_name)
-    for name, value in defaults[kernel].items():
-        setattr(mod, name, value)
-    if variant == "default":
-        return
-    fields = [int(f) for f in variant.split(":")]
-    assert len(fields) == len(names), f"{kernel} variant {variant!r}: {':'.join(names)}"
-    for name, value in zip(names, fields, strict=True):
-        setattr(mod, name, value)
+    sweep_args.set_int_constants(module(mod_name), defaults[kernel], names, variant, kernel)
 
 
 def make_calls(num_tokens: int, dim: int, inter: int, experts: int, device: str) -> dict:

@@ -40,19 +40,6 @@ ROUTE_FIELDS = ("PREFILL_BM", "PREFILL_BE", "PREFILL_BK", "PREFILL_WARPS", "PREF
 COMPRESS_FIELDS = ("FP32X_BM", "FP32X_BN", "FP32X_WARPS", "FP32X_STAGES")
 
 
-def set_variant(module, fields: tuple[str, ...], values: str, defaults: dict) -> None:
-    """Restore ``module``'s constants (``defaults``), then set the variant's (``values``:
-    colon-separated ints in ``fields`` order, or "default")."""
-    for name, value in defaults.items():
-        setattr(module, name, value)
-    if values == "default":
-        return
-    ints = [int(v) for v in values.split(":")]
-    assert len(ints) == len(fields), f"variant {values!r}: {':'.join(fields)}"
-    for name, value in zip(fields, ints, strict=True):
-        setattr(module, name, value)
-
-
 def pick(log: str, margin: float = 0.03) -> str:
     """``kernel_overrides.py --launch-constant`` flags from a sweep's printed table: per kind,
     the fastest variant whose bits equal the default's when it beats the default's best time by
@@ -129,7 +116,7 @@ def main() -> int:
         kind, _, values = variant.partition(":")
         assert kind in modules, f"variant {variant!r}: route:... or compress:..."
         module, fields = modules[kind]
-        set_variant(module, fields, values or "default", defaults[kind])
+        sweep_args.set_int_constants(module, defaults[kind], fields, values or "default", kind)
 
         def flat(kind=kind):
             out = calls[kind]()
@@ -149,8 +136,8 @@ def main() -> int:
         rate = flops[kind] / (us * 1e-6)
         print(f"| {variant} | {us:.1f} | {rate / 1e12:.0f} | {rate / bf16:.2f} | {same} |",
               flush=True)
-    for kind, (module, _) in modules.items():
-        set_variant(module, modules[kind][1], "default", defaults[kind])
+    for kind, (module, fields) in modules.items():
+        sweep_args.set_int_constants(module, defaults[kind], fields, "default", kind)
     return 0
 
 

@@ -34,3 +34,18 @@ def try_variant(variant: str, run: Callable[[], Any]) -> Any:
         print(f"| {variant} | failed: {type(e).__name__}: {str(e).splitlines()[0][:120]} |",
               flush=True)
         return None
+
+
+def set_int_constants(module: Any, defaults: dict[str, Any], names: tuple[str, ...],
+                      variant: str, what: str) -> None:
+    """Restore ``module``'s launch constants to ``defaults``, then, unless ``variant`` is
+    "default", set ``names`` to its colon-separated ints (``what`` names the sweep in the
+    error of a malformed variant)."""
+    for name, value in defaults.items():
+        setattr(module, name, value)
+    if variant == "default":
+        return
+    values = [int(f) for f in variant.split(":")]
+    assert len(values) == len(names), f"{what} variant {variant!r}: {':'.join(names)}"
+    for name, value in zip(names, values, strict=True):
+        setattr(module, name, value)
