@@ -198,12 +198,11 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
 
 
 # linear_config's tiles for fp32 x / promoted bf16 x above 64 rows, read at the call (the
-# compressor's two [512, 5120] projections per layer: 9 calls of ~86 µs in the H100's 4K prompt,
-# round 195). BK stays 64: each K chunk is one promotion, so BM / BN / warps leave a row's bits
-# as they are; bench/route_compress.py times them. H100 round 197 (µs a call at 4,096 rows,
-# BM:BN:WARPS:STAGES, the same bits in every row): 128:128:8:3 60.7 / 61.6 (before),
-# 64:128:4:4 57.4 (this default), 64:128:4:3 59.4, 128:128:8:4 59.2, 128:64:4:4 61.0,
-# 64:64:4:4 77.9
+# ratio-2 compressors' kv / gate projections, [512, 5120] each). BK stays 64: each K chunk is
+# one promotion, so BM / BN / warps leave a row's bits as they are; bench/route_compress.py
+# times them. H100 round 197 (µs a call at 4,096 rows, BM:BN:WARPS:STAGES, the same bits in
+# every row): 128:128:8:3 60.7 / 61.6 (before), 64:128:4:4 57.4 (this default), 64:128:4:3
+# 59.4, 128:128:8:4 59.2, 128:64:4:4 61.0, 64:64:4:4 77.9
 FP32X_BM = 64
 FP32X_BN = 128
 FP32X_WARPS = 4

@@ -44,7 +44,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from deepinfer.kernels.quantized import stacked_rows
+from deepinfer.kernels.quantized import FP8_TILE, stacked_rows
 from deepinfer.kernels.reference.moe import combine_in_expert_order
 from deepinfer.kernels.registry import KernelSet
 from deepinfer.runtime.model.expert_slots import ExpertSlots
@@ -85,7 +85,7 @@ class Expert(nn.Module):
             return
         c1, c3 = w1._parameters["weight"], w3._parameters["weight"]
         s1, s3 = w1._parameters["scale"], w3._parameters["scale"]
-        if (c1.is_meta or c1.shape != c3.shape or c1.shape[0] % 32 or c1.dtype != c3.dtype
+        if (c1.is_meta or c1.shape != c3.shape or c1.shape[0] % FP8_TILE or c1.dtype != c3.dtype
                 or s1.dtype != s3.dtype or len({t.device for t in (c1, c3, s1, s3)}) != 1):
             return
         if stacked_rows(w1.weight, w3.weight) is not None:
