@@ -305,6 +305,13 @@ def print_kernel_profile(title: str, k: dict) -> None:
             after = r.get("max_after", "")[:40].replace("|", "\\|")
             print(f"| `{name}` | {r['gaps']} | {r['total_us']:.1f} | {r['max_us']:.1f} | "
                   f"{r.get('max_at_ms', float('nan')):.2f} | `{after}` |")
+    if k.get("idle_windows"):
+        print("GPU idle gaps by when they ended (ms after the first activity):")
+        print("| window ms | gaps | idle µs | median µs | p90 µs | over 20 µs |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in k["idle_windows"]:
+            print(f"| {r['from_ms']:g}–{r['to_ms']:g} | {r['gaps']} | {r['total_us']:.1f} | "
+                  f"{r['median_us']:.2f} | {r['p90_us']:.2f} | {r['over_20us']} |")
 
 
 def busy_us(intervals: list[tuple[float, float, str]]) -> float:
@@ -363,6 +370,31 @@ def idle_by_next(intervals: list[tuple[float, float, str]], top: int = 10) -> li
                      "max_us": round(gap, 1), "max_at_ms": round(at / 1e3, 2),
                      "max_after": after})
     return sorted(rows, key=lambda r: -r["total_us"])[:top]
+
+
+def idle_windows(intervals: list[tuple[float, float, str]],
+                 edges_ms: tuple[float, ...] = (10.0, 20.0)) -> list[dict]:
+    """The GPU's idle gaps between activities by when they ended (ms after the first activity
+    began; windows split at ``edges_ms``): gaps, total_us, median_us, p90_us, and how many
+    were over 20 µs. The first window holds the host-paced start (layer 0's host work); in
+    the later ones the host is ahead, so their gaps are what a kernel boundary costs."""
+    bounds = [0.0, *edges_ms, float("inf")]
+    per: list[list[float]] = [[] for _ in range(len(bounds) - 1)]
+    end, t0 = float("-inf"), None
+    for s, e, _ in sorted(intervals):
+        t0 = s if t0 is None else t0
+        if end > float("-inf") and s > end:
+            at_ms = (s - t0) / 1e3
+            per[bisect.bisect_right(bounds, at_ms) - 1].append(s - end)
+        end = max(end, e)
+    rows = []
+    for (lo, hi), gaps in zip(zip(bounds, bounds[1:]), per):
+        rows.append({"from_ms": lo, "to_ms": hi, "gaps": len(gaps),
+                     "total_us": round(sum(gaps), 1),
+                     "median_us": round(percentile(gaps, 50), 2) if gaps else 0.0,
+                     "p90_us": round(percentile(gaps, 90), 2) if gaps else 0.0,
+                     "over_20us": sum(g > 20 for g in gaps)})
+    return rows
 
 
 def op_table(prof, roots: list[str], top: int = 12, frames: int = 4) -> list[dict]:

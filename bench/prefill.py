@@ -175,7 +175,7 @@ def prefill_profile(llm, length: int, vocab: int) -> dict:
     return {"prompt_len": length, "mode": "eager prefill", "replays": 1,
             "wall_ms_per_replay": wall_s * 1e3, "gpu_busy_ms_per_replay": bc.busy_us(ivs) / 1e3,
             "kernels": [{**r, "us_per_replay": r["total_us"]} for r in bc.kernel_table(ivs, 40)],
-            "idle_before": bc.idle_by_next(ivs, 12)}
+            "idle_before": bc.idle_by_next(ivs, 12), "idle_windows": bc.idle_windows(ivs)}
 
 
 def op_stacks(llm, length: int, vocab: int) -> list[dict]:

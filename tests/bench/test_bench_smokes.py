@@ -348,6 +348,23 @@ def test_idle_by_next_charges_gaps_to_the_activity_after_them():
     assert bc.idle_by_next([]) == [] and bc.idle_by_next(ivs, top=1)[0]["name"] == "c"
 
 
+def test_idle_windows_splits_gaps_by_when_they_ended():
+    """bench_common.idle_windows: the gaps between GPU activities (overlaps merged) in windows
+    of their end time after the first activity's start; counts, sums, nearest-rank median and
+    p90, gaps over 20 µs; an empty window reads zeros."""
+    import bench_common as bc
+
+    ivs = [(0.0, 10.0, "a"), (8.0, 15.0, "b"), (20.0, 30.0, "c"), (30.5, 31.0, "a"),
+           (12_000.0, 12_001.0, "a"), (12_031.0, 12_040.0, "c")]
+    lo, mid, hi = bc.idle_windows(ivs, (10.0, 20.0))
+    assert lo == {"from_ms": 0.0, "to_ms": 10.0, "gaps": 2, "total_us": 5.5, "median_us": 0.5,
+                  "p90_us": 5.0, "over_20us": 0}
+    assert (mid["gaps"], mid["total_us"], mid["median_us"], mid["over_20us"]) == \
+        (2, 11_999.0, 30.0, 2)
+    assert hi == {"from_ms": 20.0, "to_ms": float("inf"), "gaps": 0, "total_us": 0,
+                  "median_us": 0.0, "p90_us": 0.0, "over_20us": 0}
+
+
 def test_kernel_overrides_w4a16_rep_max_pairs(monkeypatch):
     """--w4a16-rep-max-pairs moves the pairs-per-expert bound of the prefill expert GEMM's
     two-A-fragment programs (0: off); a negative value exits naming the flag."""
@@ -491,3 +508,10 @@ def test_route_compress_pick_takes_the_fastest_with_the_defaults_bits(tmp_path):
                          "moe_routing.PREFILL_STAGES=4"]
     from deepinfer.kernels.triton import linear
     assert flags[5:] == [f"linear.{f}={getattr(linear, f)}" for f in rc.COMPRESS_FIELDS]
+
+
+def test_pdl_probe_smoke_chain_matches_torch():
+    """bench/pdl_probe.py: the probe's kernel chain (each launch reading the one before's
+    output) equals the torch chain on the interpreter."""
+    out = _smoke("pdl_probe.py")
+    assert "equal the torch chain: True" in out, out
