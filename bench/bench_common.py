@@ -379,7 +379,7 @@ def idle_windows(intervals: list[tuple[float, float, str]],
     were over 20 µs. The first window holds the host-paced start (layer 0's host work); in
     the later ones the host is ahead, so their gaps are what a kernel boundary costs."""
     bounds = [0.0, *edges_ms, float("inf")]
-    per: list[list[float]] = [[] for _ in range(len(bounds) - 1)]
+    per: list[list[float]] = [[] for _ in bounds[1:]]
     end, t0 = float("-inf"), None
     for s, e, _ in sorted(intervals):
         t0 = s if t0 is None else t0
@@ -388,7 +388,7 @@ def idle_windows(intervals: list[tuple[float, float, str]],
             per[bisect.bisect_right(bounds, at_ms) - 1].append(s - end)
         end = max(end, e)
     rows = []
-    for (lo, hi), gaps in zip(zip(bounds, bounds[1:]), per):
+    for lo, hi, gaps in zip(bounds[:-1], bounds[1:], per, strict=True):
         rows.append({"from_ms": lo, "to_ms": hi, "gaps": len(gaps),
                      "total_us": round(sum(gaps), 1),
                      "median_us": round(percentile(gaps, 50), 2) if gaps else 0.0,
