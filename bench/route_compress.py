@@ -18,10 +18,10 @@ heads: any) when more than 3 % faster than the default, else the defaults' value
 variant: the median µs a call (CUDA events around 10 back-to-back calls,
 ``roofline.median_ms``), TFLOP/s, the fraction of the bf16 matmul rate measured in the same
 run, and whether the output equals the kernel's default bit for bit (the router's and the
-compressor's tilings keep each output's K order, so any difference there is a finding). The smoke runs the interpreter's own
-small launch for every variant and its error against the torch reference (the
-routing weights and ids; the projection in fp64), not the GPU tilings, which
-tests/kernels/triton compiles for SM90.
+compressor's tilings keep each output's K order, so any difference there is a finding). The
+smoke runs the interpreter's own small launch for every variant and its error against the
+torch reference (the routing weights and ids; the projections in fp64), not the GPU
+tilings, which tests/kernels/triton compiles for SM90.
 """
 
 from __future__ import annotations
