@@ -25,6 +25,9 @@ measures the variants alone, then the best end to end.
     --linear-wide-mma-first 0|1                    linear_wide's two-warpgroup launches: a
                                                    step's wgmmas before its TMA refill
                                                    (linear_wide.MMA_FIRST)
+    --w4a16-fused-swiglu 0|1                       the prefill's gated expert GEMM with the
+                                                   SwiGLU as its epilogue (moe_gluon_w4a16_
+                                                   prefill.FUSED_SWIGLU)
     --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
                                                    prefill pipeline with N (8 / 16) pairs per
                                                    program (0: the decode pipeline)
@@ -94,6 +97,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-mma-first", type=int, default=None, choices=(0, 1),
                     help="linear_wide's two-warpgroup launches issue a step's wgmmas before "
                     "its TMA refill (default: linear_wide.MMA_FIRST)")
+    ap.add_argument("--w4a16-fused-swiglu", type=int, default=None, choices=(0, 1),
+                    help="the prefill's gated expert GEMM with the SwiGLU as its epilogue "
+                    "(default: moe_gluon_w4a16_prefill.FUSED_SWIGLU)")
     ap.add_argument("--linear-wide-max-rows", type=int, default=None,
                     help="FP8 projections up to this many rows on linear_wide (default: "
                     "linear.WIDE_MAX_ROWS)")
@@ -152,7 +158,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
           args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_mma_first,
-          args.linear_wide_two_wg_rows)
+          args.linear_wide_two_wg_rows, args.w4a16_fused_swiglu)
     for text in args.launch_constant:
         set_launch_constant(text)
     for text in args.launch_choice:
@@ -228,12 +234,15 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a16_rep_max_pairs: int | None = None,
           w4a16_kernel: str | None = None,
           linear_wide_mma_first: int | None = None,
-          linear_wide_two_wg_rows: int | None = None) -> None:
+          linear_wide_two_wg_rows: int | None = None,
+          w4a16_fused_swiglu: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     _rows_from("--linear-wide-two-wg-rows", linear_wide_two_wg_rows, "linear_wide",
                "WIDE_TWO_WG_ROWS")
     _switch("--linear-wide-mma-first", linear_wide_mma_first, "linear_wide", "MMA_FIRST")
+    _switch("--w4a16-fused-swiglu", w4a16_fused_swiglu, "moe_gluon_w4a16_prefill",
+            "FUSED_SWIGLU")
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

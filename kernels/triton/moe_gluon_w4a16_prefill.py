@@ -125,6 +125,11 @@ REP_MAX_PAIRS_PER_EXPERT = 64
 # 1.305 / 1.379); 8K on two warpgroups of one fragment: ws slower (2.616 / 2.807 vs 3.016 /
 # 3.291), its two warpgroups of two fragments level (2.627 / 2.884 vs 2.698 / 2.905)
 KERNEL = "auto"
+# the producer-warp kernel's gated GEMM with the SwiGLU as its epilogue (one launch for the
+# gate and up projections, h's Q8_32 values written in the down GEMM's token order:
+# ``moe_swiglu_epilogue``; the same bits as two GEMMs and ``swiglu_fake_q8_slots``), read at
+# the call; only where that kernel runs one warpgroup of two fragments on bf16 activations
+FUSED_SWIGLU = True
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
@@ -707,14 +712,24 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
                                one_mul, warpgroups, parts, rep=rep, maxnreg=MAXNREG)
 
     xg = gather_tokens(xq, pairs, num_pairs, topk)
-    g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
-    u = torch.empty_like(g)
-    gemm(xg, d1, s1, g)
-    gemm(xg, d3, s3, u)
-    # h's Q8_32 values straight into the down GEMM's token order (one launch: the SwiGLU and
-    # the gather of its output, the same bits)
-    hg = moe_swiglu.swiglu_fake_q8_slots(g, u, weights.reshape(-1), limit, x.dtype, pairs,
-                                         num_pairs)
+    if ws_gemm is not None and FUSED_SWIGLU and warpgroups == 1 and rep == 2 \
+            and x.dtype == torch.bfloat16:
+        # one launch: the gate and up projections of each 64 features in one program, whose
+        # epilogue writes h's Q8_32 values in the down GEMM's token order (the same bits)
+        from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import w4a16_gated_ws_gemm
+
+        hg = torch.empty((pairs.numel(), inter), dtype=torch.bfloat16, device=x.device)
+        w4a16_gated_ws_gemm(xg, d1, s1, d3, s3, pairs, blocks, num_pairs, weights.reshape(-1),
+                            limit, hg, block_m, one_mul, parts, maxnreg=MAXNREG)
+    else:
+        g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
+        u = torch.empty_like(g)
+        gemm(xg, d1, s1, g)
+        gemm(xg, d3, s3, u)
+        # h's Q8_32 values straight into the down GEMM's token order (one launch: the SwiGLU
+        # and the gather of its output, the same bits)
+        hg = moe_swiglu.swiglu_fake_q8_slots(g, u, weights.reshape(-1), limit, x.dtype, pairs,
+                                             num_pairs)
     y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
     gemm(hg, d2, s2, y)
     if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives

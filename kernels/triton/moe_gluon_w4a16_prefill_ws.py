@@ -43,6 +43,7 @@ import torch
 
 from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
 from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as base
+from deepinfer.kernels.triton import moe_swiglu_epilogue as epilogue
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 
@@ -64,18 +65,25 @@ if HAS_GLUON:
     _TILE = gl.constexpr(TILE_ROWS)
 
     @gluon.jit
-    def _producer(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1, x_row0,
-                  num_steps, S: gl.constexpr, BO: gl.constexpr, BN: gl.constexpr,
-                  BN2: gl.constexpr):
+    def _producer(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
+                  x_row0, num_steps, S: gl.constexpr, BO: gl.constexpr, BN: gl.constexpr,
+                  BN2: gl.constexpr, GATED: gl.constexpr):
         """Step i's weight tile and token boxes into stage i % S once the consumer freed it
         (its (i // S)-th use; the first S uses wait for nothing). BO > one step tile (256
-        rows): two weight boxes, the second from row1."""
+        rows): two weight boxes, the second from row1. GATED: rows [0, BO / 2) of the tile
+        from w_desc (the gate projection) at row0, [BO / 2, BO) from w3_desc (the up
+        projection's same rows) at row1."""
         for i in range(num_steps):
             st = i % S
             mbarrier.wait(empty.index(st), ((i // S) & 1) ^ 1, pred=i >= S)
             bar = full.index(st)
             mbarrier.expect(bar, BO * 64 + (BN + BN2) * 256)
-            if BO > _TILE:
+            if GATED:
+                tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(0, BO // 2, dim=0))
+                tma.async_copy_global_to_shared(w3_desc, [row1 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(BO // 2, BO // 2, dim=0))
+            elif BO > _TILE:
                 tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
                                                 w_s.index(st).slice(0, _TILE, dim=0))
                 tma.async_copy_global_to_shared(w_desc, [row1 + i * _TILE, 0], bar,
@@ -95,11 +103,14 @@ if HAS_GLUON:
 
     @gluon.jit
     def _consumer(w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row_lo,
-                  block, num_steps, stride_om, S: gl.constexpr, BM: gl.constexpr,
+                  block, num_steps, stride_om, rw_ptr, limit, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
-                  REP: gl.constexpr, NW: gl.constexpr):
+                  REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
-        stage is freed after its last group's wait (step i + 1's words are loaded by then)."""
+        stage is freed after its last group's wait (step i + 1's words are loaded by then).
+        GATED: the store is ``moe_swiglu_epilogue.swiglu_q8_store`` (h's Q8_32 values at the
+        block's slot rows, columns row_lo ..), on the ring's token buffer (every load has
+        landed and been read)."""
         BO: gl.constexpr = 16 * NW * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BN, 16])
@@ -146,64 +157,102 @@ if HAS_GLUON:
             # (the arrive follows a partition barrier: all warps got here)
             mbarrier.arrive(empty.index(st), count=1)
             a = base._scaled(bits, sw, 0, ONE_MUL, LA)
-        base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
-        if BN2 > 0:
-            base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
-                        stride_om, MMA2)
+        if GATED:
+            gl.static_assert(S * BM * 64 >= BO * BN, "h's tile fits the token ring")
+            h_s = xa_s._reinterpret(gl.bfloat16, [BO, BN], epilogue.H_SHARED)
+            epilogue.swiglu_q8_store(acc, h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, row_lo,
+                                     block * BM, stride_om, limit, NW)
+            if BN2 > 0:
+                h2_s = xa_s._reinterpret(gl.bfloat16, [BO, BN2], epilogue.H_SHARED)
+                epilogue.swiglu_q8_store(acc2, h2_s, pairs_ptr, rw_ptr, out_ptr, num_pairs,
+                                         row_lo, block * BM + BN, stride_om, limit, NW)
+        else:
+            base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
+            if BN2 > 0:
+                base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
+                            stride_om, MMA2)
 
     @gluon.jit
-    def _ws_block(x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr,
-                  out_ptr, num_pairs, row0, row1, row_lo, block, num_steps, stride_om,
-                  S: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr,
-                  ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
-                  NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                  PRODUCER_REGS: gl.constexpr):
+    def _ws_block(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                  pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                  stride_om, rw_ptr, limit, S: gl.constexpr, BM: gl.constexpr,
+                  BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
+                  REP: gl.constexpr, NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                  PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr):
         """One block's program at N = BN (+ BN2): consumer warpgroups and a producer warp."""
         BO: gl.constexpr = 16 * NW * REP
         gl.warp_specialize([
             (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
-                         row_lo, block, num_steps, stride_om, S, BM, BN, BN2, ONE_MUL, PG, REP,
-                         NW)),
-            (_producer, (x_desc, x2_desc, w_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
-                         block * BM, num_steps, S, BO, BN, BN2)),
+                         row_lo, block, num_steps, stride_om, rw_ptr, limit, S, BM, BN, BN2,
+                         ONE_MUL, PG, REP, NW, GATED)),
+            (_producer, (x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, row0,
+                         row1, block * BM, num_steps, S, BO, BN, BN2, GATED)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     @gluon.jit
-    def _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full, empty,
-                    s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block,
-                    num_steps, stride_om, used, S: gl.constexpr, BM: gl.constexpr,
-                    ONE_MUL: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
-                    NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                    PRODUCER_REGS: gl.constexpr):
+    def _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full,
+                    empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block,
+                    num_steps, stride_om, rw_ptr, limit, used, S: gl.constexpr,
+                    BM: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
+                    REP: gl.constexpr, NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
+                    PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr):
         """``_ws_block`` at the N of ``used`` eighths of BM (``base.part_tiles``)."""
         descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
         for u in gl.static_range(1, 8):
             if base.eighths_hit(used, u):
                 _ws_block(descs[base._EIGHTHS_BOX[u - 1]], descs[base._EIGHTHS_BOX2[u - 1]],
-                          w_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr,
-                          num_pairs, row0, row1, row_lo, block, num_steps, stride_om, S, BM,
-                          BM >> base._EIGHTHS_BOX[u - 1], base._EIGHTHS_BN2[u - 1] * (BM // 8),
-                          ONE_MUL, PG, REP, NW, PRODUCER_WARPS, PRODUCER_REGS)
+                          w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr,
+                          out_ptr, num_pairs, row0, row1, row_lo, block, num_steps, stride_om,
+                          rw_ptr, limit, S, BM, BM >> base._EIGHTHS_BOX[u - 1],
+                          base._EIGHTHS_BN2[u - 1] * (BM // 8), ONE_MUL, PG, REP, NW,
+                          PRODUCER_WARPS, PRODUCER_REGS, GATED)
 
     @gluon.jit
-    def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, s_ptr, pairs_ptr,
-                                 block_expert_ptr, out_ptr, num_pairs, O, K, stride_se,
-                                 stride_sn4, stride_om, S: gl.constexpr, BM: gl.constexpr,
-                                 ONE_MUL: gl.constexpr, PARTS: gl.constexpr,
-                                 PG: gl.constexpr, REP: gl.constexpr,
+    def _gated_scale_words(s_ptr, s3_ptr, expert, tile, stride_se, stride_sn4, BO: gl.constexpr,
+                           PG: gl.constexpr):
+        """``base.scale_words`` of a GATED program: rows [0, BO / 2) of the tile are the gate
+        projection's features tile * BO / 2 .., rows [BO / 2, BO) the up projection's same
+        features (s3_ptr: its scales, the same strides)."""
+        F: gl.constexpr = BO // 2
+        r = gl.arange(0, BO, layout=gl.SliceLayout(1, PG))
+        off = expert.to(gl.int64) * stride_se + (tile * F + r % F).to(gl.int64) * (stride_sn4 * 4)
+        return gl.where(r < F, s_ptr + off, s3_ptr + off).to(gl.pointer_type(gl.int32),
+                                                               bitcast=True)
+
+    @gluon.jit
+    def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w3_desc, s_ptr,
+                                 s3_ptr, pairs_ptr, block_expert_ptr, out_ptr, rw_ptr, limit,
+                                 num_pairs, O, K, stride_se, stride_sn4, stride_om,
+                                 S: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
+                                 PARTS: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                 num_warps: gl.constexpr):
+                                 GATED: gl.constexpr, num_warps: gl.constexpr):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
-        # the consumer warpgroups' warps (the producer warp comes on top)
+        # the consumer warpgroups' warps (the producer warp comes on top). GATED: program
+        # ``tile`` multiplies the gate (w_desc, s_ptr) and up (w3_desc, s3_ptr) projections'
+        # features [tile * BO / 2, (tile + 1) * BO / 2) and stores h (``swiglu_q8_store``;
+        # rw_ptr: the pairs' routing weights, limit: the SwiGLU's); else w3_desc, s3_ptr,
+        # rw_ptr and limit are unused
         BO: gl.constexpr = 16 * num_warps * REP
         tile = gl.program_id(0)
         block = gl.program_id(1)
         expert = gl.load(block_expert_ptr + block)
         if expert >= 0:
             gl.static_assert(_TILE % BO == 0 or BO == 2 * _TILE, "weight boxes of step tiles")
+            gl.static_assert(not GATED or (BO == _TILE and REP == 2),
+                             "GATED: one warpgroup of two fragments, gate and up")
             num_steps = K // 128
-            row0 = tile_row0(expert * O + tile * BO, num_steps, _TILE)
-            row1 = tile_row0(expert * O + tile * BO + _TILE, num_steps, _TILE)  # BO 256
+            if GATED:
+                row0 = tile_row0(expert * O + tile * (BO // 2), num_steps, _TILE)
+                row1 = row0  # the same rows of w3's (equally shaped) view
+                s_words = _gated_scale_words(s_ptr, s3_ptr, expert, tile, stride_se, stride_sn4,
+                                             BO, PG)
+                lo = tile * (BO // 2)
+            else:
+                row0 = tile_row0(expert * O + tile * BO, num_steps, _TILE)
+                row1 = tile_row0(expert * O + tile * BO + _TILE, num_steps, _TILE)  # BO 256
+                s_words = base.scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO, PG)
+                lo = tile * BO
             w_s = gl.allocate_shared_memory(gl.uint8, [S, BO, 64], w_desc.layout)
             xa_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
             xb_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
@@ -212,38 +261,32 @@ if HAS_GLUON:
             for b in gl.static_range(S):
                 mbarrier.init(full.index(b), count=1)
                 mbarrier.init(empty.index(b), count=1)
-            s_words = base.scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO, PG)
             used = base.parts_used(pairs_ptr, block, num_pairs, BM, PARTS)
-            lo = tile * BO
             if PARTS == 8:
-                _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w_s, xa_s, xb_s, full,
-                            empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo,
-                            block, num_steps, stride_om, used, S, BM, ONE_MUL, PG, REP,
-                            num_warps, PRODUCER_WARPS, PRODUCER_REGS)
+                _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w3_desc, w_s, xa_s, xb_s,
+                            full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo,
+                            block, num_steps, stride_om, rw_ptr, limit, used, S, BM, ONE_MUL, PG,
+                            REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             elif PARTS == 4 and used == 1:
-                _ws_block(xq_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
-                          stride_om,
-                          S, BM, BM // 4, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS)
+                _ws_block(xq_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
+                          s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM // 4, 0, ONE_MUL, PG,
+                          REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             elif PARTS >= 2 and used * (4 // PARTS) == 2:
-                _ws_block(xh_desc, xh_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
-                          stride_om,
-                          S, BM, BM // 2, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS)
+                _ws_block(xh_desc, xh_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
+                          s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM // 2, 0, ONE_MUL, PG,
+                          REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
-                _ws_block(xh_desc, xq_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
-                          stride_om,
-                          S, BM, BM // 2, BM // 4, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS)
+                _ws_block(xh_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
+                          s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM // 2, BM // 4, ONE_MUL,
+                          PG, REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             else:
-                _ws_block(x_desc, x_desc, w_desc, w_s, xa_s, xb_s, full, empty, s_words,
-                          pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block, num_steps,
-                          stride_om,
-                          S, BM, BM, 0, ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS,
-                          PRODUCER_REGS)
+                _ws_block(x_desc, x_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
+                          s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM, 0, ONE_MUL, PG, REP,
+                          num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             for b in gl.static_range(S):
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
@@ -267,8 +310,42 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
     """``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``'s contract and bits on the producer-warp
     kernel (``stages``: the ring's depth, default ``STAGES`` read at the call; ``maxnreg``: the
     launch's register cap per thread, None: ``launch_regs``)."""
+    rows = base.ROWS * warpgroups * rep
+    _launch(tokens, (w, s), None, sorted_pairs, block_expert, num_pairs, out, block_m,
+            w.shape[1], rows, one_mul, warpgroups, parts, rep, stages, maxnreg)
+    return out
+
+
+def w4a16_gated_ws_gemm(tokens: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor,
+                        w3: torch.Tensor, s3: torch.Tensor, sorted_pairs: torch.Tensor,
+                        block_expert: torch.Tensor, num_pairs: int, route_w: torch.Tensor,
+                        limit: float, out: torch.Tensor, block_m: int, one_mul: bool = False,
+                        parts: int | None = None, stages: int | None = None,
+                        maxnreg: int | None = None) -> torch.Tensor:
+    """The gated GEMM with the SwiGLU as its epilogue (``GATED``): one program multiplies the
+    gate (w1, s1) and up (w3, s3) projections of 64 intermediate features for its block's
+    tokens and writes h's Q8_32 values, as ``moe_swiglu.swiglu_fake_q8_slots(g, u, route_w,
+    limit, bf16, sorted_pairs, num_pairs)`` does from the two GEMMs' outputs, bit for bit:
+    out (slots, I) bf16, slot i's row in the A-operand order of the down GEMM (padding slots
+    unwritten). route_w: (num_pairs,) fp32, the pairs' routing weights. One warpgroup of two
+    A fragments (REP 2: gate and up)."""
+    assert w1.shape == w3.shape and s1.shape == s3.shape and s1.stride() == s3.stride()
+    assert out.shape == (tokens.shape[0], w1.shape[1]) and out.dtype == torch.bfloat16
+    rw = route_w.reshape(-1).to(torch.float32).contiguous()
+    assert rw.numel() == num_pairs, (rw.numel(), num_pairs)
+    _launch(tokens, (w1, s1), (w3, s3, rw, float(limit)), sorted_pairs, block_expert,
+            num_pairs, out, block_m, w1.shape[1], base.ROWS, one_mul, 1, parts, 2, stages,
+            maxnreg)
+    return out
+
+
+def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, block_m,
+            out_features, program_rows, one_mul, warpgroups, parts, rep, stages, maxnreg):
+    """One launch of ``_w4a16_prefill_ws_kernel``: program_rows output features a program
+    (GATED: of each projection)."""
     assert HAS_GLUON, "w4a16_prefill_ws_gemm needs triton's Gluon"
-    num_experts, out_features, half = w.shape
+    w, s = w_s
+    half = w.shape[2]
     k = half * 2
     rows = base.ROWS * warpgroups * rep
     assert k % base.BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
@@ -276,46 +353,56 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
     parts = base.launch_parts(base.PARTS if parts is None else parts, block_m)
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
-    grid = (out_features // rows, block_expert.numel())
+    box = min(program_rows, TILE_ROWS)
+    w_desc = tiled_descriptor(w, box)
+    w3_desc, s3, rw, limit = w_desc, s, s, 0.0
+    if gated is not None:
+        w3, s3, rw, limit = gated
+        w3_desc = tiled_descriptor(w3, box)
+    grid = (out_features // program_rows, block_expert.numel())
     _w4a16_prefill_ws_kernel[grid](
         base.token_descriptor(tokens, block_m), base.token_descriptor(tokens, block_m // 2),
         base.token_descriptor(tokens, block_m // 4),
         base.token_descriptor(tokens, base.eighth_rows(block_m)),
-        tiled_descriptor(w, min(rows, TILE_ROWS)),
-        s, sorted_pairs,
-        block_expert, out, num_pairs, out_features, k, s.stride(0), s.stride(1) // 4,
-        out.stride(0), S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul,
-        PARTS=parts, PG=base.group_layout(warpgroups, rep), REP=rep,
-        PRODUCER_WARPS=PRODUCER_WARPS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4 * warpgroups,
+        w_desc, w3_desc, s, s3, sorted_pairs, block_expert, out, rw, limit, num_pairs,
+        out_features, k, s.stride(0), s.stride(1) // 4, out.stride(0),
+        S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul, PARTS=parts,
+        PG=base.group_layout(warpgroups, rep), REP=rep, PRODUCER_WARPS=PRODUCER_WARPS,
+        PRODUCER_REGS=PRODUCER_REGS, GATED=gated is not None, num_warps=4 * warpgroups,
         maxnreg=maxnreg or launch_regs(warpgroups))
-    return out
 
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
     two warpgroups of REP 2 (256 rows: two weight boxes a step); the eighths (PARTS 8) on the
-    4K steps' shape."""
+    4K steps' shape; the gated GEMM with its SwiGLU epilogue (GATED) at BM 128 and 64, and
+    with the eighths."""
     cases = []
-    for bm, stages, wg, rep, parts in ((128, 2, 1, 2, 4), (64, 3, 1, 2, 4), (128, 2, 2, 1, 4),
-                                       (128, 3, 2, 2, 4), (128, 2, 1, 2, 8)):
+    for bm, stages, wg, rep, parts, gated in (
+            (128, 2, 1, 2, 4, False), (64, 3, 1, 2, 4, False), (128, 2, 2, 1, 4, False),
+            (128, 3, 2, 2, 4, False), (128, 2, 1, 2, 8, False), (128, 2, 1, 2, 4, True),
+            (64, 3, 1, 2, 4, True), (128, 2, 1, 2, 8, True)):
+        box = 64 if gated else min(64 * wg * rep, 128)
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_parts8" if parts == 8 else ""),
+                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
                                     "xq_desc": f"tma:bf16:128:{bm // 4}x64",
                                     "xe_desc": f"tma:bf16:128:{base.eighth_rows(bm)}x64",
-                                    "w_desc": f"tma:u8:0:{min(64 * wg * rep, 128)}x64",
-                                    "s_ptr": "*u8", "pairs_ptr": "*i32",
+                                    "w_desc": f"tma:u8:0:{box}x64",
+                                    "w3_desc": f"tma:u8:0:{box}x64",
+                                    "s_ptr": "*u8", "s3_ptr": "*u8", "pairs_ptr": "*i32",
                                     "block_expert_ptr": "*i32", "out_ptr": "*bf16",
+                                    "rw_ptr": "*fp32", "limit": "fp32",
                                     "num_pairs": "i32", "O": "i32", "K": "i32",
                                     "stride_se": "i32", "stride_sn4": "i32",
                                     "stride_om": "i32"},
                       "constexprs": {"S": stages, "BM": bm, "ONE_MUL": True, "PARTS": parts,
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
-                                     "PRODUCER_REGS": PRODUCER_REGS,
+                                     "PRODUCER_REGS": PRODUCER_REGS, "GATED": gated,
                                      "num_warps": 4 * wg},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,

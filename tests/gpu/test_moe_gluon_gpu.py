@@ -19,7 +19,7 @@ import contextlib
 import pytest
 import torch
 
-from tests.gpu.test_gemm_side_gpu import _rel, _row, nan_poisoned_allocations
+from tests.gpu.test_gemm_side_gpu import _ms, _rel, _row, nan_poisoned_allocations
 
 pytestmark = pytest.mark.gpu
 
@@ -370,6 +370,46 @@ def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
     ref = moe_gluon.reference_grouped(c["xv"], c["packed"], c["scale"], c["ids"], c["div"])
     _row(f"w4a16 prefill eighths {'gated' if gated else 'down'} wg{warpgroups} rep{rep}",
          f"{c['num_pairs'] // TOPK}x{c['xv'].shape[1]}", _rel(base, ref), 1e-5)
+
+
+@pytest.mark.parametrize("block_m,eighths,parts", [(128, True, 8), (128, False, 4),
+                                                    (64, False, 4)])
+def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts):
+    """The gated GEMM with the SwiGLU as its epilogue (``w4a16_gated_ws_gemm``: gate and up
+    of 64 features in one program) against the two producer-warp GEMMs and
+    ``swiglu_fake_q8_slots``: bit for bit on every slot, padding slots untouched, at every
+    part fill (eighths from BM 128, or the quarters), the clamps at the limit exercised."""
+    from deepinfer.kernels.triton import moe_gluon_w4a8, moe_swiglu
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
+
+    c = _w4a16_prefill_case(True, block_m, 119, eighths=eighths)
+    packed3, _ = _mxfp4(I, D)
+    w3 = moe_gluon_w4a8.to_kernel_order(packed3)
+    s3 = torch.randint(119, 129, c["scale"].shape, dtype=torch.uint8, device="cuda")
+    num_pairs, pairs, blocks = c["num_pairs"], c["pairs"], c["blocks"]
+    rw = torch.rand(num_pairs, device="cuda")
+
+    def gemm(w, s):
+        out = torch.empty((num_pairs, I), dtype=torch.bfloat16, device="cuda")
+        return ws.w4a16_prefill_ws_gemm(c["gathered"], w, s, pairs, blocks, num_pairs, out,
+                                        block_m, True, 1, parts, 2)
+
+    g, u = gemm(c["weights"], c["scale"]), gemm(w3, s3)
+    assert (g.float() > 10).any() and (u.float().abs() > 10).any()  # the clamps bite
+    sentinel = torch.full((pairs.numel(), I), 7.0, dtype=torch.bfloat16, device="cuda")
+    want = moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs, num_pairs,
+                                           out=sentinel.clone())
+    got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs, blocks,
+                                 num_pairs, rw, 10.0, sentinel.clone(), block_m, True, parts)
+    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+    apart = _ms(lambda: (gemm(c["weights"], c["scale"]), gemm(w3, s3),
+                         moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs,
+                                                         num_pairs)))
+    fused = _ms(lambda: ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3,
+                                               pairs, blocks, num_pairs, rw, 10.0,
+                                               sentinel.clone(), block_m, True, parts))
+    print(f"\n| w4a16 gated + swiglu bm{block_m} parts{parts} | apart {apart * 1e3:.1f} us | "
+          f"fused {fused * 1e3:.1f} us |", end="")
 
 
 def test_w4a16_prefill_pipeline_matches_run_experts():

@@ -1,0 +1,91 @@
+"""The SwiGLU as the gated prefill expert GEMM's epilogue (Gluon, SM90): a program that holds
+the gate and the up projections of the same 64 intermediate features for its block's tokens
+(``moe_gluon_w4a16_prefill_ws``, ``GATED``) writes h's Q8_32 values straight into the down
+GEMM's token layout, so neither g nor u goes through memory and the separate SwiGLU launch
+(``moe_swiglu.swiglu_fake_q8_slots``: ~114 µs a 4K layer on the H200, round 200) goes away.
+
+    h[t, f] = Q8_32( bf16( w_t * silu(min(g, L)) * clamp(u, -L, L) ) ),   g, u rounded to bf16
+
+per token t (a slot of the block; its pair's routing weight w_t) and feature f, then stored at
+row ``slot`` of the (slots, I) bf16 tensor with each 32-feature group in the wgmma A operand's
+order: column 32 G + v holds feature 32 G + K_off(v) (``mxfp4_w4a8_bf16.k_permutation``), as
+``swiglu_fake_q8_slots`` stores it; padding slots are not written. The same fp32 operations in
+the same order as ``moe_swiglu.swiglu_h`` and ``quant_act.q8_32_groups`` / ``q8_32_values``
+(the amax is a max: any reduction order gives its bits), so the same bits — checked on the GPU
+against the two-GEMM path (tests/gpu/test_moe_gluon_gpu.py).
+
+How: the accumulator [2 F, BN] (rows [0, F) gate, [F, 2 F) up) goes to shared memory as bf16
+(the GEMM's output rounding) in a feature-contiguous layout, then each 32-feature group of g
+and u comes back in a layout of whole tokens per warp column (the group's amax is then a
+reduction over the feature axis), is scaled, rounded to e4m3, and stored.
+"""
+
+from __future__ import annotations
+
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
+
+GROUP = 32  # Q8_32's channels per scale
+
+if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier
+
+    # h's tile in shared memory: [2 F, BN] bf16 with the feature axis contiguous
+    H_SHARED = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1,
+                                                    order=[0, 1]))
+
+    @gluon.jit
+    def swiglu_q8_store(acc, h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0,
+                        stride_om, limit, num_warps: gl.constexpr):
+        """acc [2 F, BN] fp32 (any layout; rows [0, F): the gate projection of features col0
+        .. col0 + F, rows [F, 2 F): the up projection of the same features) of the tokens in
+        slots slot0 .. slot0 + BN -> h's Q8_32 values into out rows ``slot`` (bf16, stride
+        stride_om), columns col0 .. col0 + F in each group's A-operand order; h_s: a shared
+        [2 F, BN] bf16 buffer (H_SHARED) the program no longer uses."""
+        BO: gl.constexpr = acc.shape[0]
+        BN: gl.constexpr = acc.shape[1]
+        F: gl.constexpr = BO // 2
+        # [32 features, BN tokens]: tokens across lanes and warps, a thread's features
+        # contiguous (32 over the lanes and warps left over once the tokens are covered)
+        TT: gl.constexpr = 32 if BN >= 32 else BN
+        WT: gl.constexpr = (BN // TT) if BN // TT <= num_warps else num_warps
+        TF: gl.constexpr = 32 // TT
+        WF: gl.constexpr = num_warps // WT
+        EPI: gl.constexpr = gl.BlockedLayout(size_per_thread=[32 // (TF * WF), 1],
+                                             threads_per_warp=[TF, TT], warps_per_cta=[WF, WT],
+                                             order=[0, 1])
+        h_s.store(acc.to(gl.bfloat16))  # g and u as the GEMM would have stored them
+        cta_barrier()
+        t = gl.arange(0, BN, layout=gl.SliceLayout(0, EPI))
+        pairs = gl.load(pairs_ptr + slot0 + t)
+        valid = pairs < num_pairs
+        rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
+        k = gl.arange(0, 32, layout=gl.SliceLayout(1, EPI))
+        # feature k of a group -> column v with K_off(v) = k: v = k1 + 2 k2 + 4 k3 + 8 k0 + 16 k4
+        v_of_k = ((k >> 1) & 7) + (k & 1) * 8 + (k & 16)
+        rows = (slot0 + t).to(gl.int64) * stride_om
+        for j in gl.static_range(F // 32):
+            g = h_s.slice(32 * j, 32, dim=0).load(EPI).to(gl.float32)
+            u = h_s.slice(F + 32 * j, 32, dim=0).load(EPI).to(gl.float32)
+            # moe_swiglu.swiglu_h (ACT bf16: g and u hold bf16 values already)
+            g = gl.minimum(g, limit)
+            u = gl.minimum(gl.maximum(u, -limit), limit)
+            h = g / (1.0 + gl.exp(-g)) * u
+            h = (rw[None, :] * h).to(gl.bfloat16).to(gl.float32)
+            # quant_act.q8_32_groups over the group's features, then q8_32_values
+            amax = gl.maximum(gl.max(gl.abs(h), axis=0), 1e-4)
+            bits = (amax * (1.0 / 448.0)).to(gl.int32, bitcast=True)
+            exponent = (bits >> 23) & 0xFF
+            e = exponent + ((bits & 0x7FFFFF) != 0).to(gl.int32)
+            e = gl.where(exponent == 0xFF, 0xFF, e)
+            inv_scale = ((254 - e) << 23).to(gl.float32, bitcast=True)
+            y = gl.minimum(gl.maximum(h * inv_scale[None, :], -448.0), 448.0)
+            codes = y.to(gl.float8e4nv)
+            q = codes.to(gl.float32) * (e << 23).to(gl.float32, bitcast=True)[None, :]
+            q = gl.where((e == 0xFF)[None, :], float("nan"), q)
+            cols = col0 + 32 * j + v_of_k
+            gl.store(out_ptr + rows[None, :] + cols[:, None], q.to(gl.bfloat16),
+                     mask=valid[None, :])
+        cta_barrier()  # h_s may be written again (a second accumulator's tokens)
