@@ -1,27 +1,23 @@
-"""Three small GEMMs of the 4K prefill under their prefill tilings: the router's scores
+"""Two small GEMMs of the 4K prefill under their prefill tilings: the router's scores
 (``moe_routing.route_sqrtsoftplus``: 4,096 tokens x 5,120 against 384 experts, fp32 logits,
-the sqrt-softplus epilogue and the top-k launch), the compressor's promoted projections
+the sqrt-softplus epilogue and the top-k launch) and the compressor's promoted projections
 (``linear.linear(x, w, out_dtype=fp32, promoted=True)``: 4,096 x 5,120 against [512, 5,120]
-bf16, each 64-column K chunk summed in a fresh fp32 accumulator) and the indexer's head
-weights (``linear.linear(x, w)``: 4,096 x 5,120 against [32, 5,120] bf16, bf16 out).
+bf16, each 64-column K chunk summed in a fresh fp32 accumulator).
 
     TRITON_INTERPRET=0 python bench/route_compress.py [--tokens 4096] [--variants ...]
     python bench/route_compress.py --smoke                 # CPU interpreter, small shapes
 
 Variants (comma-separated): ``route:default`` or ``route:BM:BE:BK:WARPS:STAGES`` (the
 ``moe_routing.PREFILL_*`` constants), ``compress:default`` or ``compress:BM:BN:WARPS:STAGES``
-(``linear.FP32X_*``), ``heads:default`` or ``heads:MAX_OUT:BM:BN:WARPS:STAGES:SPLIT``
-(``linear.SMALL_O_*``; MAX_OUT 0: the generic 128 x 128 tiles). The heads' rows also print
-the error against the fp64 product (their splits move the bits). ``--pick LOG``: the
-``--launch-constant`` flags of each kind's fastest variant with the default's bits (the
-heads: any) when more than 3 % faster than the default, else the defaults' values. Per
-variant: the median µs a call (CUDA events around 10 back-to-back calls,
-``roofline.median_ms``), TFLOP/s, the fraction of the bf16 matmul rate measured in the same
-run, and whether the output equals the kernel's default bit for bit (the router's and the
-compressor's tilings keep each output's K order, so any difference there is a finding). The
-smoke runs the interpreter's own small launch for every variant and its error against the
-torch reference (the routing weights and ids; the projections in fp64), not the GPU
-tilings, which tests/kernels/triton compiles for SM90.
+(``linear.FP32X_*``). ``--pick LOG``: the ``--launch-constant`` flags of each kind's fastest
+variant with the default's bits (more than 3 % faster than the default, else the defaults'
+values). Per variant: the median µs a call (CUDA events around 10 back-to-back
+calls, ``roofline.median_ms``), TFLOP/s, the fraction of the bf16 matmul rate measured in the
+same run, and whether the output equals the kernel's default bit for bit (the tilings keep
+each output's K order, so any difference is a finding). The smoke runs the interpreter's own
+small launch for every variant and its error against the torch reference (the
+routing weights and ids; the projection in fp64), not the GPU tilings, which
+tests/kernels/triton compiles for SM90.
 """
 
 from __future__ import annotations
@@ -39,32 +35,24 @@ DEFAULT_VARIANTS = ("route:default,route:64:128:64:4:4,route:128:64:64:8:4,"
                     "route:128:128:64:8:3,route:64:64:128:4:3,route:64:128:64:4:3,route:default,"
                     "compress:default,compress:64:128:4:4,compress:128:64:4:4,"
                     "compress:64:64:4:4,compress:128:128:8:4,compress:64:128:4:3,"
-                    "compress:default,heads:default,heads:64:64:32:4:4:1,"
-                    "heads:64:64:32:4:4:2,heads:64:64:32:4:4:4,heads:64:64:32:4:4:8,"
-                    "heads:64:128:32:4:4:4,heads:64:64:32:4:3:4,heads:64:32:32:4:4:2,"
-                    "heads:64:64:32:4:4:4,heads:default")
+                    "compress:default")
 ROUTE_FIELDS = ("PREFILL_BM", "PREFILL_BE", "PREFILL_BK", "PREFILL_WARPS", "PREFILL_STAGES")
 COMPRESS_FIELDS = ("FP32X_BM", "FP32X_BN", "FP32X_WARPS", "FP32X_STAGES")
-HEADS_FIELDS = ("SMALL_O_MAX_OUT", "SMALL_O_BM", "SMALL_O_BN", "SMALL_O_WARPS",
-                "SMALL_O_STAGES", "SMALL_O_SPLIT")
-HEADS = 32  # the indexer's heads (weights_proj's outputs)
 
 
 def pick(log: str, margin: float = 0.03) -> str:
     """``kernel_overrides.py --launch-constant`` flags from a sweep's printed table: per kind,
-    the fastest variant whose bits equal the default's (the heads: any, their K splits move
-    the bits by design) when it beats the default's best time by more than ``margin``, else
-    the default's constants."""
+    the fastest variant whose bits equal the default's when it beats the default's best time by
+    more than ``margin``, else the default's constants."""
     from deepinfer.kernels.triton import linear, moe_routing
 
     modules = {"route": ("moe_routing", moe_routing, ROUTE_FIELDS),
-               "compress": ("linear", linear, COMPRESS_FIELDS),
-               "heads": ("linear", linear, HEADS_FIELDS)}
+               "compress": ("linear", linear, COMPRESS_FIELDS)}
     times: dict[str, dict[str, float]] = {kind: {} for kind in modules}
     for line in open(log, encoding="utf-8"):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         kind, _, values = cells[0].partition(":")
-        if kind not in modules or len(cells) < 5 or (cells[4] == "False" and kind != "heads"):
+        if kind not in modules or len(cells) < 5 or cells[4] == "False":
             continue
         try:
             us = float(cells[1])
@@ -100,20 +88,13 @@ def main() -> int:
     gate = (torch.randn(experts, dim, generator=g) * 0.02).to(torch.bfloat16).to(device)
     bias = (torch.randn(experts, generator=g) * 0.1).to(device)
     w = (torch.randn(out_features, dim, generator=g) * 0.02).to(torch.bfloat16).to(device)
-    heads = (16 if args.smoke else HEADS)
-    wh = (torch.randn(heads, dim, generator=g) * 0.02).to(torch.bfloat16).to(device)
     defaults = {"route": {f: getattr(moe_routing, f) for f in ROUTE_FIELDS},
-                "compress": {f: getattr(linear, f) for f in COMPRESS_FIELDS},
-                "heads": {f: getattr(linear, f) for f in HEADS_FIELDS}}
-    modules = {"route": (moe_routing, ROUTE_FIELDS), "compress": (linear, COMPRESS_FIELDS),
-               "heads": (linear, HEADS_FIELDS)}
+                "compress": {f: getattr(linear, f) for f in COMPRESS_FIELDS}}
+    modules = {"route": (moe_routing, ROUTE_FIELDS), "compress": (linear, COMPRESS_FIELDS)}
     calls = {"route": lambda: moe_routing.route_sqrtsoftplus(x, gate, bias, None, None, TOPK,
                                                              1.5),
-             "compress": lambda: linear.linear(x, w, out_dtype=torch.float32, promoted=True),
-             "heads": lambda: linear.linear(x, wh)}
-    flops = {"route": 2 * n * dim * experts, "compress": 2 * n * dim * out_features,
-             "heads": 2 * n * dim * heads}
-    exact_heads = x.double() @ wh.double().T
+             "compress": lambda: linear.linear(x, w, out_dtype=torch.float32, promoted=True)}
+    flops = {"route": 2 * n * dim * experts, "compress": 2 * n * dim * out_features}
     bf16 = None
     if not args.smoke:
         from roofline import measure_ceilings, median_ms
@@ -130,10 +111,10 @@ def main() -> int:
 
         weights, ids = ref_moe.route_sqrtsoftplus(x, gate, bias, None, None, TOPK, 1.5)
         want = {"route": torch.cat([weights.float(), ids.float()], 1),
-                "compress": x.double() @ w.double().T, "heads": exact_heads}
+                "compress": x.double() @ w.double().T}
     for variant in args.variants.split(","):
         kind, _, values = variant.partition(":")
-        assert kind in modules, f"variant {variant!r}: route:..., compress:... or heads:..."
+        assert kind in modules, f"variant {variant!r}: route:... or compress:..."
         module, fields = modules[kind]
         sweep_args.set_int_constants(module, defaults[kind], fields, values or "default", kind)
 
@@ -153,10 +134,7 @@ def main() -> int:
             continue
         us = median_ms(calls[kind], calls=10) * 1e3
         rate = flops[kind] / (us * 1e-6)
-        err = ""
-        if kind == "heads":  # bf16 outputs: the error against the fp64 product, in bf16 ulps
-            err = f" max abs err {(out.double() - exact_heads).abs().max().item():.2e} |"
-        print(f"| {variant} | {us:.1f} | {rate / 1e12:.0f} | {rate / bf16:.2f} | {same} |{err}",
+        print(f"| {variant} | {us:.1f} | {rate / 1e12:.0f} | {rate / bf16:.2f} | {same} |",
               flush=True)
     for kind, (module, fields) in modules.items():
         sweep_args.set_int_constants(module, defaults[kind], fields, "default", kind)

@@ -194,29 +194,7 @@ def linear_config(num_rows: int, x_split: int, w_fp8: bool, interpret: bool = Fa
     if x_split == 3:  # fp32 x or promoted bf16 x (the compressor's kv / gate projections)
         return dict(BM=FP32X_BM, BN=FP32X_BN, BK=64, GROUP_M=8, num_warps=FP32X_WARPS,
                     num_stages=FP32X_STAGES)
-    if small_out(num_rows, x_split, w_fp8, out_features):
-        return dict(BM=SMALL_O_BM, BN=SMALL_O_BN, BK=64, GROUP_M=8, num_warps=SMALL_O_WARPS,
-                    num_stages=SMALL_O_STAGES)
     return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3 if w_fp8 else 4)
-
-
-# bf16 x against a bf16 weight of at most SMALL_O_MAX_OUT output features above
-# SPLIT_K_MAX_ROWS rows (the indexer's head weights ``weights_proj``: 32 outputs, K 5,120): a
-# 128 x 128 tile ran 3 / 4 of its columns on padding and 4,096 rows made 32 programs. These
-# tiles, with K split SMALL_O_SPLIT ways at every such row count (the same split at 1K and 8K
-# rows: batch invariant), fill the GPU; 0 turns the class off (bench/route_compress.py times it)
-SMALL_O_MAX_OUT = 0
-SMALL_O_BM = 64
-SMALL_O_BN = 32
-SMALL_O_WARPS = 4
-SMALL_O_STAGES = 4
-SMALL_O_SPLIT = 4
-
-
-def small_out(num_rows: int, x_split: int, w_fp8: bool, out_features: int) -> bool:
-    """Whether a launch takes the small-output tiles and fixed split (``SMALL_O_*``)."""
-    return (x_split == 1 and not w_fp8 and num_rows > SPLIT_K_MAX_ROWS
-            and 0 < out_features <= SMALL_O_MAX_OUT)
 
 
 # linear_config's tiles for fp32 x / promoted bf16 x above 64 rows, read at the call (the
@@ -315,8 +293,6 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
         elif num_rows <= SPLIT_K_MAX_ROWS and not interpret:
             split_k = gemm_fp8.split_k_for_waves(num_tiles * groups, num_k, bk,
                                                  1 if num_rows <= 128 else 2, NUM_SMS)
-        elif not interpret and small_out(num_rows, x_split, w_fp8, out_features):
-            split_k = SMALL_O_SPLIT
     k_per_split = cdiv(cdiv(num_k, bk), split_k) * bk
     split_k = cdiv(num_k, k_per_split)  # no empty splits
     target = out
@@ -426,8 +402,8 @@ def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (format of tests/kernels/triton/conftest.py ``sm90_compile``) at
     V4.1-Flash shapes: the fp32-logit head (N=64, O=129280, I=4096: fp32 x, bf16 weight, bf16x3)
     at decode and N=256, and the head as the engine calls it at N=256 (bf16 x, fp32 logits: the
-    wide tiles), bf16 linears at decode/prefill (and on the small-output tiles, split-K),
-    and ``wo_a`` (G=8, I=4096, O=1024) with FP8 and bf16 weights."""
+    wide tiles), bf16 linears at decode/prefill, and ``wo_a`` (G=8, I=4096, O=1024) with
+    FP8 and bf16 weights."""
     cases = []
     for name, rows, x_ty, w_ty, w_fp8, split_k in (
             ("linear_head_fp32x_bf16w_n16", 16, "*fp32", "*bf16", False, 1),
@@ -440,14 +416,10 @@ def aot_cases() -> list[dict[str, Any]]:
             ("grouped_wo_a_fp8_prefill_g8", 4096, "*bf16", "*u8", True, 1),
             ("linear_fp32w_ieee_decode", 16, "*fp32", "*fp32", False, 1),
             ("linear_bf16x_promoted_compressor", 4096, "*bf16", "*bf16", False, 1),
-            ("linear_bf16x_promoted_decode", 16, "*bf16", "*bf16", False, 1),
-            ("linear_bf16_small_out_prefill", 4096, "*bf16", "*bf16", False, SMALL_O_SPLIT)):
+            ("linear_bf16x_promoted_decode", 16, "*bf16", "*bf16", False, 1)):
         x_split = 0 if w_ty == "*fp32" else {"*bf16": 1, "*fp32": 3}[x_ty]
         x_split = 3 if "promoted" in name else x_split
         cfg = linear_config(rows, x_split, w_fp8, out_features=129280 if "head" in name else 0)
-        if "small_out" in name:  # the SMALL_O_* tiles, whether or not the class is on
-            cfg = dict(BM=SMALL_O_BM, BN=SMALL_O_BN, BK=64, GROUP_M=8, num_warps=SMALL_O_WARPS,
-                       num_stages=SMALL_O_STAGES)
         cases.append({
             "id": name, "module": __name__, "kernel": "_linear_kernel",
             "signature": {"x_ptr": x_ty, "w_ptr": w_ty, "ws_ptr": "*u8", "exact_ptr": "*i1",

@@ -564,27 +564,6 @@ def test_linear_bf16_gpu(num_tokens):
              2.0 * num_tokens * out_features * in_features)
 
 
-def test_linear_small_out_gpu(monkeypatch):
-    """The indexer's head weights (bf16 x against [32, hidden] bf16) on the small-output tiles
-    (``linear.SMALL_O_*``, the class switched on here): accurate against the reference, and a
-    row's bits the same at 1,024 and 4,096 rows (the fixed split: batch invariant); timed
-    against the generic 128 x 128 tiles."""
-    from deepinfer.kernels.reference import linear
-    from deepinfer.kernels.triton import linear as tri_linear
-
-    x = torch.randn(PREFILL_TOKENS, V41_HIDDEN, device="cuda", dtype=torch.bfloat16)
-    w = (torch.randn(32, V41_HIDDEN, device="cuda") * 0.02).to(torch.bfloat16)
-    generic_ms = _ms(lambda: tri_linear.linear(x, w))
-    monkeypatch.setattr(tri_linear, "SMALL_O_MAX_OUT", 64)
-    with nan_poisoned_allocations():
-        out = tri_linear.linear(x, w)
-        part = tri_linear.linear(x[:1024].clone(), w)
-    assert torch.equal(out[:1024], part), "a row's bits moved with the row count"
-    _row("linear small out (generic ms)", f"M{PREFILL_TOKENS} N32 {generic_ms * 1e3:.1f}us",
-         _rel(out, linear.linear(x, w)), 5e-3, _ms(lambda: tri_linear.linear(x, w)),
-         2.0 * PREFILL_TOKENS * 32 * V41_HIDDEN)
-
-
 @pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
 def test_linear_promoted_compressor_gpu(num_tokens):
     """The ratio-2 compressor's fp32 projections (K = hidden, O = head_dim, bf16 weight):

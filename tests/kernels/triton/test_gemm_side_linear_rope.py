@@ -98,27 +98,6 @@ def test_linear_promoted_is_the_fp32_x_paths_bits(rows, fp8):
     assert _rel(out, ref) < 1e-6
 
 
-def test_linear_small_out_class(monkeypatch):
-    """``SMALL_O_*``: bf16 x against a bf16 weight of at most SMALL_O_MAX_OUT outputs above
-    SPLIT_K_MAX_ROWS rows takes the small tiles (at every such row count: its split is fixed);
-    wider outputs, FP8 or promoted launches, decode row counts, and the class switched off
-    (MAX_OUT 0) keep the generic tiles."""
-    monkeypatch.setattr(tri_linear, "SMALL_O_MAX_OUT", 64)
-    small = tri_linear.linear_config(4096, 1, False, out_features=32)
-    assert (small["BM"], small["BN"], small["num_warps"], small["num_stages"]) == (
-        tri_linear.SMALL_O_BM, tri_linear.SMALL_O_BN, tri_linear.SMALL_O_WARPS,
-        tri_linear.SMALL_O_STAGES)
-    for rows in (tri_linear.SPLIT_K_MAX_ROWS + 1, 1024, 8192):
-        assert tri_linear.small_out(rows, 1, False, 32)
-    for args in ((4096, 1, False, 128), (4096, 1, True, 32), (4096, 3, False, 32),
-                 (tri_linear.SPLIT_K_MAX_ROWS, 1, False, 32), (4096, 1, False, 0)):
-        assert not tri_linear.small_out(*args), args
-    assert tri_linear.linear_config(4096, 1, False, out_features=128)["BN"] == 128
-    monkeypatch.setattr(tri_linear, "SMALL_O_MAX_OUT", 0)
-    assert not tri_linear.small_out(4096, 1, False, 32)
-    assert tri_linear.linear_config(4096, 1, False, out_features=32)["BM"] == 128
-
-
 def test_linear_config_wide_tiles_for_the_head_only():
     """128x256 tiles for bf16 x against a bf16 weight of >= WIDE_BF16_MIN_OUT rows at 65-256
     rows (the head); narrower outputs, FP8 weights, fp32 x and other row counts keep theirs."""
