@@ -60,7 +60,7 @@ if HAS_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
-    from deepinfer.kernels.triton.moe_gluon import tile_row0
+    from deepinfer.kernels.triton.moe_gluon import cta_barrier, tile_row0
 
     _TILE = gl.constexpr(TILE_ROWS)
 
@@ -108,9 +108,8 @@ if HAS_GLUON:
                   REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
         stage is freed after its last group's wait (step i + 1's words are loaded by then).
-        GATED: the store is ``moe_swiglu_epilogue.swiglu_q8_store`` (h's Q8_32 values at the
-        block's slot rows, columns row_lo ..), on the ring's token buffer (every load has
-        landed and been read)."""
+        GATED: the accumulators go to ``gated_tile`` (the ring's token buffer: every load
+        has landed and been read) for the kernel's SwiGLU epilogue."""
         BO: gl.constexpr = 16 * NW * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BN, 16])
@@ -157,20 +156,25 @@ if HAS_GLUON:
             # (the arrive follows a partition barrier: all warps got here)
             mbarrier.arrive(empty.index(st), count=1)
             a = base._scaled(bits, sw, 0, ONE_MUL, LA)
-        if GATED:
-            gl.static_assert(S * BM * 64 >= BO * BN, "h's tile fits the token ring")
-            h_s = xa_s._reinterpret(gl.bfloat16, [BO, BN], epilogue.H_SHARED)
-            epilogue.swiglu_q8_store(acc, h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, row_lo,
-                                     block * BM, stride_om, limit, NW)
+        if GATED:  # g | u as bf16 into the block's tile (``gated_tile``); the kernel's
+            # epilogue takes them from there (one copy of its code for every part fill)
+            h_s = gated_tile(xa_s, BO, BM)
+            h_s.slice(0, BN, dim=1).store(acc.to(gl.bfloat16))
             if BN2 > 0:
-                h2_s = xa_s._reinterpret(gl.bfloat16, [BO, BN2], epilogue.H_SHARED)
-                epilogue.swiglu_q8_store(acc2, h2_s, pairs_ptr, rw_ptr, out_ptr, num_pairs,
-                                         row_lo, block * BM + BN, stride_om, limit, NW)
+                h_s.slice(BN, BN2, dim=1).store(acc2.to(gl.bfloat16))
         else:
             base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
             if BN2 > 0:
                 base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
                             stride_om, MMA2)
+
+    @gluon.jit
+    def gated_tile(xa_s, BO: gl.constexpr, BM: gl.constexpr):
+        """A GATED program's [BO, BM] bf16 tile of g | u (``moe_swiglu_epilogue.H_SHARED``:
+        a token's features contiguous), on the token ring's first buffer."""
+        S: gl.constexpr = xa_s.shape[0]
+        gl.static_assert(S * 64 >= BO, "g | u of the block fit the token ring")
+        return xa_s._reinterpret(gl.bfloat16, [BO, BM], epilogue.H_SHARED)
 
     @gluon.jit
     def _ws_block(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, s_words,
@@ -290,6 +294,10 @@ if HAS_GLUON:
             for b in gl.static_range(S):
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
+            if GATED:  # h from the consumer's g | u tile, once for every part fill
+                cta_barrier()
+                epilogue.swiglu_q8_store(gated_tile(xa_s, BO, BM), pairs_ptr, rw_ptr, out_ptr,
+                                         num_pairs, lo, block * BM, stride_om, limit, num_warps)
 
 
 def launch_regs(warpgroups: int) -> int:

@@ -14,27 +14,27 @@ the same order as ``moe_swiglu.swiglu_h`` and ``quant_act.q8_32_groups`` / ``q8_
 (the amax is a max: any reduction order gives its bits), so the same bits — checked on the GPU
 against the two-GEMM path (tests/gpu/test_moe_gluon_gpu.py).
 
-How: the accumulator [2 F, BN] (rows [0, F) gate, [F, 2 F) up) goes to shared memory as bf16
-(the GEMM's output rounding) in a feature-contiguous layout, then each 32-feature group of g
+How: each part fill's consumer loop stores its accumulators [2 F, N] (rows [0, F) gate, [F,
+2 F) up) as bf16 (the GEMM's output rounding) into one [2 F, BM] tile of the block
+(``moe_gluon_w4a16_prefill_ws.gated_tile``: the token ring, a token's features contiguous);
+after the partitions join, this epilogue runs once for every fill: each 32-feature group of g
 and u comes back with its features across a warp's lanes and the tokens across warps and
-registers (the group's amax a shuffle reduction; each store a slot row's 64 contiguous bytes),
-is scaled, rounded to e4m3, and stored. The first try held a group's 32 features in one
-thread (tokens across lanes): every store instruction then touched 32 slot rows, and the
-fused call ran 16 % slower than the two GEMMs and the SwiGLU apart (H200 round 205).
-"""
+registers (the group's amax a shuffle reduction; each store a slot row's 64 contiguous
+bytes), in chunks of TOKEN_CHUNK tokens (chunks of padding skipped). Round 205's first try
+held a group's features in one thread (tokens across lanes: every store instruction touched
+32 slot rows) and ran the epilogue inside each of the seven part-fill loops (20.8K SASS
+instructions against 8.2K): 9-16 % slower than the two GEMMs and the SwiGLU apart."""
 
 from __future__ import annotations
 
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
-GROUP = 32  # Q8_32's channels per scale
 TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup: no spills)
 
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
-    from deepinfer.kernels.triton.moe_gluon import cta_barrier
 
     _TOKEN_CHUNK = gl.constexpr(TOKEN_CHUNK)
 
@@ -43,15 +43,16 @@ if HAS_GLUON:
                                                     order=[0, 1]))
 
     @gluon.jit
-    def swiglu_q8_store(acc, h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0,
-                        stride_om, limit, num_warps: gl.constexpr):
-        """acc [2 F, BN] fp32 (any layout; rows [0, F): the gate projection of features col0
-        .. col0 + F, rows [F, 2 F): the up projection of the same features) of the tokens in
-        slots slot0 .. slot0 + BN -> h's Q8_32 values into out rows ``slot`` (bf16, stride
-        stride_om), columns col0 .. col0 + F in each group's A-operand order; h_s: a shared
-        [2 F, BN] bf16 buffer (H_SHARED) the program no longer uses."""
-        BO: gl.constexpr = acc.shape[0]
-        BN: gl.constexpr = acc.shape[1]
+    def swiglu_q8_store(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
+                        limit, num_warps: gl.constexpr):
+        """h_s [2 F, BN] bf16 (H_SHARED; rows [0, F): the gate projection of features col0 ..
+        col0 + F, rows [F, 2 F): the up projection of the same features, as the GEMM would
+        have stored them) of the tokens in slots slot0 .. slot0 + BN -> h's Q8_32 values
+        into out rows ``slot`` (bf16, stride stride_om), columns col0 .. col0 + F in each
+        group's A-operand order; chunks of TOKEN_CHUNK tokens without a valid pair (the
+        block's padding) are skipped."""
+        BO: gl.constexpr = h_s.shape[0]
+        BN: gl.constexpr = h_s.shape[1]
         F: gl.constexpr = BO // 2
         # [32 features, TC tokens] (TC: a chunk of the tokens, registers): a group's features
         # across a warp's lanes (its loads from shared memory and its stores to a slot's row:
@@ -61,8 +62,6 @@ if HAS_GLUON:
         EPI: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, TC // num_warps],
                                              threads_per_warp=[32, 1],
                                              warps_per_cta=[1, num_warps], order=[0, 1])
-        h_s.store(acc.to(gl.bfloat16))  # g and u as the GEMM would have stored them
-        cta_barrier()
         k = gl.arange(0, 32, layout=gl.SliceLayout(1, EPI))
         # feature k of a group -> column v with K_off(v) = k: v = k1 + 2 k2 + 4 k3 + 8 k0 + 16 k4
         v_of_k = ((k >> 1) & 7) + (k & 1) * 8 + (k & 16)
@@ -70,28 +69,31 @@ if HAS_GLUON:
             t = c * TC + gl.arange(0, TC, layout=gl.SliceLayout(0, EPI))
             pairs = gl.load(pairs_ptr + slot0 + t)
             valid = pairs < num_pairs
-            rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
-            rows = (slot0 + t).to(gl.int64) * stride_om
-            for j in gl.static_range(F // 32):
-                g = h_s.slice(32 * j, 32, dim=0).slice(c * TC, TC, dim=1).load(EPI)
-                u = h_s.slice(F + 32 * j, 32, dim=0).slice(c * TC, TC, dim=1).load(EPI)
-                # moe_swiglu.swiglu_h (ACT bf16: g and u hold bf16 values already)
-                g = gl.minimum(g.to(gl.float32), limit)
-                u = gl.minimum(gl.maximum(u.to(gl.float32), -limit), limit)
-                h = g / (1.0 + gl.exp(-g)) * u
-                h = (rw[None, :] * h).to(gl.bfloat16).to(gl.float32)
-                # quant_act.q8_32_groups over the group's features, then q8_32_values
-                amax = gl.maximum(gl.max(gl.abs(h), axis=0), 1e-4)
-                bits = (amax * (1.0 / 448.0)).to(gl.int32, bitcast=True)
-                exponent = (bits >> 23) & 0xFF
-                e = exponent + ((bits & 0x7FFFFF) != 0).to(gl.int32)
-                e = gl.where(exponent == 0xFF, 0xFF, e)
-                inv_scale = ((254 - e) << 23).to(gl.float32, bitcast=True)
-                y = gl.minimum(gl.maximum(h * inv_scale[None, :], -448.0), 448.0)
-                codes = y.to(gl.float8e4nv)
-                q = codes.to(gl.float32) * (e << 23).to(gl.float32, bitcast=True)[None, :]
-                q = gl.where((e == 0xFF)[None, :], float("nan"), q)
-                cols = col0 + 32 * j + v_of_k
-                gl.store(out_ptr + rows[None, :] + cols[:, None], q.to(gl.bfloat16),
-                         mask=valid[None, :])
-        cta_barrier()  # h_s may be written again (a second accumulator's tokens)
+            if gl.max(valid.to(gl.int32), axis=0) > 0:  # else the block's padding
+                rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
+                rows = (slot0 + t).to(gl.int64) * stride_om
+                for j in gl.static_range(F // 32):
+                    g = h_s.slice(32 * j, 32, dim=0).slice(c * TC, TC, dim=1).load(EPI)
+                    u = h_s.slice(F + 32 * j, 32, dim=0).slice(c * TC, TC, dim=1).load(EPI)
+                    q = _swiglu_q8(g, u, rw, limit)
+                    gl.store(out_ptr + rows[None, :] + (col0 + 32 * j + v_of_k)[:, None],
+                             q.to(gl.bfloat16), mask=valid[None, :])
+
+    @gluon.jit
+    def _swiglu_q8(g, u, rw, limit):
+        """One group [32 features, tokens] of g, u (bf16) and the tokens' routing weights ->
+        h's Q8_32 values (fp32): ``moe_swiglu.swiglu_h`` (ACT bf16: g and u hold bf16 values
+        already), then ``quant_act.q8_32_groups`` over the features and ``q8_32_values``."""
+        g = gl.minimum(g.to(gl.float32), limit)
+        u = gl.minimum(gl.maximum(u.to(gl.float32), -limit), limit)
+        h = g / (1.0 + gl.exp(-g)) * u
+        h = (rw[None, :] * h).to(gl.bfloat16).to(gl.float32)
+        amax = gl.maximum(gl.max(gl.abs(h), axis=0), 1e-4)
+        bits = (amax * (1.0 / 448.0)).to(gl.int32, bitcast=True)
+        exponent = (bits >> 23) & 0xFF
+        e = exponent + ((bits & 0x7FFFFF) != 0).to(gl.int32)
+        e = gl.where(exponent == 0xFF, 0xFF, e)
+        inv_scale = ((254 - e) << 23).to(gl.float32, bitcast=True)
+        y = gl.minimum(gl.maximum(h * inv_scale[None, :], -448.0), 448.0)
+        q = y.to(gl.float8e4nv).to(gl.float32) * (e << 23).to(gl.float32, bitcast=True)[None, :]
+        return gl.where((e == 0xFF)[None, :], float("nan"), q)
