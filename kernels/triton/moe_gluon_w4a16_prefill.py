@@ -128,8 +128,12 @@ KERNEL = "auto"
 # the producer-warp kernel's gated GEMM with the SwiGLU as its epilogue (one launch for the
 # gate and up projections, h's Q8_32 values written in the down GEMM's token order:
 # ``moe_swiglu_epilogue``; the same bits as two GEMMs and ``swiglu_fake_q8_slots``), read at
-# the call; only where that kernel runs one warpgroup of two fragments on bf16 activations
-FUSED_SWIGLU = True
+# the call; only where that kernel runs one warpgroup of two fragments on bf16 activations.
+# Off: slower (H100 rounds 206-207, 1,024 tokens x top-6 of 32 experts, µs: apart 606-623,
+# fused 660-679 at BM 128; the lone 4K prompt +1.4 / +2.4 %, the same tokens) — the epilogue
+# runs at the GEMM's occupancy (one warpgroup a program, two programs an SM), so its
+# load-reduce-store chains are exposed where the separate SwiGLU's many warps hide them
+FUSED_SWIGLU = False
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None

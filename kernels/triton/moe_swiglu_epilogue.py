@@ -3,6 +3,7 @@ the gate and the up projections of the same 64 intermediate features for its blo
 (``moe_gluon_w4a16_prefill_ws``, ``GATED``) writes h's Q8_32 values straight into the down
 GEMM's token layout, so neither g nor u goes through memory and the separate SwiGLU launch
 (``moe_swiglu.swiglu_fake_q8_slots``: ~114 µs a 4K layer on the H200, round 200) goes away.
+Off in the pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``): measured slower, see there.
 
     h[t, f] = Q8_32( bf16( w_t * silu(min(g, L)) * clamp(u, -L, L) ) ),   g, u rounded to bf16
 
@@ -23,7 +24,8 @@ registers (the group's amax a shuffle reduction; each store a slot row's 64 cont
 bytes), in chunks of TOKEN_CHUNK tokens (chunks of padding skipped). Round 205's first try
 held a group's features in one thread (tokens across lanes: every store instruction touched
 32 slot rows) and ran the epilogue inside each of the seven part-fill loops (20.8K SASS
-instructions against 8.2K): 9-16 % slower than the two GEMMs and the SwiGLU apart."""
+instructions against 8.2K): 9-16 % slower than the two GEMMs and the SwiGLU apart; this form
+(10.4K) is still 8-10 % slower (rounds 206-207, H100)."""
 
 from __future__ import annotations
 
