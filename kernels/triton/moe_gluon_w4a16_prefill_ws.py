@@ -230,7 +230,8 @@ if HAS_GLUON:
                                  S: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
                                  PARTS: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-                                 GATED: gl.constexpr, num_warps: gl.constexpr):
+                                 GATED: gl.constexpr, num_warps: gl.constexpr,
+                                 PROBE: gl.constexpr = 0):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
         # the consumer warpgroups' warps (the producer warp comes on top). GATED: program
         # ``tile`` multiplies the gate (w_desc, s_ptr) and up (w3_desc, s3_ptr) projections'
@@ -295,9 +296,11 @@ if HAS_GLUON:
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
             if GATED:  # h from the consumer's g | u tile, once for every part fill
-                cta_barrier()
-                epilogue.swiglu_q8_store(gated_tile(xa_s, BO, BM), pairs_ptr, rw_ptr, out_ptr,
-                                         num_pairs, lo, block * BM, stride_om, limit, num_warps)
+                if PROBE == 0:
+                    cta_barrier()
+                    epilogue.swiglu_q8_store(gated_tile(xa_s, BO, BM), pairs_ptr, rw_ptr,
+                                             out_ptr, num_pairs, lo, block * BM, stride_om,
+                                             limit, num_warps)
 
 
 def launch_regs(warpgroups: int) -> int:
@@ -377,7 +380,8 @@ def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, bloc
         S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul, PARTS=parts,
         PG=base.group_layout(warpgroups, rep), REP=rep, PRODUCER_WARPS=PRODUCER_WARPS,
         PRODUCER_REGS=PRODUCER_REGS, GATED=gated is not None, num_warps=4 * warpgroups,
-        maxnreg=maxnreg or launch_regs(warpgroups))
+        maxnreg=maxnreg or launch_regs(warpgroups),
+        **({"PROBE": epilogue.PROBE} if gated is not None and epilogue.PROBE else {}))
 
 
 def aot_cases() -> list[dict[str, Any]]:
@@ -411,7 +415,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "GATED": gated,
-                                     "num_warps": 4 * wg},
+                                     "num_warps": 4 * wg, "PROBE": 0},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,
                       "divisible": ["K", "O"]})

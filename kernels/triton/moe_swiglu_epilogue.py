@@ -32,6 +32,7 @@ from __future__ import annotations
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup: no spills)
+PROBE = 0  # bench only (bench/gated_swiglu.py; wrong values): 1 skips the epilogue
 
 if HAS_GLUON:
     from triton.experimental import gluon
