@@ -7,9 +7,10 @@ the fused epilogue (``moe_swiglu_epilogue``, ``moe_gluon_w4a16_prefill.FUSED_SWI
 the tokens' Q8_32 values routed top-6 uniformly at random, gathered as the pipeline gathers
 them. Rows, median µs a call (CUDA events, 10 back-to-back calls): the two producer-warp GEMMs
 (g, u), the slot-major SwiGLU (``swiglu_fake_q8_slots``), both (apart, the pipeline's path),
-the fused launch, and the fused launch with its epilogue skipped (``moe_swiglu_epilogue.PROBE``
-1: h not written — the K loop's own cost in the GATED form); the fused output compared bit
-for bit with apart's. GPU only (Gluon has no interpreter path).
+the fused launch in its epilogue's forms (``moe_swiglu_epilogue.MODE``: 0 padding chunks
+skipped, the default; 1 every chunk computed, the stores masked; 2 the epilogue skipped, h not
+written — the K loop's own cost in the GATED form), each of 0 and 1 compared bit for bit with
+apart's. GPU only (Gluon has no interpreter path).
 """
 
 from __future__ import annotations
@@ -77,24 +78,28 @@ def main() -> int:
     swiglu()
     want = hg.clone()
     got = torch.zeros_like(hg)
-    fused(got)
-    same = torch.equal(got, want)
-    rows = [("two GEMMs (g, u)", gemms), ("SwiGLU slots", swiglu),
-            ("apart (GEMMs + SwiGLU)", lambda: (gemms(), swiglu())),
-            ("fused", lambda: fused(got))]
     print(f"{torch.cuda.get_device_name()}: {n} tokens x top-{TOPK} of {e} experts, "
-          f"[{I}, {D}] gate and up, BM {block_m}; fused bits as apart: {same}")
-    print("| launch | µs a call |")
-    print("|---|---:|")
-    for name, fn in rows:
-        print(f"| {name} | {median_ms(fn, calls=10) * 1e3:.1f} |", flush=True)
-    saved, epilogue.PROBE = epilogue.PROBE, 1
+          f"[{I}, {D}] gate and up, BM {block_m}")
+    print("| launch | µs a call | bits as apart |")
+    print("|---|---:|---|")
+    for name, fn in (("two GEMMs (g, u)", gemms), ("SwiGLU slots", swiglu),
+                     ("apart (GEMMs + SwiGLU)", lambda: (gemms(), swiglu()))):
+        print(f"| {name} | {median_ms(fn, calls=10) * 1e3:.1f} | — |", flush=True)
+    saved, ok = epilogue.MODE, True
     try:
-        probe = median_ms(lambda: fused(got), calls=10) * 1e3
+        for mode, name in ((0, "fused (padding chunks skipped)"),
+                           (1, "fused (every chunk, masked stores)"),
+                           (2, "fused, epilogue skipped (probe)")):
+            epilogue.MODE = mode
+            got.zero_()
+            fused(got)
+            same = "—" if mode == 2 else str(torch.equal(got, want))
+            ok = ok and same != "False"
+            us = median_ms(lambda: fused(got), calls=10) * 1e3
+            print(f"| {name} | {us:.1f} | {same} |", flush=True)
     finally:
-        epilogue.PROBE = saved
-    print(f"| fused, epilogue skipped (probe) | {probe:.1f} |")
-    return 0 if same else 1
+        epilogue.MODE = saved
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@ the gate and the up projections of the same 64 intermediate features for its blo
 (``moe_gluon_w4a16_prefill_ws``, ``GATED``) writes h's Q8_32 values straight into the down
 GEMM's token layout, so neither g nor u goes through memory and the separate SwiGLU launch
 (``moe_swiglu.swiglu_fake_q8_slots``: ~114 µs a 4K layer on the H200, round 200) goes away.
-Off in the pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``): measured slower, see there.
+Off in the pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``): measured slower, see there;
+``MODE`` picks the epilogue's form for bench/gated_swiglu.py.
 
     h[t, f] = Q8_32( bf16( w_t * silu(min(g, L)) * clamp(u, -L, L) ) ),   g, u rounded to bf16
 
@@ -32,7 +33,10 @@ from __future__ import annotations
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup: no spills)
-PROBE = 0  # bench only (bench/gated_swiglu.py; wrong values): 1 skips the epilogue
+# the epilogue's form, read at the launch (bench/gated_swiglu.py): 0 chunks of padding skipped
+# (a uniform branch a chunk), 1 every chunk computed and only the stores masked (no branch: the
+# compiler may interleave the chunks), 2 a probe without the epilogue (h not written)
+MODE = 0
 
 if HAS_GLUON:
     from triton.experimental import gluon
@@ -47,13 +51,14 @@ if HAS_GLUON:
 
     @gluon.jit
     def swiglu_q8_store(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
-                        limit, num_warps: gl.constexpr):
+                        limit, num_warps: gl.constexpr, SKIP_PADDING: gl.constexpr = True):
         """h_s [2 F, BN] bf16 (H_SHARED; rows [0, F): the gate projection of features col0 ..
         col0 + F, rows [F, 2 F): the up projection of the same features, as the GEMM would
         have stored them) of the tokens in slots slot0 .. slot0 + BN -> h's Q8_32 values
         into out rows ``slot`` (bf16, stride stride_om), columns col0 .. col0 + F in each
         group's A-operand order; chunks of TOKEN_CHUNK tokens without a valid pair (the
-        block's padding) are skipped."""
+        block's padding) are skipped (``SKIP_PADDING``; else computed, their stores
+        masked)."""
         BO: gl.constexpr = h_s.shape[0]
         BN: gl.constexpr = h_s.shape[1]
         F: gl.constexpr = BO // 2
@@ -72,15 +77,28 @@ if HAS_GLUON:
             t = c * TC + gl.arange(0, TC, layout=gl.SliceLayout(0, EPI))
             pairs = gl.load(pairs_ptr + slot0 + t)
             valid = pairs < num_pairs
-            if gl.max(valid.to(gl.int32), axis=0) > 0:  # else the block's padding
-                rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
-                rows = (slot0 + t).to(gl.int64) * stride_om
-                for j in gl.static_range(F // 32):
-                    g = h_s.slice(32 * j, 32, dim=0).slice(c * TC, TC, dim=1).load(EPI)
-                    u = h_s.slice(F + 32 * j, 32, dim=0).slice(c * TC, TC, dim=1).load(EPI)
-                    q = _swiglu_q8(g, u, rw, limit)
-                    gl.store(out_ptr + rows[None, :] + (col0 + 32 * j + v_of_k)[:, None],
-                             q.to(gl.bfloat16), mask=valid[None, :])
+            if SKIP_PADDING:
+                if gl.max(valid.to(gl.int32), axis=0) > 0:  # else the block's padding
+                    _chunk(h_s, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, stride_om,
+                           limit, c * TC, v_of_k, F, TC, EPI)
+            else:
+                _chunk(h_s, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, stride_om, limit,
+                       c * TC, v_of_k, F, TC, EPI)
+
+    @gluon.jit
+    def _chunk(h_s, rw_ptr, out_ptr, pairs, valid, col0, slots, stride_om, limit,
+               T0: gl.constexpr, v_of_k, F: gl.constexpr, TC: gl.constexpr,
+               EPI: gl.constexpr):
+        """Tokens T0 .. T0 + TC of the tile (slots ``slots``, their pairs and validity):
+        every group's h stored for the valid ones."""
+        rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
+        rows = slots.to(gl.int64) * stride_om
+        for j in gl.static_range(F // 32):
+            g = h_s.slice(32 * j, 32, dim=0).slice(T0, TC, dim=1).load(EPI)
+            u = h_s.slice(F + 32 * j, 32, dim=0).slice(T0, TC, dim=1).load(EPI)
+            q = _swiglu_q8(g, u, rw, limit)
+            gl.store(out_ptr + rows[None, :] + (col0 + 32 * j + v_of_k)[:, None],
+                     q.to(gl.bfloat16), mask=valid[None, :])
 
     @gluon.jit
     def _swiglu_q8(g, u, rw, limit):
