@@ -22,11 +22,11 @@ How: each part fill's consumer loop stores its accumulators [2 F, N] (rows [0, F
 after the partitions join, this epilogue runs once for every fill: each 32-feature group of g
 and u comes back with its features across a warp's lanes and the tokens across warps and
 registers (the group's amax a shuffle reduction; each store a slot row's 64 contiguous
-bytes), in chunks of TOKEN_CHUNK tokens (chunks of padding skipped). Round 205's first try
-held a group's features in one thread (tokens across lanes: every store instruction touched
-32 slot rows) and ran the epilogue inside each of the seven part-fill loops (20.8K SASS
-instructions against 8.2K): 9-16 % slower than the two GEMMs and the SwiGLU apart; this form
-(10.4K) is still 8-10 % slower (rounds 206-207, H100)."""
+bytes), in chunks of TOKEN_CHUNK tokens (chunks of padding skipped). Against the two GEMMs
+and the SwiGLU apart: round 205's first form (a group's features in one thread, tokens across
+lanes: every store instruction touched 32 slot rows) 15-20 % slower (H200); round 206's
+(features across lanes, but inside each of the seven part-fill loops: 20.8K SASS instructions
+against the unfused kernel's 8.2K) 4-9 % (H100); this one (10.4K) 6-10 % (round 207, H100)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ MODE = 0
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-
 
     _TOKEN_CHUNK = gl.constexpr(TOKEN_CHUNK)
 
