@@ -36,8 +36,8 @@ than 128 at 4K, level at 8K. The pipeline runs it for REP 2 programs
 ``GATED`` (``w4a16_gated_ws_gemm``, session 41): a REP 2 program's two fragments are the gate
 and up projections of the same 64 features, and its store is the SwiGLU epilogue
 (``moe_swiglu_epilogue``): h's Q8_32 values in the down GEMM's token order, bit for bit the
-two GEMMs and ``swiglu_fake_q8_slots``; 4-10 % slower a call (9-10 % at BM 128; H100 rounds 206-207), so off in
-the pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``).
+two GEMMs and ``swiglu_fake_q8_slots``; 4-10 % slower a call (9-10 % at BM 128; H100 rounds
+206-207), so off in the pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``).
 Shapes, contract and reference: ``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``.
 """
 
