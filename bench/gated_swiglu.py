@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--experts", type=int, default=384)
     args = ap.parse_args()
+    if args.tokens < 1 or args.experts < 1:
+        ap.error(f"--tokens and --experts: expected >= 1, got {args.tokens} and {args.experts}")
     from roofline import median_ms
 
     from deepinfer.kernels.triton import moe_align, moe_gluon_w4a8, moe_swiglu, quant_act

@@ -58,13 +58,25 @@ def expected(x: torch.Tensor, launches: int) -> torch.Tensor:
     return y
 
 
+def _sizes(text: str) -> list[float]:
+    """--sizes-mb: positive MB values, comma-separated (argparse reports a ValueError)."""
+    sizes = [float(v) for v in text.split(",")]
+    if any(v <= 0 for v in sizes):
+        raise ValueError(text)
+    return sizes
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--launches", type=int, default=400)
-    ap.add_argument("--sizes-mb", default="2,16,64")
+    ap.add_argument("--sizes-mb", default="2,16,64", type=_sizes,
+                    help="comma-separated buffer sizes in MB")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
+    if args.launches < 1 or args.repeats < 1:
+        ap.error(f"--launches and --repeats: expected >= 1, got {args.launches} and "
+                 f"{args.repeats}")
     if args.smoke:
         x = torch.randn(3 * BLOCK + 5)
         a, b = x.clone(), torch.empty_like(x)
@@ -72,7 +84,6 @@ def main() -> int:
         ok = torch.allclose(a, expected(x, 4))
         print(f"smoke: 4 launches equal the torch chain: {ok}")
         return 0 if ok else 1
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from prefill import gpu_hold
     from roofline import measure_ceilings
 
@@ -81,7 +92,7 @@ def main() -> int:
           f"{args.launches} launches a chain, median of {args.repeats}")
     print("| MB a buffer | PDL | µs a launch | floor µs | boundary µs | values |")
     print("|---:|---|---:|---:|---:|---|")
-    for mb in (float(s) for s in args.sizes_mb.split(",")):
+    for mb in args.sizes_mb:
         n = int(mb * 2**20) // 4
         x = torch.randn(n, device="cuda")
         want = expected(x, args.launches)

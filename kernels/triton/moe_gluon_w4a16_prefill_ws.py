@@ -327,9 +327,8 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
     """``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``'s contract and bits on the producer-warp
     kernel (``stages``: the ring's depth, default ``STAGES`` read at the call; ``maxnreg``: the
     launch's register cap per thread, None: ``launch_regs``)."""
-    rows = base.ROWS * warpgroups * rep
-    _launch(tokens, (w, s), None, sorted_pairs, block_expert, num_pairs, out, block_m,
-            w.shape[1], rows, one_mul, warpgroups, parts, rep, stages, maxnreg)
+    _launch(tokens, (w, s), None, sorted_pairs, block_expert, num_pairs, out, block_m, one_mul,
+            warpgroups, parts, rep, stages, maxnreg)
     return out
 
 
@@ -351,20 +350,21 @@ def w4a16_gated_ws_gemm(tokens: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor
     rw = route_w.reshape(-1).to(torch.float32).contiguous()
     assert rw.numel() == num_pairs, (rw.numel(), num_pairs)
     _launch(tokens, (w1, s1), (w3, s3, rw, float(limit)), sorted_pairs, block_expert,
-            num_pairs, out, block_m, w1.shape[1], base.ROWS, one_mul, 1, parts, 2, stages,
-            maxnreg)
+            num_pairs, out, block_m, one_mul, 1, parts, 2, stages, maxnreg)
     return out
 
 
-def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, block_m,
-            out_features, program_rows, one_mul, warpgroups, parts, rep, stages, maxnreg):
-    """One launch of ``_w4a16_prefill_ws_kernel``: program_rows output features a program
-    (GATED: of each projection)."""
+def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, block_m, one_mul,
+            warpgroups, parts, rep, stages, maxnreg):
+    """One launch of ``_w4a16_prefill_ws_kernel`` over w_s = (w, s); ``gated`` (w3, s3, route
+    weights, limit) or None. A program's output features: its rows, GATED half of them (of
+    each projection)."""
     assert HAS_GLUON, "w4a16_prefill_ws_gemm needs triton's Gluon"
     w, s = w_s
-    half = w.shape[2]
+    _, out_features, half = w.shape
     k = half * 2
     rows = base.ROWS * warpgroups * rep
+    program_rows = rows if gated is None else rows // 2
     assert k % base.BLOCK_K == 0 and out_features % TILE_ROWS == 0 and tokens.shape[1] == k
     assert TILE_ROWS % rows == 0 or rows == 2 * TILE_ROWS, (warpgroups, rep)  # step tiles
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
