@@ -8,7 +8,8 @@
 # put them in the repo root (.gitignore ignores them) and name them in the run's
 # `carry`, and the next round starts from that cache (a warm start: what a restart costs).
 # The device copy's .git can be stale (it recorded an older HEAD once): run a round as
-# `DEEPINFER_COMMIT=<hash> bash bench/h200_roundN.sh` so the results JSON names the right commit.
+# `DEEPINFER_COMMIT=<hash> bash bench/rounds/h200_roundN.sh` so the results JSON names the right
+# commit.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 OUT=${OUT:-/tmp/out}
@@ -77,7 +78,7 @@ w4a8_decode_checks_and_gemms() {
   timeout "$limit" python3 -m pytest -p no:cacheprovider -m gpu -rf -q \
     tests/gpu/test_moe_gluon_gpu.py -k "w4a8 and not prefill or pipeline" >"$OUT/tests.log" 2>&1
   echo "GPU checks rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.log" | tail -4
-  timeout 300 python3 bench/moe_gluon_decode.py --tokens 64 256 --bm 8 --stages \
+  timeout 300 python3 bench/moe_gluon_decode.py --tokens 64 256 \
     --w4a8-variants "$@" >"$OUT/moe.log" 2>&1
   echo "moe rc=$?"; grep -E "w4a8 (gated|down)|ceiling" "$OUT/moe.log" | head -20
 }
@@ -141,13 +142,12 @@ lone_1k_host_phases() {
   echo "phases rc=$?"; grep -E "^prefill 1024" "$OUT/prefill_phases.log"
   sed -n '/^host phases/,/generate done/p' "$OUT/prefill_phases.log"
 }
-# The prefill expert GEMMs (bench/moe_gluon_prefill.py, the FP8 kernel's rows skipped: BM 128 x
-# 2 warpgroups exceeds its register budget) with "$@" as its arguments, logged to
+# The prefill expert GEMMs (bench/moe_gluon_prefill.py) with "$@" as its arguments, logged to
 # $OUT/moe_$1.log: prints the rows and how many were bit-identical to their BM's first config
 # (rounds 156-157).
 moe_prefill_bench() {
   local name=$1; shift
-  timeout 170 python3 bench/moe_gluon_prefill.py --bm 128 --warpgroups 2 --skip-triton "$@" \
+  timeout 170 python3 bench/moe_gluon_prefill.py --skip-triton "$@" \
     >"$OUT/moe_$name.log" 2>&1
   echo "bench $name rc=$?"; grep -E "^\| [0-9]|False|Error|error" "$OUT/moe_$name.log" \
     | grep -v "all launches" | cut -d'|' -f2,3,4,5,6,7

@@ -9,8 +9,9 @@ them. Rows, median µs a call (CUDA events, 10 back-to-back calls): the two prod
 (g, u), the slot-major SwiGLU (``swiglu_fake_q8_slots``), both (apart, the pipeline's path),
 the fused launch in its epilogue's forms (``moe_swiglu_epilogue.MODE``: 0 padding chunks
 skipped, the default; 1 every chunk computed, the stores masked; 2 the epilogue skipped, h not
-written — the K loop's own cost in the GATED form), each of 0 and 1 compared bit for bit with
-apart's. GPU only (Gluon has no interpreter path).
+written — the K loop's own cost in the GATED form) at each ``--chunks`` value (tokens an
+epilogue pass holds, ``moe_swiglu_epilogue.TOKEN_CHUNK``), each of 0 and 1 compared bit for bit
+with apart's. GPU only (Gluon has no interpreter path).
 """
 
 from __future__ import annotations
@@ -30,9 +31,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--experts", type=int, default=384)
+    ap.add_argument("--chunks", default="32",
+                    help="comma-separated tokens per epilogue pass (moe_swiglu_epilogue."
+                         "TOKEN_CHUNK: 16, 32, 64 or 128), each timed in modes 0 and 1")
     args = ap.parse_args()
     if args.tokens < 1 or args.experts < 1:
         ap.error(f"--tokens and --experts: expected >= 1, got {args.tokens} and {args.experts}")
+    try:
+        chunks = [int(c) for c in args.chunks.split(",")]
+    except ValueError:
+        chunks = []
+    if not chunks or any(c not in (16, 32, 64, 128) for c in chunks):
+        ap.error(f"--chunks: expected a comma-separated list of 16, 32, 64, 128; got "
+                 f"{args.chunks!r}")
     from roofline import median_ms
 
     from deepinfer.kernels.triton import moe_align, moe_gluon_w4a8, moe_swiglu, quant_act
@@ -87,12 +98,13 @@ def main() -> int:
     for name, fn in (("two GEMMs (g, u)", gemms), ("SwiGLU slots", swiglu),
                      ("apart (GEMMs + SwiGLU)", lambda: (gemms(), swiglu()))):
         print(f"| {name} | {median_ms(fn, calls=10) * 1e3:.1f} | — |", flush=True)
-    saved, ok = epilogue.MODE, True
+    saved, ok = (epilogue.MODE, epilogue.TOKEN_CHUNK), True
+    forms = [(0, c, f"fused (padding chunks skipped), chunk {c}") for c in chunks]
+    forms += [(1, c, f"fused (every chunk, masked stores), chunk {c}") for c in chunks]
+    forms.append((2, chunks[0], "fused, epilogue skipped (probe)"))
     try:
-        for mode, name in ((0, "fused (padding chunks skipped)"),
-                           (1, "fused (every chunk, masked stores)"),
-                           (2, "fused, epilogue skipped (probe)")):
-            epilogue.MODE = mode
+        for mode, chunk, name in forms:
+            epilogue.MODE, epilogue.TOKEN_CHUNK = mode, chunk
             got.zero_()
             fused(got)
             same = "—" if mode == 2 else str(torch.equal(got, want))
@@ -100,7 +112,7 @@ def main() -> int:
             us = median_ms(lambda: fused(got), calls=10) * 1e3
             print(f"| {name} | {us:.1f} | {same} |", flush=True)
     finally:
-        epilogue.MODE = saved
+        epilogue.MODE, epilogue.TOKEN_CHUNK = saved
     return 0 if ok else 1
 
 

@@ -21,11 +21,11 @@ share one TMA-fed token tile of BT, ``first``: a step's wgmmas issued before its
 ``wide_config``'s launch, or this; ``gl:wN``:
 ``wide_config``'s launch with split-K for N waves at every row count, the rule before
 batch-invariant prefill), or
-``glf`` / ``gl0`` (``wide_config``'s launch with ``MMA_FIRST`` on / off), or
-``glws:BT:BK:STAGES:wN`` (its warp-specialized variant, ``linear_wide_ws``; the 16-byte-store
+``glf`` / ``gl0`` (``wide_config``'s launch with ``MMA_FIRST`` on / off). The 16-byte-store
 variant ``glv``, the persistent ``glp`` / ``glps`` and two A fragments per warpgroup
-(``:rREP``) were removed in sessions 35 / 36: no gain, rounds 172 / 174 / 177; their code is at
-59cb884 / bf68298).
+(``:rREP``) were removed in sessions 35 / 36 (no gain, rounds 172 / 174 / 177; their code is at
+59cb884 / bf68298), the warp-specialized ``glws:BT:BK:STAGES:wN`` (``linear_wide_ws``) in
+session 42 (slower at 64-256 rows, round 69a, and at 4,096, round 177; code at ad9ad7b).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
@@ -59,10 +59,6 @@ def parse_variant(text: str) -> dict | str:
     if text in ("default", "bf16", "wm", "gl"):
         return text
     try:
-        if text.startswith("glws:"):  # linear_wide_ws: BT:BK:STAGES:wN
-            _, bt, bk, stages, waves = text.split(":")
-            return dict(gl=True, WS=True, WG=1, BT=int(bt), BK=int(bk), STAGES=int(stages),
-                        waves=float(waves[1:]))
         if text in ("glf", "gl0"):  # wide_config's launch, MMA_FIRST on / off
             return dict(gl=True, MMA_FIRST=text == "glf")
         if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
@@ -100,7 +96,7 @@ def parse_variant(text: str) -> dict | str:
                  "(split an int or wN), 'default', 'bf16[:wN]', "
                  "'bf16:BMxBNxBK:stages:warps:wN', "
                  "'gl[:WG:BT[:BK]:STAGES:wN[:first]]', 'gl:wN', "
-                 "'glf', 'gl0', 'glws:BT:BK:STAGES:wN' or "
+                 "'glf', 'gl0' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 

@@ -9,9 +9,9 @@ backward branch to it) that issues ``HGMMA``s, its instructions, HGMMAs and
 the wait for them (they overlap the tensor cores) against the rest (they do not). Session 16:
 ``moe_gluon_w4a16_prefill`` decoded its weights after the wait although the PTX had the decode
 before it; the shipped ``linear_wide`` (BK 64) overlaps about half of its loop
-(docs/performance.md, "What the SASS shows"). Session 17 (bench/w4a16_probe.py): more overlap
-did not make that kernel faster — two programs per SM already hide the decode. A count, not a
-timing.
+(docs/performance.md, "What the SASS shows"). Session 17 (bench/w4a16_probe.py, removed in
+session 42: code at ad9ad7b): more overlap did not make that kernel faster — two programs per
+SM already hide the decode. A count, not a timing.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The indexer's paged scores at decode (``indexer.index_scores_paged``): v1 and v2 tilings.
+"""The indexer's paged scores at decode (``indexer.index_scores_paged``): v2 tilings and gl.
 
     TRITON_INTERPRET=0 python bench/index_decode.py [--shapes 64:4096,256:32768] [--ratio 1]
         [--width 65536] [--epb 64] [--heads 32] [--variants 128:1024:4,...] [--calls 20]
@@ -11,17 +11,17 @@ entries per block) and writes a score row of the static ``--width`` (-inf past i
 count; default 65,536 = the slice's max_model_len / 1), ``--heads`` index heads (default 32, as
 released) x 128. Session 9's round 29 ran ``--ratio 4 --heads 32 --width 65536 --shapes
 64:16384,256:16384,64:131072,256:131072`` (4,096 / 32,768 visible).
-Kernels (``PAGED_KERNEL``): v1 (until session 9), ``gl`` (``index_paged_gluon``, session 15),
-v2 at each variant ``BT:PROGRAMS:WARPS``
-(``PAGED_BLOCK_KEYS``, ``PAGED_TARGET_PROGRAMS``, ``PAGED_NUM_WARPS``; the first is the
-module's default; session 14's v3 variants, the software-pipelined loads, lost at every shape:
-commit 974b483 has them). Each is timed as a CUDA graph of
+Kernels (``PAGED_KERNEL``): ``gl`` (``index_paged_gluon``, session 15), v2 at each variant
+``BT:PROGRAMS:WARPS`` (``PAGED_BLOCK_KEYS``, ``PAGED_TARGET_PROGRAMS``, ``PAGED_NUM_WARPS``; the
+first is the module's default; session 14's v3 variants, the software-pipelined loads, lost at
+every shape: commit 974b483 has them; v1 was removed in session 42 (measured slower: 74.8 ->
+42.6 µs against v2), code at commit ad9ad7b). Each is timed as a CUDA graph of
 ``--calls`` back-to-back calls (roofline.graph_us: median of 20 replays), against its roofline:
 max(bytes / copy bandwidth, FLOPs / bf16 matmul rate), both measured in the same run
 (roofline.measure_ceilings); bytes = the visible records read once + the fp32 score rows written,
 FLOPs = rows x visible x heads x 128 x 2. Prints µs per call, the roofline, η = roofline / time
-and max |Δ| to v1's output (same exact products, fp32 sums in another order). A measurement for
-choosing the kernel and tiling, not a test.
+and max |Δ| to the first variant's output (same exact products, fp32 sums in another order). A
+measurement for choosing the kernel and tiling, not a test.
 """
 
 from __future__ import annotations
@@ -43,13 +43,10 @@ _GL_SHIPPED: dict[str, tuple[int, int]] = {}  # the Gluon kernel's launch before
 
 
 def set_kernel(indexer, name: str) -> None:
-    """``v1``, ``gl[:PROGRAMS[:STAGES]]`` (the Gluon kernel: programs over all rows, ring
-    depth) or a v2 variant ``BT:PROGRAMS:WARPS`` -> the indexer module's settings."""
+    """``gl[:PROGRAMS[:STAGES]]`` (the Gluon kernel: programs over all rows, ring depth) or a
+    v2 variant ``BT:PROGRAMS:WARPS`` -> the indexer module's settings."""
     from deepinfer.kernels.triton import index_paged_gluon
 
-    if name == "v1":
-        indexer.PAGED_KERNEL = "v1"
-        return
     if name.startswith("gl"):
         indexer.PAGED_KERNEL = "gl"
         shipped = _GL_SHIPPED.setdefault("launch", (index_paged_gluon.TARGET_PROGRAMS,
@@ -84,8 +81,8 @@ def make_inputs(rows: int, visible: int, width: int, heads: int, epb: int, devic
 
 
 def smoke() -> None:
-    """Tiny shapes under the interpreter: v1 and every default v2 / v3 variant against the
-    reference (fp32 queries there: the interpreter's bf16 arithmetic is not the GPU's)."""
+    """Tiny shapes under the interpreter: every default v2 variant against the reference
+    (fp32 queries there: the interpreter's bf16 arithmetic is not the GPU's)."""
     from deepinfer.kernels.reference import attention_fused as ref
     from deepinfer.kernels.triton import indexer
 
@@ -94,10 +91,10 @@ def smoke() -> None:
         q = q.float()
         vis[0] = 0
         want = ref.index_scores_paged(q, w, pool, tables, vis, epb, width)
-        for name in ["v1"] + DEFAULT_VARIANTS.split(","):
+        for name in DEFAULT_VARIANTS.split(","):
             set_kernel(indexer, name)
-            if name != "v1":  # interpreter-sized: 16-entry tiles, several per program
-                indexer.PAGED_BLOCK_KEYS, indexer.PAGED_TARGET_PROGRAMS = 16, 4
+            # interpreter-sized: 16-entry tiles, several per program
+            indexer.PAGED_BLOCK_KEYS, indexer.PAGED_TARGET_PROGRAMS = 16, 4
             got = indexer.index_scores_paged(q, w, pool, tables, vis, epb, width)
             finite = torch.equal(torch.isfinite(got), torch.isfinite(want))
             err = float((got - want)[torch.isfinite(want)].abs().max())
@@ -121,7 +118,7 @@ def bench(args: argparse.Namespace) -> None:
           f"ratio {args.ratio}, width {args.width}, {args.epb} entries per block; µs per call "
           f"in a CUDA graph of {args.calls} calls; copy {hbm / 1e12:.2f} TB/s, "
           f"bf16 {bf16 / 1e12:.0f} TFLOP/s (measured); v2 variants BT:PROGRAMS:WARPS")
-    print("| rows | context | kernel | µs | roofline µs | η | max abs Δ vs v1 |")
+    print("| rows | context | kernel | µs | roofline µs | η | max abs Δ vs first |")
     print("|---:|---:|---|---:|---:|---:|---:|")
     for shape in args.shapes.split(","):
         rows, context = map(int, shape.split(":"))
@@ -132,7 +129,7 @@ def bench(args: argparse.Namespace) -> None:
         flops = rows * visible * args.heads * HEAD_DIM * 2
         roof_us = max(n_bytes / hbm, flops / bf16) * 1e6
         base = None
-        for name in ["v1"] + [v if v.startswith("gl") else f"v2 {v}" for v in variants]:
+        for name in [v if v.startswith("gl") else f"v2 {v}" for v in variants]:
             set_kernel(indexer, name.split()[-1])
 
             def run(q=q, w=w, pool=pool, tables=tables, vis=vis):

@@ -7,16 +7,15 @@
 The slice plan's index-source layer at prefill: N queries x 32 index heads of 128 scored against
 one sequence's T unpacked index keys (bf16 rows: ``Indexer.select`` unpacks the 68-B records
 once), ``score[n, t] = sum_h w[n, h] * relu(q[n, h] . k[t])``; a 4K prompt at compression
-ratio 4 has T = 1,024. A variant is ``LAYOUT:KT:ROWS:WARPS`` — LAYOUT ``h`` (contiguous channel
-halves) or ``i`` (interleaved pairs, the layout until session 5), key tiles of 128 per program,
-q rows per program (queries x heads), warps: the module's ``*_FLOAT`` constants, on the rows
-kernel (``indexer.FLOAT_KERNEL`` "rows"); or ``m:QUERIES:KEYS:KEY_TILES:WARPS:STAGES`` — the
-keys-on-M kernel (``index_scores_keys_m``, session 39) with those module constants. ``--causal
-RATIO``: each query n sees (n + 1) // RATIO keys (``num_visible``, as a prompt's layer passes
-it: about half the tiles unscored; FLOPs count the visible pairs). Per variant: the
-median ms (CUDA events, 20 runs after 3 warm-ups), max |out - out of the first variant| (fp32 sums
-reordered only), FLOPs 2 x N x Hi x D x T and the fraction of the bf16 ceiling measured in the
-same run. A measurement for choosing the config, not a test.
+ratio 4 has T = 1,024. A variant is ``m:QUERIES:KEYS:KEY_TILES:WARPS:STAGES`` — the keys-on-M
+kernel (``index_scores_keys_m``, session 39) with those module constants; the first default is
+the shipped one. The rows kernel's ``h|i:KT:ROWS:WARPS`` variants were removed in session 42
+(measured slower: 0.283 -> 0.134 ms), code at commit ad9ad7b. ``--causal RATIO``: each query n
+sees (n + 1) // RATIO keys (``num_visible``, as a prompt's layer passes it: about half the
+tiles unscored; FLOPs count the visible pairs). Per variant: the median ms (CUDA events, 20
+runs after 3 warm-ups), max |out - out of the first variant| (fp32 sums reordered only), FLOPs
+2 x N x Hi x D x T and the fraction of the bf16 ceiling measured in the same run. A
+measurement for choosing the config, not a test.
 """
 
 from __future__ import annotations
@@ -30,21 +29,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep_args  # noqa: E402
 
 HEADS, DIM = 32, 128
-DEFAULT_VARIANTS = ("h:8:64:4,m:4:128:8:8:3,m:4:128:8:8:2,m:4:64:8:4:3,m:8:128:8:8:2,"
-                    "m:2:128:8:8:3,m:4:128:4:8:3,m:4:128:16:8:3,h:4:128:8")
+DEFAULT_VARIANTS = ("m:4:64:16:4:3,m:4:128:8:8:3,m:4:128:8:8:2,m:4:64:8:4:3,m:8:128:8:8:2,"
+                    "m:2:128:8:8:3,m:4:128:4:8:3,m:4:128:16:8:3")
 
 
-def set_variant(indexer, layout: str, *nums: int) -> None:
-    """``h|i:KT:ROWS:WARPS`` (the rows kernel) or ``m:QUERIES:KEYS:KT:WARPS:STAGES`` (keys on M)."""
+def set_variant(layout: str, *nums: int) -> None:
+    """``m:QUERIES:KEYS:KT:WARPS:STAGES`` -> the keys-on-M kernel's module constants."""
     from deepinfer.kernels.triton import index_scores_keys_m as keys_m
 
-    if layout == "m":
-        indexer.FLOAT_KERNEL = "keys_m"
-        keys_m.QUERIES, keys_m.KEYS, keys_m.KEY_TILES, keys_m.NUM_WARPS, keys_m.NUM_STAGES = nums
-        return
-    indexer.FLOAT_KERNEL = "rows"
-    indexer.FLOAT_HALVES = layout == "h"
-    indexer.KEY_TILES_FLOAT, indexer.ROWS_PER_PROGRAM_FLOAT, indexer.NUM_WARPS_FLOAT = nums
+    if layout != "m":
+        raise ValueError(f"variant layout {layout!r}: expected m:QUERIES:KEYS:KT:WARPS:STAGES")
+    keys_m.QUERIES, keys_m.KEYS, keys_m.KEY_TILES, keys_m.NUM_WARPS, keys_m.NUM_STAGES = nums
 
 
 def main() -> int:
@@ -84,7 +79,7 @@ def main() -> int:
     first = None
     for variant in args.variants.split(","):
         layout, *nums = variant.split(":")
-        set_variant(indexer, layout, *map(int, nums))
+        set_variant(layout, *map(int, nums))
         out = sweep_args.try_variant(variant, run)
         if out is None:
             continue

@@ -28,13 +28,6 @@ measures the variants alone, then the best end to end.
     --w4a16-fused-swiglu 0|1                       the prefill's gated expert GEMM with the
                                                    SwiGLU as its epilogue (moe_gluon_w4a16_
                                                    prefill.FUSED_SWIGLU)
-    --w4a8-decode-bm N                             decode-sized W4A8 expert calls on the
-                                                   prefill pipeline with N (8 / 16) pairs per
-                                                   program (0: the decode pipeline)
-    --w4a8-prefill-kernel w4a8|w4a16               prefill-sized W4A8-layout expert calls:
-                                                   FP8 wgmmas with per-group promotion, or
-                                                   the weights decoded to bf16
-                                                   (moe_experts.W4A8_PREFILL_KERNEL)
     --w4a16-prefill-parts 1|2|4|8                  the bf16 prefill expert GEMM's block N in
                                                    parts of BM (moe_gluon_w4a16_prefill.PARTS)
     --w4a16-rep-max-pairs N                        ... one warpgroup of two A fragments up
@@ -48,7 +41,7 @@ measures the variants alone, then the best end to end.
     --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
                                                    (0 / 1) and register caps of the gated /
                                                    down launches ('-': none), e.g. 0:-:72
-    --index-paged-kernel v1|v2|gl                  the paged index scores' decode kernel
+    --index-paged-kernel v2|gl                     the paged index scores' decode kernel
                                                    (indexer.PAGED_KERNEL; gl: Gluon)
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
                                                    the decode launch (BM 16, tf32x3), more on
@@ -65,7 +58,8 @@ measures the variants alone, then the best end to end.
                                                    names: the rest_kernels.py sweeps' winners
                                                    end to end)
     --launch-choice MODULE.NAME=WORD               any string kernel choice of such a module,
-                                                   e.g. indexer.FLOAT_KERNEL=rows (repeatable)
+                                                   e.g. moe_gluon_w4a16_prefill.KERNEL=ws
+                                                   (repeatable)
 """
 
 from __future__ import annotations
@@ -103,12 +97,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--linear-wide-max-rows", type=int, default=None,
                     help="FP8 projections up to this many rows on linear_wide (default: "
                     "linear.WIDE_MAX_ROWS)")
-    ap.add_argument("--w4a8-decode-bm", type=int, default=None, choices=(0, 8, 16),
-                    help="decode-sized W4A8 expert calls on the prefill pipeline with this many "
-                    "pairs per program (0: the decode pipeline, the default)")
-    ap.add_argument("--w4a8-prefill-kernel", default=None, choices=("w4a8", "w4a16"),
-                    help="prefill-sized W4A8-layout expert calls: FP8 wgmmas (w4a8) or bf16 "
-                    "(w4a16; default: moe_experts.W4A8_PREFILL_KERNEL)")
     ap.add_argument("--w4a16-prefill-parts", type=int, default=None, choices=(1, 2, 4, 8),
                     help="the bf16 prefill expert GEMM runs a block at N = its parts of BM "
                     "that hold pairs (default: moe_gluon_w4a16_prefill.PARTS)")
@@ -117,7 +105,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     "(0|1, registers or '-', 0|1, 0|1; default: moe_gluon_w4a8.DECODE_PREFETCH, "
                     "register_cap, DECODE_XCP and DECODE_PAIRED)")
     ap.add_argument("--index-paged-kernel", default=None,
-                    help="v1, v2 or gl: the paged index scores' decode kernel "
+                    help="v2 or gl: the paged index scores' decode kernel "
                     "(default: indexer.PAGED_KERNEL)")
     ap.add_argument("--mhc-decode-max-tokens", type=int, default=None,
                     help="mHC coefficient calls up to this many tokens on the decode launch "
@@ -144,7 +132,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     "(repeatable), e.g. mhc_norm.BLOCK_D=1024")
     ap.add_argument("--launch-choice", action="append", default=[], metavar="MODULE.NAME=WORD",
                     help="a string kernel choice of deepinfer.kernels.triton.MODULE "
-                    "(repeatable), e.g. indexer.FLOAT_KERNEL=rows")
+                    "(repeatable), e.g. moe_gluon_w4a16_prefill.KERNEL=ws")
     ap.add_argument("--moe-decode-max-pairs", type=int, default=None,
                     help="W4A8 experts on the decode pipeline up to this many pairs per expert "
                     "(default: moe_experts.DECODE_MAX_PAIRS_PER_EXPERT; 16: before session 23)")
@@ -153,9 +141,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def apply_args(args: argparse.Namespace) -> None:
     """``apply`` with the flags ``add_arguments`` defined (decode.py, prefill.py)."""
     apply(args.attention_config, args.moe_config, args.linear_decode_rows,
-          args.shared_expert_max_rows, args.mhc_decode_max_tokens, args.w4a8_decode_bm,
+          args.shared_expert_max_rows, args.mhc_decode_max_tokens,
           args.w4a8_decode_variant, args.index_paged_kernel, args.mhc_finalize_block_m,
-          args.linear_wide_rows, args.linear_wide_max_rows, args.w4a8_prefill_kernel,
+          args.linear_wide_rows, args.linear_wide_max_rows,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
           args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_mma_first,
           args.linear_wide_two_wg_rows, args.w4a16_fused_swiglu)
@@ -174,7 +162,8 @@ def set_launch_constant(text: str) -> None:
 
 def set_launch_choice(text: str) -> None:
     """``MODULE.NAME=WORD``: deepinfer.kernels.triton.MODULE.NAME = "WORD" for a string
-    constant (a kernel choice such as indexer.FLOAT_KERNEL); exits as ``set_launch_constant``."""
+    constant (a kernel choice such as moe_gluon_w4a16_prefill.KERNEL); exits as
+    ``set_launch_constant``."""
     _set_module_constant("--launch-choice", text, str, "WORD",
                          lambda v: v.replace("_", "").isalnum())
 
@@ -221,13 +210,11 @@ def apply(attention_config: str | None, moe_configs: list[str],
           linear_decode_rows: int | None = None,
           shared_expert_max_rows: int | None = None,
           mhc_decode_max_tokens: int | None = None,
-          w4a8_decode_bm: int | None = None,
           w4a8_decode_variant: str | None = None,
           index_paged_kernel: str | None = None,
           mhc_finalize_block_m: int | None = None,
           linear_wide_rows: int | None = None,
           linear_wide_max_rows: int | None = None,
-          w4a8_prefill_kernel: str | None = None,
           w4a16_prefill_parts: int | None = None,
           route_decode_max_tokens: int | None = None,
           moe_decode_max_pairs: int | None = None,
@@ -268,12 +255,6 @@ def apply(attention_config: str | None, moe_configs: list[str],
         set_index_paged_kernel(index_paged_kernel)
     if w4a8_decode_variant is not None:
         set_w4a8_decode_variant(w4a8_decode_variant)
-    if w4a8_decode_bm is not None:
-        from deepinfer.kernels.triton import moe_experts
-        moe_experts.W4A8_DECODE_PREFILL_BM = w4a8_decode_bm
-    if w4a8_prefill_kernel is not None:
-        from deepinfer.kernels.triton import moe_experts
-        moe_experts.W4A8_PREFILL_KERNEL = w4a8_prefill_kernel
     if w4a16_prefill_parts is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_prefill_parts not in (1, 2, 4, 8):
@@ -380,8 +361,8 @@ def set_w4a8_decode_variant(text: str, flag: str = "--w4a8-decode-variant") -> N
 
 
 def set_index_paged_kernel(text: str) -> None:
-    """v1 | v2 | gl -> indexer.PAGED_KERNEL; a malformed value exits naming the flag."""
+    """v2 | gl -> indexer.PAGED_KERNEL; a malformed value exits naming the flag."""
     from deepinfer.kernels.triton import indexer
-    if text not in ("v1", "v2", "gl"):
-        raise SystemExit(f"--index-paged-kernel {text!r}: expected v1, v2 or gl")
+    if text not in ("v2", "gl"):
+        raise SystemExit(f"--index-paged-kernel {text!r}: expected v2 or gl")
     indexer.PAGED_KERNEL = text

@@ -1,29 +1,29 @@
-"""The W4A8 Gluon prefill expert GEMM (kernels/triton/moe_gluon_w4a8_prefill.py) against the
-Triton tiles, on the H200.
+"""The bf16 Gluon prefill expert GEMM (kernels/triton/moe_gluon_w4a16_prefill.py), on the H200.
 
-    TRITON_INTERPRET=0 python bench/moe_gluon_prefill.py [--tokens 4096 16384] [--bm 32 64]
+    TRITON_INTERPRET=0 python bench/moe_gluon_prefill.py [--tokens 4096 16384] [--w4a16-bm 64 128]
 
-Shapes of the v41-flash-slice plan (D=5120, I=2304, 384 MXFP4 experts, top-6, uniform random
+MXFP4 weights in the W4A8 order decoded to bf16 (no per-group promotion), against the Triton
+tiles. Shapes of the v41-flash-slice plan (D=5120, I=2304, 384 MXFP4 experts, top-6, uniform random
 routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
   * correctness: each GEMM against ``moe_gluon.reference_grouped`` on the Q8_32 values
-    (rel. L2), and the whole pipeline (``run_experts_w4a8_prefill``) against Triton's
+    (rel. L2), and the whole pipeline (``run_experts_w4a16_prefill``) against Triton's
     ``run_experts`` on the same weights (rel. L2);
   * time: median CUDA-event ms of each GEMM launch, its FLOPs (2 * pairs * O * K, padding not
-    counted) over it against the FP8 matmul ceiling measured in the same run, and the weight
-    bytes over it against the HBM ceiling; the whole pipeline against Triton's run_experts
-    (word order, the engine's prefill config) and its two ``_moe_gemm_kernel`` launches.
-``--w4a16-bm`` / ``--w4a16-stages``: the same rows for the bf16 kernel
-(``moe_gluon_w4a16_prefill``: weights decoded to bf16, no per-group promotion), its FLOPs against
-the bf16 ceiling as well; ``--w4a16-rep 1 2``: also with two A fragments per warpgroup (128 rows
-on one warpgroup), each config's output compared bit for bit with its BM's first;
-``--w4a16-kernel base ws``: the kernels (``ws``: ``moe_gluon_w4a16_prefill_ws``, the TMA issue
-on a producer warp), each with an optional launch register cap (``ws:128``), the pipeline rows
-on each as well.
-``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --bm 8 16``): the whole pipelines are timed
-as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode step
-replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed beside
-them — whether this kernel's two-TMA-operand structure beats the decode kernel at decode sizes
-— and whether each pipeline's output is bit-identical to the decode pipeline's.
+    counted) over it against the FP8 and bf16 matmul ceilings measured in the same run, and the
+    weight bytes over it against the HBM ceiling; the whole pipeline against Triton's
+    run_experts (word order, the engine's prefill config) and its two ``_moe_gemm_kernel``
+    launches.
+``--w4a16-bm`` / ``--w4a16-stages`` / ``--w4a16-wg`` / ``--w4a16-parts``: the configs;
+``--w4a16-rep 1 2``: also with two A fragments per warpgroup (128 rows on one warpgroup), each
+config's output compared bit for bit with its BM's first; ``--w4a16-kernel base ws``: the
+kernels (``ws``: ``moe_gluon_w4a16_prefill_ws``, the TMA issue on a producer warp), each with an
+optional launch register cap (``ws:128``), the pipeline rows on each as well.
+``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --w4a16-bm 64``): the whole pipelines are
+timed as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode
+step replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed
+beside them, with whether each pipeline's output is bit-identical to the decode pipeline's.
+The FP8 (W4A8) prefill kernel's rows (``moe_gluon_w4a8_prefill``) were removed in session 42
+(measured slower: H200 round 71a, 8.18 vs 11.21 ms at 4K tokens), code at commit ad9ad7b.
 Prints a table; GPU only (Gluon has no interpreter path).
 """
 
@@ -72,14 +72,6 @@ def pipeline_row(rl, fn, ref, graphs: bool, label: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[4096])
-    parser.add_argument("--bm", type=int, nargs="+", default=[32, 64])
-    parser.add_argument("--stages", type=int, nargs="+", default=[3])
-    parser.add_argument("--warpgroups", type=int, nargs="+", default=[1, 2],
-                        help="warpgroups per program (64 weight rows each; 1 or 2: a weight "
-                        "box within one step tile of the W4A8 order)")
-    parser.add_argument("--expanded", type=int, nargs="+", default=[0],
-                        help="0: token scale bytes; 1: expand_token_scales (the EXPANDED "
-                             "kernel)")
     parser.add_argument("--w4a16-bm", type=int, nargs="*", default=[64, 128],
                         help="pairs per program of the bf16 prefill kernel (none: skip it)")
     parser.add_argument("--w4a16-stages", type=int, nargs="+", default=[3])
@@ -121,7 +113,6 @@ def main() -> None:
         moe_gluon_w4a8,
         quant_act,
     )
-    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as pf16_ws
 
@@ -160,28 +151,6 @@ def main() -> None:
                 for _, _, _, div, _, f, v in cases]
         ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
         outs = {}  # each pipeline's output, for the bit comparison with the decode pipeline
-        for bm, stages, wg, exp in [(bm, st, wg, bool(ex)) for bm in args.bm
-                                    for st in args.stages for wg in args.warpgroups
-                                    for ex in args.expanded if bm * wg <= 128]:  # registers
-            pairs, blocks = moe_align.align_pairs(ids, e, bm)
-            for (name, codes, scales, div, w, f, _), ref in zip(cases, refs, strict=True):
-                gc, gs = pf.gather_rows(codes, scales, pairs, num_pairs, div)
-                if exp:
-                    gs = pf.expand_token_scales(gs, bm)
-                out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
-                run = functools.partial(pf.w4a8_prefill_gemm, gc, gs, w, f.scale, pairs, blocks,
-                                        num_pairs, out, stages, bm, wg, exp)
-                print(gemm_row(rl, run, out, ref, w, f, touched, fp8, None,
-                               f"{num_tokens} | w4a8 {name}{' exp' if exp else ''} | {bm} | "
-                               f"{stages} | {wg}"), flush=True)
-            whole_fn = functools.partial(pf.run_experts_w4a8_prefill, x, ids, route_w, *kw, 10.0,
-                                         stages=stages, block_m=bm, warpgroups=wg,
-                                         expanded=exp)
-            outs[f"w4a8 prefill BM {bm}"] = whole_fn()
-            print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
-                               f"{num_tokens} | w4a8 run_experts_w4a8_prefill"
-                               f"{' exp' if exp else ''} (all launches) | {bm} | {stages} | "
-                               f"{wg}"), flush=True)
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
         default_kernel = pf16.KERNEL, pf16.MAXNREG  # restored after the rows
         for bm, stages, wg, parts, rep, kern in [

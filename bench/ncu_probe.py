@@ -6,8 +6,8 @@
 
 experts: ``run_experts`` (the gated and the down GEMM, the combine) at moe_config's decode tiling,
 the shapes and random MXFP4 weights of bench/moe_decode.py; experts-w4a8: the same weights in
-the W4A8 Gluon layout (the SM90 default: ``moe_gluon_w4a8.run_experts_w4a8``; above 16 pairs
-per expert, e.g. --tokens 4096, the prefill pipeline ``run_experts_w4a8_prefill``); attention: the
+the W4A8 Gluon layout (the SM90 default: ``moe_gluon_w4a8.run_experts_w4a8``; above 10 pairs
+per expert, e.g. --tokens 4096, the prefill pipeline ``run_experts_w4a16_prefill``); attention: the
 decode-shaped sparse attention over records of bench/attention_decode.py; gemm-w4a16: one
 gated prefill expert GEMM (w1, K 5120) on the engine's kernel (``moe_gluon_w4a16_prefill``, BM
 128, 2 warpgroups, parts 4; session 27's round 150 also ran two shared-memory-operand kernels

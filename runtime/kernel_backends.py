@@ -132,11 +132,12 @@ def expert_byte_order(kernels: KernelSet, device: str | torch.device,
     triton's Gluon imports and every expert GEMM's K (``k_sizes``: hidden and expert width) is
     a multiple of 128 (the layout's step; each GEMM's O is the other's K, so its step tiles of
     128 rows fit too) — the layout of ``kernels/triton/moe_gluon_w4a8.py``
-    (decode) and ``moe_gluon_w4a8_prefill.py`` (prefill): in the engine, 64 x 4K decode 20.8
+    (decode) and ``moe_gluon_w4a16_prefill.py`` (prefill): in the engine, 64 x 4K decode 20.8
     -> 16.1 ms per step and the 4K prefill 169.1 -> 153.1 ms against word order (session 11,
-    rounds 40b and 42a); else "words". ``DI_EXPERT_ORDER=words`` keeps word order (the
-    Triton tiles everywhere), ``w4a8`` asks for the default. Raises PlanError (a user error
-    naming the variable) on any other value of it."""
+    rounds 40b and 42a, with the since-removed FP8 prefill kernel); else "words".
+    ``DI_EXPERT_ORDER=words`` keeps word order (the Triton tiles everywhere), ``w4a8`` asks for
+    the default. Raises PlanError (a user error naming the variable) on any other value of
+    it."""
     choice = environ.get(EXPERT_ORDER_ENV, "")
     if choice not in ("", "words", "w4a8"):
         raise PlanError("the environment", EXPERT_ORDER_ENV,

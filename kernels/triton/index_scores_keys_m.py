@@ -3,21 +3,21 @@
     score[n, t] = sum_h w[n, h] * relu(q[n, h] . k[t])
 
 The registered ``index_scores`` op on float keys (``indexer.index_scores``: one sequence's index
-keys unpacked to bf16 rows, a prompt's queries against them) takes this kernel when
-``indexer.FLOAT_KERNEL`` is "keys_m"; the reference is ``reference.indexer.index_scores``.
+keys unpacked to bf16 rows, a prompt's queries against them) runs this kernel; the reference is
+``reference.indexer.index_scores``.
 
-Why: ``indexer._index_scores_kernel`` puts a program's 2 queries x 32 heads on M and 128 keys on
-N. Every program then streams its key range through shared memory for only 2 queries: a 4K
-prompt at ratio 2 (4,096 queries, 2,048 keys, causal) moves ~0.5 GB of key tiles from L2 for
-34 GFLOP (64 FLOP a byte), and the head sum reduces M rows spread over the 4 warps (shared
-memory and barriers a tile) — 268 µs a call on the H200 (3 calls in round 187's 4K prompt,
-0.80 ms, 0.27 of its floor); 0.283 ms alone at that shape on an H100 against 0.134 here
-(round 192). Here a program holds ``QUERIES`` queries (N = QUERIES x heads,
-their q rows loaded once as the B operand) and streams ``KEYS`` keys a tile as A (M): the key
-bytes per FLOP fall by QUERIES / 2, and the head sum runs along N — each thread's accumulator
-row holds 8 of a query's 32 heads (the wgmma layout: columns 8 j + 2 (lane % 4) + {0, 1}), so
-it is 7 in-thread adds and 2 shuffles, no shared memory (the reshape of N into (query, head) is
-a free linear layout).
+Why: the rows kernel it replaced (removed in session 42, code at commit ad9ad7b) put a
+program's 2 queries x 32 heads on M and 128 keys on N. Every program then streamed its key
+range through shared memory for only 2 queries: a 4K prompt at ratio 2 (4,096 queries, 2,048
+keys, causal) moved ~0.5 GB of key tiles from L2 for 34 GFLOP (64 FLOP a byte), and the head
+sum reduced M rows spread over the 4 warps (shared memory and barriers a tile) — 268 µs a call
+on the H200 (3 calls in round 187's 4K prompt, 0.80 ms, 0.27 of its floor); 0.283 ms alone at
+that shape on an H100 against 0.134 here (round 192). Here a program holds ``QUERIES`` queries
+(N = QUERIES x heads, their q rows loaded once as the B operand) and streams ``KEYS`` keys a
+tile as A (M): the key bytes per FLOP fall by QUERIES / 2, and the head sum runs along N — each
+thread's accumulator row holds 8 of a query's 32 heads (the wgmma layout: columns 8 j + 2
+(lane % 4) + {0, 1}), so it is 7 in-thread adds and 2 shuffles, no shared memory (the reshape
+of N into (query, head) is a free linear layout).
 
 The grid is (query blocks, key ranges of ``KEY_TILES`` tiles). With ``num_visible`` a program
 scores only the tiles some query of its block sees and writes -inf over the rest (a prompt's
@@ -44,7 +44,7 @@ from deepinfer.kernels.triton.launch_math import cdiv
 # 4,096 keys ratio 1; QUERIES:KEYS:KEY_TILES:WARPS:STAGES): 4:128:8:8:3 0.218 / 0.261,
 # 4:128:8:8:2 0.163 / 0.277, 4:64:8:4:3 0.142 / 0.251, 8:128:8:8:2 0.145 / 0.239, 2:128:8:8:3
 # 0.156 / 0.261, 4:128:4:8:3 0.181 / 0.319, 4:128:16:8:3 0.134 / 0.225 (session 39's default);
-# the rows kernel (indexer.FLOAT_KERNEL "rows", its default tiling) 0.283 / 0.357. Another H100,
+# the rows kernel (removed in session 42; its default tiling) 0.283 / 0.357. Another H100,
 # round 195-196 (session 40), each twice interleaved: 4:128:16:8:3 0.164-0.165 / 0.247-0.252,
 # 4:64:16:4:3 0.154-0.158 / 0.234 (this default; the same output bits), 4:64:32:4:3 0.147 / -,
 # 8:128:16:8:2 0.164, 2:64:16:4:3 0.165, 4:64:16:4:4 0.156 at 2,048 keys

@@ -1,23 +1,20 @@
 """Indexer scores ``score[n, t] = sum_h w[n, h] * relu(q[n, h] . k[t])`` (model-spec §2.6).
 
-One program scores ``BN`` queries (``BN * Hi`` = 64 rows for the released 32 heads, so one
-warpgroup MMA tile) against ``KT`` tiles of ``BT`` keys, keeping its queries loaded. Keys are
-either float rows (the registered ``index_scores`` op) or 68-B FP4 index-key records
-(``index_scores_records``: D/2 e2m1 pair bytes | D/32 ue8m0 scales) dequantized in registers,
-with the visibility rule ``t < num_visible[n]`` applied in the epilogue (-inf elsewhere).
-``index_scores_paged`` scores each query over its own entries of a paged record pool (rows do
-not share keys), reading only visible entries. Its decode kernel v2 (``PAGED_KERNEL``) unpacks
-a record tile with the MXFP4 PTX of ``mxfp4_unpack`` (the record is an MXFP4 row: byte j =
-channels 2j, 2j+1; scale byte b = channels 32b..32b+31) straight into bf16 even/odd halves that
-are the MMA's A operand (keys on M, q^T the B operand loaded once per program), spreads a row's
-tiles over its programs by stride, and keeps the next tile's loads in flight; v1 (one row per
-program, KEY_TILES contiguous tiles, fp32 nibble decode) stays selectable.
-As in the attention kernel the 128 channels are taken as two halves, pair j = (channel j*CS,
-channel j*CS + PS): records interleave (CS=2, PS=1: one record byte feeds both halves), float
-keys take contiguous halves (CS=1, PS=D/2: vectorized loads instead of a stride-2 gather; the
-attention kernel's prefill launch measured 23.7 -> 3.4 ms from this kind of change). Dots run
-in q's dtype (bf16 on the GPU: FP4-grid values are exact in bf16) with fp32 accumulation; the
-head reduction is fp32.
+``index_scores`` (the prefill: a prompt's queries over one sequence's index keys unpacked to
+float rows, with the visibility rule ``t < num_visible[n]`` applied: -inf elsewhere) runs the
+keys-on-M kernel of ``index_scores_keys_m``. ``index_scores_paged`` scores each query over its
+own entries of a paged pool of 68-B FP4 index-key records (D/2 e2m1 pair bytes | D/32 ue8m0
+scales; rows do not share keys), reading only visible entries. Its decode kernel v2
+(``PAGED_KERNEL``) unpacks a record tile with the MXFP4 PTX of ``mxfp4_unpack`` (the record is
+an MXFP4 row: byte j = channels 2j, 2j+1; scale byte b = channels 32b..32b+31) straight into
+bf16 even/odd halves that are the MMA's A operand (keys on M, q^T the B operand loaded once per
+program), spreads a row's tiles over its programs by stride, and keeps the next tile's loads in
+flight. Dots run in q's dtype (bf16 on the GPU: FP4-grid values are exact in bf16) with fp32
+accumulation; the head reduction is fp32.
+
+The rows kernel (``FLOAT_KERNEL`` "rows", also behind the unused Triton ``index_scores_records``)
+and paged kernel v1 were removed in session 42 (measured slower: 0.283 -> 0.134 ms and 74.8 ->
+42.6 µs against their successors), code at commit ad9ad7b.
 """
 
 from __future__ import annotations
@@ -30,29 +27,14 @@ import triton.language as tl
 
 from deepinfer.kernels import formats
 from deepinfer.kernels.triton import attn_common, index_scores_keys_m, mxfp4_unpack
-from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
+from deepinfer.kernels.triton.attn_common import cuda_sm90, ue8m0_to_f32
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
-BLOCK_KEYS = 128
-KEY_TILES = 8  # key tiles per program (q stays in registers/shared across them)
-ROWS_PER_PROGRAM = 64  # BN * Hi
-NUM_WARPS = 4
-# the float-key kernel: "keys_m" (``index_scores_keys_m``: keys on the MMA's M side, a
-# program's queries x heads on N) or "rows" (this module's ``_index_scores_kernel``, queries x
-# heads on M; the tiling below)
-FLOAT_KERNEL = "keys_m"
-# float keys (the prefill path: one sequence's unpacked index keys): key tiles per program, q rows
-# per program and the channel layout; bench/index_prefill.py varies them. H200, 4,096 queries x
-# 1,024 keys (session 6 round 11): interleaved pairs 2.20 ms, halves with 1/4/8 key tiles
-# 0.271/0.204/0.184 ms (8 tiles x 64 rows x 4 warps ties 4 x 128 x 8 warps, 0.183)
-KEY_TILES_FLOAT = 8
-ROWS_PER_PROGRAM_FLOAT = 64
-FLOAT_HALVES = True
-NUM_WARPS_FLOAT = 4
 # index_scores_paged (decode): "v2" = _index_scores_paged_v2_kernel (records unpacked by the
 # MXFP4 PTX of mxfp4_unpack, keys on the MMA's M side, tiles strided over a row's programs,
-# next tile's loads in flight), "v1" = _index_scores_paged_kernel (until session 9). (A "v3"
+# next tile's loads in flight). (v1, one row per program, was removed in session 42 (measured
+# slower: 74.8 -> 42.6 µs at 64 rows x 4,096), code at commit ad9ad7b. A "v3"
 # leaving the record loads to Triton's software pipeline, cp.async with 3-4 tiles in flight,
 # was 5-14 % slower than v2 at every decode shape: session 14 round 61a; commit 974b483 has it.)
 # "gl" = index_paged_gluon (Gluon: records by cp.async into a 4-deep ring, decoded into the
@@ -65,113 +47,6 @@ PAGED_KERNEL = "gl"
 PAGED_BLOCK_KEYS = 128
 PAGED_TARGET_PROGRAMS = 1024
 PAGED_NUM_WARPS = 4
-
-
-@triton.jit
-def _index_scores_kernel(
-    q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, stride_k, vis_ptr, out_ptr,
-    stride_on, num_q, num_keys,
-    HI: tl.constexpr, D: tl.constexpr, BN: tl.constexpr, BT: tl.constexpr, KT: tl.constexpr,
-    RECORDS: tl.constexpr, HAS_VIS: tl.constexpr, PREC: tl.constexpr, CS: tl.constexpr,
-    PS: tl.constexpr,
-):
-    n0 = tl.program_id(0) * BN
-    t0 = tl.program_id(1) * (BT * KT)
-    r = tl.arange(0, BN * HI)
-    qn = n0 + r // HI
-    qmask = qn < num_q
-    j = tl.arange(0, D // 2)
-    q_rows = q_ptr + qn.to(tl.int64)[:, None] * stride_qn + (r % HI)[:, None] * stride_qh
-    q_e = tl.load(q_rows + CS * j[None, :], mask=qmask[:, None], other=0.0)
-    q_o = tl.load(q_rows + CS * j[None, :] + PS, mask=qmask[:, None], other=0.0)
-
-    w = tl.load(w_ptr + qn.to(tl.int64) * stride_wn + r % HI, mask=qmask, other=0.0)
-    w = w.to(tl.float32)
-    qn2 = n0 + tl.arange(0, BN)
-    tiles = tl.minimum(KT, tl.cdiv(num_keys - t0, BT))  # the program's key tiles
-    scored = tiles
-    if HAS_VIS:
-        vis = tl.load(vis_ptr + qn2, mask=qn2 < num_q, other=0)
-        # tiles no query of the block sees (a prompt's causal upper triangle: ~half of a
-        # prefill's) get -inf without loading or scoring their keys
-        seen = tl.minimum(tl.max(vis, 0), num_keys).to(tl.int32)
-        scored = tl.maximum(tl.minimum(tiles, tl.cdiv(seen - t0, BT)), 0)
-        for kt in range(scored, tiles):
-            t = t0 + kt * BT + tl.arange(0, BT)
-            out = out_ptr + qn2.to(tl.int64)[:, None] * stride_on + t[None, :]
-            tl.store(out, tl.full((BN, BT), float("-inf"), tl.float32),
-                     mask=(qn2 < num_q)[:, None] & (t < num_keys)[None, :])
-    for kt in range(0, scored):
-        t = t0 + kt * BT + tl.arange(0, BT)
-        tmask = t < num_keys
-        k_rows = k_ptr + t.to(tl.int64)[:, None] * stride_k
-        if RECORDS:
-            byte = tl.load(k_rows + j[None, :], mask=tmask[:, None], other=0).to(tl.int32)
-            se = tl.load(k_rows + D // 2 + j[None, :] // 16, mask=tmask[:, None], other=127)
-            scale = ue8m0_to_f32(se.to(tl.int32))
-            k_e = e2m1_to_f32(byte & 15) * scale
-            k_o = e2m1_to_f32((byte >> 4) & 15) * scale
-        else:
-            k_e = tl.load(k_rows + CS * j[None, :], mask=tmask[:, None], other=0.0)
-            k_o = tl.load(k_rows + CS * j[None, :] + PS, mask=tmask[:, None], other=0.0)
-            k_e = k_e.to(tl.float32)
-            k_o = k_o.to(tl.float32)
-        s = tl.dot(q_e, tl.trans(k_e.to(q_e.dtype)), input_precision=PREC)
-        s = tl.dot(q_o, tl.trans(k_o.to(q_e.dtype)), s, input_precision=PREC)  # (BN*HI, BT)
-        s = tl.maximum(s, 0.0) * w[:, None]
-        score = tl.sum(tl.reshape(s, (BN, HI, BT)), axis=1)  # (BN, BT)
-        if HAS_VIS:
-            score = tl.where(t[None, :] < vis[:, None], score, float("-inf"))
-        out = out_ptr + qn2.to(tl.int64)[:, None] * stride_on + t[None, :]
-        tl.store(out, score, mask=(qn2 < num_q)[:, None] & tmask[None, :])
-
-
-
-@triton.jit(do_not_specialize=["entries_per_block"])
-def _index_scores_paged_kernel(
-    q_ptr, stride_qn, stride_qh, w_ptr, stride_wn, k_ptr, bt_ptr, stride_bn, vis_ptr, out_ptr,
-    stride_on, width, entries_per_block,
-    HI: tl.constexpr, HP: tl.constexpr, D: tl.constexpr, BT: tl.constexpr, KT: tl.constexpr,
-    PREC: tl.constexpr,
-):
-    """Program (n, p): query row n over entries [p*BT*KT, (p+1)*BT*KT) of its block table.
-    Only tiles holding visible entries load anything; the rest are stored as -inf.
-
-    ``entries_per_block`` is not specialized: with its %16 specialization Triton 3.6's alignment
-    analysis overstates the alignment of ``row = blk * epb + t % epb`` and the record loads
-    fault on the H200 ("misaligned address", measured at epb=16); unspecialized they run."""
-    n = tl.program_id(0).to(tl.int64)
-    t0 = tl.program_id(1) * (BT * KT)
-    vis = tl.minimum(tl.load(vis_ptr + n), width).to(tl.int32)
-    num_tiles = tl.minimum(KT, tl.cdiv(width - t0, BT))
-    num_vis_tiles = tl.where(vis > t0, tl.minimum(num_tiles, tl.cdiv(vis - t0, BT)), 0)
-    out_row = out_ptr + n * stride_on
-    if num_vis_tiles > 0:
-        r = tl.arange(0, HP)  # heads, padded to the 16-row minimum of tl.dot
-        rmask = r < HI
-        j = tl.arange(0, D // 2)
-        q_rows = q_ptr + n * stride_qn + r[:, None] * stride_qh
-        q_e = tl.load(q_rows + 2 * j[None, :], mask=rmask[:, None], other=0.0)
-        q_o = tl.load(q_rows + 2 * j[None, :] + 1, mask=rmask[:, None], other=0.0)
-        w = tl.load(w_ptr + n * stride_wn + r, mask=rmask, other=0.0).to(tl.float32)
-        for kt in range(0, num_vis_tiles):
-            t = t0 + kt * BT + tl.arange(0, BT)
-            tmask = t < vis
-            blk = tl.load(bt_ptr + n * stride_bn + t // entries_per_block, mask=tmask, other=0)
-            row = blk * entries_per_block + t % entries_per_block
-            k_rows = k_ptr + row.to(tl.int64)[:, None] * (D // 2 + D // 32)
-            byte = tl.load(k_rows + j[None, :], mask=tmask[:, None], other=0).to(tl.int32)
-            se = tl.load(k_rows + D // 2 + j[None, :] // 16, mask=tmask[:, None], other=127)
-            scale = ue8m0_to_f32(se.to(tl.int32))
-            k_e = e2m1_to_f32(byte & 15) * scale
-            k_o = e2m1_to_f32((byte >> 4) & 15) * scale
-            s = tl.dot(q_e, tl.trans(k_e.to(q_e.dtype)), input_precision=PREC)
-            s = tl.dot(q_o, tl.trans(k_o.to(q_e.dtype)), s, input_precision=PREC)  # (HP, BT)
-            score = tl.sum(tl.maximum(s, 0.0) * w[:, None], axis=0)  # (BT,)
-            tl.store(out_row + t, tl.where(tmask, score, float("-inf")), mask=t < width)
-    for kt in range(num_vis_tiles, num_tiles):
-        t = t0 + kt * BT + tl.arange(0, BT)
-        tl.store(out_row + t, tl.full((BT,), float("-inf"), tl.float32), mask=t < width)
 
 
 @triton.jit
@@ -303,67 +178,28 @@ def _index_scores_paged_v2_kernel(
             e = e_next
 
 
-def launch_meta(hi: int, d: int, records: bool, has_vis: bool,
-                q_dtype: torch.dtype = torch.bfloat16) -> dict[str, Any]:
-    """Constexprs and launch options (shared with the SM90 compile test); fp32 q keeps fp32
-    dots ("ieee", not the GPU's default tf32). Records: interleaved channel pairs; float keys:
-    contiguous halves (``FLOAT_HALVES``) and their own tiling."""
-    halves = FLOAT_HALVES and not records
-    rows = ROWS_PER_PROGRAM if records else ROWS_PER_PROGRAM_FLOAT
-    return dict(HI=hi, D=d, BN=max(1, rows // hi), BT=BLOCK_KEYS,
-                KT=KEY_TILES if records else KEY_TILES_FLOAT, RECORDS=records, HAS_VIS=has_vis,
-                PREC="ieee" if q_dtype == torch.float32 else "tf32",
-                CS=1 if halves else 2, PS=d // 2 if halves else 1,
-                num_warps=NUM_WARPS if records else NUM_WARPS_FLOAT, num_stages=2)
-
-
-def _launch(q, w, keys, vis, records):
-    n, hi, d = q.shape
+def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor,
+                 num_visible: torch.Tensor | None = None) -> torch.Tensor:
+    """Triton version of ``reference.indexer.index_scores``: (N, Hi, Di), (N, Hi), (T, Di)
+    -> (N, T) fp32 on ``index_scores_keys_m``; ``num_visible`` (N,): -inf at t >=
+    num_visible[n], and a program whose queries see none of a key tile writes its -inf without
+    scoring it."""
+    n = q.shape[0]
     num_keys = keys.shape[0]
     out = attn_common.alloc((n, num_keys), torch.float32, q.device)
     if n == 0 or num_keys == 0:
         return out
-    if q.stride(-1) != 1 or w.stride(-1) != 1 or keys.stride(-1) != 1:
+    if q.stride(-1) != 1 or head_weights.stride(-1) != 1 or keys.stride(-1) != 1:
         raise ValueError("index scores: q, head weights and keys must be contiguous rows")
-    if not records and FLOAT_KERNEL == "keys_m":
-        return index_scores_keys_m.index_scores(q, w, keys, out, vis)
-    meta = launch_meta(hi, d, records, vis is not None, q.dtype)
-    grid = (cdiv(n, meta["BN"]), cdiv(num_keys, meta["BT"] * meta["KT"]))
-    _index_scores_kernel[grid](
-        q, q.stride(0), q.stride(1), w, w.stride(0), keys, keys.stride(0),
-        vis.contiguous() if vis is not None else w, out, out.stride(0), n, num_keys, **meta,
-    )
-    return out
+    return index_scores_keys_m.index_scores(q, head_weights, keys, out, num_visible)
 
 
-def index_scores(q: torch.Tensor, head_weights: torch.Tensor, keys: torch.Tensor,
-                 num_visible: torch.Tensor | None = None) -> torch.Tensor:
-    """Triton version of ``reference.indexer.index_scores``: (N, Hi, Di), (N, Hi), (T, Di)
-    -> (N, T) fp32; ``num_visible`` (N,): -inf at t >= num_visible[n], and a program whose
-    queries see none of a key tile writes its -inf without scoring it."""
-    return _launch(q, head_weights, keys, num_visible, False)
-
-
-def index_scores_records(q: torch.Tensor, head_weights: torch.Tensor, key_records: torch.Tensor,
-                         num_visible: torch.Tensor) -> torch.Tensor:
-    """Triton version of ``reference.attention_fused.index_scores_records``: scores over 68-B
-    index-key records, -inf where t >= num_visible[n]."""
-    if key_records.shape[-1] != formats.index_key_record_bytes(q.shape[-1]):
-        raise ValueError("index key records do not match the query head dim")
-    return _launch(q, head_weights, key_records, num_visible, True)
-
-
-
-def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16,
-                      kernel: str | None = None) -> dict[str, Any]:
-    """Constexprs and launch options of the paged kernel ``kernel`` ("v1" or "v2"; default
-    ``PAGED_KERNEL``), shared with the SM90 compile test. v2 unpacks records with the PTX (ASM)
-    when q is bf16 on the GPU; otherwise (interpreter, fp32 or fp16 q) the fp32 twin."""
+def paged_launch_meta(hi: int, d: int, q_dtype: torch.dtype = torch.bfloat16
+                      ) -> dict[str, Any]:
+    """Constexprs and launch options of the paged kernel v2, shared with the SM90 compile
+    test. v2 unpacks records with the PTX (ASM) when q is bf16 on the GPU; otherwise
+    (interpreter, fp32 or fp16 q) the fp32 twin."""
     hp = max(16, next_power_of_2(hi))
-    prec = "ieee" if q_dtype == torch.float32 else "tf32"
-    if (kernel or PAGED_KERNEL) == "v1":
-        return dict(HI=hi, HP=hp, D=d, BT=BLOCK_KEYS, KT=KEY_TILES, PREC=prec,
-                    num_warps=NUM_WARPS, num_stages=2)
     f32 = is_interpreting() or q_dtype == torch.float32
     return dict(HI=hi, HP=hp, D=d, BT=PAGED_BLOCK_KEYS,
                 ASM=q_dtype == torch.bfloat16 and not is_interpreting(), F32=f32,
@@ -404,13 +240,8 @@ def index_scores_paged(q: torch.Tensor, head_weights: torch.Tensor, key_pool: to
                                                     num_visible, entries_per_block, width, out)
             return out
     meta = paged_launch_meta(hi, d, q.dtype)
-    if PAGED_KERNEL == "v1":
-        kernel = _index_scores_paged_kernel
-        grid = (n, cdiv(width, meta["BT"] * meta["KT"]))
-    else:
-        kernel = _index_scores_paged_v2_kernel
-        grid = (n, paged_programs_per_row(n, width, meta["BT"]))
-    kernel[grid](
+    grid = (n, paged_programs_per_row(n, width, meta["BT"]))
+    _index_scores_paged_v2_kernel[grid](
         q, q.stride(0), q.stride(1), head_weights, head_weights.stride(0), key_pool,
         block_tables, block_tables.stride(0), num_visible.contiguous(), out, out.stride(0),
         width, entries_per_block, **meta,
@@ -427,25 +258,12 @@ def supports_index_scores(spec: dict[str, Any]) -> bool:
 
 
 def aot_cases() -> list[dict[str, Any]]:
-    types = {"q_ptr": "*bf16", "w_ptr": "*fp32", "k_ptr": "*u8", "vis_ptr": "*i64",
-             "out_ptr": "*fp32"}
+    types = {"q_ptr": "*bf16", "w_ptr": "*fp32", "k_ptr": "*u8", "bt_ptr": "*i64",
+             "vis_ptr": "*i64", "out_ptr": "*fp32"}
     return [
-        dict(name="index_scores records Hi32 D128", module=__name__,
-             kernel="_index_scores_kernel", types=types,
-             meta=launch_meta(32, 128, True, True)),
-        dict(name="index_scores bf16 keys Hi32 D128", module=__name__,
-             kernel="_index_scores_kernel", types=dict(types, k_ptr="*bf16"),
-             meta=launch_meta(32, 128, False, False)),
-        dict(name="index_scores bf16 keys visible counts Hi32 D128", module=__name__,
-             kernel="_index_scores_kernel", types=dict(types, k_ptr="*bf16"),
-             meta=launch_meta(32, 128, False, True)),
-        dict(name="index_scores_paged v1 Hi64 D128", module=__name__,
-             kernel="_index_scores_paged_kernel", types=dict(types, bt_ptr="*i64"),
-             meta=paged_launch_meta(64, 128, kernel="v1")),
         dict(name="index_scores_paged v2 Hi64 D128", module=__name__,
-             kernel="_index_scores_paged_v2_kernel", types=dict(types, bt_ptr="*i64"),
-             meta=dict(paged_launch_meta(64, 128, kernel="v2"), ASM=True, F32=False,
-                       PREC="tf32")),
+             kernel="_index_scores_paged_v2_kernel", types=types,
+             meta=dict(paged_launch_meta(64, 128), ASM=True, F32=False, PREC="tf32")),
     ] + index_scores_keys_m.aot_cases()
 
 
@@ -453,9 +271,6 @@ def register_triton_indexer() -> None:
     from deepinfer.kernels.reference import attention_fused
 
     attn_common.register_with_reference("index_scores", index_scores, supports_index_scores)
-    attn_common.register_with_reference("index_scores_records", index_scores_records,
-                                        supports_index_scores,
-                                        attention_fused.index_scores_records)
     attn_common.register_with_reference("index_scores_paged", index_scores_paged,
                                         supports_index_scores,
                                         attention_fused.index_scores_paged)

@@ -32,7 +32,6 @@ vs 120.3 at 64, 1,925 vs 2,704 (``_linear_kernel``) at 4,096 (``wide_config``). 
 exact (bf16 x bf16 in fp32) and sums fp32: ``linear_decode``'s numbers up to the summation
 order. Gluon has no interpreter: CPU tests compile it for sm_90
 (tests/kernels/triton/test_linear_wide.py); tests/gpu/test_linear_wide_gpu.py runs it.
-``linear_wide_ws.py`` holds a warp-specialized variant (prepared, off: config ``WS``).
 
 Any row count runs (token tiles of at most 256 rows; adjacent programs share a weight tile, so
 its second read hits L2).
@@ -342,9 +341,8 @@ def accepts(x3: torch.Tensor, weight: Any, out_features: int, warpgroups: int = 
 def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
                 split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
     """bf16 x3 (M, G, K) x FP8 block weight (G * out_features, K) -> (M, G, out_features)
-    bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py; ``WS``: the
-    warp-specialized kernel of ``linear_wide_ws``); a BK of 64 that does not divide K falls back
-    to 32."""
+    bf16. ``config`` replaces ``wide_config``'s entries (bench/gemm_decode.py); a BK of 64 that
+    does not divide K falls back to 32."""
     assert HAS_GLUON, "linear_wide needs triton's Gluon (triton >= 3.5)"
     num_rows, groups, num_k = x3.shape
     cfg = {**wide_config(num_rows, out_features, groups), **(config or {})}
@@ -373,20 +371,11 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     if split_k > 1:
         target = torch.empty((split_k, groups, out_features, ws_row), dtype=torch.float32,
                              device=x3.device)
-    kernel, extra, grid = _linear_wide_kernel, {}, (o_tiles * t_tiles, split_k, groups)
-    args = [x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
-            k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
-            out.stride(1)]
-    if cfg.get("WS"):  # the warp-specialized variant (prepared, off: linear_wide_ws.py)
-        from deepinfer.kernels.triton import linear_wide_ws
-
-        assert wg == 1, "linear_wide: the warp-specialized variant has one consumer warpgroup"
-        kernel, extra = linear_wide_ws._linear_wide_ws_kernel, {
-            "maxnreg": linear_wide_ws.maxnreg(bt)}
-    else:
-        extra = {"MMA_FIRST": cfg["MMA_FIRST"]}
-    kernel[grid](*args, SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
-                 LW=operand_layout(wg), num_warps=4 * wg, **extra)
+    _linear_wide_kernel[(o_tiles * t_tiles, split_k, groups)](
+        x_desc, w_desc, w_scale, target, num_rows, out_features, num_k, w.shape[0],
+        k_per_split, groups * out_features * ws_row, w_scale.stride(0), out.stride(0),
+        out.stride(1), SPLIT_K=split_k, T_TILES=t_tiles, BT=bt, BK=bk, STAGES=stages,
+        LW=operand_layout(wg), MMA_FIRST=cfg["MMA_FIRST"], num_warps=4 * wg)
     if split_k > 1:
         block_o, block_t = 64, 64
         linear_decode._splitk_sum_t_kernel[(cdiv(out_features, block_o),

@@ -130,8 +130,7 @@ def rms_apply(h: torch.Tensor, weight: torch.Tensor, ws: torch.Tensor, eps: floa
               hq: torch.Tensor | None) -> None:
     """``_rms_apply_kernel`` over h (N, D) in place, from the rows' chunk sums of squares ws
     (N, chunks) fp32 (any chunking: the statistic sums them all), in tiles of
-    ``APPLY_BLOCK_D`` columns; h's Q8_32 values into hq (N, D) when given. Shared with
-    ``mhc_site``."""
+    ``APPLY_BLOCK_D`` columns; h's Q8_32 values into hq (N, D) when given."""
     chunks, dim = ws.shape[1], h.shape[1]
     block_d = max(32, min(APPLY_BLOCK_D, next_power_of_2(dim)))
     _rms_apply_kernel[(h.shape[0], cdiv(dim, block_d))](

@@ -541,8 +541,8 @@ def _weight_args(w) -> tuple[torch.Tensor, torch.Tensor, int, int]:
 
 def _w4a8_gluon(x: torch.Tensor, interpret: bool, skip_foreign_ids: bool,
                 config: dict | None) -> bool:
-    """Whether W4A8-order weights take the Gluon W4A8 kernels (``run_experts_w4a8`` at decode
-    sizes, ``run_experts_w4a8_prefill`` above): an SM90 GPU with Gluon, every id local (their
+    """Whether W4A8-order weights take the Gluon kernels (``run_experts_w4a8`` at decode
+    sizes, ``run_experts_w4a16_prefill`` above): an SM90 GPU with Gluon, every id local (their
     unwritten rows are not zeroed), no tiling override; otherwise the folded Triton tiles
     read the order."""
     from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
@@ -578,16 +578,12 @@ def _one_mul_mode(wanted, *weights) -> int:
     return 1 if mxfp4_unpack.word_scales(*(_weight_args(w)[1] for w in weights)) else 0
 
 
-# W4A8 layout at decode sizes: 0 runs the decode pipeline (``moe_gluon_w4a8``); 8 or 16 runs
-# the prefill pipeline with that many pairs per program instead (both operands by TMA after a
-# gather; bench/kernel_overrides.py --w4a8-decode-bm, measured by bench/h200_round54.sh).
-W4A8_DECODE_PREFILL_BM = 0
 # the ordered combine's program (``combine_pairs``): columns of one token, warps (H200, session
 # 38 round 187, bench/rest_kernels.py at 4K tokens: 8 warps 84.1 µs against 4 warps' 89.5, the
 # same bits — a program's columns only move between threads)
 COMBINE_BLOCK_D, COMBINE_WARPS = 1024, 8
 # W4A8 layout: the decode pipeline (``moe_gluon_w4a8``, 8 pairs per program) up to this many
-# pairs per expert, the prefill pipelines above. H200 rounds 133a / 133b (one layer of the slice,
+# pairs per expert, the prefill pipeline above. H200 rounds 133a / 133b (one layer of the slice,
 # the whole pipeline as a CUDA graph, ms; decode / bf16 prefill BM 64 / BM 128): 512 tokens (8
 # pairs per expert) 2.84 / 3.48, 768 (12) 3.78 / 3.65, 1,024 (16) 4.47 / 3.78 / 4.20, 2,048
 # (32) 8.06 / 4.64 / 4.80. Before session 23: 16 (a lone 1K prompt's experts in the decode
@@ -596,12 +592,10 @@ DECODE_MAX_PAIRS_PER_EXPERT = 10
 # The bf16 prefill pipeline's pairs per program: 64 up to this many pairs per expert, its
 # BLOCK_M (128) above (128 beat 64 at 4K and 16K tokens: session 15).
 W4A16_BM64_MAX_PAIRS_PER_EXPERT = 32
-# W4A8 layout at prefill sizes: "w4a16" decodes the weights to bf16 for bf16 wgmmas
-# (``moe_gluon_w4a16_prefill``: no per-group promotion), "w4a8" keeps FP8 wgmmas with the
-# per-32-K promotion (``moe_gluon_w4a8_prefill``); bench/kernel_overrides.py
-# --w4a8-prefill-kernel. H200 round 71a, the whole pipeline: 8.18 vs 11.21 ms at 4K tokens,
-# 19.72 vs 36.50 at 16K
-W4A8_PREFILL_KERNEL = "w4a16"
+# (W4A8 layout at prefill sizes: the FP8 prefill kernel ``moe_gluon_w4a8_prefill`` and its
+# switches W4A8_PREFILL_KERNEL / W4A8_DECODE_PREFILL_BM were removed in session 42 — measured
+# slower: H200 round 71a, 8.18 vs 11.21 ms at 4K tokens, 19.72 vs 36.50 at 16K — code at
+# commit ad9ad7b.)
 
 
 def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor, w1, w3, w2,
@@ -645,27 +639,18 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
             raise ValueError("moe: W4A8-order MXFP4 weights (mxfp4_to_w4a8_order) need all of "
                              "w1, w3, w2 in that order and mma='bf16' or 'auto'")
         if _w4a8_gluon(x, interpret, skip_foreign_ids, config):
-            decode = num_pairs <= DECODE_MAX_PAIRS_PER_EXPERT * num_experts
-            if decode and not W4A8_DECODE_PREFILL_BM:  # decode sizes: 8 pairs per program
+            if num_pairs <= DECODE_MAX_PAIRS_PER_EXPERT * num_experts:  # 8 pairs per program
                 from deepinfer.kernels.triton.moe_gluon_w4a8 import run_experts_w4a8
                 return run_experts_w4a8(x, expert_ids, weights, w1, w3, w2, limit, combine_ids,
                                         combine=combine)
-            if not decode and W4A8_PREFILL_KERNEL == "w4a16":
-                from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as w4a16
+            from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as w4a16
 
-                if w4a16.accepts(w1, w3, w2):  # else the FP8 kernel below
-                    few = num_pairs <= W4A16_BM64_MAX_PAIRS_PER_EXPERT * num_experts
-                    return w4a16.run_experts_w4a16_prefill(x, expert_ids, weights, w1, w3, w2,
-                                                           limit, combine_ids, combine=combine,
-                                                           block_m=64 if few else None,
-                                                           x_rounded=x_rounded)
-            from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import (
-                BLOCK_M,
-                run_experts_w4a8_prefill,
-            )
-            return run_experts_w4a8_prefill(
-                x, expert_ids, weights, w1, w3, w2, limit, combine_ids, combine=combine,
-                block_m=W4A8_DECODE_PREFILL_BM if decode else BLOCK_M)
+            if w4a16.accepts(w1, w3, w2):  # else the folded tiles below
+                few = num_pairs <= W4A16_BM64_MAX_PAIRS_PER_EXPERT * num_experts
+                return w4a16.run_experts_w4a16_prefill(x, expert_ids, weights, w1, w3, w2,
+                                                       limit, combine_ids, combine=combine,
+                                                       block_m=64 if few else None,
+                                                       x_rounded=x_rounded)
         # the folded tiles read the order (moe_gluon_w4a8's words -> natural K in registers)
         cfg.update(SPLIT_K=False, SWAP_AB=False, W_ONE_MUL=False, MMA_FP8=False, BK=128,
                    DOWN={**cfg.get("DOWN", {}), "BK": 128})

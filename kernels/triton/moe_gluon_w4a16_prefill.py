@@ -1,12 +1,13 @@
 """Prefill expert GEMM with bf16 tensor cores over MXFP4 weights in the W4A8 kernel order, in
 Gluon (SM90 only): the weights are decoded to exactly scaled bf16 in the wgmma register-A
 layout, so the K loop has no per-group promotion. The engine's prefill path on the W4A8 layout
-since session 15 (``moe_experts.run_experts``, ``W4A8_PREFILL_KERNEL = "w4a16"``);
-``moe_gluon_w4a8_prefill`` is the FP8 one.
+since session 15 (``moe_experts.run_experts``). The FP8 prefill kernel
+(``moe_gluon_w4a8_prefill``) was removed in session 42 (measured slower: H200 round 71a, 8.18 vs
+11.21 ms at 4K tokens), code at commit ad9ad7b.
 
     out[p, o] = sum over K of W_e[o, k] * x[p, k]      (p: the block's pairs, sorted by expert)
 
-Why: the FP8 prefill kernel (``moe_gluon_w4a8_prefill``) must promote every 32-K group's
+Why: the FP8 prefill kernel (``moe_gluon_w4a8_prefill``) had to promote every 32-K group's
 accumulator (the weight and token scales change per 32 K): 2 instructions per accumulator
 element and group, twice the FP8 tensor time at any token tile — it ran at 13-16 % of the FP8
 peak (~190 TFLOP/s, 54.6 % of the 4K prefill in session 14). Here a weight costs a fixed ~2.5
@@ -73,7 +74,6 @@ from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
 from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
-from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import warp_rows
 from deepinfer.kernels.triton.moe_swiglu import a_operand_order
 from deepinfer.kernels.triton.mxfp4_w4a8_bf16 import EXTRACT, SCALE_ONE_MUL, SCALE_TWO_MUL
 
@@ -592,6 +592,12 @@ def w4a16_prefill_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor,
 
 
 @functools.cache
+def warp_rows(warpgroups: int) -> tuple[tuple[int, int], ...]:
+    """The row bases of a program's warps (16 rows each; warpgroups stacked by 64); a tuple:
+    launch constexprs are hashed."""
+    return tuple((16 << b, 0) for b in range(2 + (warpgroups - 1).bit_length()))
+
+
 def group_layout(warpgroups: int, rep: int = 1):
     """The weight tile's int32 words [64 WG rep, 16] (word 4 q + G of a row: quad lane q,
     group G) in registers: a thread's 4 words of rows r and r + 8 (one 16-byte shared load per
@@ -676,7 +682,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
                               combine: bool = True, rep: int | None = None,
                               x_rounded: bool = False) -> torch.Tensor:
     """The routed experts at prefill sizes with this kernel (GPU, SM90): (N, D) -> (N, D)
-    fp32, the semantics of ``moe_gluon_w4a8_prefill.run_experts_w4a8_prefill`` (and so of
+    fp32, the semantics of ``moe_gluon_w4a8.run_experts_w4a8`` (and so of
     ``moe_experts.run_experts``). Launches: Q8_32 values of x, align, gather, gated GEMM (two
     launches: g, u in x.dtype), ``moe_swiglu.swiglu_fake_q8_slots`` (h's Q8_32 values in the
     down GEMM's token order: the SwiGLU and the gather in one), down GEMM, combine

@@ -237,7 +237,7 @@ if HAS_GLUON:
                                  PARTS: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                                  GATED: gl.constexpr, num_warps: gl.constexpr,
-                                 EPILOGUE: gl.constexpr = 0):
+                                 EPILOGUE: gl.constexpr = 0, EPI_CHUNK: gl.constexpr = 32):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
         # the consumer warpgroups' warps (the producer warp comes on top). GATED: program
         # ``tile`` multiplies the gate (w_desc, s_ptr) and up (w3_desc, s3_ptr) projections'
@@ -306,7 +306,7 @@ if HAS_GLUON:
                     cta_barrier()
                     epilogue.swiglu_q8_store(gated_tile(xa_s, BO, BM), pairs_ptr, rw_ptr,
                                              out_ptr, num_pairs, lo, block * BM, stride_om,
-                                             limit, num_warps, EPILOGUE == 0)
+                                             limit, num_warps, EPILOGUE == 0, EPI_CHUNK)
 
 
 def launch_regs(warpgroups: int) -> int:
@@ -387,7 +387,8 @@ def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, bloc
         PG=base.group_layout(warpgroups, rep), REP=rep, PRODUCER_WARPS=PRODUCER_WARPS,
         PRODUCER_REGS=PRODUCER_REGS, GATED=gated is not None, num_warps=4 * warpgroups,
         maxnreg=maxnreg or launch_regs(warpgroups),
-        **({"EPILOGUE": epilogue.MODE} if gated is not None and epilogue.MODE else {}))
+        **({"EPILOGUE": epilogue.MODE, "EPI_CHUNK": epilogue.TOKEN_CHUNK}
+           if gated is not None else {}))
 
 
 def aot_cases() -> list[dict[str, Any]]:
@@ -421,7 +422,8 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "GATED": gated,
-                                     "num_warps": 4 * wg, "EPILOGUE": 0},
+                                     "num_warps": 4 * wg, "EPILOGUE": 0,
+                                     "EPI_CHUNK": epilogue.TOKEN_CHUNK},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,
                       "divisible": ["K", "O"]})

@@ -1,12 +1,12 @@
 """Decode expert GEMM with FP8 tensor cores over MXFP4 weights, in Gluon (SM90 only). The
 engine runs it when the expert stacks are in its layout (the SM90 default,
 ``runtime/kernel_backends.expert_byte_order``; ``moe_experts.run_experts`` hands decode-sized
-calls to ``run_experts_w4a8`` below; prefill sizes go to ``moe_gluon_w4a8_prefill``).
+calls to ``run_experts_w4a8`` below; prefill sizes go to ``moe_gluon_w4a16_prefill``).
 
     out[p, o] = sum over K of W_e[o, k] * x[row(p), k]        (W1 and W3 when GATED)
 
-Why: the bf16 kernels (``moe_experts``, ``moe_gluon``) spend ~3-4 instructions per weight on
-the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~2.4
+Why: the bf16 kernels (``moe_experts``; a Gluon probe, since removed) spend ~3-4 instructions
+per weight on the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~2.4
 instructions in the gated K loop (sm_90 SASS), and the GEMMs reach 0.69-0.72 of HBM:
 
   * x is the Q8_32 activation as it is (e4m3 codes + ue8m0 per 32 K, ``quant_act.quant_q8_32``),

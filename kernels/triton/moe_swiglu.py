@@ -5,7 +5,7 @@
 
 ``swiglu_h`` is the math on register tiles: ``moe_experts``' gated epilogue runs it on its
 accumulators. ``swiglu_q8`` runs it as its own launch over g and u written by a GEMM that has no
-such epilogue (the W4A8 Gluon kernels, ``moe_gluon_w4a8`` and ``moe_gluon_w4a8_prefill``;
+such epilogue (the W4A8 Gluon decode kernel, ``moe_gluon_w4a8``;
 ``shared_expert``): one program per (BP pairs, BN columns); ``swiglu_fake_q8`` stores h's
 Q8_32 values instead, for a bf16-path projection; ``swiglu_fake_q8_slots`` stores them as the
 bf16 prefill expert GEMM reads its tokens (slot-major, K permuted inside each 32-K group:

@@ -22,7 +22,7 @@ How: each part fill's consumer loop stores its accumulators [2 F, N] (rows [0, F
 after the partitions join, this epilogue runs once for every fill: each 32-feature group of g
 and u comes back with its features across a warp's lanes and the tokens across warps and
 registers (the group's amax a shuffle reduction; each store a slot row's 64 contiguous
-bytes), in chunks of TOKEN_CHUNK tokens (chunks of padding skipped). Against the two GEMMs
+bytes), in chunks of ``TOKEN_CHUNK`` tokens (chunks of padding skipped). Against the two GEMMs
 and the SwiGLU apart: round 205's first form (a group's features in one thread, tokens across
 lanes: every store instruction touched 32 slot rows) 15-20 % slower (H200); round 206's
 (features across lanes, but inside each of the seven part-fill loops: 20.8K SASS instructions
@@ -32,7 +32,9 @@ from __future__ import annotations
 
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
-TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup: no spills)
+TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup), read at the
+# launch (bench/gated_swiglu.py --chunks: a larger chunk gives each pass more independent loads
+# and math, and skips padding in coarser pieces)
 # the epilogue's form, read at the launch (bench/gated_swiglu.py): 0 chunks of padding skipped
 # (a uniform branch a chunk), 1 every chunk computed and only the stores masked (no branch: the
 # compiler may interleave the chunks), 2 a probe without the epilogue (h not written)
@@ -42,22 +44,21 @@ if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
-    _TOKEN_CHUNK = gl.constexpr(TOKEN_CHUNK)
-
     # h's tile in shared memory: [2 F, BN] bf16 with the feature axis contiguous
     H_SHARED = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1,
                                                     order=[0, 1]))
 
     @gluon.jit
     def swiglu_q8_store(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
-                        limit, num_warps: gl.constexpr, SKIP_PADDING: gl.constexpr = True):
+                        limit, num_warps: gl.constexpr, SKIP_PADDING: gl.constexpr = True,
+                        CHUNK: gl.constexpr = 32):
         """h_s [2 F, BN] bf16 (H_SHARED; rows [0, F): the gate projection of features col0 ..
         col0 + F, rows [F, 2 F): the up projection of the same features, as the GEMM would
         have stored them) of the tokens in slots slot0 .. slot0 + BN -> h's Q8_32 values
         into out rows ``slot`` (bf16, stride stride_om), columns col0 .. col0 + F in each
         group's A-operand order; chunks of TOKEN_CHUNK tokens without a valid pair (the
         block's padding) are skipped (``SKIP_PADDING``; else computed, their stores
-        masked)."""
+        masked); CHUNK: ``TOKEN_CHUNK``."""
         BO: gl.constexpr = h_s.shape[0]
         BN: gl.constexpr = h_s.shape[1]
         F: gl.constexpr = BO // 2
@@ -65,7 +66,7 @@ if HAS_GLUON:
         # across a warp's lanes (its loads from shared memory and its stores to a slot's row:
         # 64 contiguous bytes a warp; the amax a shuffle reduction), tokens across warps and
         # registers
-        TC: gl.constexpr = BN if BN < _TOKEN_CHUNK else _TOKEN_CHUNK
+        TC: gl.constexpr = BN if BN < CHUNK else CHUNK
         EPI: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, TC // num_warps],
                                              threads_per_warp=[32, 1],
                                              warps_per_cta=[1, num_warps], order=[0, 1])

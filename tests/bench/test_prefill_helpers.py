@@ -230,24 +230,25 @@ def test_launch_constant_sets_an_integer_constant_and_refuses_the_rest(monkeypat
 
 
 def test_launch_choice_sets_a_string_constant_and_refuses_the_rest(monkeypatch):
-    """--launch-choice MODULE.NAME=WORD sets a string kernel choice (indexer.FLOAT_KERNEL);
-    an integer constant, a malformed word or an unknown module exits naming the text."""
+    """--launch-choice MODULE.NAME=WORD sets a string kernel choice
+    (moe_gluon_w4a16_prefill.KERNEL); an integer constant, a malformed word or an unknown module
+    exits naming the text."""
     import kernel_overrides
 
-    from deepinfer.kernels.triton import indexer
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
-    monkeypatch.setattr(indexer, "FLOAT_KERNEL", indexer.FLOAT_KERNEL)
+    monkeypatch.setattr(pf, "KERNEL", pf.KERNEL)
     kernel_overrides.apply_args(_overrides_namespace(["--launch-choice",
-                                                      "indexer.FLOAT_KERNEL=rows"]))
-    assert indexer.FLOAT_KERNEL == "rows"
-    for bad, words in (("indexer.FLOAT_KERNEL", "MODULE.NAME=WORD"),
-                       ("indexer.FLOAT_KERNEL=a b", "MODULE.NAME=WORD"),
+                                                      "moe_gluon_w4a16_prefill.KERNEL=ws"]))
+    assert pf.KERNEL == "ws"
+    for bad, words in (("moe_gluon_w4a16_prefill.KERNEL", "MODULE.NAME=WORD"),
+                       ("moe_gluon_w4a16_prefill.KERNEL=a b", "MODULE.NAME=WORD"),
                        ("nomodule.X=a", "no module"),
-                       ("indexer.KEY_TILES_FLOAT=rows", "not a string")):
+                       ("moe_gluon_w4a16_prefill.PARTS=ws", "not a string")):
         with pytest.raises(SystemExit) as info:
             kernel_overrides.set_launch_choice(bad)
         assert words in str(info.value) and repr(bad) in str(info.value), (bad, info.value)
-    assert indexer.FLOAT_KERNEL == "rows"
+    assert pf.KERNEL == "ws"
 
 
 def _overrides_namespace(argv: list[str]):

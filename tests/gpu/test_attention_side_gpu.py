@@ -290,42 +290,28 @@ def test_compressed_and_index_key_records():
 SCORE_TOL = 1e-5
 
 
-@pytest.mark.parametrize("float_kernel", ["keys_m", "rows"])
-def test_index_scores(float_kernel, monkeypatch):
+def test_index_scores():
     from deepinfer.kernels.triton import indexer as tri
-
-    monkeypatch.setattr(tri, "FLOAT_KERNEL", float_kernel)
 
     n, t, dev = 64, 65536, "cuda"
     q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, HI, DI, device=dev)).to(torch.bfloat16)
     w = torch.randn(n, HI, device=dev) * (DI ** -0.5) * (HI ** -0.5)
-    keys = torch.randn(t, DI, device=dev)
-    rec = formats.pack_index_key(keys)
-    vis = torch.randint(0, t + 1, (n,), device=dev)
-    got = tri.index_scores_records(q, w, rec, vis)
-    deq = formats.unpack_index_key(rec, DI, torch.float32)
-    want = ref_idx.index_scores(q, w, deq)
-    want = want.masked_fill(torch.arange(t, device=dev)[None, :] >= vis[:, None], float("-inf"))
-    ms = _time_ms(lambda: tri.index_scores_records(q, w, rec, vis))
-    _record("index_scores_records N=64 T=65536", _rel(got, want), SCORE_TOL, ms)
-    keys_bf16 = deq.to(torch.bfloat16)
+    keys = formats.pack_index_key(torch.randn(t, DI, device=dev))
+    keys_bf16 = formats.unpack_index_key(keys, DI, torch.float32).to(torch.bfloat16)
     got = tri.index_scores(q, w, keys_bf16)
     want = ref_idx.index_scores(q, w, keys_bf16)
     ms = _time_ms(lambda: tri.index_scores(q, w, keys_bf16))
-    _record(f"index_scores bf16 keys {float_kernel} N=64 T=65536", _rel(got, want), SCORE_TOL,
-            ms)
+    _record("index_scores bf16 keys N=64 T=65536", _rel(got, want), SCORE_TOL, ms)
 
 
-@pytest.mark.parametrize("float_kernel", ["keys_m", "rows"])
 @pytest.mark.parametrize("ratio", [2, 1])
-def test_index_scores_causal_prefill(float_kernel, ratio, monkeypatch):
+def test_index_scores_causal_prefill(ratio):
     """A 4K prompt's scores at ratio 2 / 1 (4,096 queries x 2,048 / 4,096 keys) with each
-    query's visible count (session 31), on both float-key kernels (``indexer.FLOAT_KERNEL``):
-    -inf exactly beyond it, the unmasked kernel's bits where visible, and the time against the
-    unmasked kernel plus torch's mask (the wiring before; ~half the tiles are unscored now)."""
+    query's visible count (session 31): -inf exactly beyond it, the unmasked kernel's bits
+    where visible, and the time against the unmasked kernel plus torch's mask (the wiring
+    before; ~half the tiles are unscored now)."""
     from deepinfer.kernels.triton import indexer as tri
 
-    monkeypatch.setattr(tri, "FLOAT_KERNEL", float_kernel)
     n, dev = 4096, "cuda"
     t = n // ratio
     q = quant.fake_quant_fp4_ue8m0_block32(torch.randn(n, HI, DI, device=dev)).to(torch.bfloat16)
@@ -340,7 +326,7 @@ def test_index_scores_causal_prefill(float_kernel, ratio, monkeypatch):
     want = ref_idx.mask_invisible(ref_idx.index_scores(q, w, keys), vis)
     ms = _time_ms(lambda: tri.index_scores(q, w, keys, vis))
     ms_before = _time_ms(lambda: ref_idx.mask_invisible(tri.index_scores(q, w, keys), vis))
-    _record(f"index_scores {float_kernel} causal N={n} T={t}", _rel(got, want), SCORE_TOL, ms,
+    _record(f"index_scores causal N={n} T={t}", _rel(got, want), SCORE_TOL, ms,
             f"unmasked + torch mask {ms_before:.3f} ms")
 
 
@@ -372,7 +358,7 @@ def _paged_index_inputs(n: int, hi: int, width: int, epb: int, dev: str):
 @pytest.mark.parametrize("epb,kernel", [(16, "v2"), (32, "v2"), (16, "gl"), (32, "gl")])
 def test_index_scores_paged(epb, kernel, monkeypatch):
     """Released decode shape: 64 rows, 64 index heads x 128, static width 16384. Same arithmetic
-    as index_scores_records (exact bf16 products, fp32 sums vs fp64), so SCORE_TOL; the -inf
+    as index_scores (exact bf16 products, fp32 sums vs fp64), so SCORE_TOL; the -inf
     pattern (t >= num_visible) must match exactly (``_rel`` returns inf otherwise)."""
     from deepinfer.kernels.triton import indexer as tri
 
@@ -399,7 +385,7 @@ def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
     """Paged scores at the two decode shapes of bench/index_decode.py: 64 rows x 4K context and
     256 x 32K at ratio 4 (1,024 / 8,192 visible of a 32,768-wide row, one row 0 and one 1
     visible), 64 index heads x 128, 64-entry blocks, v2 (the PTX unpack, exact for every scale
-    byte), gl (the Gluon kernel, same PTX) and v1 against the reference. Products of
+    byte) and gl (the Gluon kernel, same PTX) against the reference. Products of
     FP4-grid values are exact in bf16 x bf16 -> fp32 and only the fp32 accumulation order
     differs from the fp64 reference: SCORE_TOL, as index_scores_paged above; the -inf pattern
     must match exactly. Keys are randn * 2^k with k in -20..30 per record, so their ue8m0 scale
@@ -422,7 +408,7 @@ def test_index_scores_paged_v2_decode_shapes(n, visible, monkeypatch):
     vis = torch.full((n,), visible, dtype=torch.int64, device=dev)
     vis[:3] = torch.tensor([0, 1, visible - 37], device=dev)
     want = ref_fused.index_scores_paged(q, w, pool, tables, vis, epb, width)
-    for kernel in ("v2", "gl", "v1"):
+    for kernel in ("v2", "gl"):
         monkeypatch.setattr(tri, "PAGED_KERNEL", kernel)
         got = tri.index_scores_paged(q, w, pool, tables, vis, epb, width)
         ms = _time_ms(lambda: tri.index_scores_paged(q, w, pool, tables, vis, epb, width))

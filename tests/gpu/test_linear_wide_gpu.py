@@ -17,8 +17,6 @@ import torch
 from tests.gpu.test_gemm_side_gpu import (
     SLICE_PROJECTIONS,
     V41_HIDDEN,
-    V41_O_GROUPS,
-    V41_O_LORA,
     _ms,
     _random_fp8_weight,
     _rel,
@@ -159,29 +157,3 @@ def test_linear_quant_act_dispatch_gpu(num_tokens, monkeypatch):
     from deepinfer.kernels.triton import quant_act
     base = linear_decode.linear_decode(quant_act.fake_quant_fp8_block32(x)[:, None], w, 1024)
     _row("linear_quant_act vs decode", f"M{num_tokens}", _rel(out, base[:, 0]), 5e-3)
-
-
-@pytest.mark.parametrize("num_tokens", [64, 200, 256])
-@pytest.mark.parametrize("split_k", [1, 3])
-def test_linear_wide_ws_gpu(num_tokens, split_k):
-    """The warp-specialized variant (linear_wide_ws.py, prepared in session 14) gives
-    linear_wide's bits at the same launch (same operands, products and summation order),
-    grouped too."""
-    from deepinfer.kernels.triton import linear_wide
-
-    torch.manual_seed(3)
-    bt = linear_wide.wide_config(num_tokens)["BT"]
-    for groups, out_features, in_features in ((1, V41_HIDDEN, 8192),
-                                              (V41_O_GROUPS, V41_O_LORA, 4096)):
-        x = torch.randn(num_tokens, groups, in_features, device="cuda", dtype=torch.bfloat16)
-        w = _random_fp8_weight(groups * out_features, in_features)
-        cfg = dict(WG=1, BT=bt, BK=64, STAGES=3 if bt == 256 else 4)
-        with nan_poisoned_allocations():
-            want = linear_wide.linear_wide(x, w, out_features, split_k=split_k, config=cfg)
-            got = linear_wide.linear_wide(x, w, out_features, split_k=split_k,
-                                          config={**cfg, "WS": True})
-        assert torch.equal(got, want), (num_tokens, groups, split_k)
-        _row(f"linear_wide_ws G{groups}", f"M{num_tokens} split {split_k}",
-             _rel(got, _reference(x, w, groups)), 5e-3)
-
-

@@ -107,38 +107,6 @@ def test_hc_expand_norm_v41(rows):
 
 
 @pytest.mark.parametrize("rows", [64, 4096])
-def test_hc_site_probe_v41(rows):
-    """The site probe (kernels/triton/mhc_site.py: the next site's coefficients from the
-    expand's pass) against the references, timed against what the model runs today
-    (hc_expand_norm + hc_coeffs of its y): adopt it only if it wins at both sizes."""
-    from deepinfer.kernels.reference import mhc
-    from deepinfer.kernels.triton import mhc as tri_mhc
-    from deepinfer.kernels.triton import mhc_norm, mhc_site
-
-    site = _site_inputs(rows, rows + 1)
-    s, dim, eps = site[1].shape[1], site[1].shape[2], site[-1]
-    fn = torch.randn((2 + s) * s, s * dim, device="cuda") * 0.01
-    scale = torch.tensor([0.5, 0.7, 1.3], device="cuda")
-    base = torch.randn((2 + s) * s, device="cuda") * 0.3
-    coeff = (fn, scale, base, eps, 1e-6, 20)
-    with nan_poisoned_allocations():
-        y, h, hq, got = mhc_site.hc_site(*site, *coeff, quant=True)
-    ry, rh, _ = mhc.hc_expand_norm(*site)
-    want = mhc.hc_coeffs(y, *coeff)
-    coeff_err = max((g - w).abs().max().item() for g, w in zip(got, want, strict=True))
-    assert coeff_err < 1e-4, coeff_err  # the coefficient kernel's GPU tolerance
-    err = max(_rel(y, ry), _rel(h, rh))
-
-    def today():
-        y2 = mhc_norm.hc_expand_norm(*site, quant=True)[0]
-        return tri_mhc.hc_coeffs(y2, *coeff)
-
-    _row(f"hc_site probe {rows}", f"{rows}x{s}x{dim}", err, 1e-2,
-         _ms(lambda: mhc_site.hc_site(*site, *coeff, quant=True)), None)
-    _row(f"expand_norm+coeffs {rows}", f"{rows}x{s}x{dim}", 0.0, 1e-2, _ms(today), None)
-
-
-@pytest.mark.parametrize("rows", [64, 4096])
 def test_first_site_stride0_streams_v41(rows):
     """The first block's streams as the model passes them since session 33 — the embedding
     expanded, a stride-0 view — through ``hc_coeffs`` (the decode / prefill launch: split-K,

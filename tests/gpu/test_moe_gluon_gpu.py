@@ -1,4 +1,4 @@
-"""The Gluon decode expert GEMM probes on the GPU (kernels/triton/moe_gluon.py, moe_gluon_w4a8.py).
+"""The Gluon expert GEMMs on the GPU (kernels/triton/moe_gluon_w4a8.py, moe_gluon_w4a16_prefill*).
 
     TRITON_INTERPRET=0 python -m pytest -q -m gpu -s tests/gpu/test_moe_gluon_gpu.py
 
@@ -6,7 +6,7 @@ V4.1 expert shapes (gated: K = D = 5120 -> O = I = 2304; down: K = I -> O = D), 
 64 tokens x top-6 uniform routing, random MXFP4 weights with scale bytes 119..122 (<= 128: the
 one-multiply contract), outputs NaN-poisoned before the launch. Error = ||out - ref|| / ||ref||
 against ``moe_gluon.reference_grouped`` (dequantize, fp32 matmul per expert):
-  bf16 kernel  1e-5: exact products, fp32 sums (only the order differs)
+  bf16 kernels 1e-5: exact products, fp32 sums (only the order differs)
   W4A8 kernel  1e-3: the reference runs on the Q8_32 values of x; the in-group sums of 32
                products run in the FP8 tensor core's accumulator (~14 bits on Hopper) — round 39
                measured 2.3e-5 at 384 experts
@@ -74,22 +74,6 @@ def test_w4a8_gluon(gated, paired, block_m, monkeypatch):
              f"bm{block_m}", f"{TOKENS}x{x.shape[1]}", _rel(out, ref), 1e-3)
 
 
-@pytest.mark.parametrize("gated", [True, False])
-def test_bf16_gluon(gated):
-    from deepinfer.kernels.triton import moe_align, moe_gluon
-
-    ids, x, w, div = _case(gated)
-    frag = [moe_gluon.to_kernel_order(p) for p, _ in w]
-    pairs, blocks = moe_align.align_pairs(ids, EXPERTS, 8)
-    args = (frag[0], w[0][1], frag[1] if gated else None, w[1][1] if gated else None)
-    with nan_poisoned_allocations():
-        outs = moe_gluon.w4_decode_gemm(x, *args, pairs, blocks, ids.numel(), div, 8)
-    for out, (p, s) in zip(outs, w, strict=False):
-        ref = moe_gluon.reference_grouped(x, p, s, ids.reshape(-1), div)
-        _row(f"bf16 gluon {'gated' if gated else 'down'}", f"{TOKENS}x{x.shape[1]}",
-             _rel(out, ref), 1e-5)
-
-
 def test_w4a8_pipeline_matches_run_experts():
     """``run_experts_w4a8`` (Q8_32, align, gated, SwiGLU + Q8_32, down, combine) against the
     Triton ``run_experts`` (W4A16: exact products) on the same weights: 1e-2 (bf16 g/u/h/y
@@ -122,53 +106,6 @@ def test_w4a8_pipeline_matches_run_experts():
     assert pairs.dtype == x.dtype and pairs.shape == ref_pairs.shape
     _row("w4a8 gluon pipeline per pair", f"{TOKENS} tokens top{TOPK}/{EXPERTS}",
          _rel(pairs, ref_pairs), 1e-2)
-    # the prefill pipeline at decode sizes (moe_experts.W4A8_DECODE_PREFILL_BM, an A/B option)
-    for bm in (8, 16):
-        old_bm = moe_experts.W4A8_DECODE_PREFILL_BM
-        moe_experts.W4A8_DECODE_PREFILL_BM = bm
-        try:
-            with nan_poisoned_allocations():
-                out = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
-        finally:
-            moe_experts.W4A8_DECODE_PREFILL_BM = old_bm
-        _row(f"w4a8 prefill pipeline bm{bm} at decode", f"{TOKENS} tokens top{TOPK}/{EXPERTS}",
-             _rel(out, ref), 1e-2)
-
-
-@pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("block_m,warpgroups,expanded", [(32, 1, False), (64, 1, False),
-                                                         (32, 2, False), (32, 1, True),
-                                                         (64, 1, True)])
-def test_w4a8_prefill_gluon(gated, block_m, warpgroups, expanded):
-    """The prefill kernel (64 / 32 pairs per program, gathered tokens by TMA) against the
-    reference on the Q8_32 values, at 16x the decode case's tokens (~192 pairs per expert)."""
-    from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
-    from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
-    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
-
-    torch.manual_seed(1)
-    k, o = (D, I) if gated else (I, D)
-    tokens = TOKENS * 16
-    ids = torch.rand(tokens, EXPERTS, device="cuda").topk(TOPK, dim=1).indices
-    div = TOPK if gated else 1
-    x = (torch.randn(tokens * TOPK // div, k, device="cuda") * 0.5).to(torch.bfloat16)
-    packed, scale = _mxfp4(o, k)
-    codes, scales = quant_act.quant_q8_32(x)
-    xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
-    pairs, blocks = moe_align.align_pairs(ids, EXPERTS, block_m)
-    gc, gs = pf.gather_rows(codes, scales, pairs, ids.numel(), div)
-    if expanded:
-        gs = pf.expand_token_scales(gs, block_m)
-    with nan_poisoned_allocations():
-        out = torch.empty((ids.numel(), o), dtype=torch.float32, device="cuda")
-    pf.w4a8_prefill_gemm(gc, gs, moe_gluon_w4a8.to_kernel_order(packed), scale, pairs, blocks,
-                         ids.numel(), out, block_m=block_m, warpgroups=warpgroups,
-                         expanded=expanded)
-    ref = moe_gluon.reference_grouped(xv, packed, scale, ids.reshape(-1), div)
-    _row(f"w4a8 prefill {'gated' if gated else 'down'} bm{block_m} wg{warpgroups}"
-         f"{' exp' if expanded else ''}",
-         f"{tokens}x{k}",
-         _rel(out, ref), 1e-3)
 
 
 @contextlib.contextmanager
@@ -183,11 +120,6 @@ def _setting(module_name: str, attr: str, value):
         yield
     finally:
         setattr(module, attr, saved)
-
-
-def _prefill_kernel(name: str):
-    """``moe_experts.W4A8_PREFILL_KERNEL`` set to ``name`` inside the block."""
-    return _setting("moe_experts", "W4A8_PREFILL_KERNEL", name)
 
 
 def _w4a16_kernel(name: str):
@@ -219,27 +151,6 @@ def _prefill_pipeline_case():
     return tokens, ids, route_w, x, plain, kernel
 
 
-def test_w4a8_prefill_pipeline_matches_run_experts():
-    """``run_experts_w4a8_prefill`` against the Triton ``run_experts`` (W4A16) on the same
-    weights at 1,024 tokens: 1e-2, as the decode pipeline."""
-    from deepinfer.kernels.triton import moe_experts
-    from deepinfer.kernels.triton import moe_gluon_w4a8_prefill as pf
-
-    tokens, ids, route_w, x, plain, kernel = _prefill_pipeline_case()
-    ref = moe_experts.run_experts(x, ids, route_w, *plain, 10.0)
-    for expanded in (False, True):
-        with nan_poisoned_allocations():
-            out = pf.run_experts_w4a8_prefill(x, ids, route_w, *kernel, 10.0, expanded=expanded)
-        _row(f"w4a8 prefill pipeline{' exp' if expanded else ''}",
-             f"{tokens} tokens top{TOPK}/{EXPERTS}", _rel(out, ref), 1e-2)
-    ref_pairs = moe_experts.run_experts(x, ids, route_w, *plain, 10.0, combine=False)
-    with nan_poisoned_allocations(), _prefill_kernel("w4a8"):
-        pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
-    assert pairs.dtype == x.dtype and pairs.shape == ref_pairs.shape
-    _row("w4a8 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",
-         _rel(pairs, ref_pairs), 1e-2)
-
-
 @pytest.mark.parametrize("gated", [True, False])
 @pytest.mark.parametrize("block_m,one_mul,scale_lo,warpgroups,parts,rep", [
     (64, True, 119, 1, 1, 1), (64, False, 119, 1, 2, 1), (128, True, 119, 1, 2, 1),
@@ -249,7 +160,7 @@ def test_w4a8_prefill_pipeline_matches_run_experts():
 def test_w4a16_prefill_gluon(gated, block_m, one_mul, scale_lo, warpgroups, parts, rep):
     """The bf16 prefill kernel (weights decoded to bf16 in the wgmma A layout, tokens gathered
     in its K order) against the reference on the Q8_32 values, ~192 pairs per expert: exact
-    products and fp32 sums, 1e-5 as the bf16 decode kernel. Scale bytes 119..128 (the
+    products and fp32 sums, 1e-5. Scale bytes 119..128 (the
     one-multiply contract) or 126..135 (past it: the two-multiply decode). ``parts``: a block
     runs N = its parts of BM / parts that hold pairs; the routing is skewed (~35 to ~345 pairs
     per expert) so that the experts' last blocks take every one of the four quarter fills,
@@ -415,7 +326,7 @@ def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts):
 def test_w4a16_prefill_pipeline_matches_run_experts():
     """``run_experts_w4a16_prefill`` against the Triton ``run_experts`` (W4A16, checkpoint
     order) on the same weights at 1,024 tokens, and the dispatch: ``run_experts`` on W4A8-order
-    stacks takes it at prefill sizes when ``W4A8_PREFILL_KERNEL`` says so (same output)."""
+    stacks takes it at prefill sizes (same output)."""
     from deepinfer.kernels.triton import moe_experts
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
@@ -438,9 +349,8 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
             with _w4a16_kernel(name):
                 assert torch.equal(pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0,
                                                                 rep=rep), by_rep[0])
-    with _prefill_kernel("w4a16"):
-        via = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
-        via_pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
+    via = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0)
+    via_pairs = moe_experts.run_experts(x, ids, route_w, *kernel, 10.0, combine=False)
     direct = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
     assert torch.equal(via, direct)
     # the site's Q8_32 values rounded once (x_rounded: no rounding launch): the same bits
@@ -449,9 +359,8 @@ def test_w4a16_prefill_pipeline_matches_run_experts():
     xq = quant_act.fake_quant_fp8_block32(x)
     assert torch.equal(pf.run_experts_w4a16_prefill(xq, ids, route_w, *kernel, 10.0,
                                                     x_rounded=True), direct)
-    with _prefill_kernel("w4a16"):
-        assert torch.equal(moe_experts.moe_routed_experts(xq, ids, route_w, *kernel, 10.0,
-                                                          x_rounded=True), direct)
+    assert torch.equal(moe_experts.moe_routed_experts(xq, ids, route_w, *kernel, 10.0,
+                                                      x_rounded=True), direct)
     ref_pairs = moe_experts.run_experts(x, ids, route_w, *plain, 10.0, combine=False)
     assert via_pairs.dtype == x.dtype and via_pairs.shape == ref_pairs.shape
     _row("w4a16 prefill pipeline per pair", f"{tokens} tokens top{TOPK}/{EXPERTS}",

@@ -6,8 +6,8 @@ exact products). fp16 q: products are exact (FP4 grid), accumulation fp32: same 
 Visibility (-inf) must match exactly.
 
 Paged scores: each query over its own entries of a shuffled paged pool, block-table columns past
-the visible entries holding 10**9 and unused pool rows NaN scales (reading either fails); small
-KEY_TILES so rows span several programs, some of which see no visible entry (the -inf-only path).
+the visible entries holding 10**9 and unused pool rows NaN scales (reading either fails); v2 at
+small tiles so rows span several programs, some of which see no visible entry (the -inf-only path).
 
 Top-k and candidate blocks: exact equality (integer outputs), on scores with many exact ties
 (rounded to integers, -0.0, -inf rows) so the tie rule (lower position wins) is exercised; tiny
@@ -41,42 +41,18 @@ def _inputs(gen, n=5, hi=8, d=32, t=70, dtype=torch.float32):
     return q, w, keys
 
 
-@pytest.fixture(params=["keys_m", "rows"])
-def float_kernel(request, monkeypatch):
-    """Both float-key kernels: ``index_scores_keys_m`` (the default) and the M-side rows one."""
-    monkeypatch.setattr(tri, "FLOAT_KERNEL", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_index_scores_matches_reference(dtype, float_kernel):
+def test_index_scores_matches_reference(dtype):
     q, w, keys = _inputs(torch.Generator().manual_seed(7), dtype=dtype)
     keys = quant.fake_quant_fp4_ue8m0_block32(keys).to(dtype)
     got = tri.index_scores(q, w, keys)
     torch.testing.assert_close(got, ref.index_scores(q, w, keys), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("halves", [True, False])
-def test_index_scores_float_keys_released_shape(halves, monkeypatch):
-    """Float keys at the released 32 x 128 over 1,100 keys on the rows kernel: several key
-    tiles per program (KEY_TILES_FLOAT), a partial last tile, 3 queries (a partial query
-    block); both channel layouts (contiguous halves, the default, and interleaved pairs) match
-    the reference."""
-    monkeypatch.setattr(tri, "FLOAT_KERNEL", "rows")
-    monkeypatch.setattr(tri, "FLOAT_HALVES", halves)
-    meta = tri.launch_meta(32, 128, False, False, torch.float32)
-    assert meta["KT"] == tri.KEY_TILES_FLOAT > 1
-    assert (meta["CS"], meta["PS"]) == ((1, 64) if halves else (2, 1))
-    q, w, keys = _inputs(torch.Generator().manual_seed(9), n=3, hi=32, d=128, t=1100)
-    keys = quant.fake_quant_fp4_ue8m0_block32(keys)
-    got = tri.index_scores(q, w, keys)
-    torch.testing.assert_close(got, ref.index_scores(q, w, keys), atol=1e-4, rtol=1e-5)
-
-
 def test_index_scores_keys_m_released_shape():
     """The keys-on-M kernel at the released 32 x 128 over 1,100 keys (a partial last tile and
-    key range) for 9 queries (a partial query block of QUERIES): the reference's values, and the
-    rows kernel's up to fp32 summation order (the head sum runs along N here)."""
+    key range) for 9 queries (a partial query block of QUERIES): the reference's values up to
+    fp32 summation order (the head sum runs along N here)."""
     from deepinfer.kernels.triton import index_scores_keys_m as keys_m
 
     q, w, keys = _inputs(torch.Generator().manual_seed(19), n=9, hi=32, d=128, t=1100)
@@ -86,24 +62,12 @@ def test_index_scores_keys_m_released_shape():
     torch.testing.assert_close(got, ref.index_scores(q, w, keys), atol=1e-4, rtol=1e-5)
 
 
-# BN = 16 queries per program; the released 32 x 128 (BN = 2); T past one program's key range
-@pytest.mark.parametrize("hi,d,t", [(4, 32, 70), (32, 128, 70), (4, 32, 1100)])
-def test_index_scores_records_visibility(hi, d, t):
-    q, w, keys = _inputs(torch.Generator().manual_seed(8), n=6, hi=hi, d=d, t=t)
-    rec = formats.pack_index_key(keys)
-    vis = torch.tensor([0, 3, 70, 69, t - 1, t])
-    got = tri.index_scores_records(q, w, rec, vis)
-    want = ref_fused.index_scores_records(q, w, rec, vis)
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-
-
-# the prefill's float keys with each query's visible count: BN 16 (4 heads) and the released
-# BN 2 (32 x 128); 1,100 keys = two programs of 8 tiles along T, so whole tiles and whole
-# programs lie beyond every query of a block (written -inf, never scored) next to partly
-# visible ones; the causal counts of a ratio-2 prompt and some at the edges
+# the prefill's float keys with each query's visible count: 4 heads and the released 32 x 128;
+# 1,100 keys = two key ranges of the keys-on-M kernel (KEY_TILES tiles of KEYS), so whole tiles
+# and whole programs lie beyond every query of a block (written -inf, never scored) next to
+# partly visible ones; the causal counts of a ratio-2 prompt and some at the edges
 @pytest.mark.parametrize("hi,d", [(4, 32), (32, 128)])
-def test_index_scores_float_keys_visibility(hi, d, float_kernel):
+def test_index_scores_float_keys_visibility(hi, d):
     t = 1100
     q, w, keys = _inputs(torch.Generator().manual_seed(10), n=40, hi=hi, d=d, t=t)
     keys = quant.fake_quant_fp4_ue8m0_block32(keys)
@@ -162,16 +126,14 @@ def _check_paged(q, w, pool, tables, vis_t, epb, width):
     assert bool((err <= 2e-5 * bound[visible]).all()), float((err / bound[visible]).max())
 
 
-@pytest.fixture(params=["v1", "v2"])
-def paged_kernel(request, monkeypatch):
-    """The paged kernels at small tiles: v1 with KEY_TILES=2 (a program spans 256 entries),
-    v2 / v3 with 16-entry tiles and 24 programs in all (rows of several programs, each of
-    several strided tiles, and programs with no visible tile)."""
-    monkeypatch.setattr(tri, "PAGED_KERNEL", request.param)
-    monkeypatch.setattr(tri, "KEY_TILES", 2)
+@pytest.fixture
+def paged_kernel(monkeypatch):
+    """Paged kernel v2 at small tiles: 16-entry tiles and 24 programs in all (rows of several
+    programs, each of several strided tiles, and programs with no visible tile)."""
+    monkeypatch.setattr(tri, "PAGED_KERNEL", "v2")
     monkeypatch.setattr(tri, "PAGED_BLOCK_KEYS", 16)
     monkeypatch.setattr(tri, "PAGED_TARGET_PROGRAMS", 24)
-    return request.param
+    return "v2"
 
 
 # Hi 4 (heads padded to 16 dot rows), 16 and the released 64 x 128; 2-, 16- and 64-entry

@@ -1,4 +1,4 @@
-"""The Gluon decode expert GEMM probes (kernels/triton/moe_gluon.py, moe_gluon_w4a8.py) on CPU.
+"""The Gluon W4A8 decode expert GEMM (kernels/triton/moe_gluon_w4a8.py) on CPU.
 
 Gluon has no interpreter, so the kernels themselves run only on the GPU
 (tests/gpu/test_moe_gluon_gpu.py). Here: the load-time weight orders against torch twins of
@@ -18,7 +18,7 @@ from deepinfer.kernels.mxfp4_w4a8_order import (
     to_step_tiles,
     to_w4a8_words,
 )
-from deepinfer.kernels.triton import moe_gluon, moe_gluon_w4a8, moe_gluon_w4a8_prefill
+from deepinfer.kernels.triton import moe_gluon_w4a8
 
 
 def _natural_values(packed: torch.Tensor) -> torch.Tensor:
@@ -116,38 +116,16 @@ def test_w4a8_kernel_order_gpu_kernel_and_inverse():
         moe_gluon_w4a8.to_kernel_order_gpu(packed, out=packed)
 
 
-@pytest.mark.parametrize("block_k", [128, 256])
-def test_bf16_kernel_order_round_trip(block_k):
-    torch.manual_seed(2)
-    packed = torch.randint(0, 256, (2, 3, 512), dtype=torch.uint8)
-    frag = moe_gluon.to_fragment_order(packed, block_k)
-    assert torch.equal(moe_gluon.from_fragment_order(frag, block_k), packed)
-    assert torch.equal(moe_gluon.from_kernel_order(moe_gluon.to_kernel_order(packed, block_k),
-                                                   block_k), packed)
-    # natural byte c = 16 s + 8 h + 2 q + u sits at q * block_k / 8 + 4 s + 2 h + u
-    nat = torch.arange(block_k // 2, dtype=torch.int32)
-    got = moe_gluon.to_fragment_order(nat.to(torch.uint8)[None], block_k)[0].to(torch.int32)
-    q, s, h, u = torch.meshgrid(torch.arange(4), torch.arange(block_k // 32), torch.arange(2),
-                                torch.arange(2), indexing="ij")
-    pos = (q * block_k // 8 + 4 * s + 2 * h + u).flatten()
-    assert torch.equal(got[pos], (16 * s + 8 * h + 2 * q + u).flatten().to(torch.int32))
-
-
 _W4A8_SIG = {"xc_ptr": "*u8", "xs_ptr": "*u8", "w1_desc": "desc:64x64", "s1_ptr": "*u8",
              "w3_desc": "desc:64x64", "s3_ptr": "*u8", "pairs_ptr": "*i32",
              "block_expert_ptr": "*i32", "out1_ptr": "*fp32", "out3_ptr": "*fp32",
              "num_pairs": "i32", "O": "i32", "K": "i32", "x_row_div": "i32", "stride_xc": "i32",
              "stride_xs4": "i32", "stride_se": "i32", "stride_sn4": "i32", "stride_om": "i32"}
-_BF16_SIG = {"x_ptr": "*bf16", "w1_desc": "desc:64x64", "s1_ptr": "*u8", "w3_desc": "desc:64x64",
-             "s3_ptr": "*u8", "pairs_ptr": "*i32", "block_expert_ptr": "*i32",
-             "out1_ptr": "*fp32", "out3_ptr": "*fp32", "num_pairs": "i32", "O": "i32",
-             "K": "i32", "x_row_div": "i32", "stride_xm": "i32", "stride_se": "i32",
-             "stride_sn": "i32", "stride_om": "i32"}
 
 
 def test_sm90_compile(sm90_compile):
-    """Both probes compile for sm_90 with no shuffles, no spills, the wgmma count of a K step
-    (W4A8: one m64 n8/16 k32 per 32-K group; bf16: one per 16 even / odd K), in budget."""
+    """The W4A8 decode kernel compiles for sm_90 with no shuffles, no spills, the wgmma count
+    of a K step (one m64 n8/16 k32 per 32-K group), in budget."""
     cases = []
     for gated in (True, False):
         for bm, prefetch, xcp, paired in ((8, False, False, False), (8, True, False, False),
@@ -169,13 +147,6 @@ def test_sm90_compile(sm90_compile):
                           **({"maxnreg": cap} if cap else {}),
                           "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
                           "divisible": ["K", "O"]})
-        cases.append({"id": f"bf16_{'gated' if gated else 'down'}", "gluon": True,
-                      "module": "deepinfer.kernels.triton.moe_gluon",
-                      "kernel": "_w4_decode_kernel", "signature": _BF16_SIG,
-                      "constexprs": {"GATED": gated, "BM": 8, "BK": 128, "STAGES": 4,
-                                     "num_warps": 4},
-                      "num_warps": 4, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
-                      "wgmma_per_step": 16 if gated else 8, "divisible": ["K", "O"]})
     convert = {"id": "w4a8_kernel_order_convert", "kernel": "_kernel_order_kernel",
                "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
                "signature": {"src_ptr": "*u8", "dst_ptr": "*i32", "num_words": "i64",
@@ -192,25 +163,6 @@ def test_sm90_compile(sm90_compile):
                "constexprs": {"ACT": 1, "BP": 16, "BN": 128, "FAKE": fake, "HAS_RW": rw},
                "num_warps": 4, "num_stages": 1, "no_spill": True}
               for fake, rw in ((False, True), (True, True), (True, False))]
-    for bm, wg, expanded in ((8, 1, False), (16, 1, False), (32, 1, False), (64, 1, False),
-                             (32, 2, False), (32, 1, True)):
-        cases.append({"id": f"w4a8_prefill_bm{bm}_wg{wg}{'_exp' if expanded else ''}",
-                      "gluon": True,
-                      "module": "deepinfer.kernels.triton.moe_gluon_w4a8_prefill",
-                      "kernel": "_w4a8_prefill_kernel", "signature": {
-                          "x_desc": f"desc8sw:{bm}x128",
-                          "xs_ptr": "*i32" if expanded else "*u8",
-                          "w_desc": f"desc:{64 * wg}x64", "s_ptr": "*u8", "pairs_ptr": "*i32",
-                          "block_expert_ptr": "*i32", "out_ptr": "*bf16", "num_pairs": "i32",
-                          "O": "i32", "K": "i32", "stride_xs4": "i32", "stride_se": "i32",
-                          "stride_sn4": "i32", "stride_om": "i32"},
-                      "constexprs": {"STAGES": 3, "BM": bm,
-                                     "WARP_ROWS": moe_gluon_w4a8_prefill.warp_rows(wg),
-                                     "XE_L": {"call": "exponent_layout", "args": [bm, 4 * wg]},
-                                     "EXPANDED": expanded,
-                                     "num_warps": 4 * wg},
-                      "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
-                      "expect_wgmma": True, "wgmma_per_step": 4, "divisible": ["K", "O"]})
     results = sm90_compile(cases + [convert] + swiglu)
     for case in cases:
         r = results[case["id"]]
@@ -280,23 +232,3 @@ def test_w4a8_order_weights_through_run_experts(act_dtype):
         assert ((got - ref).norm() / ref.norm()).item() < 1e-5
     with pytest.raises(ValueError, match="W4A8-order"):
         moe_experts.run_experts(x, ids, rw, ordered[0], ws[1], ws[2], 7.0)
-
-
-def test_expanded_token_scales_order():
-    """``expand_token_scales``: block b, group g, position p = (BM / 4) q + 2 j + u holds
-    (e - 121) << 23 of token 8 j + 2 q + u — the accumulator column a thread's p-th register
-    pair belongs to (the kernel's reshape / permute undoes exactly this order)."""
-    from deepinfer.kernels.triton.moe_gluon_w4a8_prefill import expand_token_scales
-
-    torch.manual_seed(5)
-    for bm in (16, 32, 64):
-        scales = torch.randint(100, 140, (3 * bm, 8), dtype=torch.uint8)
-        got = expand_token_scales(scales, bm)
-        assert got.shape == (3, 8, bm) and got.dtype == torch.int32
-        for p in range(bm):
-            q, rest = divmod(p, bm // 4)
-            j, u = divmod(rest, 2)
-            tok = 8 * j + 2 * q + u
-            for b in range(3):
-                want = (scales[b * bm + tok].to(torch.int32) - 121) << 23
-                assert torch.equal(got[b, :, p], want), (bm, p, b)
