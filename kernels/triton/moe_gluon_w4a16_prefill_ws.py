@@ -306,7 +306,8 @@ if HAS_GLUON:
                     cta_barrier()
                     epilogue.swiglu_q8_store(gated_tile(xa_s, BO, BM), pairs_ptr, rw_ptr,
                                              out_ptr, num_pairs, lo, block * BM, stride_om,
-                                             limit, num_warps, EPILOGUE == 0, EPI_CHUNK)
+                                             limit, num_warps, EPILOGUE != 1, EPI_CHUNK,
+                                             EPILOGUE == 3)
 
 
 def launch_regs(warpgroups: int) -> int:

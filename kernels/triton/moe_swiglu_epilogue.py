@@ -37,7 +37,9 @@ TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup),
 # and math, and skips padding in coarser pieces)
 # the epilogue's form, read at the launch (bench/gated_swiglu.py): 0 chunks of padding skipped
 # (a uniform branch a chunk), 1 every chunk computed and only the stores masked (no branch: the
-# compiler may interleave the chunks), 2 a probe without the epilogue (h not written)
+# compiler may interleave the chunks), 2 a probe without the epilogue (h not written), 3 as 0 in
+# the quad layout (``_chunk_quads``: a token's group on four lanes, eight of its output columns
+# a lane — the amax two shuffles, one 16-byte store)
 MODE = 0
 
 if HAS_GLUON:
@@ -51,14 +53,14 @@ if HAS_GLUON:
     @gluon.jit
     def swiglu_q8_store(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
                         limit, num_warps: gl.constexpr, SKIP_PADDING: gl.constexpr = True,
-                        CHUNK: gl.constexpr = 32):
+                        CHUNK: gl.constexpr = 32, QUADS: gl.constexpr = False):
         """h_s [2 F, BN] bf16 (H_SHARED; rows [0, F): the gate projection of features col0 ..
         col0 + F, rows [F, 2 F): the up projection of the same features, as the GEMM would
         have stored them) of the tokens in slots slot0 .. slot0 + BN -> h's Q8_32 values
         into out rows ``slot`` (bf16, stride stride_om), columns col0 .. col0 + F in each
         group's A-operand order; chunks of TOKEN_CHUNK tokens without a valid pair (the
         block's padding) are skipped (``SKIP_PADDING``; else computed, their stores
-        masked); CHUNK: ``TOKEN_CHUNK``."""
+        masked); CHUNK: ``TOKEN_CHUNK``; QUADS: ``_chunk_quads``' layout."""
         BO: gl.constexpr = h_s.shape[0]
         BN: gl.constexpr = h_s.shape[1]
         F: gl.constexpr = BO // 2
@@ -73,17 +75,21 @@ if HAS_GLUON:
         k = gl.arange(0, 32, layout=gl.SliceLayout(1, EPI))
         # feature k of a group -> column v with K_off(v) = k: v = k1 + 2 k2 + 4 k3 + 8 k0 + 16 k4
         v_of_k = ((k >> 1) & 7) + (k & 1) * 8 + (k & 16)
-        for c in gl.static_range(BN // TC):
-            t = c * TC + gl.arange(0, TC, layout=gl.SliceLayout(0, EPI))
-            pairs = gl.load(pairs_ptr + slot0 + t)
-            valid = pairs < num_pairs
-            if SKIP_PADDING:
-                if gl.max(valid.to(gl.int32), axis=0) > 0:  # else the block's padding
+        if QUADS:
+            _store_quads(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
+                         limit, num_warps, SKIP_PADDING, TC)
+        else:
+            for c in gl.static_range(BN // TC):
+                t = c * TC + gl.arange(0, TC, layout=gl.SliceLayout(0, EPI))
+                pairs = gl.load(pairs_ptr + slot0 + t)
+                valid = pairs < num_pairs
+                if SKIP_PADDING:
+                    if gl.max(valid.to(gl.int32), axis=0) > 0:  # else the block's padding
+                        _chunk(h_s, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, stride_om,
+                               limit, c * TC, v_of_k, F, TC, EPI)
+                else:
                     _chunk(h_s, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, stride_om,
                            limit, c * TC, v_of_k, F, TC, EPI)
-            else:
-                _chunk(h_s, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, stride_om, limit,
-                       c * TC, v_of_k, F, TC, EPI)
 
     @gluon.jit
     def _chunk(h_s, rw_ptr, out_ptr, pairs, valid, col0, slots, stride_om, limit,
@@ -99,6 +105,94 @@ if HAS_GLUON:
             q = _swiglu_q8(g, u, rw, limit)
             gl.store(out_ptr + rows[None, :] + (col0 + 32 * j + v_of_k)[:, None],
                      q.to(gl.bfloat16), mask=valid[None, :])
+
+    # the quad layout's view of h_s: [BN tokens, 2 F / 16, i, q] with feature 16 r + 2 i + q
+    # (a group's h = r % 2) at (t, r, i, q) — the same bytes as H_SHARED's [2 F, BN]
+    H_QUADS = gl.constexpr(gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1,
+                                                   order=[3, 2, 1, 0]))
+
+    @gluon.jit
+    def _store_quads(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om, limit,
+                     num_warps: gl.constexpr, SKIP_PADDING: gl.constexpr, TC: gl.constexpr):
+        """``swiglu_q8_store`` in the quad layout: a group's 32 features of a token on four
+        lanes (h, q), eight (i) a lane — feature 16 h + 2 i + q, which the A-operand order puts
+        at column i + 8 q + 16 h (``mxfp4_w4a8_bf16.k_permutation``): a lane's eight values
+        are eight adjacent columns (one 16-byte store), the group's amax is an in-lane max and
+        two shuffles; eight tokens a warp, the chunk's tokens across warps and registers."""
+        BO: gl.constexpr = h_s.shape[0]
+        BN: gl.constexpr = h_s.shape[1]
+        F: gl.constexpr = BO // 2
+        hs = h_s._reinterpret(gl.bfloat16, [BN, BO // 16, 8, 2], H_QUADS)
+        L4: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1, 8, 1],
+                                            threads_per_warp=[8, 2, 1, 2],
+                                            warps_per_cta=[num_warps, 1, 1, 1],
+                                            order=[2, 3, 1, 0])
+        col = _axis(8, 2, L4) + 8 * _axis(2, 3, L4) + 16 * _axis(2, 1, L4)  # [1, 2, 8, 2]
+        for c in gl.static_range(BN // TC):
+            t = c * TC + _axis(TC, 0, L4)  # [TC, 1, 1, 1]
+            pairs = gl.load(pairs_ptr + slot0 + t)
+            valid = pairs < num_pairs
+            if SKIP_PADDING:
+                if gl.max(gl.max(gl.max(gl.max(valid.to(gl.int32), axis=3), axis=2), axis=1),
+                          axis=0) > 0:  # else the block's padding
+                    _chunk_quads(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col,
+                                 stride_om, limit, c * TC, F, TC, L4)
+            else:
+                _chunk_quads(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col, stride_om,
+                             limit, c * TC, F, TC, L4)
+
+    @gluon.jit
+    def _chunk_quads(hs, rw_ptr, out_ptr, pairs, valid, col0, slots, col, stride_om, limit,
+                     T0: gl.constexpr, F: gl.constexpr, TC: gl.constexpr, L4: gl.constexpr):
+        """``_chunk`` in the quad layout: tokens T0 .. T0 + TC ([TC, 1, 1, 1] slots, pairs,
+        validity), every group's h stored for the valid ones."""
+        rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
+        rows = slots.to(gl.int64) * stride_om
+        for j in gl.static_range(F // 32):
+            rows_t = hs.slice(T0, TC, dim=0)
+            g = rows_t.slice(2 * j, 2, dim=1).load(L4)
+            u = rows_t.slice(F // 16 + 2 * j, 2, dim=1).load(L4)
+            q = _swiglu_q8_quads(g, u, rw, limit)
+            gl.store(out_ptr + rows + (col0 + 32 * j + col), q.to(gl.bfloat16),
+                     mask=valid & (col >= 0))
+
+    @gluon.jit
+    def _axis(n: gl.constexpr, dim: gl.constexpr, L4: gl.constexpr):
+        """0 .. n - 1 along dimension ``dim`` of a 4-d tensor in layout L4 (size 1 in the
+        others)."""
+        if dim == 0:
+            x = gl.arange(0, n, layout=gl.SliceLayout(1, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
+            return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 1), 2), 3)
+        elif dim == 1:
+            x = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(2, gl.SliceLayout(3, L4))))
+            return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 0), 2), 3)
+        elif dim == 2:
+            x = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, L4))))
+            return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 0), 1), 3)
+        else:
+            x = gl.arange(0, n, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, L4))))
+            return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 0), 1), 2)
+
+    @gluon.jit
+    def _swiglu_q8_quads(g, u, rw, limit):
+        """``_swiglu_q8`` on a [TC, 2, 8, 2] group (a token's 32 features over dims 1-3) with
+        the tokens' routing weights rw [TC, 1, 1, 1]: the same operations, the amax over the
+        feature dims."""
+        g = gl.minimum(g.to(gl.float32), limit)
+        u = gl.minimum(gl.maximum(u.to(gl.float32), -limit), limit)
+        h = g / (1.0 + gl.exp(-g)) * u
+        h = (rw * h).to(gl.bfloat16).to(gl.float32)
+        amax = gl.max(gl.max(gl.max(gl.abs(h), axis=2, keep_dims=True), axis=3, keep_dims=True),
+                      axis=1, keep_dims=True)
+        amax = gl.maximum(amax, 1e-4)
+        bits = (amax * (1.0 / 448.0)).to(gl.int32, bitcast=True)
+        exponent = (bits >> 23) & 0xFF
+        e = exponent + ((bits & 0x7FFFFF) != 0).to(gl.int32)
+        e = gl.where(exponent == 0xFF, 0xFF, e)
+        inv_scale = ((254 - e) << 23).to(gl.float32, bitcast=True)
+        y = gl.minimum(gl.maximum(h * inv_scale, -448.0), 448.0)
+        q = y.to(gl.float8e4nv).to(gl.float32) * (e << 23).to(gl.float32, bitcast=True)
+        return gl.where(e == 0xFF, float("nan"), q)
 
     @gluon.jit
     def _swiglu_q8(g, u, rw, limit):
