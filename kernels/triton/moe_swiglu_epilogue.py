@@ -102,7 +102,7 @@ if HAS_GLUON:
         for j in gl.static_range(F // 32):
             g = h_s.slice(32 * j, 32, dim=0).slice(T0, TC, dim=1).load(EPI)
             u = h_s.slice(F + 32 * j, 32, dim=0).slice(T0, TC, dim=1).load(EPI)
-            q = _swiglu_q8(g, u, rw, limit)
+            q = _swiglu_q8(g, u, rw[None, :], limit, (0, ))
             gl.store(out_ptr + rows[None, :] + (col0 + 32 * j + v_of_k)[:, None],
                      q.to(gl.bfloat16), mask=valid[None, :])
 
@@ -152,7 +152,7 @@ if HAS_GLUON:
             rows_t = hs.slice(T0, TC, dim=0)
             g = rows_t.slice(2 * j, 2, dim=1).load(L4)
             u = rows_t.slice(F // 16 + 2 * j, 2, dim=1).load(L4)
-            q = _swiglu_q8_quads(g, u, rw, limit)
+            q = _swiglu_q8(g, u, rw, limit, (2, 3, 1))  # the in-lane axis first
             gl.store(out_ptr + rows + (col0 + 32 * j + col), q.to(gl.bfloat16),
                      mask=valid & (col >= 0))
 
@@ -174,16 +174,20 @@ if HAS_GLUON:
             return gl.expand_dims(gl.expand_dims(gl.expand_dims(x, 0), 1), 2)
 
     @gluon.jit
-    def _swiglu_q8_quads(g, u, rw, limit):
-        """``_swiglu_q8`` on a [TC, 2, 8, 2] group (a token's 32 features over dims 1-3) with
-        the tokens' routing weights rw [TC, 1, 1, 1]: the same operations, the amax over the
-        feature dims."""
+    def _swiglu_q8(g, u, rw, limit, FEATURE_AXES: gl.constexpr):
+        """One group of g, u (bf16; its 32 features along ``FEATURE_AXES``: (0,) for the lane
+        layout's [32 features, tokens], (2, 3, 1) for the quad layout's [tokens, 2, 8, 2])
+        and the tokens' routing weights rw (broadcastable) -> h's Q8_32 values (fp32):
+        ``moe_swiglu.swiglu_h`` (ACT bf16: g and u hold bf16 values already), then
+        ``quant_act.q8_32_groups`` over the features (a max: its bits in any order) and
+        ``q8_32_values``."""
         g = gl.minimum(g.to(gl.float32), limit)
         u = gl.minimum(gl.maximum(u.to(gl.float32), -limit), limit)
         h = g / (1.0 + gl.exp(-g)) * u
         h = (rw * h).to(gl.bfloat16).to(gl.float32)
-        amax = gl.max(gl.max(gl.max(gl.abs(h), axis=2, keep_dims=True), axis=3, keep_dims=True),
-                      axis=1, keep_dims=True)
+        amax = gl.abs(h)
+        for a in gl.static_range(len(FEATURE_AXES)):
+            amax = gl.max(amax, axis=FEATURE_AXES[a], keep_dims=True)
         amax = gl.maximum(amax, 1e-4)
         bits = (amax * (1.0 / 448.0)).to(gl.int32, bitcast=True)
         exponent = (bits >> 23) & 0xFF
@@ -193,22 +197,3 @@ if HAS_GLUON:
         y = gl.minimum(gl.maximum(h * inv_scale, -448.0), 448.0)
         q = y.to(gl.float8e4nv).to(gl.float32) * (e << 23).to(gl.float32, bitcast=True)
         return gl.where(e == 0xFF, float("nan"), q)
-
-    @gluon.jit
-    def _swiglu_q8(g, u, rw, limit):
-        """One group [32 features, tokens] of g, u (bf16) and the tokens' routing weights ->
-        h's Q8_32 values (fp32): ``moe_swiglu.swiglu_h`` (ACT bf16: g and u hold bf16 values
-        already), then ``quant_act.q8_32_groups`` over the features and ``q8_32_values``."""
-        g = gl.minimum(g.to(gl.float32), limit)
-        u = gl.minimum(gl.maximum(u.to(gl.float32), -limit), limit)
-        h = g / (1.0 + gl.exp(-g)) * u
-        h = (rw[None, :] * h).to(gl.bfloat16).to(gl.float32)
-        amax = gl.maximum(gl.max(gl.abs(h), axis=0), 1e-4)
-        bits = (amax * (1.0 / 448.0)).to(gl.int32, bitcast=True)
-        exponent = (bits >> 23) & 0xFF
-        e = exponent + ((bits & 0x7FFFFF) != 0).to(gl.int32)
-        e = gl.where(exponent == 0xFF, 0xFF, e)
-        inv_scale = ((254 - e) << 23).to(gl.float32, bitcast=True)
-        y = gl.minimum(gl.maximum(h * inv_scale[None, :], -448.0), 448.0)
-        q = y.to(gl.float8e4nv).to(gl.float32) * (e << 23).to(gl.float32, bitcast=True)[None, :]
-        return gl.where((e == 0xFF)[None, :], float("nan"), q)
