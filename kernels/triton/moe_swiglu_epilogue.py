@@ -69,16 +69,17 @@ if HAS_GLUON:
         # 64 contiguous bytes a warp; the amax a shuffle reduction), tokens across warps and
         # registers
         TC: gl.constexpr = BN if BN < CHUNK else CHUNK
-        EPI: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, TC // num_warps],
-                                             threads_per_warp=[32, 1],
-                                             warps_per_cta=[1, num_warps], order=[0, 1])
-        k = gl.arange(0, 32, layout=gl.SliceLayout(1, EPI))
-        # feature k of a group -> column v with K_off(v) = k: v = k1 + 2 k2 + 4 k3 + 8 k0 + 16 k4
-        v_of_k = ((k >> 1) & 7) + (k & 1) * 8 + (k & 16)
         if QUADS:
             _store_quads(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
                          limit, num_warps, SKIP_PADDING, TC)
         else:
+            EPI: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, TC // num_warps],
+                                                 threads_per_warp=[32, 1],
+                                                 warps_per_cta=[1, num_warps], order=[0, 1])
+            k = gl.arange(0, 32, layout=gl.SliceLayout(1, EPI))
+            # feature k of a group -> column v with K_off(v) = k: v = k1 + 2 k2 + 4 k3 + 8 k0
+            # + 16 k4
+            v_of_k = ((k >> 1) & 7) + (k & 1) * 8 + (k & 16)
             for c in gl.static_range(BN // TC):
                 t = c * TC + gl.arange(0, TC, layout=gl.SliceLayout(0, EPI))
                 pairs = gl.load(pairs_ptr + slot0 + t)
@@ -122,6 +123,7 @@ if HAS_GLUON:
         BO: gl.constexpr = h_s.shape[0]
         BN: gl.constexpr = h_s.shape[1]
         F: gl.constexpr = BO // 2
+        gl.static_assert(TC % (8 * num_warps) == 0, "quad layout: 8 tokens a warp, whole rows")
         hs = h_s._reinterpret(gl.bfloat16, [BN, BO // 16, 8, 2], H_QUADS)
         L4: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1, 8, 1],
                                             threads_per_warp=[8, 2, 1, 2],
@@ -148,8 +150,8 @@ if HAS_GLUON:
         validity), every group's h stored for the valid ones."""
         rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
         rows = slots.to(gl.int64) * stride_om
+        rows_t = hs.slice(T0, TC, dim=0)
         for j in gl.static_range(F // 32):
-            rows_t = hs.slice(T0, TC, dim=0)
             g = rows_t.slice(2 * j, 2, dim=1).load(L4)
             u = rows_t.slice(F // 16 + 2 * j, 2, dim=1).load(L4)
             q = _swiglu_q8(g, u, rw, limit, (2, 3, 1))  # the in-lane axis first
