@@ -38,9 +38,9 @@ measures the variants alone, then the best end to end.
                                                    (moe_gluon_w4a16_prefill.KERNEL; ws: TMA
                                                    issue on a producer warp; auto: ws for
                                                    REP 2 programs)
-    --w4a8-decode-variant PREFETCH:GCAP:DCAP       the W4A8 decode GEMM's step-ahead loads
-                                                   (0 / 1) and register caps of the gated /
-                                                   down launches ('-': none), e.g. 0:-:72
+    --w4a8-decode-variant GATED_CAP:DOWN_CAP       the W4A8 decode GEMM's register caps of
+                                                   the gated / (paired) down launches ('-':
+                                                   none), e.g. 128:- or -:-
     --index-paged-kernel v2|gl                     the paged index scores' decode kernel
                                                    (indexer.PAGED_KERNEL; gl: Gluon)
     --mhc-decode-max-tokens N                      mHC coefficient calls up to N tokens on
@@ -101,9 +101,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the bf16 prefill expert GEMM runs a block at N = its parts of BM "
                     "that hold pairs (default: moe_gluon_w4a16_prefill.PARTS)")
     ap.add_argument("--w4a8-decode-variant", default=None,
-                    help="PREFETCH:GATED_CAP:DOWN_CAP[:XCP[:PAIRED]] of the W4A8 decode GEMM "
-                    "(0|1, registers or '-', 0|1, 0|1; default: moe_gluon_w4a8.DECODE_PREFETCH, "
-                    "register_cap, DECODE_XCP and DECODE_PAIRED)")
+                    help="GATED_CAP:DOWN_CAP: the W4A8 decode GEMM's register caps of the "
+                    "gated and the (paired) down launch, registers or '-' for none (default: "
+                    "moe_gluon_w4a8.register_cap)")
     ap.add_argument("--index-paged-kernel", default=None,
                     help="v2 or gl: the paged index scores' decode kernel "
                     "(default: indexer.PAGED_KERNEL)")
@@ -339,25 +339,18 @@ def apply(attention_config: str | None, moe_configs: list[str],
 
 
 def set_w4a8_decode_variant(text: str, flag: str = "--w4a8-decode-variant") -> None:
-    """PREFETCH:GATED_CAP:DOWN_CAP[:XCP[:PAIRED]] -> moe_gluon_w4a8.DECODE_PREFETCH, its
-    register caps (every block size; a paired down launch takes the gated cap), DECODE_XCP and
-    DECODE_PAIRED (default: unchanged); a malformed value exits naming ``flag``."""
+    """GATED_CAP:DOWN_CAP -> moe_gluon_w4a8.register_cap: the register caps of the gated and
+    the paired down launch at every block size ('-': none); a malformed value exits naming
+    ``flag``. (The step-ahead loads', cp.async codes' and pairing switches of the form
+    PREFETCH:GATED_CAP:DOWN_CAP[:XCP[:PAIRED]] went with their off paths: code at bf55292.)"""
     from deepinfer.kernels.triton import moe_gluon_w4a8
     parts = text.split(":")
-    if len(parts) not in (3, 4, 5) or parts[0] not in ("0", "1") or not all(
-            p == "-" or p.isdigit() for p in parts[1:3]) or not all(
-            p in ("0", "1") for p in parts[3:]):
-        raise SystemExit(f"{flag} {text!r}: expected PREFETCH:GATED_CAP:DOWN_CAP[:XCP[:PAIRED]] "
-                         "with PREFETCH, XCP and PAIRED 0 or 1 and caps in registers or '-', "
-                         "e.g. 0:-:72 or 1:128:80:1:0")
-    caps = {gated: None if p == "-" else int(p) for gated, p in ((True, parts[1]),
-                                                                 (False, parts[2]))}
-    moe_gluon_w4a8.DECODE_PREFETCH = parts[0] == "1"
-    if len(parts) >= 4:
-        moe_gluon_w4a8.DECODE_XCP = parts[3] == "1"
-    if len(parts) == 5:
-        moe_gluon_w4a8.DECODE_PAIRED = parts[4] == "1"
-    moe_gluon_w4a8.register_cap = lambda gated, block_m, prefetch: caps[gated]
+    if len(parts) != 2 or not all(p == "-" or p.isdigit() for p in parts):
+        raise SystemExit(f"{flag} {text!r}: expected GATED_CAP:DOWN_CAP with caps in registers "
+                         "or '-' (none), e.g. 128:- or -:-")
+    caps = {paired: None if p == "-" else int(p) for paired, p in ((False, parts[0]),
+                                                                   (True, parts[1]))}
+    moe_gluon_w4a8.register_cap = lambda paired, block_m: caps[paired]
 
 
 def set_index_paged_kernel(text: str) -> None:

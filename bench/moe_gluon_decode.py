@@ -64,11 +64,9 @@ def main() -> None:
     parser.add_argument("--w4a8-bm", type=int, nargs="+", default=[8],
                         help="pairs per program of the W4A8 kernel (8 or 16)")
     parser.add_argument("--w4a8-variants", nargs="+", default=["default"],
-                        help="W4A8 kernel variants: 'default' (the module's DECODE_PREFETCH "
-                        "and register_cap) or PREFETCH:GATED_CAP:DOWN_CAP (0|1, registers or "
-                        "'-' for none), e.g. 0:-:72 1:128:80, module=NAME (another copy of "
-                        "the kernel module in kernels/triton), xcp=0|1 (DECODE_XCP) or paired=0|1 "
-                        "(DECODE_PAIRED)")
+                        help="W4A8 kernel variants: 'default' (the module's register_cap), "
+                        "GATED_CAP:DOWN_CAP (registers or '-' for none), e.g. -:- 128:96, or "
+                        "module=NAME (another copy of the kernel module in kernels/triton)")
     args = parser.parse_args()
     from bench_common import roofline
 
@@ -115,23 +113,13 @@ def w4a8_rows(args, rl, hbm, x, h, ids, fp4, words8, num_pairs, flat, touched, g
     xv, hv = (dequant_fp8_ue8m0(c.view(torch.float8_e4m3fn), e) for c, e in ((xc, xs), (hc, hs)))
     refs = [moe_gluon.reference_grouped(v, w.data.view(torch.uint8), w.scale, flat, div)
             for v, w, div in ((xv, fp4[0], k), (xv, fp4[1], k), (hv, fp4[2], 1))]
-    default_prefetch, default_cap = moe_gluon_w4a8.DECODE_PREFETCH, moe_gluon_w4a8.register_cap
-    default_xcp, default_paired = moe_gluon_w4a8.DECODE_XCP, moe_gluon_w4a8.DECODE_PAIRED
+    default_cap = moe_gluon_w4a8.register_cap
     for variant, bm, stages in [(v, bm, st) for v in args.w4a8_variants for bm in args.w4a8_bm
                                 for st in args.w4a8_stages]:
         kmod = moe_gluon_w4a8
-        moe_gluon_w4a8.DECODE_PREFETCH = default_prefetch
         moe_gluon_w4a8.register_cap = default_cap
-        moe_gluon_w4a8.DECODE_XCP = default_xcp
-        moe_gluon_w4a8.DECODE_PAIRED = default_paired
         if variant == "default":
             label = f"{stages} stages"
-        elif variant.startswith("xcp="):  # the codes by cp.async (1) or register loads (0)
-            moe_gluon_w4a8.DECODE_XCP = variant == "xcp=1"
-            label = f"{stages} stages, {variant}"
-        elif variant.startswith("paired="):  # the down GEMM on the gated loop (1) or not (0)
-            moe_gluon_w4a8.DECODE_PAIRED = variant == "paired=1"
-            label = f"{stages} stages, {variant}"
         elif variant.startswith("module="):  # another copy of the kernel module (an A/B)
             try:
                 kmod = importlib.import_module(f"deepinfer.kernels.triton.{variant[7:]}")

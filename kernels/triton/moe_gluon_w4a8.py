@@ -3,7 +3,7 @@ engine runs it when the expert stacks are in its layout (the SM90 default,
 ``runtime/kernel_backends.expert_byte_order``; ``moe_experts.run_experts`` hands decode-sized
 calls to ``run_experts_w4a8`` below; prefill sizes go to ``moe_gluon_w4a16_prefill``).
 
-    out[p, o] = sum over K of W_e[o, k] * x[row(p), k]        (W1 and W3 when GATED)
+    out[p, o] = sum over K of W_e[o, k] * x[row(p), k]        (W1 and W3: the gated GEMM)
 
 Why: the bf16 kernels (``moe_experts``; a Gluon probe, since removed) spend ~3-4 instructions
 per weight on the MXFP4 -> scaled bf16 unpack, and stall at ~0.6 of HBM. Here a weight costs ~2.4
@@ -30,6 +30,8 @@ instructions in the gated K loop (sm_90 SASS), and the GEMMs reach 0.69-0.72 of 
     (no shuffles: checked in the sm_90 PTX, tests/kernels/triton/test_moe_gluon.py).
   * Tokens: BM = 8 (or 16) pairs of one expert per program (``moe_align.align_pairs``), their
     codes [BM, 128] per step in a 2-deep shared ring as the wgmma B operand.
+  * Both GEMMs run one loop of two 64-row weight operands a step: W1 and W3 for the gated one,
+    the two halves of a 128-row step tile of W2 for the down one (``PAIRED``).
 
 Shapes: x codes (rows, K) uint8 + scales (rows, K/32) uint8; w (E, O, K/2) uint8 in kernel
 order; ws (E, O, K/32) uint8; sorted_pairs (num_blocks * 8,) int32 (padding = num_pairs);
@@ -59,23 +61,21 @@ from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 ROWS = 64  # weight rows per program: one warpgroup, the wgmma M side
 BLOCK_K = 128  # K per pipeline step: 4 groups of 32
 BLOCK_M = 8  # pairs per program: the wgmma N side
-# codes and scale words one K step ahead (register-capped 128 / 80). Round 56a, one machine,
-# 4 stages: the whole run_experts_w4a8 1.504 -> 1.478 ms at 64 tokens, 2.586 -> 2.383 at 256
-# against the step loop of commit 58d9602 (round 54a's slower figures compared machines);
-# bench/moe_gluon_decode.py --w4a8-variants compares them
-DECODE_PREFETCH = True
-# the activation codes global -> shared by cp.async a step ahead (no register copy, ~10 fewer
-# instructions a K step in the sm_90 SASS: the down GEMM is issue-bound — Nsight Compute in
-# round 110a: 0.79 instructions per cycle per scheduler, "not selected" the top stall)
-DECODE_XCP = True
-# the down GEMM (one weight) launched on the gated loop, a program's 128 rows of a step tile
-# as its two operands (PAIRED): one activation tile, one barrier / TMA / scale-load round and
+# A K step's next codes and scale words are fetched one step ahead: the scale words by plain
+# loads into registers (round 56a, one machine, 4 stages: the whole run_experts_w4a8 1.504 ->
+# 1.478 ms at 64 tokens, 2.586 -> 2.383 at 256 against loading them in their own step), the
+# activation codes global -> shared by cp.async into the other slot of a 2-deep ring (round
+# 113: no register copy, 228 -> 216 / 359 -> 349 instructions a K step down / gated in the
+# sm_90 SASS, decode 64 x 32K 13.49 -> 13.25 ms; the down GEMM is issue-bound, Nsight Compute
+# in round 110a: 0.79 instructions per cycle per scheduler, "not selected" the top stall).
+# The down GEMM (one weight) runs on the gated loop, a program's 128 rows of a step tile as
+# its two operands (``PAIRED``): one activation tile, one barrier / TMA / scale-load round and
 # one token-scale extraction per 8 KB of weights instead of per 4 KB (the down loop: 216
-# instructions a step per 4 KB, the gated one 349 per 8 KB; round 110a: down issue-bound).
-# Round 116a, one machine, interleaved: the down GEMM 0.498 -> 0.473 ms at 64 tokens, 0.789 ->
-# 0.752 at 256 (correct: rel. L2 2.3e-05 both); decode 64 x 32K 13.23 -> 13.03 ms, 256 x 32K
-# 23.23 -> 22.77 (bench/moe_gluon_decode.py --w4a8-variants paired=0 paired=1)
-DECODE_PAIRED = True
+# instructions a step per 4 KB, the gated one 349 per 8 KB). Round 116a, one machine,
+# interleaved: the down GEMM 0.498 -> 0.473 ms at 64 tokens, 0.789 -> 0.752 at 256 (correct:
+# rel. L2 2.3e-05 both); decode 64 x 32K 13.23 -> 13.03 ms, 256 x 32K 23.23 -> 22.77. The
+# switches of these three (DECODE_PREFETCH, DECODE_XCP, DECODE_PAIRED) were removed with their
+# off paths, each measured slower (code at commit bf55292).
 # a step's refills (the weights' TMA, the next codes' cp.async) are issued right after its CTA
 # barrier, before its wgmmas. Issued after them (session 37, REFILL_LATE: ~30 instructions and
 # the refill's barriers under the wgmmas in the sm_90 SASS; code at 58e0547), H200 round 180:
@@ -164,35 +164,26 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
         return c0, c1, c2, c3
 
     @gluon.jit
-    def _step_loads(xc_ptrs, xs_words, s1_words, s3_words, step, GATED: gl.constexpr,
-                    BK: gl.constexpr):
-        """K step ``step``'s activation codes [BM, BK], token scale words [BM] and weight scale
-        words [64] of w1 and (GATED) w3 (else w1's again)."""
-        xc = gl.load(xc_ptrs + step * BK)
-        ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, step, GATED)
-        return xc, ex, ew, fw
-
-    @gluon.jit
-    def _scale_loads(xs_words, s1_words, s3_words, step, GATED: gl.constexpr):
-        """K step ``step``'s token scale words [BM] and weight scale words [64] of w1 and
-        (GATED) w3 (else w1's again)."""
+    def _scale_loads(xs_words, s1_words, s3_words, step):
+        """K step ``step``'s token scale words [BM] and weight scale words [64] of the two
+        operands (w1 and w3, or a paired launch's two row halves)."""
         ex = gl.load(xs_words + step)
         ew = gl.load(s1_words + step)
-        fw = gl.load(s3_words + step) if GATED else ew
+        fw = gl.load(s3_words + step)
         return ex, ew, fw
 
     @gluon.jit
     def _w4a8_decode_kernel(xc_ptr, xs_ptr, w1_desc, s1_ptr, w3_desc, s3_ptr, pairs_ptr,
                             block_expert_ptr, out1_ptr, out3_ptr, num_pairs, O, K, x_row_div,
                             stride_xc, stride_xs4, stride_se, stride_sn4, stride_om,
-                            GATED: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                            PREFETCH: gl.constexpr, TILE: gl.constexpr, XCP: gl.constexpr,
+                            STAGES: gl.constexpr, BM: gl.constexpr, TILE: gl.constexpr,
                             PAIRED: gl.constexpr, num_warps: gl.constexpr):
+        """The gated loop: two weight operands of 64 rows per K step on one activation tile.
+        Not PAIRED (the gated GEMM): rows [64 t, 64 t + 64) of w1 and of w3 into out1 / out3.
+        PAIRED (the down GEMM, one weight): rows [128 t, 128 t + 64) as "w1" and the next 64
+        as "w3" (one step tile, ROW3 = 64), both into out1's columns."""
         gl.static_assert(BM == 8 or BM == 16, "BM: 8 or 16 pairs per program")
-        # PAIRED (with GATED): one weight, rows [128 t, 128 t + 64) as "w1" and the next 64 as
-        # "w3" (one step tile, ROW3 = 64), both into out1's columns: the gated loop's shared
-        # activation tile and per-step overhead for the down projection
-        gl.static_assert(not PAIRED or (GATED and TILE == 128), "PAIRED: the gated loop")
+        gl.static_assert(not PAIRED or TILE == 128, "PAIRED: two halves of a 128-row step tile")
         ROW3: gl.constexpr = 64 if PAIRED else 0
         BK: gl.constexpr = 128
         # shared tile [64 rows, 64 bytes] -> registers: bytes b (2 bits), row + 8 (m), word
@@ -218,8 +209,8 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             num_steps = K // BK
             tile64 = tile * 2 if PAIRED else tile  # the program's first 64-row tile
             row0 = tile_row0(expert * O + tile64 * 64, num_steps, TILE)  # step tiles
-            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, GATED, STAGES, BK,
-                                          TILE, ROW3)
+            w1_s, w3_s, bars = start_ring(w1_desc, w3_desc, row0, num_steps, STAGES, BK, TILE,
+                                          ROW3)
 
             # scales as int32 words (a K step's 4 groups): a thread's rows and tokens in the
             # accumulator's row / column layouts (no layout conversion in the promotion)
@@ -245,83 +236,54 @@ and.b32 r, r, 0x88888888; and.b32 t, t, 0x14141414; or.b32 $7, r, t;
             acc3 = gl.zeros([64, BM], gl.float32, MMA)
             z = gl.zeros([64, BM], gl.float32, MMA)
 
-            # the activation codes and the scale words of a step come by plain loads (codes
-            # and token scales from L2, weight scales from HBM). PREFETCH issues them one step
-            # ahead, so their latency hides behind a step's work (round 53: "long scoreboard"
-            # was the largest stall at 256 tokens, 2.1 of 7.5 cycles per issued instruction),
-            # at ~27 / 13 more registers (round 56a: faster, see DECODE_PREFETCH)
-            # XCP: the codes go global -> shared by cp.async a step ahead instead (no register
-            # copy: carried through the loop as uint8 registers they cost ~22 byte moves a step)
+            # one step ahead: the scale words by plain loads (codes' token scales from L2, weight
+            # scales from HBM; round 53: "long scoreboard" was the largest stall at 256 tokens
+            # when a step loaded its own), the activation codes global -> shared by cp.async
+            # into the other slot (no register copy: carried through the loop as uint8
+            # registers they cost ~22 byte moves a step)
             x8_ptrs = xc_ptrs.to(gl.pointer_type(gl.float8e4nv), bitcast=True)
-            if XCP:
-                async_copy.async_copy_global_to_shared(x_smem.index(0), x8_ptrs)
-                async_copy.commit_group()
-                if PREFETCH:
-                    ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, 0, GATED)
-            elif PREFETCH:
-                xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, 0, GATED, BK)
+            async_copy.async_copy_global_to_shared(x_smem.index(0), x8_ptrs)
+            async_copy.commit_group()
+            ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, 0)
             for i in range(num_steps):
                 nxt = gl.minimum(i + 1, num_steps - 1)  # the last step reloads its own
-                if XCP:
-                    if PREFETCH:
-                        ex_next, ew_next, fw_next = _scale_loads(xs_words, s1_words, s3_words,
-                                                                 nxt, GATED)
-                    else:
-                        ex, ew, fw = _scale_loads(xs_words, s1_words, s3_words, i, GATED)
-                    async_copy.wait_group(0)  # this thread's codes of step i landed
-                    fence_async_shared()
-                    cta_barrier()  # everyone's landed; every warp is past step i - 1's wgmmas
-                else:
-                    if PREFETCH:
-                        xc_next, ex_next, ew_next, fw_next = _step_loads(
-                            xc_ptrs, xs_words, s1_words, s3_words, nxt, GATED, BK)
-                    else:
-                        xc, ex, ew, fw = _step_loads(xc_ptrs, xs_words, s1_words, s3_words, i,
-                                                     GATED, BK)
-                    x_smem.index(i % 2).store(xc.to(gl.float8e4nv, bitcast=True))
-                    fence_async_shared()
-                    cta_barrier()
+                ex_next, ew_next, fw_next = _scale_loads(xs_words, s1_words, s3_words, nxt)
+                async_copy.wait_group(0)  # this thread's codes of step i landed
+                fence_async_shared()
+                cta_barrier()  # everyone's landed; every warp is past step i - 1's wgmmas
                 x8 = x_smem.index(i % 2)
                 # after the barrier: every warp is past step i - 1's reads of the stage this
                 # refills (each warp's wgmma covers only its own 16 rows, so a warp's wait
                 # does not imply the others have read their weights)
                 issue_step(w1_desc, w3_desc, w1_s, w3_s, bars, row0, i + STAGES - 1,
-                           num_steps, GATED, STAGES, BK, TILE, ROW3)
-                if XCP:  # the next step's codes into the other slot (read at step i - 1)
-                    async_copy.async_copy_global_to_shared(x_smem.index((i + 1) % 2),
-                                                           x8_ptrs + nxt * BK)
-                    async_copy.commit_group()
+                           num_steps, STAGES, BK, TILE, ROW3)
+                # the next step's codes into the other slot (read at step i - 1)
+                async_copy.async_copy_global_to_shared(x_smem.index((i + 1) % 2),
+                                                       x8_ptrs + nxt * BK)
+                async_copy.commit_group()
                 stage = i % STAGES
                 mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
                 a0, a1, a2, a3 = _group_operands(w1_s.index(stage).load(L64), LA)
                 c0, c1, c2, c3 = _mma_groups(a0, a1, a2, a3, x8, z)
-                if GATED:
-                    b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
-                    d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
-                    c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
-                        num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
-                    acc3 = promote_words(acc3, d0, fw, ex, 0)
-                    acc3 = promote_words(acc3, d1, fw, ex, 1)
-                    acc3 = promote_words(acc3, d2, fw, ex, 2)
-                    acc3 = promote_words(acc3, d3, fw, ex, 3)
-                else:
-                    c0, c1, c2, c3 = warpgroup_mma_wait(num_outstanding=0,
-                                                        deps=(c0, c1, c2, c3))
+                b0, b1, b2, b3 = _group_operands(w3_s.index(stage).load(L64), LA)
+                d0, d1, d2, d3 = _mma_groups(b0, b1, b2, b3, x8, z)
+                c0, c1, c2, c3, d0, d1, d2, d3 = warpgroup_mma_wait(
+                    num_outstanding=0, deps=(c0, c1, c2, c3, d0, d1, d2, d3))
+                acc3 = promote_words(acc3, d0, fw, ex, 0)
+                acc3 = promote_words(acc3, d1, fw, ex, 1)
+                acc3 = promote_words(acc3, d2, fw, ex, 2)
+                acc3 = promote_words(acc3, d3, fw, ex, 3)
                 acc1 = promote_words(acc1, c0, ew, ex, 0)
                 acc1 = promote_words(acc1, c1, ew, ex, 1)
                 acc1 = promote_words(acc1, c2, ew, ex, 2)
                 acc1 = promote_words(acc1, c3, ew, ex, 3)
-                if PREFETCH:
-                    ex, ew, fw = ex_next, ew_next, fw_next
-                    if not XCP:
-                        xc = xc_next
-            if XCP:
-                async_copy.wait_group(0)  # the last step's extra copy
+                ex, ew, fw = ex_next, ew_next, fw_next
+            async_copy.wait_group(0)  # the last step's extra copy
             for b in gl.static_range(STAGES):
                 mbarrier.invalidate(bars.index(b))
 
             store_tiles(acc1, acc3, out1_ptr, out3_ptr + ROW3, pairs_ptr, block, tile64,
-                        num_pairs, stride_om, GATED, BM, MMA)
+                        num_pairs, stride_om, BM, MMA)
 
 
 def tiled_descriptor(packed: torch.Tensor, rows: int):
@@ -395,17 +357,13 @@ def to_kernel_order_gpu(packed: torch.Tensor, out: torch.Tensor | None = None) -
     return dst.view(packed.dtype)
 
 
-def register_cap(gated: bool, block_m: int, prefetch: bool) -> int | None:
-    """The launch's register cap (maxnreg) at 8 pairs per program, from the sm_90 SASS
-    (tests/kernels/triton/test_moe_gluon.py checks there are no spills). Without prefetch: none
-    (gated 116 registers, 4 programs per SM; down 80, 6 — capped at 72 for 7 it spills 16 B,
-    an A/B variant: bench/kernel_overrides.py --w4a8-decode-variant 0:-:72). With
-    ``prefetch`` the step-ahead loads cost ~27 / 13 registers (gated 116 -> 143, down -> 85):
-    capped at 128 / 80 the gated kernel keeps 4 programs per SM and the down kernel 6. 16
-    pairs: uncapped."""
-    if block_m != 8 or not prefetch:
-        return None
-    return 128 if gated else 80
+def register_cap(paired: bool, block_m: int) -> int | None:
+    """The launch's register cap (maxnreg) from the sm_90 SASS (tests/kernels/triton/
+    test_moe_gluon.py checks there are no spills): at 8 pairs per program 128 for both launches
+    (the gated one and the paired down one run the same loop; its step-ahead loads cost ~27
+    registers, 143 uncapped), which keeps 4 programs per SM. 16 pairs: uncapped.
+    bench/kernel_overrides.py --w4a8-decode-variant GATED_CAP:DOWN_CAP sets others."""
+    return 128 if block_m == 8 else None
 
 
 def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Tensor,
@@ -416,7 +374,8 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """out1 (num_pairs, O) out_dtype = Q8_32 x[pair // x_row_div] @ W1[expert]^T (and out3);
     the fp32 sums are rounded once to out_dtype when stored. Rows of pairs that no block holds
-    (ids outside [0, E)) are not written.
+    (ids outside [0, E)) are not written. Without w3 (the down GEMM) the launch is paired: a
+    program's two operands are the two 64-row halves of one 128-row step tile of w1.
 
     x_codes (rows, K) uint8 e4m3 + x_scales (rows, K/32) uint8 (``quant_act.quant_q8_32``);
     w1/w3 (E, O, K/2) in ``to_kernel_order``, s1/s3 (E, O, K/32) uint8; pairs grouped by
@@ -430,17 +389,16 @@ def w4a8_decode_gemm(x_codes: torch.Tensor, x_scales: torch.Tensor, w1: torch.Te
     out1 = torch.empty((num_pairs, out_features), dtype=out_dtype, device=x_codes.device)
     out3 = torch.empty_like(out1) if gated else out1
     assert out_features % TILE_ROWS == 0, (w1.shape, TILE_ROWS)
-    paired = not gated and DECODE_PAIRED  # the down GEMM on the gated loop (two halves)
+    paired = not gated  # the down GEMM on the gated loop (two halves)
     d1 = tiled_descriptor(w1, ROWS)
     d3 = tiled_descriptor(w3, ROWS) if gated else d1
     grid = (block_expert.numel(), out_features // (2 * ROWS if paired else ROWS))
-    cap = register_cap(gated or paired, block_m, DECODE_PREFETCH)
+    cap = register_cap(paired, block_m)
     _w4a8_decode_kernel[grid](
         x_codes, x_scales, d1, s1, d3, s3 if gated else s1, sorted_pairs, block_expert, out1,
         out3, num_pairs, out_features, k, x_row_div, x_codes.stride(0), x_scales.stride(0) // 4,
-        s1.stride(0), s1.stride(1) // 4, out1.stride(0), GATED=gated or paired, STAGES=stages,
-        BM=block_m, PREFETCH=DECODE_PREFETCH, TILE=TILE_ROWS, XCP=DECODE_XCP, PAIRED=paired,
-        num_warps=4, **({"maxnreg": cap} if cap else {}))
+        s1.stride(0), s1.stride(1) // 4, out1.stride(0), STAGES=stages, BM=block_m,
+        TILE=TILE_ROWS, PAIRED=paired, num_warps=4, **({"maxnreg": cap} if cap else {}))
     return out1, (out3 if gated else None)
 
 

@@ -216,31 +216,23 @@ def test_gluon_sass_loops_on_a_synthetic_listing():
 
 
 def test_kernel_overrides_w4a8_decode_variant(monkeypatch):
-    """--w4a8-decode-variant sets the W4A8 decode GEMM's prefetch switch and register caps;
-    a malformed value exits naming the flag."""
+    """--w4a8-decode-variant sets the W4A8 decode GEMM's register caps of the gated and the
+    paired down launch; a malformed value (the old PREFETCH:...:XCP:PAIRED form included)
+    exits naming the flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import moe_gluon_w4a8
 
-    for name in ("DECODE_PREFETCH", "register_cap", "DECODE_XCP", "DECODE_PAIRED"):
-        monkeypatch.setattr(moe_gluon_w4a8, name, getattr(moe_gluon_w4a8, name))
-    kernel_overrides.apply(None, [], w4a8_decode_variant="0:-:72")
-    assert moe_gluon_w4a8.DECODE_PREFETCH is False
-    assert moe_gluon_w4a8.register_cap(True, 8, False) is None
-    assert moe_gluon_w4a8.register_cap(False, 8, False) == 72
-    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:-")
-    assert moe_gluon_w4a8.DECODE_PREFETCH is True
-    assert moe_gluon_w4a8.register_cap(True, 16, True) == 128
-    assert moe_gluon_w4a8.register_cap(False, 8, True) is None
-    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:0")
-    assert moe_gluon_w4a8.DECODE_XCP is False
-    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:1")
-    assert moe_gluon_w4a8.DECODE_XCP is True
-    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:1:0")
-    assert moe_gluon_w4a8.DECODE_PAIRED is False
-    kernel_overrides.apply(None, [], w4a8_decode_variant="1:128:80:0:1")
-    assert moe_gluon_w4a8.DECODE_PAIRED is True and moe_gluon_w4a8.DECODE_XCP is False
-    for bad in ("2:-:-", "1:128", "1:x:80", "1:128:80:2", "1:128:80:1:1:1"):
+    monkeypatch.setattr(moe_gluon_w4a8, "register_cap", moe_gluon_w4a8.register_cap)
+    assert moe_gluon_w4a8.register_cap(False, 8) == moe_gluon_w4a8.register_cap(True, 8) == 128
+    assert moe_gluon_w4a8.register_cap(True, 16) is None
+    kernel_overrides.apply(None, [], w4a8_decode_variant="-:96")
+    assert moe_gluon_w4a8.register_cap(False, 8) is None
+    assert moe_gluon_w4a8.register_cap(True, 16) == 96
+    kernel_overrides.apply(None, [], w4a8_decode_variant="128:-")
+    assert moe_gluon_w4a8.register_cap(False, 16) == 128
+    assert moe_gluon_w4a8.register_cap(True, 8) is None
+    for bad in ("1:128:80", "1:128:80:1:0", "128", "x:80", "128:80:"):
         with pytest.raises(SystemExit) as info:
             kernel_overrides.apply(None, [], w4a8_decode_variant=bad)
         assert "--w4a8-decode-variant" in str(info.value)

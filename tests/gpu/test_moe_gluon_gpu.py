@@ -50,15 +50,14 @@ def _case(gated: bool):
     return ids, x, w, TOPK if gated else 1
 
 
-@pytest.mark.parametrize("gated,paired", [(True, False), (False, False), (False, True)])
+@pytest.mark.parametrize("gated", [True, False])
 @pytest.mark.parametrize("block_m", [8, 16])
-def test_w4a8_gluon(gated, paired, block_m, monkeypatch):
-    """The W4A8 decode GEMM against the reference on the Q8_32 values; the down projection on
-    its 64-row launch and paired on the gated loop (``DECODE_PAIRED``)."""
+def test_w4a8_gluon(gated, block_m):
+    """The W4A8 decode GEMM against the reference on the Q8_32 values; the down projection
+    paired on the gated loop (two 64-row halves of a step tile a program)."""
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
     from deepinfer.kernels.triton import moe_align, moe_gluon, moe_gluon_w4a8, quant_act
 
-    monkeypatch.setattr(moe_gluon_w4a8, "DECODE_PAIRED", paired)
     ids, x, w, div = _case(gated)
     codes, scales = quant_act.quant_q8_32(x)
     xv = dequant_fp8_ue8m0(codes.view(torch.float8_e4m3fn), scales)
@@ -70,8 +69,8 @@ def test_w4a8_gluon(gated, paired, block_m, monkeypatch):
                                                div, block_m=block_m)
     for out, (p, s) in zip(outs, w, strict=False):
         ref = moe_gluon.reference_grouped(xv, p, s, ids.reshape(-1), div)
-        _row(f"w4a8 gluon {'gated' if gated else 'down'}{' paired' if paired else ''} "
-             f"bm{block_m}", f"{TOKENS}x{x.shape[1]}", _rel(out, ref), 1e-3)
+        _row(f"w4a8 gluon {'gated' if gated else 'down paired'} bm{block_m}",
+             f"{TOKENS}x{x.shape[1]}", _rel(out, ref), 1e-3)
 
 
 def test_w4a8_pipeline_matches_run_experts():

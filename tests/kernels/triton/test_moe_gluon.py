@@ -125,27 +125,21 @@ _W4A8_SIG = {"xc_ptr": "*u8", "xs_ptr": "*u8", "w1_desc": "desc:64x64", "s1_ptr"
 
 def test_sm90_compile(sm90_compile):
     """The W4A8 decode kernel compiles for sm_90 with no shuffles, no spills, the wgmma count
-    of a K step (one m64 n8/16 k32 per 32-K group), in budget."""
+    of a K step (one m64 n8/16 k32 per 32-K group of each of its two operands), in budget: the
+    gated launch and the down one paired on the same loop, 8 and 16 pairs per program."""
     cases = []
-    for gated in (True, False):
-        for bm, prefetch, xcp, paired in ((8, False, False, False), (8, True, False, False),
-                                          (8, True, True, False), (16, False, True, False),
-                                          (8, True, True, True)):
-            if paired and not gated:
-                continue  # the paired down launch runs the gated loop
-            cap = moe_gluon_w4a8.register_cap(gated, bm, prefetch)
-            cases.append({"id": f"w4a8_{'gated' if gated else 'down'}_bm{bm}"
-                                f"{'_prefetch' if prefetch else ''}{'_xcp' if xcp else ''}"
-                                f"{'_paired' if paired else ''}",
+    for paired in (False, True):
+        for bm in (8, 16):
+            cap = moe_gluon_w4a8.register_cap(paired, bm)
+            cases.append({"id": f"w4a8_{'down_paired' if paired else 'gated'}_bm{bm}",
                           "gluon": True,
                           "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
                           "kernel": "_w4a8_decode_kernel", "signature": _W4A8_SIG,
-                          "constexprs": {"GATED": gated, "STAGES": 4, "BM": bm,
-                                         "PREFETCH": prefetch, "TILE": TILE_ROWS,
-                                         "XCP": xcp, "PAIRED": paired, "num_warps": 4},
+                          "constexprs": {"STAGES": 4, "BM": bm, "TILE": TILE_ROWS,
+                                         "PAIRED": paired, "num_warps": 4},
                           "num_warps": 4, "num_stages": 1, "no_spill": True,
                           **({"maxnreg": cap} if cap else {}),
-                          "expect_wgmma": True, "wgmma_per_step": 8 if gated else 4,
+                          "expect_wgmma": True, "wgmma_per_step": 8,
                           "divisible": ["K", "O"]})
     convert = {"id": "w4a8_kernel_order_convert", "kernel": "_kernel_order_kernel",
                "module": "deepinfer.kernels.triton.moe_gluon_w4a8",
