@@ -26,8 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from moe_sass import LAUNCH_OPTIONS, parse_overrides, report  # noqa: E402
 
 POINTERS = {"q_ptr": "*bf16", "out_ptr": "*bf16", "sink_ptr": "*fp32", "ia_ptr": "*i64",
-            "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32",
-            "part_ptr": "*fp32", "ml_ptr": "*fp32"}
+            "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32"}
 
 
 def compile_kernel(overrides: dict, v2: bool = False):

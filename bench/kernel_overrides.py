@@ -4,7 +4,7 @@ measures the variants alone, then the best end to end.
 
     --attention-config LAYOUT:BK:BH:SPLIT:STAGES   prefill-sized attention launches
                                                    (attention_prefill.py variants), or
-                       decode:BK:BH:DV:STAGES:WARPS:SPLITS  decode-sized ones
+                       decode:BK:BH:DV:STAGES:WARPS  decode-sized ones
                                                    (attention_decode.py variants)
     --moe-config BMxBNxBK:split:warps:stages[:swap[:abf16[:onemul]]]
                                                    MXFP4 expert GEMMs (bf16 dots) of the
@@ -298,12 +298,12 @@ def apply(attention_config: str | None, moe_configs: list[str],
 
         from deepinfer.kernels.triton import attention
         nums = attention_config.split(":")[1:]
-        is_v2 = bool(nums) and nums[0] == "v2" and len(nums) <= 6 and all(
+        is_v2 = bool(nums) and nums[0] == "v2" and len(nums) <= 5 and all(
             n.isdigit() for n in nums[1:])
-        if not is_v2 and (len(nums) != 6 or not all(n.isdigit() for n in nums)):
+        if not is_v2 and (len(nums) != 5 or not all(n.isdigit() for n in nums)):
             raise SystemExit(f"--attention-config {attention_config!r}: expected "
-                             "decode:BK:BH:DV:STAGES:WARPS:SPLITS, e.g. decode:16:64:2:2:8:4, "
-                             "or decode:v2[:BK:BH:WARPS:STAGES:SPLITS]")
+                             "decode:BK:BH:DV:STAGES:WARPS, e.g. decode:16:64:2:2:8, "
+                             "or decode:v2[:BK:BH:WARPS:STAGES]")
         set_decode(attention, ":".join(nums))
     elif attention_config:
         from attention_prefill import set_variant

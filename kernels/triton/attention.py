@@ -57,14 +57,10 @@ PREFILL_MIN_QUERIES = 256
 PREFILL_BLOCK_HEADS = 64
 PREFILL_DV_SPLIT = 1
 PREFILL_NUM_STAGES = 2
-# Decode row splits (flash-decoding): each (query, head block, output slice) program walks
-# 1/DECODE_ROW_SPLITS of each row list and writes its partial (running max, sum, unnormalized
-# output); a second kernel merges them with the sink. A decode step's 64 queries x 1 head block
-# x 2 output slices give 128 programs that each walk 640 rows in 40 dependent chunks (0.26 ms
-# per layer on the H200 at 64 x 4K, session 6: ~50x its bytes' time). 1 = no split, the
-# default until bench/attention_decode.py has measured splits on the GPU. Prefill-sized
-# launches never split (thousands of queries fill the GPU).
-DECODE_ROW_SPLITS = 1
+# (Decode row splits — flash-decoding partials over 1/DECODE_ROW_SPLITS of each row list and a
+# merge kernel, here and in attention_decode — were removed: slower on the H200, v1 0.344 ->
+# 0.430 / 0.563 / 0.821 ms with 2 / 4 / 8 splits at 64 x 4K in round 17, v2 0.126 -> 0.143 and
+# 0.225 -> 0.333 ms with 2 in round 25; code at commit bf55292.)
 # Decode kernel for decode-sized record launches (<= PREFILL_MIN_QUERIES queries, FP8 window +
 # FP4 compressed records): "v1" = _sparse_attn_sink_kernel below; "v2" = attention_decode (each
 # record decoded once per program, one tile for q.k and p.v, q loaded once, no output split).
@@ -114,19 +110,16 @@ def _load_rows(base_ptr, row_stride, idx, valid, j0, D: tl.constexpr, DJ: tl.con
 def _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0, rows_ptr, row_stride, idx_ptr,
                  idx_stride, num_idx, qk_scale, D: tl.constexpr, DJ: tl.constexpr,
                  DC: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-                 PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr,
-                 split, NSPLIT: tl.constexpr):
-    """Online-softmax update over one query's row list (entries < 0 are skipped): all of it, or
-    with NSPLIT > 1 the ``split``-th of NSPLIT ranges of whole BK chunks.
+                 PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr):
+    """Online-softmax update over one query's row list (entries < 0 are skipped).
 
     q . k runs over D in slices of DC channel pairs (q slices are re-read from L1/L2 each
     chunk), which bounds the registers live at once to one slice of q and of the K tile.
     """
     kk = tl.arange(0, BK)
     jc = tl.arange(0, DC)
-    lo, hi = attn_common.split_range(num_idx, split, NSPLIT, BK)
-    for start in range(lo, hi, BK):
-        in_list = start + kk < hi
+    for start in range(0, num_idx, BK):
+        in_list = start + kk < num_idx
         idx = tl.load(idx_ptr + n * idx_stride + start + kk, mask=in_list, other=-1)
         valid = idx >= 0
         s = tl.zeros((acc_e.shape[0], BK), tl.float32)
@@ -155,20 +148,20 @@ def _sparse_attn_sink_kernel(
     q_ptr, stride_qn, stride_qh,
     a_ptr, stride_a, ia_ptr, stride_ia, num_a,
     b_ptr, stride_b, ib_ptr, stride_ib, num_b,
-    sink_ptr, out_ptr, stride_on, stride_oh, part_ptr, ml_ptr,
+    sink_ptr, out_ptr, stride_on, stride_oh,
     num_heads, qk_scale,
     D: tl.constexpr, DJ: tl.constexpr, DC: tl.constexpr, BH: tl.constexpr,
     BK: tl.constexpr, FMT_A: tl.constexpr, FMT_B: tl.constexpr, HAS_B: tl.constexpr,
-    PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr, NSPLIT: tl.constexpr = 1,
+    PREC: tl.constexpr, CS: tl.constexpr, PS: tl.constexpr,
 ):
-    """NSPLIT == 1: out = softmax-with-sink attention. NSPLIT > 1: this program's row range only,
-    unnormalized, to part (NSPLIT, N, H, D) fp32 and (running max, sum) to ml (NSPLIT, N, H, 2)
-    fp32, for ``attn_common.merge_splits``."""
+    """out = softmax-with-sink attention; grid (N, cdiv(H, BH), D/2 / DJ): a program's query,
+    head block and output channel pairs [j0, j0 + DJ)."""
     n = tl.program_id(0)
     hb = tl.program_id(1)
     DVS: tl.constexpr = D // 2 // DJ  # output slices per (query, head block)
-    j0 = (tl.program_id(2) % DVS) * DJ  # output channel pairs [j0, j0 + DJ) of this program
-    split = tl.program_id(2) // DVS
+    # output channel pairs [j0, j0 + DJ) of this program (the grid's third axis has DVS
+    # programs; % DVS makes j0 the constant 0 when DVS is 1, as at prefill)
+    j0 = (tl.program_id(2) % DVS) * DJ
     h = hb * BH + tl.arange(0, BH)
     hmask = h < num_heads
     q_rows = q_ptr + n.to(tl.int64) * stride_qn + h[:, None] * stride_qh
@@ -179,22 +172,12 @@ def _sparse_attn_sink_kernel(
     acc_o = tl.zeros((BH, DJ), tl.float32)
     m_i, l_i, acc_e, acc_o = _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0,
                                           a_ptr, stride_a, ia_ptr, stride_ia, num_a, qk_scale,
-                                          D, DJ, DC, BK, FMT_A, PREC, CS, PS, split, NSPLIT)
+                                          D, DJ, DC, BK, FMT_A, PREC, CS, PS)
     if HAS_B:
         m_i, l_i, acc_e, acc_o = _attend_list(q_rows, hmask, m_i, l_i, acc_e, acc_o, n, j0,
                                               b_ptr, stride_b, ib_ptr, stride_ib, num_b,
-                                              qk_scale, D, DJ, DC, BK, FMT_B, PREC, CS, PS,
-                                              split, NSPLIT)
+                                              qk_scale, D, DJ, DC, BK, FMT_B, PREC, CS, PS)
     jo = j0 + tl.arange(0, DJ)
-    if NSPLIT > 1:
-        row = (split * tl.num_programs(0) + n).to(tl.int64) * num_heads + h  # [BH]
-        p_rows = part_ptr + row[:, None] * D
-        tl.store(p_rows + CS * jo[None, :], acc_e, mask=hmask[:, None])
-        tl.store(p_rows + CS * jo[None, :] + PS, acc_o, mask=hmask[:, None])
-        if j0 == 0:
-            tl.store(ml_ptr + row * 2, m_i, mask=hmask)
-            tl.store(ml_ptr + row * 2 + 1, l_i, mask=hmask)
-        return
     sink = tl.load(sink_ptr + h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
     m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
     denom = l_i + tl.exp2(sink - m_use)
@@ -222,7 +205,6 @@ def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
                 FMT_A=fmt_a, FMT_B=fmt_b, HAS_B=has_b,
                 PREC="ieee" if q_dtype == torch.float32 else "tf32",
                 CS=1 if float_rows else 2, PS=d // 2 if float_rows else 1,
-                NSPLIT=1 if prefill else DECODE_ROW_SPLITS,
                 num_warps=NUM_WARPS, num_stages=PREFILL_NUM_STAGES if prefill else NUM_STAGES)
 
 
@@ -249,18 +231,15 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
         return attention_prefill_gluon.sparse_attention_sink_gl(q, a, ia, sink, softmax_scale,
                                                                 out)
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
-    nsplit = meta["NSPLIT"]
-    assert nsplit & (nsplit - 1) == 0, f"attention: row splits must be a power of two, {nsplit}"
-    part, ml = attn_common.split_buffers(nsplit, q, out)
-    grid = (n, cdiv(h, meta["BH"]), d // 2 // meta["DJ"] * nsplit)
+    grid = (n, cdiv(h, meta["BH"]), d // 2 // meta["DJ"])
     _sparse_attn_sink_kernel[grid](
         q, q.stride(0), q.stride(1),
         a, a.stride(0), ia, ia.stride(0), ia.shape[-1],
         b, b.stride(0), ib, ib.stride(0), ib.shape[-1] if has_b else 0,
-        sink, out, out.stride(0), out.stride(1), part, ml,
+        sink, out, out.stride(0), out.stride(1),
         h, float(softmax_scale) * _LOG2E, **meta,
     )
-    return attn_common.merge_splits(part, ml, sink, out) if nsplit > 1 else out
+    return out
 
 
 def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,

@@ -6,8 +6,8 @@ in base 2, the sink added to the denominator; entries < 0 skipped; a query witho
 row gets 0), organized so that each record byte is loaded and decoded once per program:
 
 * one program = one query x ``BH`` heads x all ``D`` output channels (no output split, so q.k
-  is computed once per head) x 1/``NSPLIT`` of each row list (flash-decoding partials merged by
-  ``attn_common.merge_splits`` when ``NSPLIT`` > 1);
+  is computed once per head) x all of each row list (row splits, flash-decoding partials with a
+  merge kernel, were slower and removed: ``attention.py``'s note);
 * per chunk of ``BK`` rows the records are read with full-width contiguous loads (16 B per
   lane; record strides are multiples of 16), decoded once into two tiles ``k_e``, ``k_o``
   (BK, D/2) of the low and high channel halves, and the SAME tiles serve q.k and p.v (K = V,
@@ -42,7 +42,6 @@ import torch
 import triton
 import triton.language as tl
 
-from deepinfer.kernels.triton import attn_common
 from deepinfer.kernels.triton.attn_common import e2m1_to_f32, ue8m0_to_f32
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.mxfp4_unpack import E2M1X4_TO_BF16
@@ -52,7 +51,6 @@ BLOCK_HEADS = 64  # heads per program (the B operand's N; 64 heads = one program
 BLOCK_ROWS = 64  # rows per chunk (the wgmma M of S^T)
 NUM_WARPS = 8
 NUM_STAGES = 1
-ROW_SPLITS = 1  # programs per (query, head block), each over 1/ROW_SPLITS of each list
 
 
 # e4m3 codes -> scaled bf16, four bytes per call (tl.inline_asm_elementwise, pack=4): $2 = bytes
@@ -128,22 +126,19 @@ def _decode_fp4(row, m2, c0, D: tl.constexpr, BK: tl.constexpr, DT: tl.constexpr
 
 @triton.jit
 def _attend_list(q_e, q_o, m_i, l_i, acc_e, acc_o, n, rows_ptr, row_stride, idx_ptr,
-                 idx_stride, num_idx, qk_scale, split, D: tl.constexpr, BK: tl.constexpr,
-                 FP4: tl.constexpr, PREC: tl.constexpr, NSPLIT: tl.constexpr,
-                 ASM: tl.constexpr):
-    """Online-softmax update of one query over one row list (all of it, or the ``split``-th of
-    NSPLIT ranges of whole BK chunks). q_e, q_o: (BH, D/2); acc_e, acc_o: (BH, D/2) fp32;
-    m_i, l_i: (BH,) fp32 in base 2."""
+                 idx_stride, num_idx, qk_scale, D: tl.constexpr, BK: tl.constexpr,
+                 FP4: tl.constexpr, PREC: tl.constexpr, ASM: tl.constexpr):
+    """Online-softmax update of one query over one row list. q_e, q_o: (BH, D/2); acc_e,
+    acc_o: (BH, D/2) fp32; m_i, l_i: (BH,) fp32 in base 2."""
     kk = tl.arange(0, BK)
-    lo, hi = attn_common.split_range(num_idx, split, NSPLIT, BK)
     idx_row = idx_ptr + n.to(tl.int64) * idx_stride
-    idx = tl.load(idx_row + lo + kk, mask=lo + kk < hi, other=-1).to(tl.int32)
-    for start in range(lo, hi, BK):
+    idx = tl.load(idx_row + kk, mask=kk < num_idx, other=-1).to(tl.int32)
+    for start in range(0, num_idx, BK):
         valid = idx >= 0
         row = rows_ptr + idx.to(tl.int64) * row_stride
         # prefetch the next chunk's indices (masked off past the list)
         nxt = start + BK + kk
-        idx_next = tl.load(idx_row + nxt, mask=nxt < hi, other=-1).to(tl.int32)
+        idx_next = tl.load(idx_row + nxt, mask=nxt < num_idx, other=-1).to(tl.int32)
         # the tile's low and high channel halves (BK, D/2)
         if FP4:
             k_e = _decode_fp4(row, valid[:, None], 0, D, BK, q_e.dtype, ASM)
@@ -172,19 +167,16 @@ def _sparse_attn_decode_kernel(
     q_ptr, stride_qn, stride_qh,
     a_ptr, stride_a, ia_ptr, stride_ia, num_a,
     b_ptr, stride_b, ib_ptr, stride_ib, num_b,
-    sink_ptr, out_ptr, stride_on, stride_oh, part_ptr, ml_ptr,
+    sink_ptr, out_ptr, stride_on, stride_oh,
     num_heads, qk_scale,
     D: tl.constexpr, BH: tl.constexpr, BK: tl.constexpr, HAS_B: tl.constexpr,
-    PREC: tl.constexpr, NSPLIT: tl.constexpr = 1, ASM: tl.constexpr = True,
+    PREC: tl.constexpr, ASM: tl.constexpr = True,
 ):
-    """Grid (N, cdiv(H, BH), NSPLIT). q (N, H, D), out (N, H, D) (last dim contiguous); a: window
+    """Grid (N, cdiv(H, BH)). q (N, H, D), out (N, H, D) (last dim contiguous); a: window
     records uint8 (W, D + D/32) with lists ia (N, Ka); b: compressed records uint8
     (T, D/2 + D/16) with lists ib (N, Kb) (HAS_B); sink (H,) fp32; qk_scale = softmax scale *
-    log2(e). NSPLIT == 1: out = the attention. NSPLIT > 1: this program's row ranges only,
-    unnormalized, to part (NSPLIT, N, H, D) fp32 and (running max, sum) to ml (NSPLIT, N, H, 2)
-    fp32, for ``attn_common.merge_splits``."""
+    log2(e). out = the attention."""
     n = tl.program_id(0)
-    split = tl.program_id(2)
     h = tl.program_id(1) * BH + tl.arange(0, BH)
     hmask = h < num_heads
     j = tl.arange(0, D // 2)
@@ -197,20 +189,12 @@ def _sparse_attn_decode_kernel(
     m_i = tl.full((BH,), float("-inf"), tl.float32)
     l_i = tl.zeros((BH,), tl.float32)
     m_i, l_i, acc_e, acc_o = _attend_list(q_e, q_o, m_i, l_i, acc_e, acc_o, n, a_ptr, stride_a,
-                                          ia_ptr, stride_ia, num_a, qk_scale, split, D, BK,
-                                          False, PREC, NSPLIT, ASM)
+                                          ia_ptr, stride_ia, num_a, qk_scale, D, BK, False,
+                                          PREC, ASM)
     if HAS_B:
         m_i, l_i, acc_e, acc_o = _attend_list(q_e, q_o, m_i, l_i, acc_e, acc_o, n, b_ptr,
                                               stride_b, ib_ptr, stride_ib, num_b, qk_scale,
-                                              split, D, BK, True, PREC, NSPLIT, ASM)
-    if NSPLIT > 1:
-        row = (split * tl.num_programs(0) + n).to(tl.int64) * num_heads + h  # (BH,)
-        p_cols = part_ptr + row[:, None] * D + j[None, :]
-        tl.store(p_cols, acc_e, mask=hmask[:, None])
-        tl.store(p_cols + D // 2, acc_o, mask=hmask[:, None])
-        tl.store(ml_ptr + row * 2, m_i, mask=hmask)
-        tl.store(ml_ptr + row * 2 + 1, l_i, mask=hmask)
-        return
+                                              D, BK, True, PREC, ASM)
     sink = tl.load(sink_ptr + h, mask=hmask, other=0.0).to(tl.float32) * 1.4426950408889634
     m_use = tl.where(m_i == float("-inf"), 0.0, m_i)
     inv = 1.0 / (l_i + tl.exp2(sink - m_use))
@@ -227,7 +211,6 @@ def launch_meta(d: int, h: int, has_b: bool, q_dtype: torch.dtype = torch.bfloat
     decode (ASM) needs bf16 q on a GPU; otherwise the tl twin runs (the interpreter)."""
     return dict(D=d, BH=min(BLOCK_HEADS, max(16, next_power_of_2(h))), BK=BLOCK_ROWS,
                 HAS_B=has_b, PREC="ieee" if q_dtype == torch.float32 else "tf32",
-                NSPLIT=ROW_SPLITS,
                 ASM=on_gpu and q_dtype == torch.bfloat16, num_warps=NUM_WARPS,
                 num_stages=NUM_STAGES)
 
@@ -247,32 +230,26 @@ def launch(q: torch.Tensor, a: torch.Tensor, ia: torch.Tensor, b: torch.Tensor,
     if n == 0:
         return out
     meta = launch_meta(d, h, has_b, q.dtype, on_gpu=q.is_cuda)
-    nsplit = meta["NSPLIT"]
-    assert nsplit & (nsplit - 1) == 0, f"attention v2: row splits must be a power of two, {nsplit}"
-    part, ml = attn_common.split_buffers(nsplit, q, out)
-    grid = (n, cdiv(h, meta["BH"]), nsplit)
+    grid = (n, cdiv(h, meta["BH"]))
     _sparse_attn_decode_kernel[grid](
         q, q.stride(0), q.stride(1),
         a, a.stride(0), ia, ia.stride(0), ia.shape[-1],
         b, b.stride(0), ib, ib.stride(0), ib.shape[-1] if has_b else 0,
-        sink, out, out.stride(0), out.stride(1), part, ml,
+        sink, out, out.stride(0), out.stride(1),
         h, float(softmax_scale) * 1.4426950408889634, **meta,
     )
-    return attn_common.merge_splits(part, ml, sink, out) if nsplit > 1 else out
+    return out
 
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile cases (tests/kernels/triton/aot_attention_side.py): the slice model's decode
-    launch (64 heads x 512, window + compressed records, and window only) and a row-split one."""
+    launch (64 heads x 512, window + compressed records, and window only)."""
     types = {"q_ptr": "*bf16", "out_ptr": "*bf16", "sink_ptr": "*fp32", "ia_ptr": "*i64",
-             "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32",
-             "part_ptr": "*fp32", "ml_ptr": "*fp32"}
+             "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32"}
     kernel = "_sparse_attn_decode_kernel"
     return [
         dict(name="sparse_attn v2 records_window+compressed H64 D512", module=__name__,
              kernel=kernel, types=types, meta=launch_meta(512, 64, True)),
         dict(name="sparse_attn v2 records_window_only H64 D512", module=__name__, kernel=kernel,
              types=types, ci=False, meta=launch_meta(512, 64, False)),
-        dict(name="sparse_attn v2 4 row splits H64 D512", module=__name__, kernel=kernel,
-             types=types, ci=False, meta=dict(launch_meta(512, 64, True), NSPLIT=4)),
     ]

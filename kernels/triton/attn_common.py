@@ -51,61 +51,6 @@ def ue8m0_to_f32(e):
     return bits.to(tl.float32, bitcast=True)
 
 
-@triton.jit
-def split_range(num_idx, split, NSPLIT: tl.constexpr, BK: tl.constexpr):
-    """[lo, hi) of a row list of ``num_idx`` entries for row split ``split`` of NSPLIT (whole
-    BK chunks per split; all of it when NSPLIT == 1)."""
-    lo = 0
-    hi = num_idx
-    if NSPLIT > 1:
-        per_split = tl.cdiv(tl.cdiv(num_idx, BK), NSPLIT) * BK
-        lo = split * per_split
-        hi = tl.minimum(lo + per_split, num_idx)
-    return lo, hi
-
-
-@triton.jit
-def merge_splits_kernel(part_ptr, ml_ptr, sink_ptr, out_ptr, stride_on, stride_oh, num_queries,
-                        num_heads, D: tl.constexpr, NSPLIT: tl.constexpr, BD: tl.constexpr):
-    """out[n, h] = sum_s 2^(m_s - M) acc_s / (sum_s 2^(m_s - M) l_s + 2^(sink - M)), M = max_s
-    m_s (0 when every split saw no row): the single-pass softmax with sink, from the splits."""
-    n = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1)
-    s = tl.arange(0, NSPLIT)
-    row = (s * num_queries + n) * num_heads + h  # [NSPLIT]
-    m_s = tl.load(ml_ptr + row * 2)
-    l_s = tl.load(ml_ptr + row * 2 + 1)
-    m = tl.max(m_s, axis=0)
-    m_use = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.where(m_s == float("-inf"), 0.0, tl.exp2(m_s - m_use))  # [NSPLIT]
-    sink = tl.load(sink_ptr + h).to(tl.float32) * 1.4426950408889634
-    denom = tl.sum(w * l_s, axis=0) + tl.exp2(sink - m_use)
-    for d0 in tl.static_range(0, D, BD):
-        cols = d0 + tl.arange(0, BD)
-        acc = tl.load(part_ptr + row[:, None] * D + cols[None, :])  # [NSPLIT, BD]
-        o = tl.sum(w[:, None] * acc, axis=0) / denom
-        tl.store(out_ptr + n * stride_on + h * stride_oh + cols, o.to(out_ptr.dtype.element_ty))
-
-
-def split_buffers(nsplit: int, q: torch.Tensor, out: torch.Tensor):
-    """(part (NSPLIT, N, H, D), ml (NSPLIT, N, H, 2)) fp32 for a row-split launch of q
-    (N, H, D); ``out`` twice (unused placeholders) without splits."""
-    if nsplit == 1:
-        return out, out
-    n, h, d = q.shape
-    return (alloc((nsplit, n, h, d), torch.float32, q.device),
-            alloc((nsplit, n, h, 2), torch.float32, q.device))
-
-
-def merge_splits(part: torch.Tensor, ml: torch.Tensor, sink: torch.Tensor,
-                 out: torch.Tensor) -> torch.Tensor:
-    """out (N, H, D) from the NSPLIT partials of ``split_buffers`` (one launch)."""
-    nsplit, n, h, d = part.shape
-    merge_splits_kernel[(n, h)](part, ml, sink, out, out.stride(0), out.stride(1), n, h,
-                                D=d, NSPLIT=nsplit, BD=min(d, 256), num_warps=4)
-    return out
-
-
 def register_triton_attention_side() -> None:
     """Register every attention-side Triton op (attention, cache writes, indexer, top-k,
     compressor); call from ``kernels/triton/__init__.py``."""

@@ -38,9 +38,9 @@ def test_attention_prefill_smoke_variants_agree():
 
 
 def test_attention_decode_smoke_variants_agree():
-    """Decode tilings incl. row splits (the merge kernel) give the same output up to fp32 sum
-    order."""
-    out = _smoke("attention_decode.py", "--variants", "16:64:2:2:8:1,16:64:2:2:4:4,32:64:1:2:4:2")
+    """Decode tilings (rows per chunk, output split, warps) give the same output up to fp32
+    sum order."""
+    out = _smoke("attention_decode.py", "--variants", "16:64:2:2:8,16:64:2:2:4,32:64:1:2:4")
     lines = [ln for ln in out.splitlines() if "max abs diff vs first" in ln]
     assert len(lines) == 3 and all("finite True" in ln for ln in lines), out
     assert max(float(ln.rsplit(" ", 1)[1]) for ln in lines) < 1e-4, out
@@ -124,18 +124,20 @@ def test_kernel_overrides_decode_attention(monkeypatch):
     from deepinfer.kernels.triton import attention
 
     for name in ("BLOCK_ROWS", "BLOCK_HEADS", "DV_SPLIT", "NUM_STAGES", "NUM_WARPS",
-                 "DECODE_ROW_SPLITS", "PREFILL_BLOCK_ROWS", "DECODE_KERNEL"):
+                 "PREFILL_BLOCK_ROWS", "DECODE_KERNEL"):
         monkeypatch.setattr(attention, name, getattr(attention, name))
     prefill_rows = attention.PREFILL_BLOCK_ROWS
-    kernel_overrides.apply("decode:32:32:4:3:4:8", [])
+    kernel_overrides.apply("decode:32:32:4:3:4", [])
     assert (attention.BLOCK_ROWS, attention.BLOCK_HEADS, attention.DV_SPLIT, attention.NUM_STAGES,
-            attention.NUM_WARPS, attention.DECODE_ROW_SPLITS) == (32, 32, 4, 3, 4, 8)
+            attention.NUM_WARPS, attention.DECODE_KERNEL) == (32, 32, 4, 3, 4, "v1")
     assert attention.PREFILL_BLOCK_ROWS == prefill_rows
-    assert attention.launch_meta(512, 64, 1, 2, True)["NSPLIT"] == 8
+    assert attention.launch_meta(512, 64, 1, 2, True)["DJ"] == 512 // 2 // 4
 
 
 @pytest.mark.parametrize("attention,moe", [("x:1:2", []), (None, ["16x64:1:4"]),
-                                           ("decode:16:64:2", [])])
+                                           ("decode:16:64:2", []),
+                                           ("decode:16:64:2:2:8:4", []),  # SPLITS: removed
+                                           ("decode:v2:64:64:8:1:2", [])])
 def test_kernel_overrides_reject_malformed_values_by_flag(attention, moe):
     import kernel_overrides
 

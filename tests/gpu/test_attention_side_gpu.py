@@ -120,23 +120,6 @@ def test_sparse_attention_records(n):
             f"DV_SPLIT=2 {times[0]:.3f} ms, =4 {times[1]:.3f} ms")
 
 
-@pytest.mark.parametrize("splits", [2, 4, 8])
-def test_sparse_attention_records_row_splits(splits, monkeypatch):
-    """Decode attention with row splits (flash-decoding + the merge kernel) against the
-    reference at the released shapes, 64 queries; the output and the partial buffers are
-    NaN-filled first (the autouse ``poisoned`` fixture)."""
-    from deepinfer.kernels.triton import attention as tri
-
-    monkeypatch.setattr(tri, "DECODE_ROW_SPLITS", splits)
-    q, sink, window, wi, comp, ci = _attn_inputs(64, "cuda")
-    out = tri.sparse_attention_sink_records(q, window, wi, comp, ci, sink, D ** -0.5)  # poisoned
-    want = ref_fused.sparse_attention_sink_records(q, window, wi, comp, ci, sink, D ** -0.5)
-    ms = _time_ms(lambda: tri.sparse_attention_sink_records(q, window, wi, comp, ci, sink,
-                                                            D ** -0.5))
-    _record(f"sparse_attention_sink_records N=64 row splits {splits}", _rel(out, want), ATTN_TOL,
-            ms, "")
-
-
 @pytest.mark.parametrize("kernel", ["triton", "gl"])  # the prefill launch's two kernels
 @pytest.mark.parametrize("n", [64, 1024])  # 1024: a prefill-sized launch (contiguous halves)
 def test_sparse_attention_bf16_rows(n, kernel, monkeypatch):

@@ -32,8 +32,7 @@ def _cases(area: str) -> list[dict[str, Any]]:
         from deepinfer.kernels.triton import attention as m
 
         ptrs = {"q_ptr": "*bf16", "out_ptr": "*bf16", "sink_ptr": "*fp32", "ia_ptr": "*i64",
-                "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32",
-                "part_ptr": "*fp32", "ml_ptr": "*fp32"}
+                "ib_ptr": "*i64", "a_ptr": "*u8", "b_ptr": "*u8", "qk_scale": "fp32"}
         for name, fa, fb, has_b in (("records_window+compressed", 1, 2, True),
                                     ("records_window_only", 1, 2, False)):
             cases.append(dict(name=f"sparse_attn {name} H64 D512", module=m.__name__,
@@ -42,15 +41,6 @@ def _cases(area: str) -> list[dict[str, Any]]:
         cases.append(dict(name="sparse_attn records prefill (64-row chunks) H64 D512",
                           module=m.__name__, kernel="_sparse_attn_sink_kernel", types=ptrs,
                           ci=True, meta=m.launch_meta(512, 64, 1, 2, True, num_queries=4096)))
-        cases.append(dict(name="sparse_attn records decode, 4 row splits H64 D512",
-                          module=m.__name__, kernel="_sparse_attn_sink_kernel", types=ptrs,
-                          ci=True, meta=dict(m.launch_meta(512, 64, 1, 2, True), NSPLIT=4)))
-        cases.append(dict(name="sparse_attn merge of 4 row splits D512",
-                          module="deepinfer.kernels.triton.attn_common",
-                          kernel="merge_splits_kernel", ci=True, wgmma_free=True,
-                          types={"part_ptr": "*fp32", "ml_ptr": "*fp32", "sink_ptr": "*fp32",
-                                 "out_ptr": "*bf16"},
-                          meta=dict(D=512, NSPLIT=4, BD=256, num_warps=4)))
         bf16_rows = dict(ptrs, a_ptr="*bf16", b_ptr="*bf16")
         cases.append(dict(name="sparse_attn bf16_rows H64 D512", module=m.__name__,
                           kernel="_sparse_attn_sink_kernel", types=bf16_rows,
