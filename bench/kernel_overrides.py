@@ -6,7 +6,7 @@ measures the variants alone, then the best end to end.
                                                    (attention_prefill.py variants), or
                        decode:BK:BH:DV:STAGES:WARPS  decode-sized ones
                                                    (attention_decode.py variants)
-    --moe-config BMxBNxBK:split:warps:stages[:swap[:abf16[:onemul]]]
+    --moe-config BMxBNxBK:split:warps:stages[:abf16[:onemul]]
                                                    MXFP4 expert GEMMs (bf16 dots) of the
                                                    config's class: BM=16 decode, else prefill
                                                    (moe_decode.py --configs; repeatable)
@@ -75,7 +75,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="LAYOUT:BK:BH:SPLIT:STAGES of prefill-sized attention launches "
                     "(bench/attention_prefill.py; default: the module's constants)")
     ap.add_argument("--moe-config", action="append", default=[],
-                    help="BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]] for expert "
+                    help="BMxBNxBK:split_k:warps:stages[:abf16[:onemul]] for expert "
                     "GEMMs of its class (BM=16: decode, else prefill; repeatable; default: "
                     "moe_config's)")
     ap.add_argument("--linear-decode-rows", type=int, default=None,
@@ -324,8 +324,8 @@ def apply(attention_config: str | None, moe_configs: list[str],
                 cfg = parse_config(text)
             except ValueError:
                 raise SystemExit(f"--moe-config {text!r}: expected BMxBNxBK:split_k:warps:"
-                                 "stages[:swap[:abf16[:onemul]]][@maxnreg][/BNxBK:warps:"
-                                 "stages], e.g. 16x64x256:1:4:4:0:1:1") from None
+                                 "stages[:abf16[:onemul]][@maxnreg][/BNxBK:warps:"
+                                 "stages], e.g. 16x64x256:1:4:4:1:1") from None
             overrides[cfg["BM"] == 16] = cfg
         base = moe_experts.moe_config
 

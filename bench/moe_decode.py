@@ -129,14 +129,11 @@ def bench(token_counts: list[int]) -> None:
 
 # prefill-chunk tilings of the W4A16 kernel (moe_config's prefill class is the first):
 # BM x BN x BK, SPLIT_K (inline-PTX even/odd unpack, else the interleaved one), warps, stages,
-# [swap[:abf16[:onemul]]] (abf16: activations as rounded bf16 values, A_BF16; onemul: W_ONE_MUL)
-PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
-                   "64x128x64:1:8:4:1:1,64x128x64:1:8:4:1,"
-                   "64x128x128:1:8:3:1:1,128x64x32:0:8:6,64x64x64:0:4:4,64x128x64:0:8:4,"
-                   "64x64x256:1:4:4,128x128x64:0:8:3,"
-                   # swap AB: weight rows as the wgmma M side, fed from registers
-                   "64x64x128:1:4:4:1,64x128x128:1:8:3:1,128x64x128:1:4:3:1,"
-                   "128x128x64:1:8:3:1")
+# [abf16[:onemul]] (abf16: activations as rounded bf16 values, A_BF16; onemul: W_ONE_MUL). (The
+# swapped tiles' field — weight rows as the wgmma M side, SWAP_AB — went with them: slower in
+# round 14, code at bf55292.)
+PREFILL_CONFIGS = ("64x64x128:1:4:4:1:1,64x64x128:1:4:4:1,64x64x128:1:4:4,128x64x32:0:8:6,"
+                   "64x64x64:0:4:4,64x128x64:0:8:4,64x64x256:1:4:4,128x128x64:0:8:3")
 
 
 # decode-class tilings (64 tokens: ~1.6 pairs per touched expert): BM=16; the first is
@@ -146,32 +143,32 @@ PREFILL_CONFIGS = ("64x64x128:1:4:4:0:1:1,64x64x128:1:4:4:0:1,64x64x128:1:4:4,"
 # loop (onemul 2: no per-program scale check, 177 registers), register caps (@N) and shorter K
 # steps for 3-4 programs per SM, and a separate tiling of the down projection (after "/"); the
 # first (moe_config's since rounds 19 and 21) combines three of them.
-DECODE_CONFIGS = ("16x64x256:1:4:4:0:1:2@168/128x128:4:4,w:16x64x256:1:4:4:0:1:2@168/128x128:4:4,"
-                  "w:16x64x256:1:4:4:0:1:2/128x128:4:4,16x64x256:1:4:4:0:1:2@168,"
-                  "16x64x256:1:4:4:0:1:1,16x64x256:1:4:4:0:1:2,"
-                  "16x64x128:1:4:6:0:1:2,16x64x128:1:4:5:0:1:2@128,16x64x128:1:4:8:0:1:2,"
-                  "16x128x128:1:4:4:0:1:2,16x32x256:1:4:6:0:1:2,16x64x128:1:8:6:0:1:2,"
-                  "16x64x256:1:4:4:0:1:2/64x128:4:6,16x64x256:1:4:4:0:1:2/128x128:4:4,"
-                  "16x64x128:1:4:6:0:1:2/64x128:4:8,16x64x256:1:4:4:0:1:2@168/64x128:4:6@128,"
-                  "16x64x256:1:4:4:0:1:2/32x256:4:6")
+DECODE_CONFIGS = ("16x64x256:1:4:4:1:2@168/128x128:4:4,w:16x64x256:1:4:4:1:2@168/128x128:4:4,"
+                  "w:16x64x256:1:4:4:1:2/128x128:4:4,16x64x256:1:4:4:1:2@168,"
+                  "16x64x256:1:4:4:1:1,16x64x256:1:4:4:1:2,"
+                  "16x64x128:1:4:6:1:2,16x64x128:1:4:5:1:2@128,16x64x128:1:4:8:1:2,"
+                  "16x128x128:1:4:4:1:2,16x32x256:1:4:6:1:2,16x64x128:1:8:6:1:2,"
+                  "16x64x256:1:4:4:1:2/64x128:4:6,16x64x256:1:4:4:1:2/128x128:4:4,"
+                  "16x64x128:1:4:6:1:2/64x128:4:8,16x64x256:1:4:4:1:2@168/64x128:4:6@128,"
+                  "16x64x256:1:4:4:1:2/32x256:4:6")
 
 
 def parse_config(text: str) -> dict:
-    """``BMxBNxBK:split_k:warps:stages[:swap[:abf16[:onemul]]][@maxnreg][/BNxBK:warps:stages
-    [@maxnreg]]`` -> a ``run_experts`` config (swap: SWAP_AB; abf16: A_BF16, activations as
-    rounded bf16 values instead of codes + scales; onemul: W_ONE_MUL 1, one bf16x2 multiply per
-    weight pair where a per-program check of the scales allows it, or 2, everywhere without the
-    check (the bench's scales are 2^-8..2^-5); @maxnreg: a register cap; after "/": the down
-    projection's own tiling)."""
+    """``BMxBNxBK:split_k:warps:stages[:abf16[:onemul]][@maxnreg][/BNxBK:warps:stages
+    [@maxnreg]]`` -> a ``run_experts`` config (abf16: A_BF16, activations as rounded bf16 values
+    instead of codes + scales; onemul: W_ONE_MUL 1, one bf16x2 multiply per weight pair where a
+    per-program check of the scales allows it, or 2, everywhere without the check (the bench's
+    scales are 2^-8..2^-5); @maxnreg: a register cap; after "/": the down projection's own
+    tiling)."""
     main, _, down = text.partition("/")
     main, _, cap = main.partition("@")
     tile, split_k, warps, stages, *flags = main.split(":")
     bm, bn, bk = map(int, tile.split("x"))
-    if len(flags) > 3 or any(f not in ("0", "1", "2") for f in flags):
+    if len(flags) > 2 or any(f not in ("0", "1", "2") for f in flags):
         raise ValueError(text)
-    flags += ["0"] * (3 - len(flags))
-    cfg = dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1", SWAP_AB=flags[0] == "1",
-               A_BF16=flags[1] == "1", W_ONE_MUL=int(flags[2]), num_warps=int(warps),
+    flags += ["0"] * (2 - len(flags))
+    cfg = dict(BM=bm, BN=bn, BK=bk, SPLIT_K=split_k == "1",
+               A_BF16=flags[0] == "1", W_ONE_MUL=int(flags[1]), num_warps=int(warps),
                num_stages=int(stages), maxnreg=int(cap) if cap else None,
                DOWN={})  # none given: the down projection takes the same tiling
     if down:

@@ -44,7 +44,7 @@ def compile_kernel(gated: bool, overrides: dict):
     from deepinfer.kernels.triton import moe_experts
 
     constexprs = dict(GATED=gated, FMT=0, SCALE_ROWS=1, MMA_FP8=False, DOT_BF16=True, ACT=1,
-                      SPLIT_K=True, SWAP_AB=False, A_BF16=True, BM=16, BN=64, BK=256,
+                      SPLIT_K=True, A_BF16=True, BM=16, BN=64, BK=256,
                       W_ONE_MUL=True, W_WORDS=False, W_W4A8=False)
     options = dict(num_warps=4, num_stages=4)
     for name, value in overrides.items():

@@ -25,8 +25,8 @@ the MXFP4 unpack's PTX and tl twin in mxfp4_unpack.py), dequantized in the kerne
            call (prmt, shifts, masks and one bf16x2 multiply — two where a program's scale
            bytes exceed 128: ~3 instructions per weight),
            the low and high nibbles kept apart as the even and odd K elements, each dotted
-           with A's even or odd columns (no interleave); SWAP_AB tiles put the weight rows on
-           the MMA's M side instead (wgmma fed from those registers; measured slower).
+           with A's even or odd columns (no interleave). (Tiles with the weight rows on the
+           MMA's M side, SWAP_AB, were measured slower and removed: code at commit bf55292.)
            Bytes in word order (``ExpertWeights.word_order`` / ``Mxfp4ExpertWeights.word_order``,
            the runtime's stacks on SM90: ``mxfp4_words``) take rotations instead (W_WORDS).
   "fp8"    e4m3 (E, O, I) + ue8m0 (E, ceil(O/scale_rows), I/32): the lossless load-time re-encoding
@@ -162,14 +162,14 @@ def _w4a8_bytes(t):
 
 @triton.jit
 def _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED: tl.constexpr,
-                DOT_BF16: tl.constexpr, SWAP_AB: tl.constexpr, ONE_MUL: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr, WORDS: tl.constexpr = False):
+                DOT_BF16: tl.constexpr, ONE_MUL: tl.constexpr, BN: tl.constexpr,
+                BK: tl.constexpr, WORDS: tl.constexpr = False):
     """One K step of the split MXFP4 tiles: unpack w1 (and w3 when GATED), two dots each."""
     w_even, w_odd = mxfp4_unpack.unpack_mxfp4_halves(p1, e1, DOT_BF16, ONE_MUL, BN, BK, WORDS)
-    acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
+    acc1 = _dot_halves(acc1, a_even, a_odd, w_even, w_odd, DOT_BF16)
     if GATED:
         w_even, w_odd = mxfp4_unpack.unpack_mxfp4_halves(p3, e3, DOT_BF16, ONE_MUL, BN, BK, WORDS)
-        acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16, SWAP_AB)
+        acc3 = _dot_halves(acc3, a_even, a_odd, w_even, w_odd, DOT_BF16)
     return acc1, acc3
 
 
@@ -215,21 +215,11 @@ def _dot_tile(acc, a, a_scale, w, w_scale, MMA_FP8: tl.constexpr, DOT_BF16: tl.c
 
 
 @triton.jit
-def _dot_halves(acc, a_even, a_odd, w_even, w_odd, DOT_BF16: tl.constexpr,
-                SWAP_AB: tl.constexpr):
-    """acc [BM, BN] += a_even @ w_even^T + a_odd @ w_odd^T (the K elements split by parity).
-
-    SWAP_AB: acc is the transposed [BN, BM] += w_even @ a_even^T + w_odd @ a_odd^T — the weight
-    rows are the MMA's M side (64 per warpgroup: wgmma, fed from the registers the unpack
-    wrote) and the few tokens of a decode tile its N side, instead of 16-token mma.sync tiles
-    whose weight operand goes through shared memory."""
+def _dot_halves(acc, a_even, a_odd, w_even, w_odd, DOT_BF16: tl.constexpr):
+    """acc [BM, BN] += a_even @ w_even^T + a_odd @ w_odd^T (the K elements split by parity)."""
     prec: tl.constexpr = "tf32" if DOT_BF16 else "ieee"
-    if SWAP_AB:
-        acc = tl.dot(w_even, tl.trans(a_even), acc, input_precision=prec)
-        acc = tl.dot(w_odd, tl.trans(a_odd), acc, input_precision=prec)
-    else:
-        acc = tl.dot(a_even, tl.trans(w_even), acc, input_precision=prec)
-        acc = tl.dot(a_odd, tl.trans(w_odd), acc, input_precision=prec)
+    acc = tl.dot(a_even, tl.trans(w_even), acc, input_precision=prec)
+    acc = tl.dot(a_odd, tl.trans(w_odd), acc, input_precision=prec)
     return acc
 
 
@@ -237,7 +227,7 @@ def _dot_halves(acc, a_even, a_odd, w_even, w_odd, DOT_BF16: tl.constexpr,
 def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_base, rows_w,
                 stride_wn, stride_sn, K, GATED: tl.constexpr, FMT: tl.constexpr,
                 SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr, DOT_BF16: tl.constexpr,
-                SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr, A_BF16: tl.constexpr,
+                SPLIT_K: tl.constexpr, A_BF16: tl.constexpr,
                 ONE_MUL: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                 STAGES: tl.constexpr = None, WORDS: tl.constexpr = False,
                 W4A8: tl.constexpr = False):
@@ -263,7 +253,7 @@ def _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base, s3_
                 p3, e3 = mxfp4_unpack.load_mxfp4_raw(w3_base, s3_base, rows_w, stride_wn,
                                                      stride_sn, k0, BN, BK)
             acc1, acc3 = _mxfp4_step(acc1, acc3, a_even, a_odd, p1, e1, p3, e3, GATED,
-                                     DOT_BF16, SWAP_AB, ONE_MUL, BN, BK, WORDS)
+                                     DOT_BF16, ONE_MUL, BN, BK, WORDS)
         elif W4A8:
             w1, s1 = _load_w4a8_tile(w1_base, s1_base, rows_w, stride_wn, stride_sn, k0, BN, BK)
             acc1 = _dot_tile(acc1, a, a_scale, w1, s1, MMA_FP8, DOT_BF16, BM, BN, BK)
@@ -293,12 +283,11 @@ def _moe_gemm_kernel(
     num_pairs, O, K, a_row_div, limit,
     stride_am, stride_asm, stride_we, stride_wn, stride_se, stride_sn, stride_om, stride_osm,
     GATED: tl.constexpr, FMT: tl.constexpr, SCALE_ROWS: tl.constexpr, MMA_FP8: tl.constexpr,
-    DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr, SWAP_AB: tl.constexpr,
+    DOT_BF16: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
     A_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
     W_ONE_MUL: tl.constexpr = 0, W_WORDS: tl.constexpr = False, W_W4A8: tl.constexpr = False,
 ):
     """One program: BM pairs of one expert × BN output columns; K in steps of BK (K % BK == 0).
-    SWAP_AB (SPLIT_K tiles only): the accumulators are [BN, BM], transposed after the K loop.
     A_BF16 (folded dots only): A holds the Q8_32-rounded values themselves (bf16, exact; a_scale
     unused), not codes + scales — no per-program decode of A, which every program of a decode
     tile would repeat for its BN columns — and GATED writes h the same way (out_scale unused).
@@ -327,18 +316,13 @@ def _moe_gemm_kernel(
     w3_base = w3_ptr + expert.to(tl.int64) * stride_we
     s3_base = s3_ptr + expert.to(tl.int64) * stride_se
 
-    tl.static_assert(SPLIT_K or not SWAP_AB, "SWAP_AB needs the split MXFP4 unpack")
-    if SWAP_AB:
-        acc1 = tl.zeros((BN, BM), dtype=tl.float32)
-        acc3 = tl.zeros((BN, BM), dtype=tl.float32)
-    else:
-        acc1 = tl.zeros((BM, BN), dtype=tl.float32)
-        acc3 = tl.zeros((BM, BN), dtype=tl.float32)
+    acc1 = tl.zeros((BM, BN), dtype=tl.float32)
+    acc3 = tl.zeros((BM, BN), dtype=tl.float32)
     tl.static_assert(not (A_BF16 and MMA_FP8), "A_BF16 feeds the folded (bf16) dots only")
     if SPLIT_K and W_ONE_MUL == 2 and DOT_BF16:  # the caller vouches for the scales
         acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                  s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
-                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, True, BM, BN, BK,
+                                 MMA_FP8, DOT_BF16, SPLIT_K, A_BF16, True, BM, BN, BK,
                                  WORDS=W_WORDS)
     elif SPLIT_K and W_ONE_MUL and DOT_BF16:
         # one bf16x2 multiply per weight pair where the scales allow it (real checkpoints' weight
@@ -348,23 +332,20 @@ def _moe_gemm_kernel(
         if mxfp4_unpack.scales_fit_one_mul(s1_base, s3_base, rows_w, stride_sn, K, GATED, BN):
             acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                      s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT,
-                                     SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
+                                     SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, A_BF16,
                                      True, BM, BN, BK, WORDS=W_WORDS)
         else:
             acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                      s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT,
-                                     SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16,
+                                     SCALE_ROWS, MMA_FP8, DOT_BF16, SPLIT_K, A_BF16,
                                      False, BM, BN, BK, 1, WORDS=W_WORDS)
     else:
         tl.static_assert(not W_W4A8 or not (SPLIT_K or MMA_FP8), "W4A8 order: folded tiles")
         acc1, acc3 = _moe_k_loop(acc1, acc3, a_ptrs, a_scale_ptrs, w1_base, s1_base, w3_base,
                                  s3_base, rows_w, stride_wn, stride_sn, K, GATED, FMT, SCALE_ROWS,
-                                 MMA_FP8, DOT_BF16, SPLIT_K, SWAP_AB, A_BF16, False, BM, BN, BK,
+                                 MMA_FP8, DOT_BF16, SPLIT_K, A_BF16, False, BM, BN, BK,
                                  WORDS=W_WORDS, W4A8=W_W4A8)
 
-    if SWAP_AB:
-        acc1 = tl.trans(acc1)
-        acc3 = tl.trans(acc3)
     pairs64 = pairs.to(tl.int64)
     store_mask = valid[:, None] & mask_n[None, :]
     if GATED:
@@ -487,7 +468,7 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     mxfp4_folded = not plain and not fp8_weights and not mma_fp8
     if interpret:
         return dict(BM=16, BN=32, BK=32 if mma_fp8 else 64, MMA_FP8=mma_fp8,
-                    SPLIT_K=mxfp4_folded, SWAP_AB=False, A_BF16=mxfp4_folded, W_ONE_MUL=False,
+                    SPLIT_K=mxfp4_folded, A_BF16=mxfp4_folded, W_ONE_MUL=False,
                     num_warps=4, num_stages=1)
     # MXFP4 decode: A as bf16 values (A_BF16) at BN=64 x 4 stages, 3.15 ms per 64-token slice
     # layer vs 3.50 (codes + scales, BN=128 x 3 stages; the best in round 11) and 4.17 (codes,
@@ -500,23 +481,23 @@ def moe_config(num_pairs: int, num_experts: int, interpret: bool = False,
     # cap 2.27 vs 2.40 ms at 64 tokens and 3.35 vs 3.53 at 256 (round 21; round 19 without the
     # cap: 3.54 vs 3.85 at 256, 2.93 vs 2.84 at 64). 8-warp tiles under a 128 cap lost by 17-35 %.
     if decode and mxfp4_folded:
-        return dict(BM=16, BN=64, BK=256, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
+        return dict(BM=16, BN=64, BK=256, MMA_FP8=False, SPLIT_K=True,
                     A_BF16=True, W_ONE_MUL=True, num_warps=4, num_stages=4, maxnreg=168,
                     DOWN=dict(BN=128, BK=128, num_warps=4, num_stages=4, maxnreg=None))
     if decode and not mma_fp8:
         return dict(BM=16, BN=64, BK=64 if plain else 128, MMA_FP8=False, SPLIT_K=False,
-                    SWAP_AB=False, A_BF16=False, W_ONE_MUL=False, num_warps=4, num_stages=4)
+                    A_BF16=False, W_ONE_MUL=False, num_warps=4, num_stages=4)
     if decode:
-        return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False, SWAP_AB=False,
+        return dict(BM=64, BN=128, BK=32, MMA_FP8=True, SPLIT_K=False,
                     A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=6)
     # prefill: 64 x 64 x 128 with A as bf16 values, 12.23 ms per 4K-token slice layer vs 12.41
     # (codes + scales) and 12.90 (swapped operands, BN=128 weight rows as the wgmma M side: the
     # round-11 winner by 0.2 ms, slower in round 14) on the H200 (session 6); W_ONE_MUL 12.77 vs
     # 13.24 ms in one run (round 16)
     if mxfp4_folded:
-        return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True, SWAP_AB=False,
+        return dict(BM=64, BN=64, BK=128, MMA_FP8=False, SPLIT_K=True,
                     A_BF16=True, W_ONE_MUL=True, num_warps=4, num_stages=4)
-    return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False, SWAP_AB=False,
+    return dict(BM=128, BN=64, BK=32, MMA_FP8=mma_fp8, SPLIT_K=False,
                 A_BF16=False, W_ONE_MUL=False, num_warps=8, num_stages=4 if plain else 6)
 
 
@@ -611,7 +592,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
     local to this rank's slots) are skipped and their per-pair outputs are 0 (one extra memset).
     combine_ids: (N, topk) ids that order each token's sum (default expert_ids): the logical
     experts when expert_ids name physical slots (replicas), so the sum keeps the logical order.
-    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, SWAP_AB, A_BF16, W_ONE_MUL,
+    config: entries replacing ``moe_config``'s (BM, BN, BK, SPLIT_K, A_BF16, W_ONE_MUL,
     num_warps, num_stages, maxnreg; DOWN: a dict of BN, BK, num_warps, num_stages, maxnreg for
     the down projection alone) — for benchmarks that compare tilings (bench/moe_decode.py
     --configs). x_rounded: x holds its Q8_32 values (the paths rounding x to values skip it;
@@ -652,7 +633,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
                                                        block_m=64 if few else None,
                                                        x_rounded=x_rounded)
         # the folded tiles read the order (moe_gluon_w4a8's words -> natural K in registers)
-        cfg.update(SPLIT_K=False, SWAP_AB=False, W_ONE_MUL=False, MMA_FP8=False, BK=128,
+        cfg.update(SPLIT_K=False, W_ONE_MUL=False, MMA_FP8=False, BK=128,
                    DOWN={**cfg.get("DOWN", {}), "BK": 128})
     cfg.update(config or {})
     mma_fp8 = cfg["MMA_FP8"]
@@ -692,7 +673,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s1.stride(0) if fmt != FMT_PLAIN else 0, s1.stride(1) if fmt != FMT_PLAIN else 0,
         h_codes.stride(0), h_scale.stride(0),
         GATED=True, FMT=fmt, SCALE_ROWS=scale_rows, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
+        SPLIT_K=cfg["SPLIT_K"], A_BF16=a_bf16, BM=cfg["BM"],
         BN=cfg["BN"], BK=bk_up, W_ONE_MUL=mode_up, W_WORDS=all(words), W_W4A8=all(w4a8),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **_reg_cap(cfg, mode_up))
 
@@ -707,7 +688,7 @@ def run_experts(x: torch.Tensor, expert_ids: torch.Tensor, weights: torch.Tensor
         s2.stride(0) if fmt != FMT_PLAIN else 0, s2.stride(1) if fmt != FMT_PLAIN else 0,
         y.stride(0), 0,
         GATED=False, FMT=fmt, SCALE_ROWS=scale_rows2, MMA_FP8=mma_fp8, DOT_BF16=dot_bf16, ACT=act,
-        SPLIT_K=cfg["SPLIT_K"], SWAP_AB=cfg["SWAP_AB"], A_BF16=a_bf16, BM=cfg["BM"],
+        SPLIT_K=cfg["SPLIT_K"], A_BF16=a_bf16, BM=cfg["BM"],
         BN=down["BN"], BK=bk_down, W_ONE_MUL=mode_down, W_WORDS=all(words), W_W4A8=all(w4a8),
         num_warps=down["num_warps"], num_stages=down["num_stages"], **_reg_cap(down, mode_down))
     if not combine:

@@ -105,17 +105,17 @@ def test_kernel_overrides_set_each_class_and_leave_the_rest(monkeypatch):
     for name in ("FLOAT_HALVES", "PREFILL_BLOCK_ROWS", "PREFILL_BLOCK_HEADS", "PREFILL_DV_SPLIT",
                  "PREFILL_NUM_STAGES"):
         monkeypatch.setattr(attention, name, getattr(attention, name))
-    kernel_overrides.apply("i:16:32:2:1", ["16x32x128:1:4:6:1", "64x128x64:1:8:3"])
+    kernel_overrides.apply("i:16:32:2:1", ["16x32x128:1:4:6:0:2", "64x128x64:1:8:3"])
     assert (attention.FLOAT_HALVES, attention.PREFILL_BLOCK_ROWS, attention.PREFILL_BLOCK_HEADS,
             attention.PREFILL_DV_SPLIT, attention.PREFILL_NUM_STAGES) == (False, 16, 32, 2, 1)
     decode = moe_experts.moe_config(64 * 6, 384)
-    assert (decode["BN"], decode["BK"], decode["SWAP_AB"], decode["num_stages"]) == \
-        (32, 128, True, 6)
+    assert (decode["BN"], decode["BK"], decode["A_BF16"], decode["W_ONE_MUL"],
+            decode["num_stages"]) == (32, 128, False, 2, 6)
     prefill = moe_experts.moe_config(4096 * 6, 384)
-    assert (prefill["BM"], prefill["BN"], prefill["BK"], prefill["SWAP_AB"]) == \
+    assert (prefill["BM"], prefill["BN"], prefill["BK"], prefill["A_BF16"]) == \
         (64, 128, 64, False)
     fp8 = moe_experts.moe_config(64 * 6, 384, fp8_weights=True)  # not the MXFP4 kernel
-    assert not fp8["SPLIT_K"] and fp8["BK"] == 128 and not fp8["SWAP_AB"]
+    assert not fp8["SPLIT_K"] and fp8["BK"] == 128 and fp8["num_stages"] == 4
 
 
 def test_kernel_overrides_decode_attention(monkeypatch):
@@ -135,6 +135,7 @@ def test_kernel_overrides_decode_attention(monkeypatch):
 
 
 @pytest.mark.parametrize("attention,moe", [("x:1:2", []), (None, ["16x64:1:4"]),
+                                           (None, ["16x64x256:1:4:4:0:1:2"]),  # swap: removed
                                            ("decode:16:64:2", []),
                                            ("decode:16:64:2:2:8:4", []),  # SPLITS: removed
                                            ("decode:v2:64:64:8:1:2", [])])

@@ -85,16 +85,14 @@ def _routed(num_tokens: int, dim: int, num_experts: int, topk: int, seed: int):
 
 
 @pytest.mark.parametrize("variant", ["mxfp4_fp8mma", "mxfp4_bf16mma", "mxfp4_bf16mma_prefill",
-                                     "mxfp4_bf16mma_interleaved", "mxfp4_bf16mma_swap",
-                                     "mxfp4_bf16mma_swap_prefill", "mxfp4_bf16mma_abf16",
-                                     "mxfp4_bf16mma_swap_abf16_prefill", "fp8_reencoded",
+                                     "mxfp4_bf16mma_interleaved", "mxfp4_bf16mma_abf16",
+                                     "mxfp4_bf16mma_abf16_prefill", "fp8_reencoded",
                                      "fp8_reencoded_abf16", "plain", "plain_abf16"])
 def test_moe_routed_experts(variant):
     """Decode-sized (7 tokens) and, for _prefill, 40 tokens (120 pairs > 16 per expert: the
     prefill class); MXFP4 bf16 dots take the split even/odd unpack in both, _interleaved forces
-    the interleaved fp32-bits unpack (bench/moe_decode.py's comparison tilings), _swap the
-    transposed accumulator (weight rows as the MMA's M side), _abf16 activations and h as
-    rounded values (A_BF16) instead of codes + scales."""
+    the interleaved fp32-bits unpack (bench/moe_decode.py's comparison tilings), _abf16
+    activations and h as rounded values (A_BF16) instead of codes + scales."""
     num_tokens = 40 if variant.endswith("_prefill") else 7
     dim, inter, num_experts, topk = 64, 64, 6, 3
     assert moe_experts.moe_config(num_tokens * topk, num_experts, interpret=True)["SPLIT_K"]
@@ -107,7 +105,6 @@ def test_moe_routed_experts(variant):
     elif variant.startswith("mxfp4_bf16mma"):
         out = moe_experts.run_experts(x, ids, weights, *packed, limit, mma="bf16",
                                       config={"SPLIT_K": "interleaved" not in variant,
-                                              "SWAP_AB": "swap" in variant,
                                               "A_BF16": "abf16" in variant})
     elif variant.startswith("fp8_reencoded"):
         out = moe_experts.run_experts(
@@ -184,7 +181,7 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul
     cfg = moe_experts.moe_config(num_pairs, V41_EXPERTS, plain=fmt == moe_experts.FMT_PLAIN,
                                  mma=mma, fp8_weights=fmt == moe_experts.FMT_FP8)
     if w4a8:  # run_experts' override for W4A8-order weights: folded tiles, BK 128
-        cfg = {**cfg, "SPLIT_K": False, "SWAP_AB": False, "W_ONE_MUL": False, "BK": 128,
+        cfg = {**cfg, "SPLIT_K": False, "W_ONE_MUL": False, "BK": 128,
                "DOWN": {**cfg.get("DOWN", {}), "BK": 128}}
     if not gated:
         cfg = {**cfg, **cfg.get("DOWN", {})}
@@ -203,7 +200,7 @@ def _moe_case(name, gated, fmt, mma, scale_rows, num_pairs, a_bf16=None, one_mul
            "stride_am": "i32", "stride_asm": "i32", "stride_we": "i32", "stride_wn": "i32",
            "stride_se": "i32", "stride_sn": "i32", "stride_om": "i32", "stride_osm": "i32"}
     ce = {"GATED": gated, "FMT": fmt, "SCALE_ROWS": scale_rows, "MMA_FP8": cfg["MMA_FP8"],
-          "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"], "SWAP_AB": cfg["SWAP_AB"],
+          "DOT_BF16": True, "ACT": 1, "SPLIT_K": cfg["SPLIT_K"],
           "A_BF16": a_bf16, "W_ONE_MUL": one_mul, "BM": cfg["BM"], "BN": cfg["BN"], "BK": cfg["BK"],
           "W_WORDS": words, "W_W4A8": w4a8}
     return {"id": name, "module": "deepinfer.kernels.triton.moe_experts",
