@@ -48,8 +48,6 @@ def _register_gemm_side() -> list[str]:
     table = {
         "fake_quant_fp8_block32": (quant_act.fake_quant_fp8_block32, quant_act.supports_q8_32),
         "linear_quant_act": (linear.linear_quant_act, gemm_fp8.supports_linear_quant_act),
-        "engram_gather_linear": (gemm_fp8.engram_gather_linear,
-                                 gemm_fp8.supports_linear_quant_act),
         "route_sqrtsoftplus": (moe_routing.route_sqrtsoftplus, moe_routing.supports_route),
         "moe_routed_experts": (moe_experts.moe_routed_experts, moe_experts.supports_moe),
         "expert_ffn": (moe_experts.expert_ffn, moe_experts.supports_moe),
@@ -70,13 +68,6 @@ def _register_gemm_side() -> list[str]:
     }
     for op, (fn, supports) in table.items():
         registry.register(op, BACKEND, fn, supports=supports, priority=PRIORITY)
-    # engram_gather_linear is a new fused op: register its torch reference too (composed from
-    # reference ops in kernels/reference/engram_fused.py) so every op keeps a reference fallback.
-    from deepinfer.kernels.reference import engram_fused
-
-    if registry.REFERENCE not in registry.available_backends("engram_gather_linear"):
-        registry.register("engram_gather_linear", registry.REFERENCE,
-                          engram_fused.engram_gather_linear)
     return sorted(table)
 
 

@@ -5,7 +5,8 @@ one program per BP positions; per position the M look-backs are read from its wi
 blocked look-backs (and all further ones) become pad_id, then for every engram layer the int64
 rolling hash ``roll = tok0*m0; roll ^= tok_n*m_n`` gives (M-1)*H ids ``roll % prime + offset``.
 Products cannot overflow int64: the multipliers are bounded by (2^63-1) // compressed_vocab.
-The table gather itself is fused into the ``wkv`` GEMM (gemm_fp8.engram_gather_linear).
+The table gather is ``engram_rows.engram_rows`` (FP8 table rows -> bf16 rows, one launch),
+then the ``wkv`` projection a ``linear``.
 
 ``engram_inject`` (reference ``engram.engram_inject``):
 

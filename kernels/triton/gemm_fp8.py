@@ -66,12 +66,10 @@ def _gemm_q8_kernel(
     a_ptr, a_scale_ptr,  # uint8 (M, K) e4m3 codes; uint8 (M, K/32) ue8m0
     w_ptr, w_scale_ptr,  # uint8 (N, K) e4m3 codes + uint8 (ceil(N/32), ceil(K/32)); or float (N, K)
     c_ptr,  # (M, N) output, any float dtype
-    ids_ptr,  # int64 (M, K / GATHER_COLS) table rows when GATHER_COLS > 0 (else unused)
     M, N, K, k_per_split,
-    stride_am, stride_asm, stride_wn, stride_wsn, stride_cm, stride_idm,
+    stride_am, stride_asm, stride_wn, stride_wsn, stride_cm,
     W_FP8: tl.constexpr,  # True: e4m3 weight with tile scales; False: plain float weight
     DOT_BF16: tl.constexpr,  # plain-weight path: bf16 dot (GPU) or fp32 dot (interpreter)
-    GATHER_COLS: tl.constexpr,  # > 0: A row m is the concatenation of table rows ids[m, :]
     SPLIT_K: tl.constexpr,  # > 1: program_id(1) takes K range [s * k_per_split, +k_per_split)
     # and stores fp32 partials to c_ptr + s * M * N (workspace), reduced by _splitk_sum_kernel
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
@@ -95,16 +93,8 @@ def _gemm_q8_kernel(
     for k0 in range(k_begin, tl.minimum(k_begin + k_per_split, K), BK):
         for kk in tl.static_range(0, BK, 32):  # one scale block per dot
             kb = (k0 + kk) // 32
-            if GATHER_COLS > 0:  # engram: K block -> (table row ids[m, j], column c) of the table
-                j = (k0 + kk) // GATHER_COLS
-                col = (k0 + kk) % GATHER_COLS
-                trow = tl.load(ids_ptr + rows_a * stride_idm + j)
-                a = tl.load(a_ptr + trow[:, None] * stride_am + col + offs_k[None, :])
-                a = a.to(tl.float8e4nv, bitcast=True)
-                a_scale = ue8m0_to_f32(tl.load(a_scale_ptr + trow * stride_asm + col // 32))
-            else:
-                a = tl.load(a_ptrs + (k0 + kk)).to(tl.float8e4nv, bitcast=True)
-                a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + kb))
+            a = tl.load(a_ptrs + (k0 + kk)).to(tl.float8e4nv, bitcast=True)
+            a_scale = ue8m0_to_f32(tl.load(a_scale_ptrs + kb))
             if W_FP8:
                 w = tl.load(w_ptrs + (k0 + kk)).to(tl.float8e4nv, bitcast=True)
                 w_scale = ue8m0_to_f32(tl.load(w_scale_ptrs + kb))
@@ -134,8 +124,7 @@ def _splitk_sum_kernel(ws_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.const
     tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-def gemm_config(num_rows: int, w_fp8: bool, interpret: bool = False,
-                gather: bool = False) -> dict:
+def gemm_config(num_rows: int, w_fp8: bool, interpret: bool = False) -> dict:
     """Tile sizes: one config per shape class (no autotune, see kernels.md §3.3 rule 3).
 
     Decode with an FP8 weight, up to 128 rows (measured: bench/gemm_decode.py, H200 rounds
@@ -145,20 +134,20 @@ def gemm_config(num_rows: int, w_fp8: bool, interpret: bool = False,
     at 1 row; up to 128 rows BM=64 (one wgmma M), BN=128, 4 stages: 142 vs 199 us at 64 rows,
     402 vs 644 us at 128 (the 128x128 prefill tile and BN=256 were slower). Split-K
     (choose_split_k, up to 64 rows) when the N tiles alone cannot fill the SMs (e.g. N=1024:
-    8 tiles -> 8 splits). Plain weights and the engram gather keep 64x64 tiles, 6 stages.
+    8 tiles -> 8 splits). Plain weights keep 64x64 tiles, 6 stages.
     Prefill: 128×128 tiles, BK=32 (one scale block per step) and 6 stages: with BK=128 the four
     unrolled promotions spill registers at 128×128 (sm_90 res-usage, checked by the compile test).
-    The engram gather (row ids per K block) needs BN=64 at prefill for the same reason.
+    (The engram gather fused into this GEMM, ``engram_gather_linear`` — an op no default path
+    called — was removed with its BN=64 prefill tiles: code at commit bf55292.)
     """
     if interpret:
         return dict(BM=16, BN=32, BK=64, GROUP_M=4, num_warps=4, num_stages=1)
-    if num_rows <= 128 and w_fp8 and not gather:
+    if num_rows <= 128 and w_fp8:
         return dict(BM=16 if num_rows <= 16 else 64, BN=128, BK=128, GROUP_M=1, num_warps=4,
                     num_stages=4)
     if num_rows <= 64:
         return dict(BM=64, BN=64, BK=128, GROUP_M=1, num_warps=4, num_stages=6)
-    return dict(BM=128, BN=64 if gather else 128, BK=32, GROUP_M=8, num_warps=8,
-                num_stages=6 if w_fp8 else 4)
+    return dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=6 if w_fp8 else 4)
 
 
 def choose_split_k(num_tiles: int, num_k: int, block_k: int, num_sms: int = 132) -> int:
@@ -187,20 +176,12 @@ def split_k_for_waves(num_tiles: int, num_k: int, block_k: int, waves: float,
 
 
 def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor,
-            out_dtype: torch.dtype, ids: torch.Tensor | None = None,
-            split_k: int | None = None, config: dict | None = None) -> torch.Tensor:
+            out_dtype: torch.dtype, split_k: int | None = None,
+            config: dict | None = None) -> torch.Tensor:
     """(M, K) Q8_32 codes/scales (from quant_act.quant_q8_32) x weight (N, K) -> (M, N) out_dtype.
-
-    With ``ids`` (M, J) int64, a_codes/a_scale are instead a Q8_32 table (R, C)/(R, C/32) and A's
-    row m is the concatenation of table rows ids[m, 0..J-1] (K = J * C), gathered in the K loop.
     ``config`` replaces ``gemm_config``'s tiling (benchmarks: bench/gemm_decode.py).
     """
-    gather_cols = 0
-    if ids is not None:
-        gather_cols = a_codes.shape[1]
-        num_rows, num_k = ids.shape[0], ids.shape[1] * gather_cols
-    else:
-        num_rows, num_k = a_codes.shape
+    num_rows, num_k = a_codes.shape
     w_fp8 = isinstance(weight, Fp8BlockWeight)
     if w_fp8:
         assert weight.scale.element_size() == 1, "gemm_q8: FP8 weight scales must be ue8m0 bytes"
@@ -209,14 +190,14 @@ def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight
     num_cols = w.shape[0]
     assert w.shape[1] == num_k and w.stride(1) == 1, \
         f"gemm_q8: weight {tuple(w.shape)} does not match K={num_k} (or is not row-major)"
-    cfg = config or gemm_config(num_rows, w_fp8, is_interpreting(), gather=ids is not None)
+    cfg = config or gemm_config(num_rows, w_fp8, is_interpreting())
     assert num_k % SCALE_BLOCK == 0, f"gemm_q8: K={num_k} must be a multiple of 32"
     out = torch.empty((num_rows, num_cols), dtype=out_dtype, device=a_codes.device)
     if num_rows == 0 or num_cols == 0:
         return out
     bk = cfg["BK"]
-    while num_k % bk or (gather_cols and gather_cols % bk):
-        bk //= 2  # K (and a table row) is a multiple of 32, so this stops at 32 at the latest
+    while num_k % bk:
+        bk //= 2  # K is a multiple of 32, so this stops at 32 at the latest
     num_tiles = cdiv(num_rows, cfg["BM"]) * cdiv(num_cols, cfg["BN"])
     if split_k is None:
         split_k = choose_split_k(num_tiles, num_k, bk) if num_rows <= 64 else 1
@@ -227,11 +208,11 @@ def gemm_q8(a_codes: torch.Tensor, a_scale: torch.Tensor, weight: Fp8BlockWeight
         target = torch.empty((split_k, num_rows, num_cols), dtype=torch.float32,
                              device=a_codes.device)
     _gemm_q8_kernel[(num_tiles, split_k)](
-        a_codes, a_scale, w, w_scale, target, ids.contiguous() if ids is not None else a_scale,
+        a_codes, a_scale, w, w_scale, target,
         num_rows, num_cols, num_k, k_per_split,
         a_codes.stride(0), a_scale.stride(0), w.stride(0), w_scale.stride(0) if w_fp8 else 0,
-        num_cols if split_k > 1 else out.stride(0), ids.stride(0) if ids is not None else 0,
-        W_FP8=w_fp8, DOT_BF16=not is_interpreting(), GATHER_COLS=gather_cols, SPLIT_K=split_k,
+        num_cols if split_k > 1 else out.stride(0),
+        W_FP8=w_fp8, DOT_BF16=not is_interpreting(), SPLIT_K=split_k,
         BM=cfg["BM"], BN=cfg["BN"], BK=bk, GROUP_M=cfg["GROUP_M"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if split_k > 1:
@@ -253,25 +234,6 @@ def linear_quant_act(x: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor) -> 
         f"linear_quant_act: x must be (N, I) with I % 32 == 0, got {tuple(x.shape)}"
     a_codes, a_scale = quant_act.quant_q8_32(x.contiguous())
     return gemm_q8(a_codes, a_scale, weight, x.dtype)
-
-
-def engram_gather_linear(table_codes: torch.Tensor, table_scale: torch.Tensor,
-                         hash_ids: torch.Tensor, weight: Fp8BlockWeight | torch.Tensor,
-                         out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """Registered op (reference ``engram_fused.engram_gather_linear``): the engram ``wkv``
-    projection of gathered FP8 table rows, one launch, no materialized (N, n_ids * C) activation.
-
-    Args:
-        table_codes: float8_e4m3fn (R, C), C % 32 == 0; table_scale: float8_e8m0fnu/uint8 (R, C/32)
-        (formats.quantize_fp8_rows layout); hash_ids: int64 (N, n_ids); weight: (O, n_ids * C).
-    Returns:
-        (N, O) out_dtype. A table row is already Q8_32 data with 32-column blocks, and
-        re-quantizing its dequantized values gives the same values, so feeding the table's own codes
-        and scales is exactly ``linear_quant_act(dequant(table)[ids].flatten(1), weight)``.
-    """
-    assert table_codes.shape[1] % SCALE_BLOCK == 0 and table_codes.stride(1) == 1
-    return gemm_q8(table_codes.view(torch.uint8), table_scale.view(torch.uint8), weight, out_dtype,
-                   ids=hash_ids.to(torch.int64).contiguous())
 
 
 def supports_linear_quant_act(spec: dict) -> bool:

@@ -470,29 +470,6 @@ def test_rms_norm_q8_gpu(num_tokens):
          _ms(lambda: quant_act.fake_quant_fp8_block32(tri_norm.rms_norm(h, weight, 1e-20))))
 
 
-@pytest.mark.parametrize("num_tokens", [DECODE_TOKENS, PREFILL_TOKENS])
-def test_engram_gather_linear_gpu(num_tokens):
-    """Engram wkv: 24 gathered FP8 table rows of 256 (K = 6144) -> D * (S + 1) = 25600 outputs;
-    a 1M-row table stands in for the 384M-row one (same kernel, same access pattern)."""
-    from deepinfer.kernels.reference import engram_fused
-    from deepinfer.kernels.triton import gemm_fp8
-
-    num_rows, cols, num_ids = 1 << 20, 256, 24
-    out_features = V41_HIDDEN * (V41_HC + 1)
-    table_codes = (torch.randn(num_rows, cols, device="cuda") * 64).to(torch.float8_e4m3fn)
-    table_scale = torch.randint(118, 124, (num_rows, cols // 32), dtype=torch.uint8, device="cuda")
-    ids = torch.randint(0, num_rows, (num_tokens, num_ids), device="cuda")
-    w = _random_fp8_weight(out_features, num_ids * cols)
-    with nan_poisoned_allocations():
-        out = gemm_fp8.engram_gather_linear(table_codes, table_scale, ids, w)
-    ref = engram_fused.engram_gather_linear(table_codes, table_scale, ids,
-                                            w.dequantize().to(torch.bfloat16))
-    _row("engram_gather_linear", f"N{num_tokens} K{num_ids * cols} O{out_features}",
-         _rel(out, ref), 5e-3,
-         _ms(lambda: gemm_fp8.engram_gather_linear(table_codes, table_scale, ids, w)),
-         2.0 * num_tokens * out_features * num_ids * cols)
-
-
 def test_engram_hash_gpu():
     from deepinfer.kernels.triton import engram as tri_engram
     from deepinfer.runtime.model import engram_hash

@@ -144,39 +144,18 @@ def test_pack_fp8_weight_roundtrip():
     assert torch.equal(gemm_fp8.pack_fp8_weight(w_deq).dequantize(), w_deq)
 
 
-@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
-def test_engram_gather_linear(out_dtype):
-    from deepinfer.kernels.reference import engram_fused
-
-    g = torch.Generator().manual_seed(12)
-    num_rows, cols, num_ids, num_tokens, out_features = 50, 64, 3, 9, 40
-    table = torch.randn(num_rows, cols, generator=g) * torch.logspace(-3, 1, cols)
-    codes, scale = formats.quantize_fp8_rows(table)
-    ids = torch.randint(0, num_rows, (num_tokens, num_ids), generator=g)
-    w_codes, w_scale = formats.quantize_fp8_weight(
-        torch.randn(out_features, num_ids * cols, generator=g) * 0.05)
-    w_deq = formats.dequantize_fp8_weight(w_codes, w_scale)
-    ref = engram_fused.engram_gather_linear(codes, scale, ids, w_deq, out_dtype)
-    out = gemm_fp8.engram_gather_linear(codes, scale, ids,
-                                        gemm_fp8.Fp8BlockWeight(w_codes, w_scale), out_dtype)
-    assert out.dtype == out_dtype
-    assert _rel(out, ref) < (1e-5 if out_dtype == torch.float32 else 1e-3)
-
-
 # --- SM90 compile gate -----------------------------------------------------------------------
 
-def _gemm_case(name: str, num_rows: int, w_fp8: bool, gather_cols: int = 0,
-               split_k: int = 1) -> dict:
-    cfg = gemm_fp8.gemm_config(num_rows, w_fp8, interpret=False, gather=gather_cols > 0)
+def _gemm_case(name: str, num_rows: int, w_fp8: bool, split_k: int = 1) -> dict:
+    cfg = gemm_fp8.gemm_config(num_rows, w_fp8, interpret=False)
     sig = {"a_ptr": "*u8", "a_scale_ptr": "*u8", "w_ptr": "*u8" if w_fp8 else "*bf16",
-           "w_scale_ptr": "*u8" if w_fp8 else "*bf16", "c_ptr": "*bf16", "ids_ptr": "*i64",
+           "w_scale_ptr": "*u8" if w_fp8 else "*bf16", "c_ptr": "*bf16",
            "M": "i32", "N": "i32", "K": "i32", "k_per_split": "i32",
            "stride_am": "i32", "stride_asm": "i32",
-           "stride_wn": "i32", "stride_wsn": "i32", "stride_cm": "i32", "stride_idm": "i32"}
+           "stride_wn": "i32", "stride_wsn": "i32", "stride_cm": "i32"}
     if split_k > 1:
         sig["c_ptr"] = "*fp32"  # the partials workspace
-    constexprs = {"W_FP8": w_fp8, "DOT_BF16": True, "GATHER_COLS": gather_cols,
-                  "SPLIT_K": split_k, "BM": cfg["BM"],
+    constexprs = {"W_FP8": w_fp8, "DOT_BF16": True, "SPLIT_K": split_k, "BM": cfg["BM"],
                   "BN": cfg["BN"], "BK": cfg["BK"], "GROUP_M": cfg["GROUP_M"]}
     return {"id": name, "module": "deepinfer.kernels.triton.gemm_fp8", "kernel": "_gemm_q8_kernel",
             "signature": sig, "constexprs": constexprs, "num_warps": cfg["num_warps"],
@@ -194,8 +173,7 @@ def test_sm90_compile(sm90_compile):
              # 64x128 decode tiles spill one 8-B word at 4 warps; measured fastest all the same
              # (bench/gemm_decode.py, session 8 round 24): a larger spill is a regression
              {**_gemm_case("gemm_fp8_decode64_splitk3", 64, True, split_k=3), "max_stack": 8},
-             _gemm_case("gemm_fp8_prefill", 4096, True),
-             _gemm_case("engram_gather_wkv_c256_prefill", 4096, True, gather_cols=256)]
+             _gemm_case("gemm_fp8_prefill", 4096, True)]
     cases.append({"id": "splitk_sum_6", "module": "deepinfer.kernels.triton.gemm_fp8",
                   "kernel": "_splitk_sum_kernel",
                   "signature": {"ws_ptr": "*fp32", "c_ptr": "*bf16", "MN": "i32"},

@@ -187,8 +187,6 @@ def test_register_triton_backend(monkeypatch):
             "engram_inject", "rms_norm"}
     assert mine <= set(names)
     h200 = {"device": "cuda", "capability": (9, 0)}
-    assert "engram_gather_linear" in names
-    assert registry.available_backends("engram_gather_linear") == ["triton", "reference"]
     for op in mine:
         assert registry.available_backends(op)[0] == "triton"
         assert registry.choose_backend(op, h200) == "triton"
