@@ -9,9 +9,9 @@ them. Rows, median µs a call (CUDA events, 10 back-to-back calls): the two prod
 (g, u), the slot-major SwiGLU (``swiglu_fake_q8_slots``), both (apart, the pipeline's path),
 the fused launch in its epilogue's forms (``moe_swiglu_epilogue.MODE``: 0 padding chunks
 skipped, the default; 1 every chunk computed, the stores masked; 2 the epilogue skipped, h not
-written — the K loop's own cost in the GATED form; 3 as 0 in the quad layout, chunks of 32
-or more) at each ``--chunks`` value (tokens an epilogue pass holds,
-``moe_swiglu_epilogue.TOKEN_CHUNK``), each of 0, 1 and 3 compared bit for bit with apart's.
+written — the K loop's own cost in the GATED form; 3 as 0 in the quad layout, 4 in the octet
+layout, both at chunks of 32 or more) at each ``--chunks`` value (tokens an epilogue pass
+holds, ``moe_swiglu_epilogue.TOKEN_CHUNK``), each but 2 compared bit for bit with apart's.
 GPU only (Gluon has no interpreter path).
 """
 
@@ -104,6 +104,8 @@ def main() -> int:
     forms += [(1, c, f"fused (every chunk, masked stores), chunk {c}") for c in chunks]
     forms += [(3, c, f"fused, quad layout (padding chunks skipped), chunk {c}")
               for c in chunks if c >= 32]  # 8 tokens a warp: smaller chunks repeat lanes
+    forms += [(4, c, f"fused, octet layout (padding chunks skipped), chunk {c}")
+              for c in chunks if c >= 32]
     forms.append((2, chunks[0], "fused, epilogue skipped (probe)"))
     try:
         for mode, chunk, name in forms:

@@ -3,7 +3,9 @@
 # (moe_swiglu_epilogue.MODE 3: a token's group on four lanes, eight adjacent output columns a
 # lane — 2,432 epilogue instructions in the sm_90 SASS against the lane layout's 4,304): its GPU
 # bit checks against the two GEMMs + SwiGLU, then bench/gated_swiglu.py at the 4K shape (lane
-# and quad layouts, passes of 32 / 64 tokens). Pass the commit hash literally.
+# and quad layouts, passes of 32 / 64 tokens). Session 43 added the octet layout (MODE 4: one
+# 16-byte shared load of g and of u a lane, two 8-byte stores) to both. Pass the commit hash
+# literally.
 source "$(dirname "$0")/../device_setup.sh"
 timeout 200 python3 -m pytest -q -p no:warnings -s tests/gpu/test_moe_gluon_gpu.py \
   -k gated_swiglu_epilogue >"$OUT/gpu_tests.log" 2>&1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device round 214 (session 42) (≈ 4 min): after the deletions of off-by-default branches inside
+# Device round 214 (session 43) (≈ 4 min): after the deletions of off-by-default branches inside
 # default kernels — the W4A8 decode GEMM's DECODE_PREFETCH / DECODE_XCP / DECODE_PAIRED (the down
 # GEMM always paired on the gated loop), the attention row splits (DECODE_ROW_SPLITS,
 # attention_decode.ROW_SPLITS, the merge kernel), _moe_gemm_kernel's SWAP_AB and gemm_fp8's

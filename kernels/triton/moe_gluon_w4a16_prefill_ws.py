@@ -307,7 +307,7 @@ if HAS_GLUON:
                     epilogue.swiglu_q8_store(gated_tile(xa_s, BO, BM), pairs_ptr, rw_ptr,
                                              out_ptr, num_pairs, lo, block * BM, stride_om,
                                              limit, num_warps, EPILOGUE != 1, EPI_CHUNK,
-                                             EPILOGUE == 3)
+                                             1 if EPILOGUE == 3 else 2 if EPILOGUE == 4 else 0)
 
 
 def launch_regs(warpgroups: int) -> int:
@@ -397,15 +397,18 @@ def aot_cases() -> list[dict[str, Any]]:
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
     two warpgroups of REP 2 (256 rows: two weight boxes a step); the eighths (PARTS 8) on the
     4K steps' shape; the gated GEMM with its SwiGLU epilogue (GATED) at BM 128 and 64, and
-    with the eighths."""
+    with the eighths (the epilogue's lane layout, and its quad and octet layouts: ``MODE`` 3,
+    4)."""
     cases = []
-    for bm, stages, wg, rep, parts, gated in (
-            (128, 2, 1, 2, 4, False), (64, 3, 1, 2, 4, False), (128, 2, 2, 1, 4, False),
-            (128, 3, 2, 2, 4, False), (128, 2, 1, 2, 8, False), (128, 2, 1, 2, 4, True),
-            (64, 3, 1, 2, 4, True), (128, 2, 1, 2, 8, True)):
+    for bm, stages, wg, rep, parts, gated, mode in (
+            (128, 2, 1, 2, 4, False, 0), (64, 3, 1, 2, 4, False, 0), (128, 2, 2, 1, 4, False, 0),
+            (128, 3, 2, 2, 4, False, 0), (128, 2, 1, 2, 8, False, 0), (128, 2, 1, 2, 4, True, 0),
+            (64, 3, 1, 2, 4, True, 0), (128, 2, 1, 2, 8, True, 0), (128, 2, 1, 2, 8, True, 3),
+            (128, 2, 1, 2, 8, True, 4)):
         box = 64 if gated else min(64 * wg * rep, 128)
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else ""),
+                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else "")
+                            + (f"_epilogue{mode}" if mode else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -423,7 +426,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "GATED": gated,
-                                     "num_warps": 4 * wg, "EPILOGUE": 0,
+                                     "num_warps": 4 * wg, "EPILOGUE": mode,
                                      "EPI_CHUNK": epilogue.TOKEN_CHUNK},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,

@@ -39,7 +39,9 @@ TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup),
 # (a uniform branch a chunk), 1 every chunk computed and only the stores masked (no branch: the
 # compiler may interleave the chunks), 2 a probe without the epilogue (h not written), 3 as 0 in
 # the quad layout (``_chunk_quads``: a token's group on four lanes, eight of its output columns
-# a lane — the amax two shuffles, one 16-byte store)
+# a lane — the amax two shuffles, one 16-byte store), 4 as 0 in the octet layout
+# (``_chunk_octs``: four lanes a group as in 3, but a lane's eight features contiguous in shared
+# memory — one 16-byte load each of g and u instead of eight 2-byte ones — and two 8-byte stores)
 MODE = 0
 
 if HAS_GLUON:
@@ -53,14 +55,15 @@ if HAS_GLUON:
     @gluon.jit
     def swiglu_q8_store(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
                         limit, num_warps: gl.constexpr, SKIP_PADDING: gl.constexpr = True,
-                        CHUNK: gl.constexpr = 32, QUADS: gl.constexpr = False):
+                        CHUNK: gl.constexpr = 32, QUADS: gl.constexpr = 0):
         """h_s [2 F, BN] bf16 (H_SHARED; rows [0, F): the gate projection of features col0 ..
         col0 + F, rows [F, 2 F): the up projection of the same features, as the GEMM would
         have stored them) of the tokens in slots slot0 .. slot0 + BN -> h's Q8_32 values
         into out rows ``slot`` (bf16, stride stride_om), columns col0 .. col0 + F in each
         group's A-operand order; chunks of TOKEN_CHUNK tokens without a valid pair (the
         block's padding) are skipped (``SKIP_PADDING``; else computed, their stores
-        masked); CHUNK: ``TOKEN_CHUNK``; QUADS: ``_chunk_quads``' layout."""
+        masked); CHUNK: ``TOKEN_CHUNK``; QUADS: 1 ``_chunk_quads``' layout, 2
+        ``_chunk_octs``'."""
         BO: gl.constexpr = h_s.shape[0]
         BN: gl.constexpr = h_s.shape[1]
         F: gl.constexpr = BO // 2
@@ -69,9 +72,12 @@ if HAS_GLUON:
         # 64 contiguous bytes a warp; the amax a shuffle reduction), tokens across warps and
         # registers
         TC: gl.constexpr = BN if BN < CHUNK else CHUNK
-        if QUADS:
+        if QUADS == 1:
             _store_quads(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
                          limit, num_warps, SKIP_PADDING, TC)
+        elif QUADS == 2:
+            _store_octs(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om,
+                        limit, num_warps, SKIP_PADDING, TC)
         else:
             EPI: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, TC // num_warps],
                                                  threads_per_warp=[32, 1],
@@ -159,6 +165,64 @@ if HAS_GLUON:
                      mask=valid & (col >= 0))
 
     @gluon.jit
+    def _store_octs(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om, limit,
+                    num_warps: gl.constexpr, SKIP_PADDING: gl.constexpr, TC: gl.constexpr):
+        """``swiglu_q8_store`` in the octet layout: a group's 32 features of a token on four
+        lanes (a = 0 .. 3), eight contiguous features 8 a + 2 i + q (i < 4, q < 2) a lane —
+        one 16-byte shared-memory load each of g and u — which the A-operand order puts at
+        columns 4 (a % 2) + i + 8 q + 16 (a // 2) (``mxfp4_w4a8_bf16.k_permutation``): for
+        each q four adjacent columns, two 8-byte stores a lane. The amax: an in-lane max and
+        two shuffles; eight tokens a warp."""
+        BO: gl.constexpr = h_s.shape[0]
+        BN: gl.constexpr = h_s.shape[1]
+        F: gl.constexpr = BO // 2
+        gl.static_assert(TC % (8 * num_warps) == 0, "octet layout: 8 tokens a warp, whole rows")
+        hs = h_s._reinterpret(gl.bfloat16, [BN, BO // 8, 4, 2], H_QUADS)
+        # loads: [tokens, octet a, i, q], q fastest in a lane (memory order: 16 bytes)
+        LOAD: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1, 4, 2],
+                                              threads_per_warp=[8, 4, 1, 1],
+                                              warps_per_cta=[num_warps, 1, 1, 1],
+                                              order=[3, 2, 1, 0])
+        # stores: [tokens, octet a, q, i], i fastest in a lane (four adjacent output columns)
+        STORE: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 1, 2, 4],
+                                               threads_per_warp=[8, 4, 1, 1],
+                                               warps_per_cta=[num_warps, 1, 1, 1],
+                                               order=[3, 2, 1, 0])
+        a = _axis(4, 1, STORE)
+        col = 4 * (a % 2) + _axis(4, 3, STORE) + 8 * _axis(2, 2, STORE) + 16 * (a // 2)
+        for c in gl.static_range(BN // TC):
+            t = c * TC + _axis(TC, 0, STORE)  # [TC, 1, 1, 1]
+            pairs = gl.load(pairs_ptr + slot0 + t)
+            valid = pairs < num_pairs
+            if SKIP_PADDING:
+                if gl.max(gl.max(gl.max(gl.max(valid.to(gl.int32), axis=3), axis=2), axis=1),
+                          axis=0) > 0:  # else the block's padding
+                    _chunk_octs(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col,
+                                stride_om, limit, c * TC, F, TC, LOAD, STORE)
+            else:
+                _chunk_octs(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col, stride_om,
+                            limit, c * TC, F, TC, LOAD, STORE)
+
+    @gluon.jit
+    def _chunk_octs(hs, rw_ptr, out_ptr, pairs, valid, col0, slots, col, stride_om, limit,
+                    T0: gl.constexpr, F: gl.constexpr, TC: gl.constexpr, LOAD: gl.constexpr,
+                    STORE: gl.constexpr):
+        """``_chunk`` in the octet layout: tokens T0 .. T0 + TC ([TC, 1, 1, 1] slots, pairs,
+        validity in STORE), every group's h stored for the valid ones."""
+        rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
+        rows = slots.to(gl.int64) * stride_om
+        rows_t = hs.slice(T0, TC, dim=0)
+        for j in gl.static_range(F // 32):
+            # [TC, 4, 4, 2] (i, q) -> [TC, 4, 2, 4] (q, i): the same registers of each lane
+            g = gl.convert_layout(gl.permute(rows_t.slice(4 * j, 4, dim=1).load(LOAD),
+                                             [0, 1, 3, 2]), STORE)
+            u = gl.convert_layout(gl.permute(rows_t.slice(F // 8 + 4 * j, 4, dim=1).load(LOAD),
+                                             [0, 1, 3, 2]), STORE)
+            q = _swiglu_q8(g, u, rw, limit, (3, 2, 1))  # the in-lane axes first
+            gl.store(out_ptr + rows + (col0 + 32 * j + col), q.to(gl.bfloat16),
+                     mask=valid & (col >= 0))
+
+    @gluon.jit
     def _axis(n: gl.constexpr, dim: gl.constexpr, L4: gl.constexpr):
         """0 .. n - 1 along dimension ``dim`` of a 4-d tensor in layout L4 (size 1 in the
         others)."""
@@ -178,7 +242,8 @@ if HAS_GLUON:
     @gluon.jit
     def _swiglu_q8(g, u, rw, limit, FEATURE_AXES: gl.constexpr):
         """One group of g, u (bf16; its 32 features along ``FEATURE_AXES``: (0,) for the lane
-        layout's [32 features, tokens], (2, 3, 1) for the quad layout's [tokens, 2, 8, 2])
+        layout's [32 features, tokens], (2, 3, 1) for the quad layout's [tokens, 2, 8, 2],
+        (3, 2, 1) for the octet layout's [tokens, 4, 2, 4])
         and the tokens' routing weights rw (broadcastable) -> h's Q8_32 values (fp32):
         ``moe_swiglu.swiglu_h`` (ACT bf16: g and u hold bf16 values already), then
         ``quant_act.q8_32_groups`` over the features (a max: its bits in any order) and

@@ -282,7 +282,7 @@ def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
          f"{c['num_pairs'] // TOPK}x{c['xv'].shape[1]}", _rel(base, ref), 1e-5)
 
 
-@pytest.mark.parametrize("mode", [0, 3])
+@pytest.mark.parametrize("mode", [0, 3, 4])
 @pytest.mark.parametrize("block_m,eighths,parts", [(128, True, 8), (128, False, 4),
                                                     (64, False, 4)])
 def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts, mode,
@@ -291,7 +291,8 @@ def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts, 
     of 64 features in one program) against the two producer-warp GEMMs and
     ``swiglu_fake_q8_slots``: bit for bit on every slot, padding slots untouched, at every
     part fill (eighths from BM 128, or the quarters), the clamps at the limit exercised; the
-    epilogue in its lane layout (``moe_swiglu_epilogue.MODE`` 0) and its quad layout (3)."""
+    epilogue in its lane layout (``moe_swiglu_epilogue.MODE`` 0), its quad layout (3) and its
+    octet layout (4)."""
     from deepinfer.kernels.triton import moe_gluon_w4a8, moe_swiglu, moe_swiglu_epilogue
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
