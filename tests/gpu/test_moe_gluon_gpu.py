@@ -293,10 +293,34 @@ def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts, 
     part fill (eighths from BM 128, or the quarters), the clamps at the limit exercised; the
     epilogue in its lane layout (``moe_swiglu_epilogue.MODE`` 0), its quad layout (3) and its
     octet layout (4)."""
-    from deepinfer.kernels.triton import moe_gluon_w4a8, moe_swiglu, moe_swiglu_epilogue
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
+    from deepinfer.kernels.triton import moe_swiglu, moe_swiglu_epilogue
 
     monkeypatch.setattr(moe_swiglu_epilogue, "MODE", mode)
+    c, w3, s3, rw, gemm, sentinel, want = _gated_swiglu_case(block_m, eighths, parts)
+    num_pairs, pairs, blocks = c["num_pairs"], c["pairs"], c["blocks"]
+    got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs, blocks,
+                                 num_pairs, rw, 10.0, sentinel.clone(), block_m, True, parts)
+    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+    g, u = gemm(c["weights"], c["scale"]), gemm(w3, s3)
+    apart = _ms(lambda: (gemm(c["weights"], c["scale"]), gemm(w3, s3),
+                         moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs,
+                                                         num_pairs)))
+    fused = _ms(lambda: ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3,
+                                               pairs, blocks, num_pairs, rw, 10.0,
+                                               sentinel.clone(), block_m, True, parts))
+    print(f"\n| w4a16 gated + swiglu bm{block_m} parts{parts} mode{mode} | apart "
+          f"{apart * 1e3:.1f} us | "
+          f"fused {fused * 1e3:.1f} us |", end="")
+
+
+def _gated_swiglu_case(block_m, eighths, parts):
+    """The gated SwiGLU checks' inputs: the prefill case (gate weights), up weights w3 / s3,
+    routing weights, the producer-warp GEMM ``gemm(w, s)`` (g or u), an all-7 sentinel output
+    and the two GEMMs + ``swiglu_fake_q8_slots`` result written over it (the clamps at the
+    limit 10 exercised)."""
+    from deepinfer.kernels.triton import moe_gluon_w4a8, moe_swiglu
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
     c = _w4a16_prefill_case(True, block_m, 119, eighths=eighths)
     packed3, _ = _mxfp4(I, D)
@@ -315,18 +339,30 @@ def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts, 
     sentinel = torch.full((pairs.numel(), I), 7.0, dtype=torch.bfloat16, device="cuda")
     want = moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs, num_pairs,
                                            out=sentinel.clone())
-    got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs, blocks,
-                                 num_pairs, rw, 10.0, sentinel.clone(), block_m, True, parts)
+    return c, w3, s3, rw, gemm, sentinel, want
+
+
+@pytest.mark.parametrize("mode", [3, 4])
+@pytest.mark.parametrize("programs_per_sm", [2, 0])
+def test_gated_persistent_matches_two_gemms(mode, programs_per_sm, monkeypatch):
+    """The persistent gated GEMM (``moe_gluon_gated_persistent``: the epilogue on warps of its
+    own, overlapping the next item's K loop) against the two GEMMs and
+    ``swiglu_fake_q8_slots``: bit for bit on every slot, padding slots untouched, at BM 128
+    with the eighths; the epilogue in the quad (3) and octet (4) layouts; two programs an SM,
+    and (0) a grid of 3 programs, so that each walks many items and the ring's and the
+    handoff's phases wrap many times."""
+    from deepinfer.kernels.triton import moe_gluon_gated_persistent as gp
+
+    monkeypatch.setattr(gp, "EPI_MODE", mode)
+    if programs_per_sm == 0:
+        monkeypatch.setattr(gp, "num_sms", lambda device: 1)
+        monkeypatch.setattr(gp, "PROGRAMS_PER_SM", 3)
+    c, w3, s3, rw, _, sentinel, want = _gated_swiglu_case(128, True, 8)
+    num_pairs, pairs, blocks = c["num_pairs"], c["pairs"], c["blocks"]
+    got = gp.gated_persistent_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs,
+                                   blocks, num_pairs, rw, 10.0, sentinel.clone(), 128, True)
     assert torch.equal(got, want), (got.float() - want.float()).abs().max()
-    apart = _ms(lambda: (gemm(c["weights"], c["scale"]), gemm(w3, s3),
-                         moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs,
-                                                         num_pairs)))
-    fused = _ms(lambda: ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3,
-                                               pairs, blocks, num_pairs, rw, 10.0,
-                                               sentinel.clone(), block_m, True, parts))
-    print(f"\n| w4a16 gated + swiglu bm{block_m} parts{parts} mode{mode} | apart "
-          f"{apart * 1e3:.1f} us | "
-          f"fused {fused * 1e3:.1f} us |", end="")
+
 
 
 def test_w4a16_prefill_pipeline_matches_run_experts():
