@@ -136,33 +136,8 @@ if HAS_GLUON:
                                             warps_per_cta=[num_warps, 1, 1, 1],
                                             order=[2, 3, 1, 0])
         col = _axis(8, 2, L4) + 8 * _axis(2, 3, L4) + 16 * _axis(2, 1, L4)  # [1, 2, 8, 2]
-        for c in gl.static_range(BN // TC):
-            t = c * TC + _axis(TC, 0, L4)  # [TC, 1, 1, 1]
-            pairs = gl.load(pairs_ptr + slot0 + t)
-            valid = pairs < num_pairs
-            if SKIP_PADDING:
-                if gl.max(gl.max(gl.max(gl.max(valid.to(gl.int32), axis=3), axis=2), axis=1),
-                          axis=0) > 0:  # else the block's padding
-                    _chunk_quads(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col,
-                                 stride_om, limit, c * TC, F, TC, L4)
-            else:
-                _chunk_quads(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col, stride_om,
-                             limit, c * TC, F, TC, L4)
-
-    @gluon.jit
-    def _chunk_quads(hs, rw_ptr, out_ptr, pairs, valid, col0, slots, col, stride_om, limit,
-                     T0: gl.constexpr, F: gl.constexpr, TC: gl.constexpr, L4: gl.constexpr):
-        """``_chunk`` in the quad layout: tokens T0 .. T0 + TC ([TC, 1, 1, 1] slots, pairs,
-        validity), every group's h stored for the valid ones."""
-        rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
-        rows = slots.to(gl.int64) * stride_om
-        rows_t = hs.slice(T0, TC, dim=0)
-        for j in gl.static_range(F // 32):
-            g = rows_t.slice(2 * j, 2, dim=1).load(L4)
-            u = rows_t.slice(F // 16 + 2 * j, 2, dim=1).load(L4)
-            q = _swiglu_q8(g, u, rw, limit, (2, 3, 1))  # the in-lane axis first
-            gl.store(out_ptr + rows + (col0 + 32 * j + col), q.to(gl.bfloat16),
-                     mask=valid & (col >= 0))
+        _store_chunks(hs, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, col, stride_om,
+                      limit, SKIP_PADDING, TC, F, BN, L4, L4, False)
 
     @gluon.jit
     def _store_octs(h_s, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, stride_om, limit,
@@ -190,6 +165,18 @@ if HAS_GLUON:
                                                order=[3, 2, 1, 0])
         a = _axis(4, 1, STORE)
         col = 4 * (a % 2) + _axis(4, 3, STORE) + 8 * _axis(2, 2, STORE) + 16 * (a // 2)
+        _store_chunks(hs, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, col, stride_om,
+                      limit, SKIP_PADDING, TC, F, BN, LOAD, STORE, True)
+
+    @gluon.jit
+    def _store_chunks(hs, pairs_ptr, rw_ptr, out_ptr, num_pairs, col0, slot0, col, stride_om,
+                      limit, SKIP_PADDING: gl.constexpr, TC: gl.constexpr, F: gl.constexpr,
+                      BN: gl.constexpr, LOAD: gl.constexpr, STORE: gl.constexpr,
+                      OCTS: gl.constexpr):
+        """The four-lane layouts' chunk loop (``_store_quads``, ``_store_octs``): hs the tile
+        as [BN tokens, slots, a lane's values as two axes], col [1, slots of a group, ...] a
+        lane's output columns in STORE; chunks of TC tokens, padding chunks skipped
+        (``SKIP_PADDING``) or computed with their stores masked."""
         for c in gl.static_range(BN // TC):
             t = c * TC + _axis(TC, 0, STORE)  # [TC, 1, 1, 1]
             pairs = gl.load(pairs_ptr + slot0 + t)
@@ -197,30 +184,41 @@ if HAS_GLUON:
             if SKIP_PADDING:
                 if gl.max(gl.max(gl.max(gl.max(valid.to(gl.int32), axis=3), axis=2), axis=1),
                           axis=0) > 0:  # else the block's padding
-                    _chunk_octs(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col,
-                                stride_om, limit, c * TC, F, TC, LOAD, STORE)
+                    _chunk_four_lanes(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col,
+                                      stride_om, limit, c * TC, F, TC, LOAD, STORE, OCTS)
             else:
-                _chunk_octs(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col, stride_om,
-                            limit, c * TC, F, TC, LOAD, STORE)
+                _chunk_four_lanes(hs, rw_ptr, out_ptr, pairs, valid, col0, slot0 + t, col,
+                                  stride_om, limit, c * TC, F, TC, LOAD, STORE, OCTS)
 
     @gluon.jit
-    def _chunk_octs(hs, rw_ptr, out_ptr, pairs, valid, col0, slots, col, stride_om, limit,
-                    T0: gl.constexpr, F: gl.constexpr, TC: gl.constexpr, LOAD: gl.constexpr,
-                    STORE: gl.constexpr):
-        """``_chunk`` in the octet layout: tokens T0 .. T0 + TC ([TC, 1, 1, 1] slots, pairs,
-        validity in STORE), every group's h stored for the valid ones."""
+    def _chunk_four_lanes(hs, rw_ptr, out_ptr, pairs, valid, col0, slots, col, stride_om, limit,
+                          T0: gl.constexpr, F: gl.constexpr, TC: gl.constexpr,
+                          LOAD: gl.constexpr, STORE: gl.constexpr, OCTS: gl.constexpr):
+        """``_chunk`` in a four-lane layout: tokens T0 .. T0 + TC ([TC, 1, 1, 1] slots, pairs,
+        validity in STORE), every group's h stored for the valid ones. A group is R slots of
+        hs (quads: 2 of [8, 2], octets: 4 of [4, 2])."""
+        R: gl.constexpr = 4 if OCTS else 2
         rw = gl.load(rw_ptr + gl.where(valid, pairs, 0), mask=valid, other=0.0)
         rows = slots.to(gl.int64) * stride_om
         rows_t = hs.slice(T0, TC, dim=0)
         for j in gl.static_range(F // 32):
-            # [TC, 4, 4, 2] (i, q) -> [TC, 4, 2, 4] (q, i): the same registers of each lane
-            g = gl.convert_layout(gl.permute(rows_t.slice(4 * j, 4, dim=1).load(LOAD),
-                                             [0, 1, 3, 2]), STORE)
-            u = gl.convert_layout(gl.permute(rows_t.slice(F // 8 + 4 * j, 4, dim=1).load(LOAD),
-                                             [0, 1, 3, 2]), STORE)
-            q = _swiglu_q8(g, u, rw, limit, (3, 2, 1))  # the in-lane axes first
+            g = _group(rows_t, R * j, R, LOAD, STORE, OCTS)
+            u = _group(rows_t, F * R // 32 + R * j, R, LOAD, STORE, OCTS)
+            # the in-lane axes first
+            q = _swiglu_q8(g, u, rw, limit, (3, 2, 1) if OCTS else (2, 3, 1))
             gl.store(out_ptr + rows + (col0 + 32 * j + col), q.to(gl.bfloat16),
                      mask=valid & (col >= 0))
+
+    @gluon.jit
+    def _group(rows_t, r0, R: gl.constexpr, LOAD: gl.constexpr, STORE: gl.constexpr,
+               OCTS: gl.constexpr):
+        """Slots [r0, r0 + R) of the chunk's tile (one group of 32 features) in STORE: the
+        octets' [TC, 4, 4, 2] (i, q) load becomes [TC, 4, 2, 4] (q, i), the same registers of
+        each lane."""
+        x = rows_t.slice(r0, R, dim=1).load(LOAD)
+        if OCTS:
+            x = gl.convert_layout(gl.permute(x, [0, 1, 3, 2]), STORE)
+        return x
 
     @gluon.jit
     def _axis(n: gl.constexpr, dim: gl.constexpr, L4: gl.constexpr):
