@@ -134,6 +134,11 @@ KERNEL = "auto"
 # runs at the GEMM's occupancy (one warpgroup a program, two programs an SM), so its
 # load-reduce-store chains are exposed where the separate SwiGLU's many warps hide them
 FUSED_SWIGLU = False
+# with FUSED_SWIGLU, at BM 128 with the eighths: the persistent form
+# (``moe_gluon_gated_persistent``: the epilogue on warps of its own, overlapping the next work
+# item's K loop; the same bits), read at the call. Session 43: prepared, not yet run on a GPU
+# (round 215), so off
+FUSED_PERSISTENT = False
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
@@ -726,11 +731,18 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
             and x.dtype == torch.bfloat16:
         # one launch: the gate and up projections of each 64 features in one program, whose
         # epilogue writes h's Q8_32 values in the down GEMM's token order (the same bits)
+        from deepinfer.kernels.triton import moe_gluon_gated_persistent as persistent
         from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import w4a16_gated_ws_gemm
 
         hg = torch.empty((pairs.numel(), inter), dtype=torch.bfloat16, device=x.device)
-        w4a16_gated_ws_gemm(xg, d1, s1, d3, s3, pairs, blocks, num_pairs, weights.reshape(-1),
-                            limit, hg, block_m, one_mul, parts, maxnreg=MAXNREG)
+        if FUSED_PERSISTENT and block_m == persistent.BLOCK_M \
+                and launch_parts(PARTS if parts is None else parts, block_m) == 8:
+            persistent.gated_persistent_gemm(xg, d1, s1, d3, s3, pairs, blocks, num_pairs,
+                                             weights.reshape(-1), limit, hg, block_m, one_mul)
+        else:
+            w4a16_gated_ws_gemm(xg, d1, s1, d3, s3, pairs, blocks, num_pairs,
+                                weights.reshape(-1), limit, hg, block_m, one_mul, parts,
+                                maxnreg=MAXNREG)
     else:
         g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
         u = torch.empty_like(g)

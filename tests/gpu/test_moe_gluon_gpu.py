@@ -364,6 +364,21 @@ def test_gated_persistent_matches_two_gemms(mode, programs_per_sm, monkeypatch):
     assert torch.equal(got, want), (got.float() - want.float()).abs().max()
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_w4a16_prefill_pipeline_fused_swiglu_same_bits(persistent, monkeypatch):
+    """The pipeline with the gated GEMM's SwiGLU as its epilogue (``FUSED_SWIGLU``: the
+    one-block kernel in its default layout, or ``FUSED_PERSISTENT``: the persistent kernel at
+    BM 128 with the eighths) gives the two GEMMs + SwiGLU's output bit for bit."""
+    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
+
+    tokens, ids, route_w, x, plain, kernel = _prefill_pipeline_case()
+    apart = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
+    monkeypatch.setattr(pf, "FUSED_SWIGLU", True)
+    monkeypatch.setattr(pf, "FUSED_PERSISTENT", persistent)
+    with nan_poisoned_allocations():
+        fused = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
+    assert torch.equal(fused, apart), (fused.float() - apart.float()).abs().max()
+
 
 def test_w4a16_prefill_pipeline_matches_run_experts():
     """``run_experts_w4a16_prefill`` against the Triton ``run_experts`` (W4A16, checkpoint
