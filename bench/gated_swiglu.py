@@ -11,10 +11,7 @@ the fused launch in its epilogue's forms (``moe_swiglu_epilogue.MODE``: 0 paddin
 skipped, the default; 1 every chunk computed, the stores masked; 2 the epilogue skipped, h not
 written — the K loop's own cost in the GATED form; 3 as 0 in the quad layout, 4 in the octet
 layout, both at chunks of 32 or more) at each ``--chunks`` value (tokens an epilogue pass
-holds, ``moe_swiglu_epilogue.TOKEN_CHUNK``), each but 2 compared bit for bit with apart's; then
-the persistent kernel (``moe_gluon_gated_persistent``: the epilogue on warps of its own,
-overlapping the next work item's K loop) in the quad and octet layouts, also against apart's
-bits.
+holds, ``moe_swiglu_epilogue.TOKEN_CHUNK``), each but 2 compared bit for bit with apart's.
 GPU only (Gluon has no interpreter path).
 """
 
@@ -51,7 +48,6 @@ def main() -> int:
     from roofline import median_ms
 
     from deepinfer.kernels.triton import moe_align, moe_gluon_w4a8, moe_swiglu, quant_act
-    from deepinfer.kernels.triton import moe_gluon_gated_persistent as gp
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
     from deepinfer.kernels.triton import moe_swiglu_epilogue as epilogue
@@ -122,25 +118,6 @@ def main() -> int:
             print(f"| {name} | {us:.1f} | {same} |", flush=True)
     finally:
         epilogue.MODE, epilogue.TOKEN_CHUNK = saved
-    if block_m == gp.BLOCK_M:  # the persistent kernel: the epilogue on warps of its own
-        saved_mode = gp.EPI_MODE
-        try:
-            for mode in (3, 4):
-                gp.EPI_MODE = mode
-
-                def persistent(out):
-                    gp.gated_persistent_gemm(xg, w1, s1, w3, s3, pairs, blocks, num_pairs, rw,
-                                             10.0, out, block_m, True)
-
-                got.zero_()
-                persistent(got)
-                same = str(torch.equal(got, want))
-                ok = ok and same == "True"
-                us = median_ms(lambda: persistent(got), calls=10) * 1e3
-                print(f"| persistent, epilogue warps, {('quad', 'octet')[mode - 3]} layout | "
-                      f"{us:.1f} | {same} |", flush=True)
-        finally:
-            gp.EPI_MODE = saved_mode
     return 0 if ok else 1
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Device round 215 (session 43) (≈ 7 min): round 212's checks and timings plus the persistent
+# Device round 215 (session 43; ran as three direct calls at aa04560 on an H100 — its steps with
+# shorter filters; results bench/results/2026-12-05-session43/) (≈ 7 min): round 212's checks and timings plus the persistent
 # gated kernel (moe_gluon_gated_persistent: the SwiGLU epilogue on warps of its own, overlapping
 # the next work item's K loop). In order, each under its own timeout (a hang in the new kernel
 # loses only its own step): the one-block fused epilogue's GPU bit checks (lane / quad / octet

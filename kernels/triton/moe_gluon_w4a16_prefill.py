@@ -129,16 +129,14 @@ KERNEL = "auto"
 # gate and up projections, h's Q8_32 values written in the down GEMM's token order:
 # ``moe_swiglu_epilogue``; the same bits as two GEMMs and ``swiglu_fake_q8_slots``), read at
 # the call; only where that kernel runs one warpgroup of two fragments on bf16 activations.
-# Off: slower (H100 rounds 206-207, 1,024 tokens x top-6 of 32 experts, µs: apart 606-623,
-# fused 660-679 at BM 128; the lone 4K prompt +1.4 / +2.4 %, the same tokens) — the epilogue
-# runs at the GEMM's occupancy (one warpgroup a program, two programs an SM), so its
-# load-reduce-store chains are exposed where the separate SwiGLU's many warps hide them
-FUSED_SWIGLU = False
-# with FUSED_SWIGLU, at BM 128 with the eighths: the persistent form
-# (``moe_gluon_gated_persistent``: the epilogue on warps of its own, overlapping the next work
-# item's K loop; the same bits), read at the call. Session 43: prepared, not yet run on a GPU
-# (round 215), so off
-FUSED_PERSISTENT = False
+# On since session 43 with the epilogue's octet layout (``moe_swiglu_epilogue.MODE`` 4), H100,
+# µs a call against the two GEMMs + SwiGLU apart (the same bits): the 4K shape (384 experts,
+# bench/gated_swiglu.py) 3,096 vs 3,311 (-6.5 %; the lane layout 3,299, the quad 3,116);
+# 1,024 tokens of 32 skewed experts (tests/gpu) 596 / 587 vs 611 / 623 at BM 128 (eighths /
+# quarters), 753 vs 781 at BM 64. The lane layout (sessions 41-42) was 4-10 % slower than
+# apart: its epilogue's ~300 µs a 4K call of shuffles and 2-byte stores (rounds 206-210).
+# The lone 4K prompt's end-to-end A/B is still to run (bench/rounds/h200_round213.sh)
+FUSED_SWIGLU = True
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
@@ -731,18 +729,11 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
             and x.dtype == torch.bfloat16:
         # one launch: the gate and up projections of each 64 features in one program, whose
         # epilogue writes h's Q8_32 values in the down GEMM's token order (the same bits)
-        from deepinfer.kernels.triton import moe_gluon_gated_persistent as persistent
         from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws import w4a16_gated_ws_gemm
 
         hg = torch.empty((pairs.numel(), inter), dtype=torch.bfloat16, device=x.device)
-        if FUSED_PERSISTENT and block_m == persistent.BLOCK_M \
-                and launch_parts(PARTS if parts is None else parts, block_m) == 8:
-            persistent.gated_persistent_gemm(xg, d1, s1, d3, s3, pairs, blocks, num_pairs,
-                                             weights.reshape(-1), limit, hg, block_m, one_mul)
-        else:
-            w4a16_gated_ws_gemm(xg, d1, s1, d3, s3, pairs, blocks, num_pairs,
-                                weights.reshape(-1), limit, hg, block_m, one_mul, parts,
-                                maxnreg=MAXNREG)
+        w4a16_gated_ws_gemm(xg, d1, s1, d3, s3, pairs, blocks, num_pairs, weights.reshape(-1),
+                            limit, hg, block_m, one_mul, parts, maxnreg=MAXNREG)
     else:
         g = torch.empty((num_pairs, inter), dtype=x.dtype, device=x.device)
         u = torch.empty_like(g)

@@ -36,8 +36,9 @@ than 128 at 4K, level at 8K. The pipeline runs it for REP 2 programs
 ``GATED`` (``w4a16_gated_ws_gemm``, session 41): a REP 2 program's two fragments are the gate
 and up projections of the same 64 features, and its store is the SwiGLU epilogue
 (``moe_swiglu_epilogue``): h's Q8_32 values in the down GEMM's token order, bit for bit the
-two GEMMs and ``swiglu_fake_q8_slots``; 4-10 % slower a call (9-10 % at BM 128; H100 rounds
-206-207), so off in the pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``).
+two GEMMs and ``swiglu_fake_q8_slots``; with the epilogue's first (lane) layout 4-10 % slower
+a call (H100 rounds 206-207), with its octet layout (session 43) 2-6.5 % faster: on in the
+pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``).
 Shapes, contract and reference: ``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``.
 """
 
@@ -72,18 +73,16 @@ if HAS_GLUON:
 
     @gluon.jit
     def _producer(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
-                  x_row0, num_steps, step0, S: gl.constexpr, BO: gl.constexpr,
-                  BN: gl.constexpr, BN2: gl.constexpr, GATED: gl.constexpr):
-        """Step i's weight tile and token boxes into stage (step0 + i) % S once the consumer
-        freed it (the ring's (step0 + i) // S-th use; the first S uses wait for nothing;
-        step0: the ring's steps before this block's — 0 but in a persistent program). BO >
-        one step tile (256 rows): two weight boxes, the second from row1. GATED: rows [0, BO
-        / 2) of the tile from w_desc (the gate projection) at row0, [BO / 2, BO) from w3_desc
-        (the up projection's same rows) at row1."""
+                  x_row0, num_steps, S: gl.constexpr, BO: gl.constexpr, BN: gl.constexpr,
+                  BN2: gl.constexpr, GATED: gl.constexpr):
+        """Step i's weight tile and token boxes into stage i % S once the consumer freed it
+        (its (i // S)-th use; the first S uses wait for nothing). BO > one step tile (256
+        rows): two weight boxes, the second from row1. GATED: rows [0, BO / 2) of the tile
+        from w_desc (the gate projection) at row0, [BO / 2, BO) from w3_desc (the up
+        projection's same rows) at row1."""
         for i in range(num_steps):
-            g = step0 + i
-            st = g % S
-            mbarrier.wait(empty.index(st), ((g // S) & 1) ^ 1, pred=g >= S)
+            st = i % S
+            mbarrier.wait(empty.index(st), ((i // S) & 1) ^ 1, pred=i >= S)
             bar = full.index(st)
             mbarrier.expect(bar, BO * 64 + (BN + BN2) * 256)
             if GATED:
@@ -114,50 +113,18 @@ if HAS_GLUON:
                   block, num_steps, stride_om, rw_ptr, limit, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
                   REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr):
-        """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring
-        (``consumer_loop``). GATED: the accumulators go to ``gated_tile`` (the ring's token
-        buffer: every load has landed and been read) for the kernel's SwiGLU epilogue."""
-        acc, acc2 = consumer_loop(w_s, xa_s, xb_s, full, empty, s_words, num_steps, 0, S, BN,
-                                  BN2, ONE_MUL, PG, REP, NW)
-        BO: gl.constexpr = 16 * NW * REP
-        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
-                                                       instr_shape=[16, BN, 16])
-        if GATED:  # g | u as bf16 into the block's tile (``gated_tile``); the kernel's
-            # epilogue takes them from there (one copy of its code for every part fill)
-            store_gated(gated_tile(xa_s, BO, BM), acc, acc2, BN, BN2)
-        else:
-            base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
-            if BN2 > 0:
-                MMA2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
-                                                                warps_per_cta=[NW, 1],
-                                                                instr_shape=[16, BN2, 16])
-                base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
-                            stride_om, MMA2)
-
-    @gluon.jit
-    def store_gated(h_s, acc, acc2, BN: gl.constexpr, BN2: gl.constexpr):
-        """A GATED block's accumulators (g | u: [BO, BN] and [BO, BN2]) as bf16 into its
-        [BO, BM] tile h_s (``moe_swiglu_epilogue.H_SHARED``), tokens [0, BN + BN2)."""
-        h_s.slice(0, BN, dim=1).store(acc.to(gl.bfloat16))
-        if BN2 > 0:
-            h_s.slice(BN, BN2, dim=1).store(acc2.to(gl.bfloat16))
-
-    @gluon.jit
-    def consumer_loop(w_s, xa_s, xb_s, full, empty, s_words, num_steps, step0, S: gl.constexpr,
-                      BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr,
-                      PG: gl.constexpr, REP: gl.constexpr, NW: gl.constexpr):
-        """``moe_gluon_w4a16_prefill._run_block``'s K loop on a filled ring -> the
-        accumulators [BO, BN], [BO, BN2] (fp32; the second unused at BN2 0): the ring's step
-        step0 + i is block step i (step0: 0 but in a persistent program); a step's stage is
-        freed after its last group's wait (the next step's words are loaded by then)."""
+        """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
+        stage is freed after its last group's wait (step i + 1's words are loaded by then).
+        GATED: the accumulators go to ``gated_tile`` (the ring's token buffer: every load
+        has landed and been read) for the kernel's SwiGLU epilogue."""
         BO: gl.constexpr = 16 * NW * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BN, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
         sw = gl.load(s_words)
         sw_next = gl.load(s_words + gl.minimum(num_steps - 1, 1))
-        mbarrier.wait(full.index(step0 % S), (step0 // S) & 1)
-        p0, p1, p2, p3 = base._step_words(w_s, step0 % S, PG)
+        mbarrier.wait(full.index(0), 0)
+        p0, p1, p2, p3 = base._step_words(w_s, 0, PG)
         a = base._scaled(base._extract(p0), sw, 0, ONE_MUL, LA)
         acc = gl.zeros([BO, BN], gl.float32, MMA)
         acc2 = acc  # unused unless BN2 > 0
@@ -167,7 +134,7 @@ if HAS_GLUON:
                                                             instr_shape=[16, BN2, 16])
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
-            st = (step0 + i) % S
+            st = i % S
             xa = xa_s.index(st)
             xb = xb_s.index(st)
             acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
@@ -185,7 +152,7 @@ if HAS_GLUON:
             acc, acc2 = base._mma_group(a, xb, acc, acc2, 0, BN, BN2, 32)
             # the next step's words (the last step reloads its own: a completed phase waits
             # for nothing), its first group extracted while this step's last group runs
-            nxt = step0 + gl.minimum(i + 1, num_steps - 1)
+            nxt = gl.minimum(i + 1, num_steps - 1)
             sw = sw_next
             sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
             mbarrier.wait(full.index(nxt % S), (nxt // S) & 1)
@@ -196,7 +163,17 @@ if HAS_GLUON:
             # (the arrive follows a partition barrier: all warps got here)
             mbarrier.arrive(empty.index(st), count=1)
             a = base._scaled(bits, sw, 0, ONE_MUL, LA)
-        return acc, acc2
+        if GATED:  # g | u as bf16 into the block's tile (``gated_tile``); the kernel's
+            # epilogue takes them from there (one copy of its code for every part fill)
+            h_s = gated_tile(xa_s, BO, BM)
+            h_s.slice(0, BN, dim=1).store(acc.to(gl.bfloat16))
+            if BN2 > 0:
+                h_s.slice(BN, BN2, dim=1).store(acc2.to(gl.bfloat16))
+        else:
+            base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
+            if BN2 > 0:
+                base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
+                            stride_om, MMA2)
 
     @gluon.jit
     def gated_tile(xa_s, BO: gl.constexpr, BM: gl.constexpr):
@@ -220,7 +197,7 @@ if HAS_GLUON:
                          row_lo, block, num_steps, stride_om, rw_ptr, limit, S, BM, BN, BN2,
                          ONE_MUL, PG, REP, NW, GATED)),
             (_producer, (x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, row0,
-                         row1, block * BM, num_steps, 0, S, BO, BN, BN2, GATED)),
+                         row1, block * BM, num_steps, S, BO, BN, BN2, GATED)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     @gluon.jit

@@ -3,8 +3,8 @@ the gate and the up projections of the same 64 intermediate features for its blo
 (``moe_gluon_w4a16_prefill_ws``, ``GATED``) writes h's Q8_32 values straight into the down
 GEMM's token layout, so neither g nor u goes through memory and the separate SwiGLU launch
 (``moe_swiglu.swiglu_fake_q8_slots``: ~114 µs a 4K layer on the H200, round 200) goes away.
-Off in the pipeline (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``): measured slower, see there;
-``MODE`` picks the epilogue's form for bench/gated_swiglu.py.
+On in the pipeline since session 43 (``moe_gluon_w4a16_prefill.FUSED_SWIGLU``) in the octet
+layout (``MODE`` 4, ``_store_octs``); ``MODE`` picks the epilogue's form (bench/gated_swiglu.py).
 
     h[t, f] = Q8_32( bf16( w_t * silu(min(g, L)) * clamp(u, -L, L) ) ),   g, u rounded to bf16
 
@@ -40,9 +40,13 @@ TOKEN_CHUNK = 32  # tokens an epilogue pass holds (8 a thread at one warpgroup),
 # compiler may interleave the chunks), 2 a probe without the epilogue (h not written), 3 as 0 in
 # the quad layout (``_chunk_quads``: a token's group on four lanes, eight of its output columns
 # a lane — the amax two shuffles, one 16-byte store), 4 as 0 in the octet layout
-# (``_chunk_octs``: four lanes a group as in 3, but a lane's eight features contiguous in shared
-# memory — one 16-byte load each of g and u instead of eight 2-byte ones — and two 8-byte stores)
-MODE = 0
+# (``_store_octs``: four lanes a group as in 3, but a lane's eight features contiguous in shared
+# memory — one 16-byte load each of g and u instead of eight 2-byte ones — and two 8-byte
+# stores). H100 (session 43, µs a call, the same bits in every form): the 4K shape
+# (bench/gated_swiglu.py) apart 3,311, lane 3,299, quads 3,116, octets 3,096; 1,024 tokens of
+# 32 skewed experts (tests/gpu) at BM 128 eighths / quarters and BM 64: apart 611 / 623 / 781,
+# lane 663 / 668 / 823, quads 602 / 610 / 770, octets 596 / 587 / 753
+MODE = 4
 
 if HAS_GLUON:
     from triton.experimental import gluon

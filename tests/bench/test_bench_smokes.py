@@ -397,22 +397,22 @@ def test_moe_align_smoke_paths_equal_torch():
     assert out.count("equal True") == 2, out
 
 
-def test_kernel_overrides_fused_swiglu_switches(monkeypatch):
-    """--w4a16-fused-swiglu 0|1 and --w4a16-fused-persistent 0|1 set the prefill pipeline's
-    FUSED_SWIGLU / FUSED_PERSISTENT; a bad value exits naming its flag."""
+def test_kernel_overrides_fused_swiglu_switch(monkeypatch):
+    """--w4a16-fused-swiglu 0|1 sets the prefill pipeline's FUSED_SWIGLU (on by default); a bad
+    value exits naming the flag."""
     import kernel_overrides
 
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
+    assert pf.FUSED_SWIGLU is True
     monkeypatch.setattr(pf, "FUSED_SWIGLU", pf.FUSED_SWIGLU)
-    monkeypatch.setattr(pf, "FUSED_PERSISTENT", pf.FUSED_PERSISTENT)
-    kernel_overrides.apply(None, [], w4a16_fused_swiglu=1, w4a16_fused_persistent=1)
-    assert pf.FUSED_SWIGLU is True and pf.FUSED_PERSISTENT is True
-    kernel_overrides.apply(None, [], w4a16_fused_persistent=0)
-    assert pf.FUSED_SWIGLU is True and pf.FUSED_PERSISTENT is False
+    kernel_overrides.apply(None, [], w4a16_fused_swiglu=0)
+    assert pf.FUSED_SWIGLU is False
+    kernel_overrides.apply(None, [], w4a16_fused_swiglu=1)
+    assert pf.FUSED_SWIGLU is True
     with pytest.raises(SystemExit) as info:
-        kernel_overrides.apply(None, [], w4a16_fused_persistent=2)
-    assert "--w4a16-fused-persistent" in str(info.value)
+        kernel_overrides.apply(None, [], w4a16_fused_swiglu=2)
+    assert "--w4a16-fused-swiglu" in str(info.value)
 
 
 def test_kernel_overrides_linear_wide_mma_first(monkeypatch):

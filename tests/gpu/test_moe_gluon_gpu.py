@@ -342,39 +342,15 @@ def _gated_swiglu_case(block_m, eighths, parts):
     return c, w3, s3, rw, gemm, sentinel, want
 
 
-@pytest.mark.parametrize("mode", [3, 4])
-@pytest.mark.parametrize("programs_per_sm", [2, 0])
-def test_gated_persistent_matches_two_gemms(mode, programs_per_sm, monkeypatch):
-    """The persistent gated GEMM (``moe_gluon_gated_persistent``: the epilogue on warps of its
-    own, overlapping the next item's K loop) against the two GEMMs and
-    ``swiglu_fake_q8_slots``: bit for bit on every slot, padding slots untouched, at BM 128
-    with the eighths; the epilogue in the quad (3) and octet (4) layouts; two programs an SM,
-    and (0) a grid of 3 programs, so that each walks many items and the ring's and the
-    handoff's phases wrap many times."""
-    from deepinfer.kernels.triton import moe_gluon_gated_persistent as gp
-
-    monkeypatch.setattr(gp, "EPI_MODE", mode)
-    if programs_per_sm == 0:
-        monkeypatch.setattr(gp, "num_sms", lambda device: 1)
-        monkeypatch.setattr(gp, "PROGRAMS_PER_SM", 3)
-    c, w3, s3, rw, _, sentinel, want = _gated_swiglu_case(128, True, 8)
-    num_pairs, pairs, blocks = c["num_pairs"], c["pairs"], c["blocks"]
-    got = gp.gated_persistent_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs,
-                                   blocks, num_pairs, rw, 10.0, sentinel.clone(), 128, True)
-    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
-
-
-@pytest.mark.parametrize("persistent", [False, True])
-def test_w4a16_prefill_pipeline_fused_swiglu_same_bits(persistent, monkeypatch):
-    """The pipeline with the gated GEMM's SwiGLU as its epilogue (``FUSED_SWIGLU``: the
-    one-block kernel in its default layout, or ``FUSED_PERSISTENT``: the persistent kernel at
-    BM 128 with the eighths) gives the two GEMMs + SwiGLU's output bit for bit."""
+def test_w4a16_prefill_pipeline_fused_swiglu_same_bits(monkeypatch):
+    """The pipeline with the gated GEMM's SwiGLU as its epilogue (``FUSED_SWIGLU``, the
+    epilogue's default layout) gives the two GEMMs + SwiGLU's output bit for bit."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
 
     tokens, ids, route_w, x, plain, kernel = _prefill_pipeline_case()
+    monkeypatch.setattr(pf, "FUSED_SWIGLU", False)
     apart = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
     monkeypatch.setattr(pf, "FUSED_SWIGLU", True)
-    monkeypatch.setattr(pf, "FUSED_PERSISTENT", persistent)
     with nan_poisoned_allocations():
         fused = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
     assert torch.equal(fused, apart), (fused.float() - apart.float()).abs().max()

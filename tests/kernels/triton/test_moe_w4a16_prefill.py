@@ -187,26 +187,6 @@ def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     assert ws.launch_regs(1) == 128 and ws.launch_regs(2) == 168
 
 
-@pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
-def test_gated_persistent_compiles_for_sm90(sm90_compile):
-    """sm_90 compile gate of the persistent gated GEMM (``moe_gluon_gated_persistent``): the
-    eighths' seven K loops (80 wgmmas, two A fragments each), the epilogue present (its group
-    maxima's shuffles) in the quad and octet layouts, no spills under the launch cap, and
-    shared memory that lets two programs share an SM (228 KiB, 1 KiB reserved a program)."""
-    from deepinfer.kernels.triton import moe_gluon_gated_persistent as gp
-
-    cases = gp.aot_cases()
-    assert [c["constexprs"]["EPI_MODE"] for c in cases] == [3, 4]
-    results = sm90_compile(cases)
-    for case in cases:
-        r = results[case["id"]]
-        assert r["wgmma_count"] == 2 * 80, (case["id"], r["wgmma_count"])
-        assert r["shfl"] > 1, f"{case['id']}: no epilogue"
-        assert 2 * (r["shared"] + 1024) <= 228 * 1024, (case["id"], r["shared"])
-        if r["regs"] is not None:  # cuobjdump present
-            assert r["regs"] <= 128, (case["id"], r["regs"])
-
-
 def test_program_shape_by_pairs_per_expert(monkeypatch):
     """Up to ``REP_MAX_PAIRS_PER_EXPERT`` pairs per expert (a 4K-token step of V4.1-Flash: 64)
     a program is one warpgroup of two A fragments, above it (8K: 128) ``warpgroups`` of one;
