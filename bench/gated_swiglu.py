@@ -6,12 +6,10 @@ the fused epilogue (``moe_swiglu_epilogue``, ``moe_gluon_w4a16_prefill.FUSED_SWI
 384 MXFP4 experts of [2304, 5120] gate and up projections (random bytes, scale bytes 119..122),
 the tokens' Q8_32 values routed top-6 uniformly at random, gathered as the pipeline gathers
 them. Rows, median µs a call (CUDA events, 10 back-to-back calls): the two producer-warp GEMMs
-(g, u), the slot-major SwiGLU (``swiglu_fake_q8_slots``), both (apart, the pipeline's path),
-the fused launch in its epilogue's forms (``moe_swiglu_epilogue.MODE``: 0 padding chunks
-skipped, the default; 1 every chunk computed, the stores masked; 2 the epilogue skipped, h not
-written — the K loop's own cost in the GATED form; 3 as 0 in the quad layout, 4 in the octet
-layout, both at chunks of 32 or more) at each ``--chunks`` value (tokens an epilogue pass
-holds, ``moe_swiglu_epilogue.TOKEN_CHUNK``), each but 2 compared bit for bit with apart's.
+(g, u), the slot-major SwiGLU (``swiglu_fake_q8_slots``), both (apart), the fused launch (the
+engine's path: ``moe_swiglu_epilogue`` in its octet layout) at each ``--chunks`` value (tokens
+an epilogue pass holds, ``moe_swiglu_epilogue.TOKEN_CHUNK``), compared bit for bit with
+apart's, and the fused launch without its epilogue (``MODE`` 2: the K loop's own cost).
 GPU only (Gluon has no interpreter path).
 """
 
@@ -34,7 +32,7 @@ def main() -> int:
     ap.add_argument("--experts", type=int, default=384)
     ap.add_argument("--chunks", default="32",
                     help="comma-separated tokens per epilogue pass (moe_swiglu_epilogue."
-                         "TOKEN_CHUNK: 16, 32, 64 or 128), each timed in modes 0 and 1")
+                         "TOKEN_CHUNK: 32, 64 or 128)")
     args = ap.parse_args()
     if args.tokens < 1 or args.experts < 1:
         ap.error(f"--tokens and --experts: expected >= 1, got {args.tokens} and {args.experts}")
@@ -42,8 +40,8 @@ def main() -> int:
         chunks = [int(c) for c in args.chunks.split(",")]
     except ValueError:
         chunks = []
-    if not chunks or any(c not in (16, 32, 64, 128) for c in chunks):
-        ap.error(f"--chunks: expected a comma-separated list of 16, 32, 64, 128; got "
+    if not chunks or any(c not in (32, 64, 128) for c in chunks):
+        ap.error(f"--chunks: expected a comma-separated list of 32, 64, 128; got "
                  f"{args.chunks!r}")
     from roofline import median_ms
 
@@ -100,12 +98,7 @@ def main() -> int:
                      ("apart (GEMMs + SwiGLU)", lambda: (gemms(), swiglu()))):
         print(f"| {name} | {median_ms(fn, calls=10) * 1e3:.1f} | — |", flush=True)
     saved, ok = (epilogue.MODE, epilogue.TOKEN_CHUNK), True
-    forms = [(0, c, f"fused (padding chunks skipped), chunk {c}") for c in chunks]
-    forms += [(1, c, f"fused (every chunk, masked stores), chunk {c}") for c in chunks]
-    forms += [(3, c, f"fused, quad layout (padding chunks skipped), chunk {c}")
-              for c in chunks if c >= 32]  # 8 tokens a warp: smaller chunks repeat lanes
-    forms += [(4, c, f"fused, octet layout (padding chunks skipped), chunk {c}")
-              for c in chunks if c >= 32]
+    forms = [(4, c, f"fused, chunk {c}") for c in chunks]
     forms.append((2, chunks[0], "fused, epilogue skipped (probe)"))
     try:
         for mode, chunk, name in forms:

@@ -238,7 +238,7 @@ if HAS_GLUON:
                                  PARTS: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                                  GATED: gl.constexpr, num_warps: gl.constexpr,
-                                 EPILOGUE: gl.constexpr = 0, EPI_CHUNK: gl.constexpr = 32):
+                                 EPILOGUE: gl.constexpr = 4, EPI_CHUNK: gl.constexpr = 32):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
         # the consumer warpgroups' warps (the producer warp comes on top). GATED: program
         # ``tile`` multiplies the gate (w_desc, s_ptr) and up (w3_desc, s3_ptr) projections'
@@ -307,8 +307,7 @@ if HAS_GLUON:
                     cta_barrier()
                     epilogue.swiglu_q8_store(gated_tile(xa_s, BO, BM), pairs_ptr, rw_ptr,
                                              out_ptr, num_pairs, lo, block * BM, stride_om,
-                                             limit, num_warps, EPILOGUE != 1, EPI_CHUNK,
-                                             1 if EPILOGUE == 3 else 2 if EPILOGUE == 4 else 0)
+                                             limit, num_warps, EPI_CHUNK)
 
 
 def launch_regs(warpgroups: int) -> int:
@@ -372,6 +371,8 @@ def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, bloc
     assert block_m in (32, 64, 128, 256) and tokens.shape[0] == sorted_pairs.numel()
     parts = base.launch_parts(base.PARTS if parts is None else parts, block_m)
     assert tokens.dtype == torch.bfloat16 and tokens.is_contiguous() and s.stride(1) % 4 == 0
+    assert gated is None or epilogue.MODE in (2, 4), \
+        f"moe_swiglu_epilogue.MODE {epilogue.MODE}: 4 (the epilogue) or 2 (a probe without it)"
     box = min(program_rows, TILE_ROWS)
     w_desc = tiled_descriptor(w, box)
     w3_desc, s3, rw, limit = w_desc, s, s, 0.0
@@ -398,18 +399,15 @@ def aot_cases() -> list[dict[str, Any]]:
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
     two warpgroups of REP 2 (256 rows: two weight boxes a step); the eighths (PARTS 8) on the
     4K steps' shape; the gated GEMM with its SwiGLU epilogue (GATED) at BM 128 and 64, and
-    with the eighths (the epilogue's lane layout, and its quad and octet layouts: ``MODE`` 3,
-    4)."""
+    with the eighths."""
     cases = []
-    for bm, stages, wg, rep, parts, gated, mode in (
-            (128, 2, 1, 2, 4, False, 0), (64, 3, 1, 2, 4, False, 0), (128, 2, 2, 1, 4, False, 0),
-            (128, 3, 2, 2, 4, False, 0), (128, 2, 1, 2, 8, False, 0), (128, 2, 1, 2, 4, True, 0),
-            (64, 3, 1, 2, 4, True, 0), (128, 2, 1, 2, 8, True, 0), (128, 2, 1, 2, 8, True, 3),
-            (128, 2, 1, 2, 8, True, 4)):
+    for bm, stages, wg, rep, parts, gated in (
+            (128, 2, 1, 2, 4, False), (64, 3, 1, 2, 4, False), (128, 2, 2, 1, 4, False),
+            (128, 3, 2, 2, 4, False), (128, 2, 1, 2, 8, False), (128, 2, 1, 2, 4, True),
+            (64, 3, 1, 2, 4, True), (128, 2, 1, 2, 8, True)):
         box = 64 if gated else min(64 * wg * rep, 128)
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else "")
-                            + (f"_epilogue{mode}" if mode else ""),
+                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -427,7 +425,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "GATED": gated,
-                                     "num_warps": 4 * wg, "EPILOGUE": mode,
+                                     "num_warps": 4 * wg, "EPILOGUE": 4,
                                      "EPI_CHUNK": epilogue.TOKEN_CHUNK},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,

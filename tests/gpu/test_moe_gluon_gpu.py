@@ -282,21 +282,17 @@ def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
          f"{c['num_pairs'] // TOPK}x{c['xv'].shape[1]}", _rel(base, ref), 1e-5)
 
 
-@pytest.mark.parametrize("mode", [0, 3, 4])
 @pytest.mark.parametrize("block_m,eighths,parts", [(128, True, 8), (128, False, 4),
                                                     (64, False, 4)])
-def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts, mode,
-                                                       monkeypatch):
+def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts):
     """The gated GEMM with the SwiGLU as its epilogue (``w4a16_gated_ws_gemm``: gate and up
     of 64 features in one program) against the two producer-warp GEMMs and
     ``swiglu_fake_q8_slots``: bit for bit on every slot, padding slots untouched, at every
-    part fill (eighths from BM 128, or the quarters), the clamps at the limit exercised; the
-    epilogue in its lane layout (``moe_swiglu_epilogue.MODE`` 0), its quad layout (3) and its
-    octet layout (4)."""
+    part fill (eighths from BM 128, or the quarters), the clamps at the limit exercised (the
+    epilogue in its octet layout, ``moe_swiglu_epilogue``)."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
-    from deepinfer.kernels.triton import moe_swiglu, moe_swiglu_epilogue
+    from deepinfer.kernels.triton import moe_swiglu
 
-    monkeypatch.setattr(moe_swiglu_epilogue, "MODE", mode)
     c, w3, s3, rw, gemm, sentinel, want = _gated_swiglu_case(block_m, eighths, parts)
     num_pairs, pairs, blocks = c["num_pairs"], c["pairs"], c["blocks"]
     got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs, blocks,
@@ -309,7 +305,7 @@ def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts, 
     fused = _ms(lambda: ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3,
                                                pairs, blocks, num_pairs, rw, 10.0,
                                                sentinel.clone(), block_m, True, parts))
-    print(f"\n| w4a16 gated + swiglu bm{block_m} parts{parts} mode{mode} | apart "
+    print(f"\n| w4a16 gated + swiglu bm{block_m} parts{parts} | apart "
           f"{apart * 1e3:.1f} us | "
           f"fused {fused * 1e3:.1f} us |", end="")
 

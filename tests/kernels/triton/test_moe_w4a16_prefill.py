@@ -160,18 +160,13 @@ def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     register cap (two programs per SM at one consumer warpgroup; two warpgroups of two A
     fragments: 256 rows from two weight boxes a step), and the one shuffle the
     warp-specialized dispatch makes (the warp index), none in the data path — but the GATED
-    epilogue's group maxima (tokens across warps at N < 128: none in the K loop); its quad
-    and octet layouts (``moe_swiglu_epilogue.MODE`` 3, 4: a group on four lanes) take fewer
-    shuffles than its lane layout (a group on 32 lanes)."""
+    epilogue's group maxima (a group on four lanes: two shuffles a group; none in the K
+    loop)."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
     cases = ws.aot_cases()
-    assert len(cases) == 10 and sum(c["constexprs"]["GATED"] for c in cases) == 5
+    assert len(cases) == 8 and sum(c["constexprs"]["GATED"] for c in cases) == 3
     results = sm90_compile(cases)
-    lanes = results["w4a16_prefill_ws_bm128_s2_wg1_rep2_parts8_gated"]["shfl"]
-    for mode in (3, 4):
-        quads = results[f"w4a16_prefill_ws_bm128_s2_wg1_rep2_parts8_gated_epilogue{mode}"]
-        assert 1 < quads["shfl"] < lanes, (mode, quads["shfl"], lanes)
     for case in cases:
         r = results[case["id"]]
         if not case["constexprs"]["GATED"]:
