@@ -11,7 +11,8 @@ entries as bf16 rows, ``sparse_attention_sink``) and ``records`` (528-B FP8 wind
 A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES``. LAYOUT: ``h`` (float rows as contiguous
 channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` (float rows on
 the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item; ``x`` /
-``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; BK and
+``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; ``p``: the
+Gluon kernel ``attention_prefill_pairs``, the math warpgroups on chunks of their own; BK and
 STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the
 Triton kernel's PREFILL_* constants (rows per online-softmax chunk, heads per program, output
 split across programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs
@@ -67,9 +68,9 @@ DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:g:64:64:1:2,float:i:64:64:2:2,float
 def set_variant(attention, layout: str, bk: int, bh: int, split: int, stages: int) -> None:
     from deepinfer.kernels.triton import attention_prefill_gluon
 
-    gluon = ("g", "q", "x", "y")
+    gluon = ("g", "q", "x", "y", "p")
     attention.FLOAT_HALVES = layout in ("h", *gluon)
-    attention.PREFILL_KERNEL = "gl" if layout in gluon else "triton"
+    attention.PREFILL_KERNEL = {"p": "pairs"}.get(layout, "gl" if layout in gluon else "triton")
     attention_prefill_gluon.PERSISTENT = layout != "q"
     attention_prefill_gluon.PROBE = {"x": 1, "y": 2}.get(layout, 0)
     if layout in gluon:  # the Gluon kernel's rows per chunk and ring slots

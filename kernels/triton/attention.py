@@ -31,7 +31,12 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels import formats
-from deepinfer.kernels.triton import attention_decode, attention_prefill_gluon, attn_common
+from deepinfer.kernels.triton import (
+    attention_decode,
+    attention_prefill_gluon,
+    attention_prefill_pairs,
+    attn_common,
+)
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
@@ -69,7 +74,9 @@ PREFILL_NUM_STAGES = 2
 # difference 2e-3: bf16 operands). Float rows and prefill-sized launches stay on v1.
 DECODE_KERNEL = "v2"
 # Prefill-sized launches over bf16 rows on an SM90 GPU: "gl" = attention_prefill_gluon (wgmmas, two
-# warpgroups splitting S's and O's columns, rows gathered by cp.async); "triton" = the kernel below.
+# warpgroups splitting S's and O's columns, rows gathered by cp.async); "pairs" =
+# attention_prefill_pairs (each math warpgroup its own chunk of a pair, O's columns split; heads
+# of 128 channels or more, else "gl"); "triton" = the kernel below.
 PREFILL_KERNEL = "gl"
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
@@ -211,8 +218,17 @@ def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
 def _prefill_gluon(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
                    has_b: bool) -> bool:
     """Whether float rows (one row list) go to the Gluon prefill kernel."""
-    return (PREFILL_KERNEL == "gl" and q.shape[0] > PREFILL_MIN_QUERIES and not has_b
-            and attention_prefill_gluon.accepts(q, kv, indices))
+    return (PREFILL_KERNEL in ("gl", "pairs") and q.shape[0] > PREFILL_MIN_QUERIES
+            and not has_b and attention_prefill_gluon.accepts(q, kv, indices))
+
+
+def _gluon_prefill(q, kv, indices, sink, softmax_scale, out, row_counts=None):
+    """The Gluon prefill kernel ``PREFILL_KERNEL`` names (``_prefill_gluon`` holds)."""
+    if PREFILL_KERNEL == "pairs" and attention_prefill_pairs.accepts(q, kv, indices):
+        return attention_prefill_pairs.sparse_attention_sink_pairs(q, kv, indices, sink,
+                                                                   softmax_scale, out, row_counts)
+    return attention_prefill_gluon.sparse_attention_sink_gl(q, kv, indices, sink, softmax_scale,
+                                                            out, row_counts)
 
 
 def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
@@ -228,8 +244,7 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
             and attention_decode.supports(d, fmt_a, fmt_b, has_b)):
         return attention_decode.launch(q, a, ia, b, ib, has_b, sink, softmax_scale, out)
     if fmt_a == FMT_FLOAT and _prefill_gluon(q, a, ia, has_b):
-        return attention_prefill_gluon.sparse_attention_sink_gl(q, a, ia, sink, softmax_scale,
-                                                                out)
+        return _gluon_prefill(q, a, ia, sink, softmax_scale, out)
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
     grid = (n, cdiv(h, meta["BH"]), d // 2 // meta["DJ"])
     _sparse_attn_sink_kernel[grid](
@@ -259,8 +274,7 @@ def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tens
                          f"{tuple(q.shape)} {q.dtype} with contiguous channels")
     if row_counts is not None and q.shape[0]:
         if _prefill_gluon(q, kv, indices, False):
-            return attention_prefill_gluon.sparse_attention_sink_gl(
-                q, kv, indices, sink, softmax_scale, out, row_counts)
+            return _gluon_prefill(q, kv, indices, sink, softmax_scale, out, row_counts)
         listed = torch.arange(indices.shape[-1], device=indices.device)
         indices = torch.where(listed[None, :] < row_counts[:, None], indices, -1)
     return _launch(q, kv, FMT_FLOAT, indices, None, FMT_FLOAT, None, sink, softmax_scale, out)
