@@ -76,8 +76,10 @@ DECODE_KERNEL = "v2"
 # Prefill-sized launches over bf16 rows on an SM90 GPU: "gl" = attention_prefill_gluon (wgmmas, two
 # warpgroups splitting S's and O's columns, rows gathered by cp.async); "pairs" =
 # attention_prefill_pairs (each math warpgroup its own chunk of a pair, O's columns split; heads
-# of 128 channels or more, else "gl"); "triton" = the kernel below.
-PREFILL_KERNEL = "gl"
+# of 128 channels or more, else "gl"); "triton" = the kernel below. H100, session 44 (round 216):
+# pairs 0.834-0.839 ms against gl's 1.072-1.200 at 4,096 queries x 640 rows (0.54 / 0.37-0.42 of
+# the bf16 ceiling); the lone 4K prompt's attention 6.54 -> 5.29 ms (79.8 -> 76.5 ms a prompt).
+PREFILL_KERNEL = "pairs"
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
 NUM_WARPS = 8

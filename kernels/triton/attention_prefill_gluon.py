@@ -37,6 +37,11 @@ this chunk's p . v (1.13 vs 1.08 ms) or FlashAttention-3's order, the next softm
 Nsight Compute (round 100a): the tensor pipe at 37 %, L1 / shared at 56 %, L2 at 36 %: no unit
 saturated, the chain's latency bounds it.
 
+Since session 44 the engine runs ``attention_prefill_pairs`` (each math warpgroup a chunk of its
+own, O's columns split: 0.84 against this kernel's 1.07-1.20 ms at the shape above, H100 round
+216) for heads of 128 channels or more; this kernel keeps the smaller heads (tiny configs) and
+``attention.PREFILL_KERNEL = "gl"``.
+
 Shapes: q (N, H, D) bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx
 (N, K) int32/int64 (int32 on the device), sink (H,) fp32, out (N, H, D) bf16. Reference:
 ``reference.attention.sparse_attention_sink``; GPU check: tests/gpu/test_attention_side_gpu.py;
