@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Device round 217 (session 44) (≈ 7 min): with the pairs attention as the prefill default,
-# bench/h200_slice_check.py (8 prompts x 8 tokens, 2 against the GPU reference: graphs vs
-# eager, Triton vs the reference, divergences explained by logit margins); then Nsight
+# Device round 217 (session 44) (≈ 8 min): the pairs attention's GPU checks (now also at heads of
+# 64 channels: 8-byte row copies); with it as the prefill default, bench/h200_slice_check.py
+# (8 prompts x 8 tokens, 2 against the GPU reference: graphs vs eager, Triton vs the
+# reference, divergences explained by logit margins); then Nsight
 # Compute on the 4K expert pipeline's two producer-warp GEMMs (the gated one with its SwiGLU
 # epilogue, the down one): HBM, L2, shared-memory and tensor-pipe throughput, issue by pipe,
 # warp stalls — whether the experts' 36 ms (the H100's HBM floor for their weights 19.1 ms,
 # its bf16 floor 17.8) is bound by the weights' stream or by the SMs' issue.
 source "$(dirname "$0")/../device_setup.sh"
-timeout 270 python3 bench/h200_slice_check.py --prompts 8 --tokens 8 --ref-prompts 2 \
+timeout 90 python3 -m pytest -q -p no:warnings -s tests/gpu/test_attention_side_gpu.py \
+  -k "pairs or bf16_rows" >"$OUT/gpu_attention.log" 2>&1
+echo "attention tests rc=$?"; grep -E "FAILED|Error|attention_prefill_pairs|bf16 rows N=1024" \
+  "$OUT/gpu_attention.log" | cut -c1-150 | tail -14
+timeout 240 python3 bench/h200_slice_check.py --prompts 8 --tokens 8 --ref-prompts 2 \
   --out "$OUT" >"$OUT/slice_check.log" 2>&1
 echo "slice check rc=$?"; tail -14 "$OUT/slice_check.log" | cut -c1-160
 if [ -n "$NCU" ]; then
@@ -20,7 +25,7 @@ if [ -n "$NCU" ]; then
   M="$M,smsp__issue_active.avg.pct_of_peak_sustained_active"
   M="$M,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active"
   M="$M,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"
-  timeout 150 "$NCU" --clock-control none --profile-from-start off -k regex:_w4a16_prefill \
+  timeout 120 "$NCU" --clock-control none --profile-from-start off -k regex:_w4a16_prefill \
     --metrics "$M" python3 bench/ncu_probe.py experts-w4a8 --tokens 4096 \
     >"$OUT/ncu_experts_4096.log" 2>&1
   echo "ncu rc=$?"

@@ -75,8 +75,8 @@ PREFILL_NUM_STAGES = 2
 DECODE_KERNEL = "v2"
 # Prefill-sized launches over bf16 rows on an SM90 GPU: "gl" = attention_prefill_gluon (wgmmas, two
 # warpgroups splitting S's and O's columns, rows gathered by cp.async); "pairs" =
-# attention_prefill_pairs (each math warpgroup its own chunk of a pair, O's columns split; heads
-# of 128 channels or more, else "gl"); "triton" = the kernel below. H100, session 44 (round 216):
+# attention_prefill_pairs (each math warpgroup its own chunk of a pair, O's columns split);
+# "triton" = the kernel below. H100, session 44 (round 216):
 # pairs 0.834-0.839 ms against gl's 1.072-1.200 at 4,096 queries x 640 rows (0.54 / 0.37-0.42 of
 # the bf16 ceiling); the lone 4K prompt's attention 6.54 -> 5.29 ms (79.8 -> 76.5 ms a prompt).
 PREFILL_KERNEL = "pairs"
@@ -225,8 +225,9 @@ def _prefill_gluon(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
 
 
 def _gluon_prefill(q, kv, indices, sink, softmax_scale, out, row_counts=None):
-    """The Gluon prefill kernel ``PREFILL_KERNEL`` names (``_prefill_gluon`` holds)."""
-    if PREFILL_KERNEL == "pairs" and attention_prefill_pairs.accepts(q, kv, indices):
+    """The Gluon prefill kernel ``PREFILL_KERNEL`` names (``_prefill_gluon`` holds: both
+    kernels take the same launches)."""
+    if PREFILL_KERNEL == "pairs":
         return attention_prefill_pairs.sparse_attention_sink_pairs(q, kv, indices, sink,
                                                                    softmax_scale, out, row_counts)
     return attention_prefill_gluon.sparse_attention_sink_gl(q, kv, indices, sink, softmax_scale,

@@ -39,8 +39,8 @@ saturated, the chain's latency bounds it.
 
 Since session 44 the engine runs ``attention_prefill_pairs`` (each math warpgroup a chunk of its
 own, O's columns split: 0.84 against this kernel's 1.07-1.20 ms at the shape above, H100 round
-216) for heads of 128 channels or more; this kernel keeps the smaller heads (tiny configs) and
-``attention.PREFILL_KERNEL = "gl"``.
+216); this kernel runs with ``attention.PREFILL_KERNEL = "gl"`` (for comparison), and its
+loader helpers serve both.
 
 Shapes: q (N, H, D) bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx
 (N, K) int32/int64 (int32 on the device), sink (H,) fp32, out (N, H, D) bf16. Reference:

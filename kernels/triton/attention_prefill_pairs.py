@@ -109,9 +109,11 @@ if HAS_GLUON:
         Chunk a's and b's row ids go to shared memory with their first half-chunk (the math
         warpgroups' masks); the next pair's are loaded as the current ones die."""
         HALF: gl.constexpr = D // 2
-        # lanes along a row (16-byte copies): 16 rows on four warps, two row ids a thread
-        TC: gl.constexpr = 16 if HALF >= 128 else HALF // 8
-        CP: gl.constexpr = gl.BlockedLayout([1, 8], [32 // TC, TC], [4, 1], [1, 0])
+        # lanes along a row: 16-byte copies, 16 lanes a row (two row ids a thread) from 128
+        # channels a half, 8 lanes below; 8-byte copies at 32 channels (16 rows on four warps)
+        VEC: gl.constexpr = 8 if HALF >= 64 else 4
+        TC: gl.constexpr = 16 if HALF >= 128 else HALF // VEC
+        CP: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TC, TC], [4, 1], [1, 0])
         lo = gl.arange(0, HALF, layout=gl.SliceLayout(0, CP))
         hi = lo + HALF
         t = 0
@@ -432,10 +434,10 @@ def sparse_attention_sink_pairs(q: torch.Tensor, kv: torch.Tensor, indices: torc
 
 
 def aot_cases() -> list[dict[str, Any]]:
-    """SM90 compile-gate cases: D = 512 (the released head; with and without row counts), 256
-    and 128."""
+    """SM90 compile-gate cases: D = 512 (the released head; with and without row counts), 256,
+    128 and 64 (tiny configs)."""
     cases = []
-    for d, counts in ((512, True), (512, False), (256, True), (128, False)):
+    for d, counts in ((512, True), (512, False), (256, True), (128, False), (64, True)):
         case = dict(split.aot_cases()[0])
         case.update({
             "id": f"attn_prefill_pairs_d{d}" + ("_counts" if counts else ""),
@@ -446,6 +448,5 @@ def aot_cases() -> list[dict[str, Any]]:
 
 
 def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
-    """``attention_prefill_gluon.accepts`` and D >= 128 (a half-chunk row of at least 128
-    bytes: the loader's 16-byte copies tile 16 rows on four warps without repeats)."""
-    return q.shape[-1] >= 128 and split.accepts(q, kv, indices)
+    """``attention_prefill_gluon.accepts``: bf16, D a power of two in 64..512, on SM90."""
+    return split.accepts(q, kv, indices)

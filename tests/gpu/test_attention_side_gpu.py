@@ -209,12 +209,14 @@ def test_sparse_attention_gl_row_counts(persistent, monkeypatch):
 
 
 @pytest.mark.parametrize("heads,dim,width", [(96, 512, 640), (64, 512, 64), (64, 512, 20),
-                                             (64, 256, 200), (8, 512, 130), (64, 128, 33)])
+                                             (64, 256, 200), (8, 512, 130), (64, 128, 33),
+                                             (8, 64, 100), (64, 64, 300)])
 def test_sparse_attention_pairs_other_shapes(heads, dim, width):
     """``attention_prefill_pairs`` (session 44: the math warpgroups on chunks of their own) at
-    head counts of one block, a masked block and two blocks, heads of 128 / 256 / 512
-    channels, lists of one chunk, part of one, an odd chunk count (the last pair's chunk b past
-    the list) and ending mid-chunk, against the reference and the split kernel."""
+    head counts of one block, a masked block and two blocks, heads of 64 / 128 / 256 / 512
+    channels (8-byte row copies at 64), lists of one chunk, part of one, an odd chunk count
+    (the last pair's chunk b past the list) and ending mid-chunk, against the reference and
+    the split kernel."""
     from deepinfer.kernels.triton import attention_prefill_gluon as apg
     from deepinfer.kernels.triton import attention_prefill_pairs as app
 

@@ -5,13 +5,12 @@ Gluon has no interpreter: the kernel runs on the GPU only (tests/gpu/test_attent
 ``attention.PREFILL_KERNEL = "pairs"``, against the torch reference and the split kernel).
 Here: the sm_90 compile gate (no spills beyond a few loader words, shared memory for q, four
 half-chunks and two P tiles, the wgmma count of one pair: per warpgroup D / 16 k16 steps of
-q . k and 2 x BK / 16 of p . v) and the dispatch's heads rule.
+q . k and 2 x BK / 16 of p . v), at D = 512 / 256 / 128 / 64.
 """
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from deepinfer.kernels.triton import attention_prefill_pairs as app
 
@@ -26,17 +25,3 @@ def test_attention_prefill_pairs_compiles_for_sm90(sm90_compile):
         assert r["wgmma_count"] == 2 * (d // 16 + 2 * app.BK // 16), (case["id"], r)
         # q + four half-chunks [BK, D / 2] + two P tiles [64, BK], bf16
         assert r["shared"] >= (64 * d + 2 * app.BK * d + 2 * 64 * app.BK) * 2, r["shared"]
-
-
-def test_small_heads_stay_on_the_split_kernel(monkeypatch):
-    """Heads under 128 channels are not this kernel's (its loader's 16-byte copies would
-    repeat rows): ``accepts`` adds that rule to the split kernel's, whatever those say."""
-    from deepinfer.kernels.triton import attention_prefill_gluon as apg
-
-    idx = torch.zeros(300, 8, dtype=torch.int32)
-    for split_says in (True, False):
-        monkeypatch.setattr(apg, "accepts", lambda q, kv, i, v=split_says: v)
-        for d in (64, 128, 256, 512):
-            q = torch.zeros(300, 64, d, dtype=torch.bfloat16)
-            kv = torch.zeros(10, d, dtype=torch.bfloat16)
-            assert app.accepts(q, kv, idx) == (split_says and d >= 128), (split_says, d)
