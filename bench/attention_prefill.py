@@ -9,11 +9,9 @@ formats: ``float`` (what the engine's prefill runs: the chunk's window keys and 
 entries as bf16 rows, ``sparse_attention_sink``) and ``records`` (528-B FP8 window records and
 288-B FP4 entries, ``sparse_attention_sink_records``: the decode path's format).
 A variant is ``FORMAT:LAYOUT:BK:BH:SPLIT:STAGES``. LAYOUT: ``h`` (float rows as contiguous
-channel halves), ``i`` (interleaved pairs, as before session 5), or ``g`` / ``q`` (float rows on
-the Gluon kernel ``attention_prefill_gluon``: persistent, or one program per item; ``x`` /
-``y``: ``g`` without row loads / without wgmmas, timing probes with wrong values; ``p``: the
-Gluon kernel ``attention_prefill_pairs``, the math warpgroups on chunks of their own; BK and
-STAGES are its rows per chunk and ring slots, BH and SPLIT are ignored). The numbers set the
+channel halves), ``i`` (interleaved pairs, as before session 5), or ``p`` (float rows on the
+Gluon kernel ``attention_prefill_pairs``, the engine's prefill default; its numbers are
+ignored). The numbers set the
 Triton kernel's PREFILL_* constants (rows per online-softmax chunk, heads per program, output
 split across programs, pipeline stages). Per variant: the median ms (CUDA events, 20 runs
 after 3 warm-ups), max |out - out of the first variant of the same format| (a tiling change
@@ -59,7 +57,7 @@ def make_inputs(n: int, device: str, seed: int = 0, compressed_rows: int | None 
     return tuple(t.to(device) for t in (q, window, win_idx, comp, comp_idx, sink))
 
 
-DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:p:64:64:1:2,float:g:64:64:1:2,float:i:64:64:2:2,"
+DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:p:64:64:1:2,float:i:64:64:2:2,"
                     "float:h:64:64:2:1,"
                     "float:h:32:64:2:2,float:h:32:64:2:1,float:h:16:64:2:2,float:h:16:64:1:2,"
                     "float:h:64:32:2:1,float:h:32:32:1:2,records:i:64:64:2:2,"
@@ -67,15 +65,8 @@ DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:p:64:64:1:2,float:g:64:64:1:2,float
 
 
 def set_variant(attention, layout: str, bk: int, bh: int, split: int, stages: int) -> None:
-    from deepinfer.kernels.triton import attention_prefill_gluon
-
-    gluon = ("g", "q", "x", "y", "p")
-    attention.FLOAT_HALVES = layout in ("h", *gluon)
-    attention.PREFILL_KERNEL = {"p": "pairs"}.get(layout, "gl" if layout in gluon else "triton")
-    attention_prefill_gluon.PERSISTENT = layout != "q"
-    attention_prefill_gluon.PROBE = {"x": 1, "y": 2}.get(layout, 0)
-    if layout in gluon:  # the Gluon kernel's rows per chunk and ring slots
-        attention_prefill_gluon.BK, attention_prefill_gluon.STAGES = bk, stages
+    attention.FLOAT_HALVES = layout in ("h", "p")
+    attention.PREFILL_KERNEL = "pairs" if layout == "p" else "triton"
     attention.PREFILL_BLOCK_ROWS, attention.PREFILL_BLOCK_HEADS = bk, bh
     attention.PREFILL_DV_SPLIT, attention.PREFILL_NUM_STAGES = split, stages
 

@@ -310,12 +310,11 @@ def apply(attention_config: str | None, moe_configs: list[str],
 
         from deepinfer.kernels.triton import attention
         layout, *nums = attention_config.split(":")
-        if (layout not in ("h", "i", "g", "q", "p") or len(nums) != 4
+        if (layout not in ("h", "i", "p") or len(nums) != 4
                 or not all(n.isdigit() for n in nums)):
             raise SystemExit(f"--attention-config {attention_config!r}: expected "
-                             "LAYOUT:BK:BH:SPLIT:STAGES with LAYOUT h, i (the Triton kernel), "
-                             "g, q (the split Gluon kernel) or p (the pairs kernel), e.g. "
-                             "h:32:64:1:2")
+                             "LAYOUT:BK:BH:SPLIT:STAGES with LAYOUT h, i (the Triton kernel) "
+                             "or p (the Gluon kernel), e.g. h:32:64:1:2")
         set_variant(attention, layout, *map(int, nums))
     if moe_configs:
         from moe_decode import parse_config

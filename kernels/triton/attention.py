@@ -31,12 +31,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels import formats
-from deepinfer.kernels.triton import (
-    attention_decode,
-    attention_prefill_gluon,
-    attention_prefill_pairs,
-    attn_common,
-)
+from deepinfer.kernels.triton import attention_decode, attention_prefill_pairs, attn_common
 from deepinfer.kernels.triton.attn_common import cuda_sm90, e2m1_to_f32, ue8m0_to_f32
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
@@ -73,12 +68,12 @@ PREFILL_NUM_STAGES = 2
 # row split: 0.126 vs 0.379 ms at 64 queries x 4K, 0.225 vs 1.190 ms at 256 x 32K (max abs
 # difference 2e-3: bf16 operands). Float rows and prefill-sized launches stay on v1.
 DECODE_KERNEL = "v2"
-# Prefill-sized launches over bf16 rows on an SM90 GPU: "gl" = attention_prefill_gluon (wgmmas, two
-# warpgroups splitting S's and O's columns, rows gathered by cp.async); "pairs" =
-# attention_prefill_pairs (each math warpgroup its own chunk of a pair, O's columns split);
-# "triton" = the kernel below. H100, session 44 (round 216):
-# pairs 0.834-0.839 ms against gl's 1.072-1.200 at 4,096 queries x 640 rows (0.54 / 0.37-0.42 of
-# the bf16 ceiling); the lone 4K prompt's attention 6.54 -> 5.29 ms (79.8 -> 76.5 ms a prompt).
+# Prefill-sized launches over bf16 rows on an SM90 GPU: "pairs" = attention_prefill_pairs (wgmmas,
+# each math warpgroup its own chunk of a pair, O's columns split, rows gathered by cp.async);
+# "triton" = the kernel below. The Gluon kernel before it split S's and O's columns of every chunk
+# over both warpgroups (attention_prefill_gluon, session 18): H100, session 44 (round 216), pairs
+# 0.834-0.839 ms against its 1.072-1.200 at 4,096 queries x 640 rows, the lone 4K prompt's
+# attention 6.54 -> 5.29 ms; deleted (code at commit 29ce34a).
 PREFILL_KERNEL = "pairs"
 # float rows as contiguous channel halves (False: interleaved pairs like records; for comparison)
 FLOAT_HALVES = True
@@ -220,18 +215,8 @@ def launch_meta(d: int, h: int, fmt_a: int, fmt_b: int, has_b: bool,
 def _prefill_gluon(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
                    has_b: bool) -> bool:
     """Whether float rows (one row list) go to the Gluon prefill kernel."""
-    return (PREFILL_KERNEL in ("gl", "pairs") and q.shape[0] > PREFILL_MIN_QUERIES
-            and not has_b and attention_prefill_gluon.accepts(q, kv, indices))
-
-
-def _gluon_prefill(q, kv, indices, sink, softmax_scale, out, row_counts=None):
-    """The Gluon prefill kernel ``PREFILL_KERNEL`` names (``_prefill_gluon`` holds: both
-    kernels take the same launches)."""
-    if PREFILL_KERNEL == "pairs":
-        return attention_prefill_pairs.sparse_attention_sink_pairs(q, kv, indices, sink,
-                                                                   softmax_scale, out, row_counts)
-    return attention_prefill_gluon.sparse_attention_sink_gl(q, kv, indices, sink, softmax_scale,
-                                                            out, row_counts)
+    return (PREFILL_KERNEL == "pairs" and q.shape[0] > PREFILL_MIN_QUERIES and not has_b
+            and attention_prefill_pairs.accepts(q, kv, indices))
 
 
 def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
@@ -247,7 +232,8 @@ def _launch(q, a, fmt_a, ia, b, fmt_b, ib, sink, softmax_scale, out):
             and attention_decode.supports(d, fmt_a, fmt_b, has_b)):
         return attention_decode.launch(q, a, ia, b, ib, has_b, sink, softmax_scale, out)
     if fmt_a == FMT_FLOAT and _prefill_gluon(q, a, ia, has_b):
-        return _gluon_prefill(q, a, ia, sink, softmax_scale, out)
+        return attention_prefill_pairs.sparse_attention_sink_pairs(q, a, ia, sink,
+                                                                   softmax_scale, out)
     meta = launch_meta(d, h, fmt_a, fmt_b, has_b, q.dtype, num_queries=n)
     grid = (n, cdiv(h, meta["BH"]), d // 2 // meta["DJ"])
     _sparse_attn_sink_kernel[grid](
@@ -277,7 +263,8 @@ def sparse_attention_sink(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tens
                          f"{tuple(q.shape)} {q.dtype} with contiguous channels")
     if row_counts is not None and q.shape[0]:
         if _prefill_gluon(q, kv, indices, False):
-            return _gluon_prefill(q, kv, indices, sink, softmax_scale, out, row_counts)
+            return attention_prefill_pairs.sparse_attention_sink_pairs(
+                q, kv, indices, sink, softmax_scale, out, row_counts)
         listed = torch.arange(indices.shape[-1], device=indices.device)
         indices = torch.where(listed[None, :] < row_counts[:, None], indices, -1)
     return _launch(q, kv, FMT_FLOAT, indices, None, FMT_FLOAT, None, sink, softmax_scale, out)

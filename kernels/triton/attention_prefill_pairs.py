@@ -1,15 +1,21 @@
-"""Sparse MQA attention with a per-head sink at prefill sizes, in Gluon (SM90), with the two
-math warpgroups on chunks of their own: the ``sparse_attention_sink`` op (model-spec §2.1,
-§2.7) over bf16 rows, as ``attention_prefill_gluon`` computes it.
+"""Sparse MQA attention with a per-head sink at prefill sizes, in Gluon (SM90): the
+``sparse_attention_sink`` op (model-spec §2.1, §2.7) over bf16 rows, on wgmmas, with the two
+math warpgroups on chunks of their own.
 
     out[n, h] = sum_j softmax_j(q[n, h] . kv[idx[n, j]] * scale | sink[h]) * kv[idx[n, j]]
 
-Why: ``attention_prefill_gluon`` splits every chunk's S and O by columns over its two math
-warpgroups, so both run each chunk's q . k, softmax and p . v in lockstep (a CTA barrier for
-every cross-warpgroup max, sum and P): the tensor pipe idles through every softmax (Nsight
-Compute, round 100a: tensor 37 %, no unit saturated), and each warpgroup's q . k is an
-m64n32 wgmma that reads q's 64-row A tile per 32 columns (shared-memory bound). Here (the
-schedule DeepSeek's FlashMLA uses for its sparse prefill on SM90, written anew in Gluon):
+(entries idx < 0 are skipped; the sink only adds exp(sink[h]) to the denominator).
+
+Work items are (query, block of 64 heads): the wgmma M side (fewer heads: zero rows). One
+persistent program per SM walks items program_id, + num_programs, ...
+
+Why this schedule: the kernel before it (``attention_prefill_gluon``, session 18; code at
+commit 29ce34a) split every chunk's S and O by columns over its two math warpgroups, so both
+ran each chunk's q . k, softmax and p . v in lockstep (a CTA barrier for every cross-warpgroup
+max, sum and P): the tensor pipe idled through every softmax (Nsight Compute, round 100a:
+tensor 37 %, no unit saturated), and each warpgroup's q . k was an m64n32 wgmma that read q's
+64-row A tile per 32 columns (shared-memory bound). Here (the schedule DeepSeek's FlashMLA uses
+for its sparse prefill on SM90, written anew in Gluon):
 
   * chunks of BK = 64 rows go in pairs: warpgroup 0 (the default partition) takes the even
     chunk a = 2 j, warpgroup 1 (a worker partition) the odd chunk b = 2 j + 1; each computes
@@ -33,30 +39,34 @@ a's first and second half, b's first and second half — each with its own "read
 barrier, in the order they free: a's first half (warpgroup 0's q . k and p . v), b's second
 (warpgroup 1's), then a's second (also read by warpgroup 1's second p . v) and b's first. q
 [64, D] is loaded as two halves once the item's last q . k of both warpgroups is done. Rows
-are gathered by 16-byte cp.async, 16 rows at a time; a row id < 0 reads nothing (zeros).
+are gathered by cp.async (16-byte copies; 8-byte at D = 64), 16 rows at a time; a row id < 0
+reads nothing (zeros). ``row_counts`` (session 31): query n reads only its first counts[n]
+entries (a prompt's picks end in -1 padding), its item runs only the pairs up to its count.
 
 Shared memory at D = 512: q 64 KB + four half-chunks of 32 KB + two P tiles of 8 KB = 208 KB.
+H100 (round 216, ``bench/attention_prefill.py``, 4,096 queries x 640 rows): 0.834-0.839 ms,
+0.54 of the measured bf16 ceiling (the split kernel: 1.07-1.20 ms, 0.37-0.42).
 
-Shapes, arguments and results: ``attention_prefill_gluon.sparse_attention_sink_gl`` (this
-kernel's ``sparse_attention_sink_pairs`` takes the same; ``attention_prefill_gluon.accepts``
-decides both). Reference: ``reference.attention.sparse_attention_sink``; GPU check:
-tests/gpu/test_attention_side_gpu.py; compile gate:
-tests/kernels/triton/test_attention_prefill_gluon.py.
+Shapes: q (N, H, D) bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx
+(N, K) int32/int64 (int32 on the device), sink (H,) fp32, out (N, H, D) bf16. Reference:
+``reference.attention.sparse_attention_sink``; GPU check: tests/gpu/test_attention_side_gpu.py;
+compile gate: tests/kernels/triton/test_attention_prefill_pairs.py.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 
-from deepinfer.kernels.triton import attention_prefill_gluon as split
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 HEADS = 64  # heads per item: the wgmma M side
 BK = 64  # rows per chunk: one warpgroup's S columns
 LOADER_REGS = 80  # the loader warpgroup's registers (setmaxnreg)
 MATH_REGS = 216  # warpgroup 1's (warpgroup 0, the default partition, gets the rest: 216)
+MAXNREG = 168  # the launch's cap: 12 warps in 64K registers (setmaxnreg moves them)
 _LOG2E = 1.4426950408889634
 
 if HAS_GLUON:
@@ -76,16 +86,40 @@ if HAS_GLUON:
     _BK = gl.constexpr(BK)
     _MATH_REGS = gl.constexpr(MATH_REGS)
     _LOADER_REGS = gl.constexpr(LOADER_REGS)
+
+    @gluon.jit
+    def _slice_ids(idx_row, num_idx, r0, CP: gl.constexpr):
+        """Row ids idx_row[r0 .. r0 + 16) (-1 past the list) in the copy layout's rows."""
+        r = r0 + gl.arange(0, 16, layout=gl.SliceLayout(1, CP))
+        return gl.load(idx_row + r, mask=r < num_idx, other=-1)
+
+    @gluon.jit
+    def _row_count(counts_ptr, n, num_idx, HAS_COUNTS: gl.constexpr):
+        """How many of query n's row-list entries its item reads: all num_idx, or its count
+        (``row_counts``: the entries past it are -1 padding) — loader and math warpgroups
+        alike, so both run the same pairs."""
+        if HAS_COUNTS:
+            return gl.minimum(gl.load(counts_ptr + n), num_idx)
+        return num_idx
+
+    @gluon.jit
+    def _copy_slice(dst, base_ptr, row_stride, ids, cols, CP: gl.constexpr):
+        """cp.async of 16 rows (base_ptr + ids * row_stride; ids < 0 read nothing: zeros)
+        into dst [16, cols]: 16 rows at a time keep the loader's addresses in registers."""
+        ok = ids >= 0
+        rows = gl.where(ok, ids, 0).to(gl.int64) * row_stride
+        src, m = gl.broadcast(base_ptr + rows[:, None] + cols[None, :], ok[:, None])
+        async_copy.async_copy_global_to_shared(dst, src, mask=m)
     _LOG2E_C = gl.constexpr(_LOG2E)
 
     @gluon.jit
     def _fill_half(dst, kv_ptr, stride_kv, i0, i1, i2, i3, cols, CP: gl.constexpr):
         """Rows i0 .. i3 (16 ids each; < 0: zeros) of kv's channels ``cols`` into dst [64,
         D / 2], 16 rows a copy."""
-        split._copy_slice(dst.slice(0, 16, dim=0), kv_ptr, stride_kv, i0, cols, CP)
-        split._copy_slice(dst.slice(16, 16, dim=0), kv_ptr, stride_kv, i1, cols, CP)
-        split._copy_slice(dst.slice(32, 16, dim=0), kv_ptr, stride_kv, i2, cols, CP)
-        split._copy_slice(dst.slice(48, 16, dim=0), kv_ptr, stride_kv, i3, cols, CP)
+        _copy_slice(dst.slice(0, 16, dim=0), kv_ptr, stride_kv, i0, cols, CP)
+        _copy_slice(dst.slice(16, 16, dim=0), kv_ptr, stride_kv, i1, cols, CP)
+        _copy_slice(dst.slice(32, 16, dim=0), kv_ptr, stride_kv, i2, cols, CP)
+        _copy_slice(dst.slice(48, 16, dim=0), kv_ptr, stride_kv, i3, cols, CP)
 
     @gluon.jit
     def _put_ids(dst, bar, i0, i1, i2, i3):
@@ -122,24 +156,24 @@ if HAS_GLUON:
             n = (item // HBLK).to(gl.int64)
             h0 = (item % HBLK) * 64
             idx_row = idx_ptr + n * stride_in
-            cnt = split._row_count(counts_ptr, n, num_idx, HAS_COUNTS)
+            cnt = _row_count(counts_ptr, n, num_idx, HAS_COUNTS)
             num_pairs = gl.cdiv(gl.maximum(cnt, 1), 2 * _BK)
-            a0 = split._slice_ids(idx_row, cnt, 0, CP)
-            a1 = split._slice_ids(idx_row, cnt, 16, CP)
-            a2 = split._slice_ids(idx_row, cnt, 32, CP)
-            a3 = split._slice_ids(idx_row, cnt, 48, CP)
-            b0 = split._slice_ids(idx_row, cnt, 64, CP)
-            b1 = split._slice_ids(idx_row, cnt, 80, CP)
-            b2 = split._slice_ids(idx_row, cnt, 96, CP)
-            b3 = split._slice_ids(idx_row, cnt, 112, CP)
+            a0 = _slice_ids(idx_row, cnt, 0, CP)
+            a1 = _slice_ids(idx_row, cnt, 16, CP)
+            a2 = _slice_ids(idx_row, cnt, 32, CP)
+            a3 = _slice_ids(idx_row, cnt, 48, CP)
+            b0 = _slice_ids(idx_row, cnt, 64, CP)
+            b1 = _slice_ids(idx_row, cnt, 80, CP)
+            b2 = _slice_ids(idx_row, cnt, 96, CP)
+            b3 = _slice_ids(idx_row, cnt, 112, CP)
             mbarrier.wait(q_empty, (it & 1) ^ 1)
             for i in gl.static_range(4):  # q's heads h0 + 16 i .. (past num_heads: zeros)
                 hq = h0 + 16 * i + gl.arange(0, 16, layout=gl.SliceLayout(1, CP))
                 hq = gl.where(hq < num_heads, hq, -1)
                 q_row = q_ptr + n * stride_qn
-                split._copy_slice(q_s.index(gl.minimum(it, 0)).slice(16 * i, 16, dim=0), q_row,
+                _copy_slice(q_s.index(gl.minimum(it, 0)).slice(16 * i, 16, dim=0), q_row,
                                   stride_qh, hq, lo, CP)
-                split._copy_slice(q_s.index(1 + gl.minimum(it, 0)).slice(16 * i, 16, dim=0),
+                _copy_slice(q_s.index(1 + gl.minimum(it, 0)).slice(16 * i, 16, dim=0),
                                   q_row, stride_qh, hq, hi, CP)
             async_copy.mbarrier_arrive(q_ready, increment_count=False)
             for j in range(num_pairs):
@@ -157,17 +191,17 @@ if HAS_GLUON:
                 _fill_half(k_s.index(1 + zero), kv_ptr, stride_kv, a0, a1, a2, a3, hi, CP)
                 async_copy.mbarrier_arrive(ready.index(1), increment_count=False)
                 r0 = (j + 1) * 2 * _BK  # the next pair's ids, loaded as these die
-                a0 = split._slice_ids(idx_row, cnt, r0, CP)
-                a1 = split._slice_ids(idx_row, cnt, r0 + 16, CP)
-                a2 = split._slice_ids(idx_row, cnt, r0 + 32, CP)
-                a3 = split._slice_ids(idx_row, cnt, r0 + 48, CP)
+                a0 = _slice_ids(idx_row, cnt, r0, CP)
+                a1 = _slice_ids(idx_row, cnt, r0 + 16, CP)
+                a2 = _slice_ids(idx_row, cnt, r0 + 32, CP)
+                a3 = _slice_ids(idx_row, cnt, r0 + 48, CP)
                 mbarrier.wait(empty.index(2), phase, pred=t > 0)
                 _fill_half(k_s.index(2 + zero), kv_ptr, stride_kv, b0, b1, b2, b3, lo, CP)
                 async_copy.mbarrier_arrive(ready.index(2), increment_count=False)
-                b0 = split._slice_ids(idx_row, cnt, r0 + 64, CP)
-                b1 = split._slice_ids(idx_row, cnt, r0 + 80, CP)
-                b2 = split._slice_ids(idx_row, cnt, r0 + 96, CP)
-                b3 = split._slice_ids(idx_row, cnt, r0 + 112, CP)
+                b0 = _slice_ids(idx_row, cnt, r0 + 64, CP)
+                b1 = _slice_ids(idx_row, cnt, r0 + 80, CP)
+                b2 = _slice_ids(idx_row, cnt, r0 + 96, CP)
+                b3 = _slice_ids(idx_row, cnt, r0 + 112, CP)
                 t += 1
             it += 1
 
@@ -238,7 +272,7 @@ if HAS_GLUON:
         it = 0
         for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
             n = (item // HBLK).to(gl.int64)
-            cnt = split._row_count(counts_ptr, n, num_idx, HAS_COUNTS)
+            cnt = _row_count(counts_ptr, n, num_idx, HAS_COUNTS)
             num_pairs = gl.cdiv(gl.maximum(cnt, 1), 2 * _BK)
             m = gl.full([64], float("-inf"), gl.float32, ROW_S)
             l = gl.zeros([64], gl.float32, ROW_S)
@@ -305,7 +339,7 @@ if HAS_GLUON:
         it = 0
         for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
             n = (item // HBLK).to(gl.int64)
-            cnt = split._row_count(counts_ptr, n, num_idx, HAS_COUNTS)
+            cnt = _row_count(counts_ptr, n, num_idx, HAS_COUNTS)
             num_pairs = gl.cdiv(gl.maximum(cnt, 1), 2 * _BK)
             m = gl.full([64], float("-inf"), gl.float32, ROW_S)
             l = gl.zeros([64], gl.float32, ROW_S)
@@ -412,8 +446,10 @@ if HAS_GLUON:
 def sparse_attention_sink_pairs(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor,
                                 sink: torch.Tensor, softmax_scale: float, out: torch.Tensor,
                                 row_counts: torch.Tensor | None = None) -> torch.Tensor:
-    """``attention_prefill_gluon.sparse_attention_sink_gl`` on this kernel (the caller has
-    checked ``attention_prefill_gluon.accepts``): out (N, H, D) bf16, written in place."""
+    """``attention.sparse_attention_sink`` on this kernel into ``out`` (N, H, D) bf16 (the
+    caller has checked ``accepts``); ``row_counts`` (N,): query n's first row_counts[n] entries
+    only — its item runs the pairs up to its count, not the whole list's (a prompt's picks end
+    in -1 padding: at 4K tokens ~10-20 % of the chunks)."""
     n, h, d = q.shape
     if n == 0:
         return out
@@ -424,13 +460,30 @@ def sparse_attention_sink_pairs(q: torch.Tensor, kv: torch.Tensor, indices: torc
     counts = indices if row_counts is None else row_counts.to(torch.int32).contiguous()
     hblk = -(-h // HEADS)
     items = n * hblk
-    programs = min(items, split._sm_count(q.device))
+    programs = min(items, _sm_count(q.device))
     _attn_prefill_pairs_kernel[(programs, )](
         q, q.stride(0), q.stride(1), kv, kv.stride(0), indices, indices.stride(0),
         indices.shape[-1], counts, sink.float().contiguous(), out, out.stride(0), out.stride(1),
         h, float(softmax_scale) * _LOG2E, items, D=d, HBLK=hblk,
-        HAS_COUNTS=row_counts is not None, num_warps=4, maxnreg=split.MAXNREG)
+        HAS_COUNTS=row_counts is not None, num_warps=4, maxnreg=MAXNREG)
     return out
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
+    """bf16 q (N, H, D) and rows (M, D), D a power of two in 64..512, contiguous channels and
+    16-byte aligned rows, on an SM90 GPU with Gluon."""
+    d = q.shape[-1]
+    return (HAS_GLUON and q.is_cuda and q.dtype == torch.bfloat16 and kv.dtype == torch.bfloat16
+            and 64 <= d <= 512 and d & (d - 1) == 0 and kv.shape[-1] == d
+            and q.stride(-1) == 1 and kv.stride(-1) == 1 and kv.stride(0) % 8 == 0
+            and q.stride(1) % 8 == 0 and q.stride(0) % 8 == 0
+            and indices.dtype in (torch.int32, torch.int64)
+            and torch.cuda.get_device_capability(q.device)[0] == 9)
 
 
 def aot_cases() -> list[dict[str, Any]]:
@@ -438,15 +491,19 @@ def aot_cases() -> list[dict[str, Any]]:
     128 and 64 (tiny configs)."""
     cases = []
     for d, counts in ((512, True), (512, False), (256, True), (128, False), (64, True)):
-        case = dict(split.aot_cases()[0])
-        case.update({
-            "id": f"attn_prefill_pairs_d{d}" + ("_counts" if counts else ""),
-            "module": __name__, "kernel": "_attn_prefill_pairs_kernel", "num_warps": 4,
-            "constexprs": {"D": d, "HBLK": 1, "HAS_COUNTS": counts, "num_warps": 4}})
-        cases.append(case)
+        cases.append({
+            "id": f"attn_prefill_pairs_d{d}" + ("_counts" if counts else ""), "gluon": True,
+            "module": __name__, "kernel": "_attn_prefill_pairs_kernel",
+            # the loader keeps a few loop-invariant words in local memory (L1)
+            "maxnreg": MAXNREG, "max_stack": 128,
+            "signature": {"q_ptr": "*bf16", "stride_qn": "i32", "stride_qh": "i32",
+                          "kv_ptr": "*bf16", "stride_kv": "i32", "idx_ptr": "*i32",
+                          "stride_in": "i32", "num_idx": "i32", "counts_ptr": "*i32",
+                          "sink_ptr": "*fp32",
+                          "out_ptr": "*bf16", "stride_on": "i32", "stride_oh": "i32",
+                          "num_heads": "i32", "qk_scale": "fp32", "num_items": "i32"},
+            "constexprs": {"D": d, "HBLK": 1, "HAS_COUNTS": counts, "num_warps": 4},
+            "num_warps": 4, "num_stages": 1, "no_spill": True, "expect_wgmma": True,
+            "divisible": ["stride_qn", "stride_qh", "stride_kv", "stride_in", "stride_on",
+                          "stride_oh"]})
     return cases
-
-
-def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
-    """``attention_prefill_gluon.accepts``: bf16, D a power of two in 64..512, on SM90."""
-    return split.accepts(q, kv, indices)

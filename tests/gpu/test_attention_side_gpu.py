@@ -120,7 +120,7 @@ def test_sparse_attention_records(n):
             f"DV_SPLIT=2 {times[0]:.3f} ms, =4 {times[1]:.3f} ms")
 
 
-@pytest.mark.parametrize("kernel", ["triton", "gl", "pairs"])  # the prefill launch's kernels
+@pytest.mark.parametrize("kernel", ["triton", "pairs"])  # the prefill launch's two kernels
 @pytest.mark.parametrize("n", [64, 1024])  # 1024: a prefill-sized launch (contiguous halves)
 def test_sparse_attention_bf16_rows(n, kernel, monkeypatch):
     from deepinfer.kernels.triton import attention as tri
@@ -142,72 +142,6 @@ def test_sparse_attention_bf16_rows(n, kernel, monkeypatch):
     _record(f"sparse_attention_sink bf16 rows N={n} {kernel}", _rel(out, want), ATTN_TOL, ms)
 
 
-@pytest.mark.parametrize("persistent", [True, False])
-@pytest.mark.parametrize("heads,dim,width", [(8, 64, 100), (96, 512, 640), (64, 128, 33),
-                                             (64, 512, 64), (64, 512, 20)])
-def test_sparse_attention_gl_other_shapes(heads, dim, width, persistent, monkeypatch):
-    """The Gluon prefill kernel at head counts that are not (or not only) one block of 64
-    (masked rows; a second head block), small heads, a row list that ends mid-chunk, one
-    whole chunk or part of one, int32 row lists, persistent (several items a program) or one
-    item a program, against the reference."""
-    from deepinfer.kernels.triton import attention_prefill_gluon as apg
-
-    monkeypatch.setattr(apg, "PERSISTENT", persistent)
-    n = 300
-    q = torch.randn(n, heads, dim, device="cuda").to(torch.bfloat16)
-    kv = torch.randn(2000, dim, device="cuda").to(torch.bfloat16)
-    idx = torch.randint(-1, 2000, (n, width), device="cuda", dtype=torch.int32)
-    sink = torch.randn(heads, device="cuda")
-    assert apg.accepts(q, kv, idx)
-    out = torch.full_like(q, float("nan"))
-    apg.sparse_attention_sink_gl(q, kv, idx, sink, dim ** -0.5, out)
-    want = ref_attn.sparse_attention_sink(q, kv, idx.long(), sink, dim ** -0.5)
-    _record(f"attention_prefill_gl H={heads} D={dim} K={width} persistent={persistent}",
-            _rel(out, want), ATTN_TOL, 0.0)
-
-
-@pytest.mark.parametrize("persistent", [True, False])
-def test_sparse_attention_gl_row_counts(persistent, monkeypatch):
-    """The Gluon prefill kernel with ``row_counts`` (session 31): a 4K prompt's lists — the
-    window, then picks that end in -1 padding for the early queries (causal: query n sees
-    n // 2 entries at ratio 2, capped at 512) — give the bits of the call without counts;
-    counts that cut valid entries (and a count of 0) the reference's shortened lists; timed
-    against the call without counts (the chunks past each count are not run)."""
-    from deepinfer.kernels.triton import attention_prefill_gluon as apg
-
-    monkeypatch.setattr(apg, "PERSISTENT", persistent)
-    n, m = 4096, 2048 + 4096
-    q = torch.randn(n, H, D, device="cuda").to(torch.bfloat16)
-    kv = torch.randn(m, D, device="cuda").to(torch.bfloat16)
-    pos = torch.arange(n, device="cuda")
-    window = pos[:, None] - W + 1 + torch.arange(W, device="cuda")[None, :]
-    window = torch.where(window >= 0, window, -1)
-    picks = torch.arange(TOPK, device="cuda")[None, :].expand(n, TOPK)
-    seen = torch.clamp((pos + 1) // 2, max=TOPK)
-    picks = torch.where(picks < seen[:, None], 4096 + picks * 3 % 2048, -1)
-    idx = torch.cat([window, picks], 1).to(torch.int32)
-    counts = torch.where(idx >= 0, torch.arange(1, W + TOPK + 1, device="cuda"), 0).amax(1)
-    sink = torch.randn(H, device="cuda")
-    assert apg.accepts(q, kv, idx)
-    full, got = torch.empty_like(q), torch.empty_like(q)
-    apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, full)
-    apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, got, counts.to(torch.int32))
-    assert torch.equal(got, full)
-    cut = counts.clone()
-    cut[::7] = torch.randint(0, W + TOPK, cut[::7].shape, device="cuda")
-    cut[5] = 0
-    apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, got, cut.to(torch.int32))
-    want = ref_attn.sparse_attention_sink(q[::64], kv, idx[::64].long(), sink, D ** -0.5,
-                                          row_counts=cut[::64])
-    err = _rel(got[::64], want)
-    assert bool((got[5] == 0).all())
-    ms = _time_ms(lambda: apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, got,
-                                                       counts.to(torch.int32)))
-    ms_all = _time_ms(lambda: apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, full))
-    _record(f"attention_prefill_gl row counts N={n} persistent={persistent}", err, ATTN_TOL,
-            ms, f"without counts {ms_all:.3f} ms")
-
-
 @pytest.mark.parametrize("heads,dim,width", [(96, 512, 640), (64, 512, 64), (64, 512, 20),
                                              (64, 256, 200), (8, 512, 130), (64, 128, 33),
                                              (8, 64, 100), (64, 64, 300)])
@@ -215,9 +149,8 @@ def test_sparse_attention_pairs_other_shapes(heads, dim, width):
     """``attention_prefill_pairs`` (session 44: the math warpgroups on chunks of their own) at
     head counts of one block, a masked block and two blocks, heads of 64 / 128 / 256 / 512
     channels (8-byte row copies at 64), lists of one chunk, part of one, an odd chunk count
-    (the last pair's chunk b past the list) and ending mid-chunk, against the reference and
-    the split kernel."""
-    from deepinfer.kernels.triton import attention_prefill_gluon as apg
+    (the last pair's chunk b past the list) and ending mid-chunk, int32 row lists, against the
+    reference."""
     from deepinfer.kernels.triton import attention_prefill_pairs as app
 
     n = 300
@@ -231,20 +164,18 @@ def test_sparse_attention_pairs_other_shapes(heads, dim, width):
     assert app.accepts(q, kv, idx)
     out = torch.full_like(q, float("nan"))
     app.sparse_attention_sink_pairs(q, kv, idx, sink, dim ** -0.5, out)
-    split = torch.full_like(q, float("nan"))
-    apg.sparse_attention_sink_gl(q, kv, idx, sink, dim ** -0.5, split)
     want = ref_attn.sparse_attention_sink(q, kv, idx.long(), sink, dim ** -0.5)
     assert bool((out[3] == 0).all())
     _record(f"attention_prefill_pairs H={heads} D={dim} K={width}", _rel(out, want), ATTN_TOL,
-            0.0, f"vs split kernel {_rel(out, split):.2e}")
+            0.0)
 
 
 def test_sparse_attention_pairs_row_counts():
-    """``attention_prefill_pairs`` with ``row_counts`` on a 4K prompt's lists (as
-    ``test_sparse_attention_gl_row_counts``): the bits of the call without counts (the chunks
+    """``attention_prefill_pairs`` with ``row_counts`` on a 4K prompt's lists (the window,
+    then picks that end in -1 padding for the early queries: causal, query n sees n // 2
+    entries at ratio 2, capped at 512): the bits of the call without counts (the chunks
     past a count are all -1: a factor of exactly 1 and a sum of 0), cut counts against the
-    reference; timed against the split kernel on the same lists."""
-    from deepinfer.kernels.triton import attention_prefill_gluon as apg
+    reference; timed against the call without counts (the pairs past each count not run)."""
     from deepinfer.kernels.triton import attention_prefill_pairs as app
 
     n, m = 4096, 2048 + 4096
@@ -274,10 +205,10 @@ def test_sparse_attention_pairs_row_counts():
     assert bool((got[5] == 0).all())
     ms = _time_ms(lambda: app.sparse_attention_sink_pairs(q, kv, idx, sink, D ** -0.5, got,
                                                           counts))
-    ms_split = _time_ms(lambda: apg.sparse_attention_sink_gl(q, kv, idx, sink, D ** -0.5, full,
-                                                             counts))
+    ms_all = _time_ms(lambda: app.sparse_attention_sink_pairs(q, kv, idx, sink, D ** -0.5,
+                                                              full))
     _record(f"attention_prefill_pairs row counts N={n}", err, ATTN_TOL, ms,
-            f"split kernel {ms_split:.3f} ms")
+            f"without counts {ms_all:.3f} ms")
 
 
 def _freq(dev):
