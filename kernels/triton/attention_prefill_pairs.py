@@ -86,6 +86,7 @@ if HAS_GLUON:
     _BK = gl.constexpr(BK)
     _MATH_REGS = gl.constexpr(MATH_REGS)
     _LOADER_REGS = gl.constexpr(LOADER_REGS)
+    _LOG2E_C = gl.constexpr(_LOG2E)
 
     @gluon.jit
     def _slice_ids(idx_row, num_idx, r0, CP: gl.constexpr):
@@ -110,7 +111,6 @@ if HAS_GLUON:
         rows = gl.where(ok, ids, 0).to(gl.int64) * row_stride
         src, m = gl.broadcast(base_ptr + rows[:, None] + cols[None, :], ok[:, None])
         async_copy.async_copy_global_to_shared(dst, src, mask=m)
-    _LOG2E_C = gl.constexpr(_LOG2E)
 
     @gluon.jit
     def _fill_half(dst, kv_ptr, stride_kv, i0, i1, i2, i3, cols, CP: gl.constexpr):
@@ -139,7 +139,7 @@ if HAS_GLUON:
         """The loader warpgroup over this program's items: q (two channel halves) once both
         math warpgroups are past the previous item's last q . k, then each pair of chunks as
         four half-chunks (buffers 0 / 1: chunk a's channel halves, 2 / 3: chunk b's) in the
-        order 0, 3, 1, 2, each once its buffer is free (pair t: the buffer's (t // 1)-th use).
+        order 0, 3, 1, 2, each once its buffer is free (pair t: the buffer's t-th use).
         Chunk a's and b's row ids go to shared memory with their first half-chunk (the math
         warpgroups' masks); the next pair's are loaded as the current ones die."""
         HALF: gl.constexpr = D // 2
@@ -172,9 +172,9 @@ if HAS_GLUON:
                 hq = gl.where(hq < num_heads, hq, -1)
                 q_row = q_ptr + n * stride_qn
                 _copy_slice(q_s.index(gl.minimum(it, 0)).slice(16 * i, 16, dim=0), q_row,
-                                  stride_qh, hq, lo, CP)
-                _copy_slice(q_s.index(1 + gl.minimum(it, 0)).slice(16 * i, 16, dim=0),
-                                  q_row, stride_qh, hq, hi, CP)
+                            stride_qh, hq, lo, CP)
+                _copy_slice(q_s.index(1 + gl.minimum(it, 0)).slice(16 * i, 16, dim=0), q_row,
+                            stride_qh, hq, hi, CP)
             async_copy.mbarrier_arrive(q_ready, increment_count=False)
             for j in range(num_pairs):
                 phase = (t & 1) ^ 1
