@@ -67,6 +67,10 @@ BK = 64  # rows per chunk: one warpgroup's S columns
 LOADER_REGS = 80  # the loader warpgroup's registers (setmaxnreg)
 MATH_REGS = 216  # warpgroup 1's (warpgroup 0, the default partition, gets the rest: 216)
 MAXNREG = 168  # the launch's cap: 12 warps in 64K registers (setmaxnreg moves them)
+# the smallest head the engine sends here: heads of 64 channels (tiny configs; 8-byte row copies)
+# compile clean but have not run on a GPU yet (round 217's checks, which set this to 64): until
+# then their prefill launches take the Triton kernel (attention.py)
+MIN_HEAD_DIM = 128
 _LOG2E = 1.4426950408889634
 
 if HAS_GLUON:
@@ -475,11 +479,11 @@ def _sm_count(device: torch.device) -> int:
 
 
 def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
-    """bf16 q (N, H, D) and rows (M, D), D a power of two in 64..512, contiguous channels and
-    16-byte aligned rows, on an SM90 GPU with Gluon."""
+    """bf16 q (N, H, D) and rows (M, D), D a power of two in MIN_HEAD_DIM..512, contiguous
+    channels and 16-byte aligned rows, on an SM90 GPU with Gluon."""
     d = q.shape[-1]
     return (HAS_GLUON and q.is_cuda and q.dtype == torch.bfloat16 and kv.dtype == torch.bfloat16
-            and 64 <= d <= 512 and d & (d - 1) == 0 and kv.shape[-1] == d
+            and max(64, MIN_HEAD_DIM) <= d <= 512 and d & (d - 1) == 0 and kv.shape[-1] == d
             and q.stride(-1) == 1 and kv.stride(-1) == 1 and kv.stride(0) % 8 == 0
             and q.stride(1) % 8 == 0 and q.stride(0) % 8 == 0
             and indices.dtype in (torch.int32, torch.int64)
