@@ -259,84 +259,98 @@ if HAS_GLUON:
         gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(hs < num_heads)[:, None])
 
     @gluon.jit
-    def _math0(q_s, k_s, p_s, m_s, l_s, i_s, q_ready, q_empty, ready, empty, m_bar, p_bar, l_bar,
-               ids_bar, num_idx, counts_ptr, HAS_COUNTS: gl.constexpr, num_items,
-               sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D: gl.constexpr,
-               HBLK: gl.constexpr):
-        """Warpgroup 0 (the default partition): the even chunks, O's channels [0, D / 2)."""
-        HALF: gl.constexpr = D // 2
-        MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, _BK, 16])
-        MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                         instr_shape=[16, HALF, 16])
+    def _pair0(q_s, k_s, p_s, m_s, i_s, ready, empty, q_empty, m_bar, p_bar, ids_bar, acc, m, l,
+               j, num_pairs, t, qk_scale, MMA_S: gl.constexpr, MMA_O: gl.constexpr):
+        """Warpgroup 0's part of pair t (chunk a): q . k, its softmax first (m0 handed over),
+        P_a V_a[:, :D/2] from registers, P_a rescaled to m1 for warpgroup 1, then P_b V_b[:,
+        :D/2] from shared memory. Returns O's half, the running max (m1) and this sum."""
         LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
         ROW_S: gl.constexpr = gl.SliceLayout(1, MMA_S)
         ROW_O: gl.constexpr = gl.SliceLayout(1, MMA_O)
-        t = 0
-        it = 0
-        for item in range(gl.program_id(0), num_items, gl.num_programs(0)):
-            n = (item // HBLK).to(gl.int64)
-            cnt = _row_count(counts_ptr, n, num_idx, HAS_COUNTS)
-            num_pairs = gl.cdiv(gl.maximum(cnt, 1), 2 * _BK)
-            m = gl.full([64], float("-inf"), gl.float32, ROW_S)
-            l = gl.zeros([64], gl.float32, ROW_S)
-            acc = gl.zeros([64, HALF], gl.float32, MMA_O)
-            mbarrier.wait(q_ready, it & 1)
-            for j in range(num_pairs):
-                phase = t & 1
-                zero = gl.minimum(t, 0)  # 0, opaque: operand descriptors per pair, not hoisted
-                s = _qk(q_s, k_s, ready, 0, 1, phase, zero, MMA_S)
-                if j == num_pairs - 1:
-                    _signal(q_empty)  # this warpgroup's last q . k of the item
-                _signal(empty.index(1))  # a's second half: q . k done (b's p . v still reads it)
-                s = _masked(s, i_s.index(0), ids_bar.index(0), phase, qk_scale, MMA_S)
-                m0 = gl.maximum(m, gl.max(s, axis=1))
-                alpha = gl.exp2(m - _finite(m0))
-                p = gl.exp2(s - _finite(m0)[:, None])
-                l = l * alpha + gl.sum(p, axis=1)
-                acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
-                m_s.index(0).store(m0)
-                _signal(m_bar.index(0))
-                acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), k_s.index(zero), acc,
-                                    is_async=True)
-                mbarrier.wait(m_bar.index(1), phase)
-                m1 = m_s.index(1).load(ROW_S)
-                # m1 >= m0; a row with nothing yet (m0 -inf) has P_a, O and l all 0
-                beta = gl.where(m0 == float("-inf"), 1.0, gl.exp2(m0 - _finite(m1)))
-                p_s.index(0).store((p * beta[:, None]).to(gl.bfloat16))
-                fence_async_shared()  # P_a's stores, before warpgroup 1's wgmma reads them
-                _signal(p_bar.index(0))
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                _signal(empty.index(0))  # a's first half: both reads done
-                acc = acc * gl.convert_layout(beta, ROW_O)[:, None]
-                l = l * beta
-                m = m1
-                mbarrier.wait(p_bar.index(1), phase)
-                acc = warpgroup_mma(p_s.index(1 + zero), k_s.index(2 + zero), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                _signal(empty.index(2))  # b's first half: warpgroup 0's p . v done
-                t += 1
-            l_s.index(0).store(l)
-            _signal(l_bar.index(0))
-            mbarrier.wait(l_bar.index(1), it & 1)
-            l = l + l_s.index(1).load(ROW_S)
-            _store_half(acc, gl.convert_layout(m, ROW_O), gl.convert_layout(l, ROW_O), sink_ptr,
-                        out_ptr, n, (item % HBLK) * 64, 0, stride_on, stride_oh, num_heads,
-                        HALF, MMA_O)
-            it += 1
+        phase = t & 1
+        zero = gl.minimum(t, 0)  # 0, opaque: operand descriptors per pair, not hoisted
+        s = _qk(q_s, k_s, ready, 0, 1, phase, zero, MMA_S)
+        if j == num_pairs - 1:
+            _signal(q_empty)  # this warpgroup's last q . k of the item
+        _signal(empty.index(1))  # a's second half: q . k done (b's p . v still reads it)
+        s = _masked(s, i_s.index(0), ids_bar.index(0), phase, qk_scale, MMA_S)
+        m0 = gl.maximum(m, gl.max(s, axis=1))
+        alpha = gl.exp2(m - _finite(m0))
+        p = gl.exp2(s - _finite(m0)[:, None])
+        l = l * alpha + gl.sum(p, axis=1)
+        acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
+        m_s.index(0).store(m0)
+        _signal(m_bar.index(0))
+        acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), k_s.index(zero), acc,
+                            is_async=True)
+        mbarrier.wait(m_bar.index(1), phase)
+        m1 = m_s.index(1).load(ROW_S)
+        # m1 >= m0; a row with nothing yet (m0 -inf) has P_a, O and l all 0
+        beta = gl.where(m0 == float("-inf"), 1.0, gl.exp2(m0 - _finite(m1)))
+        p_s.index(0).store((p * beta[:, None]).to(gl.bfloat16))
+        fence_async_shared()  # P_a's stores, before warpgroup 1's wgmma reads them
+        _signal(p_bar.index(0))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        _signal(empty.index(0))  # a's first half: both reads done
+        acc = acc * gl.convert_layout(beta, ROW_O)[:, None]
+        l = l * beta
+        mbarrier.wait(p_bar.index(1), phase)
+        acc = warpgroup_mma(p_s.index(1 + zero), k_s.index(2 + zero), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        _signal(empty.index(2))  # b's first half: warpgroup 0's p . v done
+        return acc, m1, l
 
     @gluon.jit
-    def _math1(q_s, k_s, p_s, m_s, l_s, i_s, q_ready, q_empty, ready, empty, m_bar, p_bar, l_bar,
-               ids_bar, num_idx, counts_ptr, HAS_COUNTS: gl.constexpr, num_items,
-               sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D: gl.constexpr,
-               HBLK: gl.constexpr):
-        """Warpgroup 1 (a worker partition): the odd chunks, O's channels [D / 2, D)."""
+    def _pair1(q_s, k_s, p_s, m_s, i_s, ready, empty, q_empty, m_bar, p_bar, ids_bar, acc, m, l,
+               j, num_pairs, t, qk_scale, MMA_S: gl.constexpr, MMA_O: gl.constexpr):
+        """Warpgroup 1's part of pair t (chunk b): q . k, its softmax from warpgroup 0's m0 (m1
+        handed back), P_b V_b[:, D/2:] from registers, P_b stored for warpgroup 0, then P_a
+        V_a[:, D/2:] from shared memory. Returns O's half, the running max (m1) and this sum."""
+        LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
+        ROW_S: gl.constexpr = gl.SliceLayout(1, MMA_S)
+        ROW_O: gl.constexpr = gl.SliceLayout(1, MMA_O)
+        phase = t & 1
+        zero = gl.minimum(t, 0)
+        s = _qk(q_s, k_s, ready, 3, 2, phase, zero, MMA_S)
+        if j == num_pairs - 1:
+            _signal(q_empty)
+        _signal(empty.index(2))  # b's first half: q . k done (a's p . v still reads it)
+        s = _masked(s, i_s.index(1), ids_bar.index(1), phase, qk_scale, MMA_S)
+        mbarrier.wait(m_bar.index(0), phase)
+        m0 = m_s.index(0).load(ROW_S)
+        m1 = gl.maximum(m0, gl.max(s, axis=1))
+        alpha = gl.exp2(m - _finite(m1))
+        p = gl.exp2(s - _finite(m1)[:, None])
+        l = l * alpha + gl.sum(p, axis=1)
+        acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
+        m_s.index(1).store(m1)
+        _signal(m_bar.index(1))
+        pb = p.to(gl.bfloat16)
+        acc = warpgroup_mma(gl.convert_layout(pb, LP), k_s.index(3 + zero), acc, is_async=True)
+        p_s.index(1).store(pb)
+        fence_async_shared()  # P_b's stores, before warpgroup 0's wgmma reads them
+        _signal(p_bar.index(1))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        _signal(empty.index(3))  # b's second half: both reads done
+        mbarrier.wait(p_bar.index(0), phase)
+        acc = warpgroup_mma(p_s.index(zero), k_s.index(1 + zero), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        _signal(empty.index(1))  # a's second half: warpgroup 1's p . v done
+        return acc, m1, l
+
+    @gluon.jit
+    def _math(q_s, k_s, p_s, m_s, l_s, i_s, q_ready, q_empty, ready, empty, m_bar, p_bar, l_bar,
+              ids_bar, num_idx, counts_ptr, HAS_COUNTS: gl.constexpr, num_items, sink_ptr,
+              out_ptr, stride_on, stride_oh, num_heads, qk_scale, D: gl.constexpr,
+              HBLK: gl.constexpr, WG: gl.constexpr):
+        """Math warpgroup WG over this program's items: 0 (the default partition) the even
+        chunks and O's channels [0, D / 2), 1 (a worker partition) the odd chunks and [D / 2,
+        D); at an item's end the two sums meet (shared memory) and each stores its half."""
         HALF: gl.constexpr = D // 2
         MMA_S: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, _BK, 16])
         MMA_O: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HALF, 16])
-        LP: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA_O, k_width=2)
         ROW_S: gl.constexpr = gl.SliceLayout(1, MMA_S)
         ROW_O: gl.constexpr = gl.SliceLayout(1, MMA_O)
         t = 0
@@ -350,43 +364,22 @@ if HAS_GLUON:
             acc = gl.zeros([64, HALF], gl.float32, MMA_O)
             mbarrier.wait(q_ready, it & 1)
             for j in range(num_pairs):
-                phase = t & 1
-                zero = gl.minimum(t, 0)
-                s = _qk(q_s, k_s, ready, 3, 2, phase, zero, MMA_S)
-                if j == num_pairs - 1:
-                    _signal(q_empty)
-                _signal(empty.index(2))  # b's first half: q . k done (a's p . v still reads it)
-                s = _masked(s, i_s.index(1), ids_bar.index(1), phase, qk_scale, MMA_S)
-                mbarrier.wait(m_bar.index(0), phase)
-                m0 = m_s.index(0).load(ROW_S)
-                m1 = gl.maximum(m0, gl.max(s, axis=1))
-                alpha = gl.exp2(m - _finite(m1))
-                p = gl.exp2(s - _finite(m1)[:, None])
-                l = l * alpha + gl.sum(p, axis=1)
-                acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
-                m_s.index(1).store(m1)
-                _signal(m_bar.index(1))
-                pb = p.to(gl.bfloat16)
-                acc = warpgroup_mma(gl.convert_layout(pb, LP), k_s.index(3 + zero), acc,
-                                    is_async=True)
-                p_s.index(1).store(pb)
-                fence_async_shared()  # P_b's stores, before warpgroup 0's wgmma reads them
-                _signal(p_bar.index(1))
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                _signal(empty.index(3))  # b's second half: both reads done
-                m = m1
-                mbarrier.wait(p_bar.index(0), phase)
-                acc = warpgroup_mma(p_s.index(zero), k_s.index(1 + zero), acc, is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-                _signal(empty.index(1))  # a's second half: warpgroup 1's p . v done
+                if WG == 0:
+                    acc, m, l = _pair0(q_s, k_s, p_s, m_s, i_s, ready, empty, q_empty, m_bar,
+                                       p_bar, ids_bar, acc, m, l, j, num_pairs, t,
+                                       qk_scale, MMA_S, MMA_O)
+                else:
+                    acc, m, l = _pair1(q_s, k_s, p_s, m_s, i_s, ready, empty, q_empty, m_bar,
+                                       p_bar, ids_bar, acc, m, l, j, num_pairs, t,
+                                       qk_scale, MMA_S, MMA_O)
                 t += 1
-            l_s.index(1).store(l)
-            _signal(l_bar.index(1))
-            mbarrier.wait(l_bar.index(0), it & 1)
-            l = l + l_s.index(0).load(ROW_S)
+            l_s.index(WG).store(l)
+            _signal(l_bar.index(WG))
+            mbarrier.wait(l_bar.index(1 - WG), it & 1)
+            l = l + l_s.index(1 - WG).load(ROW_S)
             _store_half(acc, gl.convert_layout(m, ROW_O), gl.convert_layout(l, ROW_O), sink_ptr,
-                        out_ptr, n, (item % HBLK) * 64, HALF, stride_on, stride_oh, num_heads,
-                        HALF, MMA_O)
+                        out_ptr, n, (item % HBLK) * 64, WG * HALF, stride_on, stride_oh,
+                        num_heads, HALF, MMA_O)
             it += 1
 
     @gluon.jit
@@ -435,12 +428,12 @@ if HAS_GLUON:
             mbarrier.init(l_bar.index(b), count=1)
             mbarrier.init(ids_bar.index(b), count=1)
         gl.warp_specialize([
-            (_math0, (q_s, k_s, p_s, m_s, l_s, i_s, q_ready, q_empty, ready, empty, m_bar,
-                      p_bar, l_bar, ids_bar, num_idx, counts_ptr, HAS_COUNTS, num_items,
-                      sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D, HBLK)),
-            (_math1, (q_s, k_s, p_s, m_s, l_s, i_s, q_ready, q_empty, ready, empty, m_bar,
-                      p_bar, l_bar, ids_bar, num_idx, counts_ptr, HAS_COUNTS, num_items,
-                      sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D, HBLK)),
+            (_math, (q_s, k_s, p_s, m_s, l_s, i_s, q_ready, q_empty, ready, empty, m_bar,
+                     p_bar, l_bar, ids_bar, num_idx, counts_ptr, HAS_COUNTS, num_items,
+                     sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D, HBLK, 0)),
+            (_math, (q_s, k_s, p_s, m_s, l_s, i_s, q_ready, q_empty, ready, empty, m_bar,
+                     p_bar, l_bar, ids_bar, num_idx, counts_ptr, HAS_COUNTS, num_items,
+                     sink_ptr, out_ptr, stride_on, stride_oh, num_heads, qk_scale, D, HBLK, 1)),
             (_loader, (q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in,
                        num_idx, counts_ptr, HAS_COUNTS, num_items, num_heads, q_s, k_s, i_s,
                        q_ready, q_empty, ready, empty, ids_bar, D, HBLK)),
