@@ -50,7 +50,8 @@ H100 (round 216, ``bench/attention_prefill.py``, 4,096 queries x 640 rows): 0.83
 Shapes: q (N, H, D) bf16, kv (M, D) bf16 rows (contiguous, row stride a multiple of 8), idx
 (N, K) int32/int64 (int32 on the device), sink (H,) fp32, out (N, H, D) bf16. Reference:
 ``reference.attention.sparse_attention_sink``; GPU check: tests/gpu/test_attention_side_gpu.py;
-compile gate: tests/kernels/triton/test_attention_prefill_pairs.py.
+compile gate: tests/kernels/triton/test_attention_prefill_pairs.py; the schedule as a torch model
+on the CPU: tests/kernels/triton/test_attention_pairs_schedule.py.
 """
 
 from __future__ import annotations
