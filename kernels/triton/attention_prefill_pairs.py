@@ -260,6 +260,18 @@ if HAS_GLUON:
         gl.store(dst, (acc * inv[:, None]).to(gl.bfloat16), mask=(hs < num_heads)[:, None])
 
     @gluon.jit
+    def _online(s, m_from, m, l, acc, ROW_O: gl.constexpr):
+        """One chunk's online-softmax step in base 2: the new max max(m_from, rowmax S) (m_from:
+        the running max, or warpgroup 0's m0 for warpgroup 1), P = exp2(S - max), the sum and
+        this warpgroup's O rescaled from the running max m. Returns P, the max, the sum, O."""
+        m_new = gl.maximum(m_from, gl.max(s, axis=1))
+        alpha = gl.exp2(m - _finite(m_new))
+        p = gl.exp2(s - _finite(m_new)[:, None])
+        l = l * alpha + gl.sum(p, axis=1)
+        acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
+        return p, m_new, l, acc
+
+    @gluon.jit
     def _pair0(q_s, k_s, p_s, m_s, i_s, ready, empty, q_empty, m_bar, p_bar, ids_bar, acc, m, l,
                j, num_pairs, t, qk_scale, MMA_S: gl.constexpr, MMA_O: gl.constexpr):
         """Warpgroup 0's part of pair t (chunk a): q . k, its softmax first (m0 handed over),
@@ -275,11 +287,7 @@ if HAS_GLUON:
             _signal(q_empty)  # this warpgroup's last q . k of the item
         _signal(empty.index(1))  # a's second half: q . k done (b's p . v still reads it)
         s = _masked(s, i_s.index(0), ids_bar.index(0), phase, qk_scale, MMA_S)
-        m0 = gl.maximum(m, gl.max(s, axis=1))
-        alpha = gl.exp2(m - _finite(m0))
-        p = gl.exp2(s - _finite(m0)[:, None])
-        l = l * alpha + gl.sum(p, axis=1)
-        acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
+        p, m0, l, acc = _online(s, m, m, l, acc, ROW_O)
         m_s.index(0).store(m0)
         _signal(m_bar.index(0))
         acc = warpgroup_mma(gl.convert_layout(p.to(gl.bfloat16), LP), k_s.index(zero), acc,
@@ -319,11 +327,7 @@ if HAS_GLUON:
         s = _masked(s, i_s.index(1), ids_bar.index(1), phase, qk_scale, MMA_S)
         mbarrier.wait(m_bar.index(0), phase)
         m0 = m_s.index(0).load(ROW_S)
-        m1 = gl.maximum(m0, gl.max(s, axis=1))
-        alpha = gl.exp2(m - _finite(m1))
-        p = gl.exp2(s - _finite(m1)[:, None])
-        l = l * alpha + gl.sum(p, axis=1)
-        acc = acc * gl.convert_layout(alpha, ROW_O)[:, None]
+        p, m1, l, acc = _online(s, m0, m, l, acc, ROW_O)
         m_s.index(1).store(m1)
         _signal(m_bar.index(1))
         pb = p.to(gl.bfloat16)
