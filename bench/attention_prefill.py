@@ -57,8 +57,7 @@ def make_inputs(n: int, device: str, seed: int = 0, compressed_rows: int | None 
     return tuple(t.to(device) for t in (q, window, win_idx, comp, comp_idx, sink))
 
 
-DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:p:64:64:1:2,float:i:64:64:2:2,"
-                    "float:h:64:64:2:1,"
+DEFAULT_VARIANTS = ("float:h:32:64:1:2,float:p:64:64:1:2,float:i:64:64:2:2,float:h:64:64:2:1,"
                     "float:h:32:64:2:2,float:h:32:64:2:1,float:h:16:64:2:2,float:h:16:64:1:2,"
                     "float:h:64:32:2:1,float:h:32:32:1:2,records:i:64:64:2:2,"
                     "records:i:32:64:2:2")

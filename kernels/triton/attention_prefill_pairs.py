@@ -127,6 +127,12 @@ if HAS_GLUON:
         _copy_slice(dst.slice(48, 16, dim=0), kv_ptr, stride_kv, i3, cols, CP)
 
     @gluon.jit
+    def _signal(bar):
+        """This warpgroup's shared-memory writes (and waited wgmmas) are done: arrive once."""
+        cta_barrier()
+        mbarrier.arrive(bar, count=1)
+
+    @gluon.jit
     def _put_ids(dst, bar, i0, i1, i2, i3):
         """A chunk's 64 row ids (-1: none) into dst [64] for the math warpgroups' mask; then
         one arrival on bar once every loader thread has stored."""
@@ -134,8 +140,7 @@ if HAS_GLUON:
         dst.slice(16, 16).store(i1)
         dst.slice(32, 16).store(i2)
         dst.slice(48, 16).store(i3)
-        cta_barrier()
-        mbarrier.arrive(bar, count=1)
+        _signal(bar)
 
     @gluon.jit
     def _loader(q_ptr, stride_qn, stride_qh, kv_ptr, stride_kv, idx_ptr, stride_in, num_idx,
@@ -209,12 +214,6 @@ if HAS_GLUON:
                 b3 = _slice_ids(idx_row, cnt, r0 + 112, CP)
                 t += 1
             it += 1
-
-    @gluon.jit
-    def _signal(bar):
-        """This warpgroup's shared-memory writes (and waited wgmmas) are done: arrive once."""
-        cta_barrier()
-        mbarrier.arrive(bar, count=1)
 
     @gluon.jit
     def _qk(q_s, k_s, ready, first: gl.constexpr, second: gl.constexpr, phase, zero,
