@@ -183,9 +183,8 @@ def main() -> None:
                     firsts[(name, bm)] = out.clone()
                 for n_l2 in args.l2_experts:  # the same launch, weights of n_l2 experts only
                     remapped = torch.where(blocks >= 0, blocks % n_l2, blocks)
-                    probe = functools.partial(pf16.w4a16_prefill_gemm, gathered, w, f.scale,
-                                              pairs, remapped, num_pairs, out, bm, stages,
-                                              one_mul, wg, parts)
+                    probe = functools.partial(run.func, *run.args[:4], remapped,
+                                              *run.args[5:], **run.keywords)
                     probe()
                     print(f"| {num_tokens} | w4a16 {name} parts{parts}, weights of {n_l2} "
                           f"experts (L2 probe) | {bm} | {stages} | {wg} | "
