@@ -93,6 +93,10 @@ def main() -> None:
                              "(block expert e -> e %% N: the same blocks and token tiles, the "
                              "weights L2-resident: what HBM weight streaming costs; wrong "
                              "values, a timing probe)")
+    parser.add_argument("--ws-weight-stages", type=int, nargs="+", default=[0],
+                        help="the ws kernel's weight ring depths (moe_gluon_w4a16_prefill_ws."
+                             "WEIGHT_STAGES; at most the stages: one ring with the tokens), "
+                             "each a row of its own")
     parser.add_argument("--skip-triton", action="store_true",
                         help="skip the Triton run_experts rows")
     parser.add_argument("--graphs", action="store_true",
@@ -152,12 +156,16 @@ def main() -> None:
         ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
         outs = {}  # each pipeline's output, for the bit comparison with the decode pipeline
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
-        default_kernel = pf16.KERNEL, pf16.MAXNREG  # restored after the rows
-        for bm, stages, wg, parts, rep, kern in [
-                (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
+        default_kernel = pf16.KERNEL, pf16.MAXNREG, pf16_ws.WEIGHT_STAGES  # restored after
+        for bm, stages, wg, parts, rep, kern, sw in [
+                (bm, st, wg, pt, rp, kn, sw) for bm in args.w4a16_bm for st in args.w4a16_stages
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
-                for kn in args.w4a16_kernel if wg * rp <= (4 if kn.startswith("ws") else 2)]:
+                for kn in args.w4a16_kernel
+                for sw in (args.ws_weight_stages if kn.startswith("ws") else [0])
+                if wg * rp <= (4 if kn.startswith("ws") else 2)]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
+            pf16_ws.WEIGHT_STAGES = sw  # the pipeline's, too
+            kern_label = f"{kern} sw{sw}" if sw > stages else kern
             pf16.KERNEL, _, cap = kern.partition(":")  # the pipeline's, too
             pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
@@ -173,12 +181,14 @@ def main() -> None:
                                             pairs, blocks, num_pairs, out, bm, stages, one_mul,
                                             wg, parts, rep=rep, maxnreg=pf16.MAXNREG)
                 print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                               f"{num_tokens} | w4a16 {name} parts{parts} rep{rep} {kern} | "
+                               f"{num_tokens} | w4a16 {name} parts{parts} rep{rep} "
+                               f"{kern_label} | "
                                f"{bm} | {stages} | {wg}"), flush=True)
                 if (name, bm) in firsts:
                     same = torch.equal(out, firsts[(name, bm)])
                     print(f"{num_tokens} tokens: {name} BM {bm} parts{parts} rep{rep} WG {wg} "
-                          f"{kern} bit-identical to this BM's first config: {same}", flush=True)
+                          f"{kern_label} bit-identical to this BM's first config: {same}",
+                          flush=True)
                 else:
                     firsts[(name, bm)] = out.clone()
                 for n_l2 in args.l2_experts:  # the same launch, weights of n_l2 experts only
@@ -192,12 +202,12 @@ def main() -> None:
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          parts=parts, rep=rep)
-            outs[f"w4a16 BM {bm} parts {parts} rep {rep} {kern}"] = whole_fn()
+            outs[f"w4a16 BM {bm} parts {parts} rep {rep} {kern_label}"] = whole_fn()
             print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
-                               f" parts{parts} rep{rep} {kern} (all launches) | {bm} | "
+                               f" parts{parts} rep{rep} {kern_label} (all launches) | {bm} | "
                                f"{stages} | {wg}"), flush=True)
-        pf16.KERNEL, pf16.MAXNREG = default_kernel
+        pf16.KERNEL, pf16.MAXNREG, pf16_ws.WEIGHT_STAGES = default_kernel
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

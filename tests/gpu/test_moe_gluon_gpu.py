@@ -261,7 +261,9 @@ def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
     """Parts 8 (a block at N = its used eighths of BM 128: 16, 32, 32 + 16, 64, 64 + 16, 64 +
     32 or all, ``part_tiles``; session 34) on both kernels against parts 4 on the base kernel,
     routing whose last blocks take every eighth fill: bit-identical outputs, every pair's row
-    written (a token only reaches its own accumulator column), and the reference's values."""
+    written (a token only reaches its own accumulator column), and the reference's values; the
+    producer-warp kernel also with its weights in a ring of their own, 4 and 6 stages ahead of
+    the tokens' 2 (``weight_stages``: the same bits)."""
     from deepinfer.kernels.triton import moe_gluon
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
@@ -272,9 +274,9 @@ def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
                                  warpgroups=warpgroups, parts=4, rep=rep)
     base = pf.w4a16_prefill_gemm(*args, torch.full_like(c["out"], float("nan")), 128,
                                  one_mul=True, warpgroups=warpgroups, parts=8, rep=rep)
-    got = ws.w4a16_prefill_ws_gemm(*args, torch.full_like(c["out"], float("nan")), 128, True,
-                                   warpgroups, 8, rep)
-    for out in (base, got):
+    got = [ws.w4a16_prefill_ws_gemm(*args, torch.full_like(c["out"], float("nan")), 128, True,
+                                    warpgroups, 8, rep, 2, weight_stages=sw) for sw in (0, 4, 6)]
+    for out in (base, *got):
         assert not out.isnan().any()  # every pair's row written
         assert torch.equal(out, want), (out - want).abs().max()
     ref = moe_gluon.reference_grouped(c["xv"], c["packed"], c["scale"], c["ids"], c["div"])
@@ -289,15 +291,18 @@ def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts):
     of 64 features in one program) against the two producer-warp GEMMs and
     ``swiglu_fake_q8_slots``: bit for bit on every slot, padding slots untouched, at every
     part fill (eighths from BM 128, or the quarters), the clamps at the limit exercised (the
-    epilogue in its octet layout, ``moe_swiglu_epilogue``)."""
+    epilogue in its octet layout, ``moe_swiglu_epilogue``), also with the weights in a ring of
+    6 stages ahead of the tokens' 2 (``weight_stages``)."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
     from deepinfer.kernels.triton import moe_swiglu
 
     c, w3, s3, rw, gemm, sentinel, want = _gated_swiglu_case(block_m, eighths, parts)
     num_pairs, pairs, blocks = c["num_pairs"], c["pairs"], c["blocks"]
-    got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs, blocks,
-                                 num_pairs, rw, 10.0, sentinel.clone(), block_m, True, parts)
-    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
+    for sw in (0, 6):
+        got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs,
+                                     blocks, num_pairs, rw, 10.0, sentinel.clone(), block_m, True,
+                                     parts, weight_stages=sw)
+        assert torch.equal(got, want), (sw, (got.float() - want.float()).abs().max())
     g, u = gemm(c["weights"], c["scale"]), gemm(w3, s3)
     apart = _ms(lambda: (gemm(c["weights"], c["scale"]), gemm(w3, s3),
                          moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs,
