@@ -11,6 +11,7 @@ if [ -n "$NCU" ]; then
   M="$M,sm__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum"
   M="$M,lts__throughput.avg.pct_of_peak_sustained_elapsed"
   M="$M,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum"
+  M="$M,lts__t_bytes.sum,lts__t_sector_hit_rate.pct"
   M="$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed"
   M="$M,smsp__issue_active.avg.pct_of_peak_sustained_active"
   M="$M,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active"
@@ -19,7 +20,7 @@ if [ -n "$NCU" ]; then
     --metrics "$M" python3 bench/ncu_probe.py experts-w4a8 --tokens 4096 \
     >"$OUT/ncu_experts_4096.log" 2>&1
   echo "ncu rc=$?"
-  grep -E "_w4a16_prefill|stalled|inst_executed|bytes|warps_active|gmma|throughput|duration|issue_active" \
+  grep -E "_w4a16_prefill|stalled|inst_executed|bytes|warps_active|gmma|throughput|duration|issue_active|hit_rate" \
     "$OUT/ncu_experts_4096.log" | sed -E 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' \
     | awk '$NF != "0" && $NF !~ /^0\.0/' | cut -c1-130 | head -70
 else
