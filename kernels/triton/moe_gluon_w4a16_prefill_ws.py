@@ -148,11 +148,14 @@ if HAS_GLUON:
                   row_lo, block, num_steps, stride_om, rw_ptr, limit, S: gl.constexpr,
                   SW: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
-                  REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr):
+                  REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr,
+                  empty_x=None, SHARED_X: gl.constexpr = False):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
         stage is freed after its last group's wait (step i + 1's words are loaded by then).
         GATED: the accumulators go to ``gated_tile`` (the ring's token buffer: every load
-        has landed and been read) for the kernel's SwiGLU epilogue."""
+        has landed and been read) for the kernel's SwiGLU epilogue. SHARED_X: the token ring
+        is shared with another consumer (``moe_gluon_w4a16_prefill_ws2``): its stages have
+        their own full barriers (full_x) and empty ones (empty_x, one arrive per consumer)."""
         BO: gl.constexpr = 16 * NW * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BN, 16])
@@ -171,7 +174,7 @@ if HAS_GLUON:
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
             st = i % S
-            if SW > S:  # the token stage's own barrier (SW == S: ``full``, waited below)
+            if SW > S or SHARED_X:  # the token stage's own barrier (else ``full``, below)
                 mbarrier.wait(full_x.index(st), (i // S) & 1)
             xa = xa_s.index(st)
             xb = xb_s.index(st)
@@ -201,6 +204,8 @@ if HAS_GLUON:
             # and token stage are free (the arrive follows a partition barrier: all warps got
             # here)
             mbarrier.arrive(empty.index(i % SW), count=1)
+            if SHARED_X:  # the token stage is shared with another consumer: its own barrier
+                mbarrier.arrive(empty_x.index(st), count=1)
             a = base._scaled(bits, sw, 0, ONE_MUL, LA)
         if GATED:  # g | u as bf16 into the block's tile (``gated_tile``); the kernel's
             # epilogue takes them from there (one copy of its code for every part fill)
