@@ -28,10 +28,6 @@ measures the variants alone, then the best end to end.
     --w4a16-fused-swiglu 0|1                       the prefill's gated expert GEMM with the
                                                    SwiGLU as its epilogue (moe_gluon_w4a16_
                                                    prefill.FUSED_SWIGLU)
-    --w4a16-down-two-consumers 0|1                 the 4K steps' down expert GEMM on two
-                                                   consumer warpgroups sharing a token ring
-                                                   (moe_gluon_w4a16_prefill.
-                                                   DOWN_TWO_CONSUMERS)
     --w4a16-prefill-parts 1|2|4|8                  the bf16 prefill expert GEMM's block N in
                                                    parts of BM (moe_gluon_w4a16_prefill.PARTS)
     --w4a16-rep-max-pairs N                        ... one warpgroup of two A fragments up
@@ -98,9 +94,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--w4a16-fused-swiglu", type=int, default=None, choices=(0, 1),
                     help="the prefill's gated expert GEMM with the SwiGLU as its epilogue "
                     "(default: moe_gluon_w4a16_prefill.FUSED_SWIGLU)")
-    ap.add_argument("--w4a16-down-two-consumers", type=int, default=None, choices=(0, 1),
-                    help="the 4K steps' down expert GEMM on two consumer warpgroups sharing "
-                    "a token ring (default: moe_gluon_w4a16_prefill.DOWN_TWO_CONSUMERS)")
     ap.add_argument("--linear-wide-max-rows", type=int, default=None,
                     help="FP8 projections up to this many rows on linear_wide (default: "
                     "linear.WIDE_MAX_ROWS)")
@@ -153,8 +146,7 @@ def apply_args(args: argparse.Namespace) -> None:
           args.linear_wide_rows, args.linear_wide_max_rows,
           args.w4a16_prefill_parts, args.route_decode_max_tokens, args.moe_decode_max_pairs,
           args.w4a16_rep_max_pairs, args.w4a16_kernel, args.linear_wide_mma_first,
-          args.linear_wide_two_wg_rows, args.w4a16_fused_swiglu,
-          args.w4a16_down_two_consumers)
+          args.linear_wide_two_wg_rows, args.w4a16_fused_swiglu)
     for text in args.launch_constant:
         set_launch_constant(text)
     for text in args.launch_choice:
@@ -230,8 +222,7 @@ def apply(attention_config: str | None, moe_configs: list[str],
           w4a16_kernel: str | None = None,
           linear_wide_mma_first: int | None = None,
           linear_wide_two_wg_rows: int | None = None,
-          w4a16_fused_swiglu: int | None = None,
-          w4a16_down_two_consumers: int | None = None) -> None:
+          w4a16_fused_swiglu: int | None = None) -> None:
     """Set the overrides; a malformed value exits with a message naming the flag."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     _rows_from("--linear-wide-two-wg-rows", linear_wide_two_wg_rows, "linear_wide",
@@ -239,8 +230,6 @@ def apply(attention_config: str | None, moe_configs: list[str],
     _switch("--linear-wide-mma-first", linear_wide_mma_first, "linear_wide", "MMA_FIRST")
     _switch("--w4a16-fused-swiglu", w4a16_fused_swiglu, "moe_gluon_w4a16_prefill",
             "FUSED_SWIGLU")
-    _switch("--w4a16-down-two-consumers", w4a16_down_two_consumers, "moe_gluon_w4a16_prefill",
-            "DOWN_TWO_CONSUMERS")
     if w4a16_rep_max_pairs is not None:
         from deepinfer.kernels.triton import moe_gluon_w4a16_prefill
         if w4a16_rep_max_pairs < 0:

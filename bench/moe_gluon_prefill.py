@@ -17,11 +17,7 @@ routing, scale bytes 119..122 as bench/moe_decode.py). Per token count:
 ``--w4a16-rep 1 2``: also with two A fragments per warpgroup (128 rows on one warpgroup), each
 config's output compared bit for bit with its BM's first; ``--w4a16-kernel base ws``: the
 kernels (``ws``: ``moe_gluon_w4a16_prefill_ws``, the TMA issue on a producer warp), each with an
-optional launch register cap (``ws:128``), the pipeline rows on each as well; ``ws2``
-(``moe_gluon_w4a16_prefill_ws2``: two consumer warpgroups on one token ring, 256 weight rows a
-program; GEMM rows only, at BM 128, REP 2, one warpgroup, eighths): its token ring
-``--w4a16-stages`` deep, its weight rings ``--ws-weight-stages`` (0: its default).
-``--ws-weight-stages``: the ws kernel's weight ring depths (``WEIGHT_STAGES``), each a row.
+optional launch register cap (``ws:128``), the pipeline rows on each as well.
 ``--graphs`` (decode sizes, e.g. ``--tokens 64 256 --w4a16-bm 64``): the whole pipelines are
 timed as CUDA graphs (µs per call of 10 back-to-back calls: no launch latency, as the decode
 step replays them), and the decode pipeline (``moe_gluon_w4a8.run_experts_w4a8``) is printed
@@ -93,14 +89,11 @@ def main() -> None:
                         help="a timing probe: the bf16 kernel without its integer decode (the "
                              "weight words scaled as they are: wrong values, rel. L2 ~1)")
     parser.add_argument("--l2-experts", type=int, nargs="*", default=[],
-                        help="also time each bf16 GEMM with its blocks remapped onto N experts "
-                             "(block expert e -> e %% N: the same blocks and token tiles, the "
+                        help="also time each bf16 GEMM (on its row's kernel) with its blocks "
+                             "remapped onto N experts (block expert e -> e %% N: the same "
+                             "blocks and token tiles, the "
                              "weights L2-resident: what HBM weight streaming costs; wrong "
                              "values, a timing probe)")
-    parser.add_argument("--ws-weight-stages", type=int, nargs="+", default=[0],
-                        help="the ws kernel's weight ring depths (moe_gluon_w4a16_prefill_ws."
-                             "WEIGHT_STAGES; at most the stages: one ring with the tokens), "
-                             "each a row of its own")
     parser.add_argument("--skip-triton", action="store_true",
                         help="skip the Triton run_experts rows")
     parser.add_argument("--graphs", action="store_true",
@@ -109,9 +102,8 @@ def main() -> None:
     args = parser.parse_args()
     for kern in args.w4a16_kernel:
         name, _, cap = kern.partition(":")
-        if name not in ("base", "ws", "ws2") or (cap and not cap.isdigit()):
-            parser.error(f"--w4a16-kernel {kern}: expected base, ws or ws2, optionally "
-                         ":REGISTERS")
+        if name not in ("base", "ws") or (cap and not cap.isdigit()):
+            parser.error(f"--w4a16-kernel {kern}: expected base or ws, optionally :REGISTERS")
     from bench_common import roofline
 
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
@@ -124,7 +116,6 @@ def main() -> None:
     )
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf16
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as pf16_ws
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws2 as pf16_ws2
 
     if args.probe_no_decode:  # before any compile (moe_gluon_w4a16_prefill._NO_DECODE)
         from triton.experimental.gluon import language as gl
@@ -162,30 +153,19 @@ def main() -> None:
         ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
         outs = {}  # each pipeline's output, for the bit comparison with the decode pipeline
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
-        default_kernel = pf16.KERNEL, pf16.MAXNREG, pf16_ws.WEIGHT_STAGES  # restored after
-        for bm, stages, wg, parts, rep, kern, sw in [
-                (bm, st, wg, pt, rp, kn, sw) for bm in args.w4a16_bm for st in args.w4a16_stages
+        default_kernel = pf16.KERNEL, pf16.MAXNREG  # restored after the rows
+        for bm, stages, wg, parts, rep, kern in [
+                (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
-                for kn in args.w4a16_kernel
-                for sw in (args.ws_weight_stages if kn.startswith("ws") else [0])
-                if wg * rp <= (4 if kn.startswith("ws") else 2)
-                and (not kn.startswith("ws2") or (wg, rp, pt, bm) == (1, 2, 8, 128))]:
+                for kn in args.w4a16_kernel if wg * rp <= (4 if kn.startswith("ws") else 2)]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
-            pf16_ws.WEIGHT_STAGES = sw  # the pipeline's, too
-            kern_label = f"{kern} sw{sw}" if sw > stages else kern
-            if kern.startswith("ws2"):
-                kern_label = f"{kern} s{stages} sw{max(stages, sw or pf16_ws2.WEIGHT_STAGES)}"
             pf16.KERNEL, _, cap = kern.partition(":")  # the pipeline's, too
             pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
                 gathered = pf16.gather_tokens(v.to(torch.bfloat16), pairs, num_pairs, div)
                 out = torch.empty((num_pairs, w.shape[1]), dtype=torch.float32, device="cuda")
-                if pf16.KERNEL == "ws2":  # its own rings: stages, sw (0: its default)
-                    run = functools.partial(pf16_ws2.w4a16_prefill_ws2_gemm, gathered, w,
-                                            f.scale, pairs, blocks, num_pairs, out, bm,
-                                            one_mul, stages, sw or None)
-                elif pf16.KERNEL == "ws":
+                if pf16.KERNEL == "ws":
                     run = functools.partial(pf16_ws.w4a16_prefill_ws_gemm, gathered, w, f.scale,
                                             pairs, blocks, num_pairs, out, bm, one_mul, wg,
                                             parts, rep, stages, maxnreg=pf16.MAXNREG)
@@ -194,14 +174,12 @@ def main() -> None:
                                             pairs, blocks, num_pairs, out, bm, stages, one_mul,
                                             wg, parts, rep=rep, maxnreg=pf16.MAXNREG)
                 print(gemm_row(rl, run, out, ref, w, f, touched, fp8, bf16,
-                               f"{num_tokens} | w4a16 {name} parts{parts} rep{rep} "
-                               f"{kern_label} | "
+                               f"{num_tokens} | w4a16 {name} parts{parts} rep{rep} {kern} | "
                                f"{bm} | {stages} | {wg}"), flush=True)
                 if (name, bm) in firsts:
                     same = torch.equal(out, firsts[(name, bm)])
                     print(f"{num_tokens} tokens: {name} BM {bm} parts{parts} rep{rep} WG {wg} "
-                          f"{kern_label} bit-identical to this BM's first config: {same}",
-                          flush=True)
+                          f"{kern} bit-identical to this BM's first config: {same}", flush=True)
                 else:
                     firsts[(name, bm)] = out.clone()
                 for n_l2 in args.l2_experts:  # the same launch, weights of n_l2 experts only
@@ -212,17 +190,15 @@ def main() -> None:
                     print(f"| {num_tokens} | w4a16 {name} parts{parts}, weights of {n_l2} "
                           f"experts (L2 probe) | {bm} | {stages} | {wg} | "
                           f"{rl.median_ms(probe):.3f} | | | | probe |", flush=True)
-            if pf16.KERNEL == "ws2":  # a GEMM only: not in the pipeline
-                continue
             whole_fn = functools.partial(pf16.run_experts_w4a16_prefill, x, ids, route_w, *kw,
                                          10.0, stages=stages, block_m=bm, warpgroups=wg,
                                          parts=parts, rep=rep)
-            outs[f"w4a16 BM {bm} parts {parts} rep {rep} {kern_label}"] = whole_fn()
+            outs[f"w4a16 BM {bm} parts {parts} rep {rep} {kern}"] = whole_fn()
             print(pipeline_row(rl, whole_fn, ref_whole, args.graphs,
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
-                               f" parts{parts} rep{rep} {kern_label} (all launches) | {bm} | "
+                               f" parts{parts} rep{rep} {kern} (all launches) | {bm} | "
                                f"{stages} | {wg}"), flush=True)
-        pf16.KERNEL, pf16.MAXNREG, pf16_ws.WEIGHT_STAGES = default_kernel
+        pf16.KERNEL, pf16.MAXNREG = default_kernel
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

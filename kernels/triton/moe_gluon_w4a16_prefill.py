@@ -137,11 +137,6 @@ KERNEL = "auto"
 # apart: its epilogue's ~300 µs a 4K call of shuffles and 2-byte stores (rounds 206-210).
 # The lone 4K prompt's end-to-end A/B is still to run (bench/rounds/h200_round213.sh)
 FUSED_SWIGLU = True
-# the down GEMM of the producer-warp pipeline's one-warpgroup REP 2 programs at BM 128 and PARTS
-# 8 (the 4K steps) on two consumer warpgroups sharing one token ring
-# (``moe_gluon_w4a16_prefill_ws2``: 256 weight rows a program, half the token reads; session
-# 45, prepared: the same bits, off until a GPU times it)
-DOWN_TWO_CONSUMERS = False
 # the register cap per thread of the launches (None: ptxas's choice; 208 at REP 2, which holds
 # two programs per SM), read at the call
 MAXNREG: int | None = None
@@ -749,14 +744,7 @@ def run_experts_w4a16_prefill(x: torch.Tensor, expert_ids: torch.Tensor, weights
         hg = moe_swiglu.swiglu_fake_q8_slots(g, u, weights.reshape(-1), limit, x.dtype, pairs,
                                              num_pairs)
     y = torch.empty((num_pairs, dim), dtype=x.dtype, device=x.device)
-    if (DOWN_TWO_CONSUMERS and ws_gemm is not None and warpgroups == 1 and rep == 2
-            and block_m == 128 and launch_parts(PARTS if parts is None else parts, 128) == 8
-            and dim % (2 * TILE_ROWS) == 0):
-        from deepinfer.kernels.triton.moe_gluon_w4a16_prefill_ws2 import w4a16_prefill_ws2_gemm
-
-        w4a16_prefill_ws2_gemm(hg, d2, s2, pairs, blocks, num_pairs, y, block_m, one_mul)
-    else:
-        gemm(hg, d2, s2, y)
+    gemm(hg, d2, s2, y)
     if not combine:  # the per-pair outputs (N * topk, D) in x.dtype, as run_experts gives
         return y
     return combine_pairs(y, expert_ids if combine_ids is None else combine_ids)

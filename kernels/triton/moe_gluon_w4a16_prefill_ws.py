@@ -55,10 +55,6 @@ from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 from deepinfer.kernels.triton.moe_gluon_w4a8 import tiled_descriptor
 
 STAGES = 2  # ring depth (weights and tokens together; 40 KB a stage at BM 128, 128 rows)
-# the weight ring's depth when deeper than STAGES (8 KB a stage at 128 rows; the weights then
-# run WEIGHT_STAGES - STAGES steps ahead of the tokens in a ring of their own); at most STAGES:
-# one ring
-WEIGHT_STAGES = 0
 PRODUCER_WARPS = 1  # warps of the producer partition
 PRODUCER_REGS = 40  # registers per thread of the producer warp (setmaxnreg)
 # a program's warps: the consumer warpgroups and the producer's warpgroup (Triton pads a worker
@@ -76,86 +72,51 @@ if HAS_GLUON:
     _TILE = gl.constexpr(TILE_ROWS)
 
     @gluon.jit
-    def _producer(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty, row0,
-                  row1, x_row0, num_steps, S: gl.constexpr, SW: gl.constexpr, BO: gl.constexpr,
-                  BN: gl.constexpr, BN2: gl.constexpr, GATED: gl.constexpr):
-        """Step i's weight tile into weight stage i % SW and its token boxes into token stage
-        i % S once the consumer freed them. SW == S: one ring (``full``: weights and tokens
-        together). SW > S: the weights run SW - S steps ahead of the tokens — turn j issues
-        step j's weights and step j - (SW - S)'s tokens, both into stages the consumer's step
-        j - SW freed (``empty`` has SW barriers, one arrive per consumed step); ``full_x``: the
-        token stages' barriers. BO > one step tile (256 rows): two weight boxes, the second
-        from row1. GATED: rows [0, BO / 2) of the tile from w_desc (the gate projection) at
-        row0, [BO / 2, BO) from w3_desc (the up projection's same rows) at row1."""
-        AHEAD: gl.constexpr = SW - S
-        if AHEAD == 0:
-            for i in range(num_steps):
-                st = i % S
-                mbarrier.wait(empty.index(st), ((i // S) & 1) ^ 1, pred=i >= S)
-                bar = full.index(st)
-                mbarrier.expect(bar, BO * 64 + (BN + BN2) * 256)
-                _put_w(w_desc, w3_desc, w_s.index(st), bar, row0, row1, i, BO, GATED)
-                _put_x(x_desc, x2_desc, xa_s.index(st), xb_s.index(st), bar, x_row0, i, BN,
-                       BN2)
-        else:
-            for j in range(num_steps + AHEAD):
-                mbarrier.wait(empty.index(j % SW), ((j // SW) & 1) ^ 1, pred=j >= SW)
-                if j < num_steps:
-                    bar = full.index(j % SW)
-                    mbarrier.expect(bar, BO * 64)
-                    _put_w(w_desc, w3_desc, w_s.index(j % SW), bar, row0, row1, j, BO, GATED)
-                t = j - AHEAD
-                if t >= 0:
-                    xbar = full_x.index(t % S)
-                    mbarrier.expect(xbar, (BN + BN2) * 256)
-                    _put_x(x_desc, x2_desc, xa_s.index(t % S), xb_s.index(t % S), xbar, x_row0,
-                           t, BN, BN2)
+    def _producer(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, row0, row1,
+                  x_row0, num_steps, S: gl.constexpr, BO: gl.constexpr, BN: gl.constexpr,
+                  BN2: gl.constexpr, GATED: gl.constexpr):
+        """Step i's weight tile and token boxes into stage i % S once the consumer freed it
+        (its (i // S)-th use; the first S uses wait for nothing). BO > one step tile (256
+        rows): two weight boxes, the second from row1. GATED: rows [0, BO / 2) of the tile
+        from w_desc (the gate projection) at row0, [BO / 2, BO) from w3_desc (the up
+        projection's same rows) at row1."""
+        for i in range(num_steps):
+            st = i % S
+            mbarrier.wait(empty.index(st), ((i // S) & 1) ^ 1, pred=i >= S)
+            bar = full.index(st)
+            mbarrier.expect(bar, BO * 64 + (BN + BN2) * 256)
+            if GATED:
+                tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(0, BO // 2, dim=0))
+                tma.async_copy_global_to_shared(w3_desc, [row1 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(BO // 2, BO // 2, dim=0))
+            elif BO > _TILE:
+                tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(0, _TILE, dim=0))
+                tma.async_copy_global_to_shared(w_desc, [row1 + i * _TILE, 0], bar,
+                                                w_s.index(st).slice(_TILE, _TILE, dim=0))
+            else:
+                tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
+                                                w_s.index(st))
+            tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128], bar,
+                                            xa_s.index(st).slice(0, BN, dim=0))
+            tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128 + 64], bar,
+                                            xb_s.index(st).slice(0, BN, dim=0))
+            if BN2 > 0:
+                tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, i * 128], bar,
+                                                xa_s.index(st).slice(BN, BN2, dim=0))
+                tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, i * 128 + 64], bar,
+                                                xb_s.index(st).slice(BN, BN2, dim=0))
 
     @gluon.jit
-    def _put_w(w_desc, w3_desc, w_st, bar, row0, row1, i, BO: gl.constexpr,
-               GATED: gl.constexpr):
-        """Step i's weight tile [BO, 64 B] into the stage w_st under ``bar``."""
-        if GATED:
-            tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
-                                            w_st.slice(0, BO // 2, dim=0))
-            tma.async_copy_global_to_shared(w3_desc, [row1 + i * _TILE, 0], bar,
-                                            w_st.slice(BO // 2, BO // 2, dim=0))
-        elif BO > _TILE:
-            tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar,
-                                            w_st.slice(0, _TILE, dim=0))
-            tma.async_copy_global_to_shared(w_desc, [row1 + i * _TILE, 0], bar,
-                                            w_st.slice(_TILE, _TILE, dim=0))
-        else:
-            tma.async_copy_global_to_shared(w_desc, [row0 + i * _TILE, 0], bar, w_st)
-
-    @gluon.jit
-    def _put_x(x_desc, x2_desc, xa_st, xb_st, bar, x_row0, i, BN: gl.constexpr,
-               BN2: gl.constexpr):
-        """Step i's token boxes (BN rows, and BN2 from x2_desc) into the stages xa_st / xb_st
-        under ``bar``."""
-        tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128], bar,
-                                        xa_st.slice(0, BN, dim=0))
-        tma.async_copy_global_to_shared(x_desc, [x_row0, i * 128 + 64], bar,
-                                        xb_st.slice(0, BN, dim=0))
-        if BN2 > 0:
-            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, i * 128], bar,
-                                            xa_st.slice(BN, BN2, dim=0))
-            tma.async_copy_global_to_shared(x2_desc, [x_row0 + BN, i * 128 + 64], bar,
-                                            xb_st.slice(BN, BN2, dim=0))
-
-    @gluon.jit
-    def _consumer(w_s, xa_s, xb_s, full, full_x, empty, s_words, pairs_ptr, out_ptr, num_pairs,
-                  row_lo, block, num_steps, stride_om, rw_ptr, limit, S: gl.constexpr,
-                  SW: gl.constexpr, BM: gl.constexpr,
+    def _consumer(w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row_lo,
+                  block, num_steps, stride_om, rw_ptr, limit, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
-                  REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr,
-                  empty_x=None, SHARED_X: gl.constexpr = False):
+                  REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
         stage is freed after its last group's wait (step i + 1's words are loaded by then).
         GATED: the accumulators go to ``gated_tile`` (the ring's token buffer: every load
-        has landed and been read) for the kernel's SwiGLU epilogue. SHARED_X: the token ring
-        is shared with another consumer (``moe_gluon_w4a16_prefill_ws2``): its stages have
-        their own full barriers (full_x) and empty ones (empty_x, one arrive per consumer)."""
+        has landed and been read) for the kernel's SwiGLU epilogue."""
         BO: gl.constexpr = 16 * NW * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[NW, 1],
                                                        instr_shape=[16, BN, 16])
@@ -174,8 +135,6 @@ if HAS_GLUON:
             acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for i in range(num_steps):
             st = i % S
-            if SW > S or SHARED_X:  # the token stage's own barrier (else ``full``, below)
-                mbarrier.wait(full_x.index(st), (i // S) & 1)
             xa = xa_s.index(st)
             xb = xb_s.index(st)
             acc, acc2 = base._mma_group(a, xa, acc, acc2, 0, BN, BN2, 0)
@@ -196,16 +155,13 @@ if HAS_GLUON:
             nxt = gl.minimum(i + 1, num_steps - 1)
             sw = sw_next
             sw_next = gl.load(s_words + gl.minimum(i + 2, num_steps - 1))
-            mbarrier.wait(full.index(nxt % SW), (nxt // SW) & 1)
-            p0, p1, p2, p3 = base._step_words(w_s, nxt % SW, PG)
+            mbarrier.wait(full.index(nxt % S), (nxt // S) & 1)
+            p0, p1, p2, p3 = base._step_words(w_s, nxt % S, PG)
             bits = base._extract(p0)
             acc, acc2 = base._wait(acc, acc2, BN2)
-            # every wgmma of step i is done and its words are in registers: its weight stage
-            # and token stage are free (the arrive follows a partition barrier: all warps got
-            # here)
-            mbarrier.arrive(empty.index(i % SW), count=1)
-            if SHARED_X:  # the token stage is shared with another consumer: its own barrier
-                mbarrier.arrive(empty_x.index(st), count=1)
+            # every wgmma of step i is done and its words are in registers: stage st is free
+            # (the arrive follows a partition barrier: all warps got here)
+            mbarrier.arrive(empty.index(st), count=1)
             a = base._scaled(bits, sw, 0, ONE_MUL, LA)
         if GATED:  # g | u as bf16 into the block's tile (``gated_tile``); the kernel's
             # epilogue takes them from there (one copy of its code for every part fill)
@@ -228,27 +184,27 @@ if HAS_GLUON:
         return xa_s._reinterpret(gl.bfloat16, [BO, BM], epilogue.H_SHARED)
 
     @gluon.jit
-    def _ws_block(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty,
-                  s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
-                  stride_om, rw_ptr, limit, S: gl.constexpr, SW: gl.constexpr, BM: gl.constexpr,
+    def _ws_block(x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, s_words,
+                  pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block, num_steps,
+                  stride_om, rw_ptr, limit, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
                   REP: gl.constexpr, NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                   PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr):
         """One block's program at N = BN (+ BN2): consumer warpgroups and a producer warp."""
         BO: gl.constexpr = 16 * NW * REP
         gl.warp_specialize([
-            (_consumer, (w_s, xa_s, xb_s, full, full_x, empty, s_words, pairs_ptr, out_ptr,
-                         num_pairs, row_lo, block, num_steps, stride_om, rw_ptr, limit, S, SW,
-                         BM, BN, BN2, ONE_MUL, PG, REP, NW, GATED)),
-            (_producer, (x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty,
-                         row0, row1, block * BM, num_steps, S, SW, BO, BN, BN2, GATED)),
+            (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
+                         row_lo, block, num_steps, stride_om, rw_ptr, limit, S, BM, BN, BN2,
+                         ONE_MUL, PG, REP, NW, GATED)),
+            (_producer, (x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, row0,
+                         row1, block * BM, num_steps, S, BO, BN, BN2, GATED)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
     @gluon.jit
     def _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full,
-                    full_x, empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo,
-                    block, num_steps, stride_om, rw_ptr, limit, used, S: gl.constexpr,
-                    SW: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
+                    empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, row_lo, block,
+                    num_steps, stride_om, rw_ptr, limit, used, S: gl.constexpr,
+                    BM: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
                     REP: gl.constexpr, NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
                     PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr):
         """``_ws_block`` at the N of ``used`` eighths of BM (``base.part_tiles``)."""
@@ -256,9 +212,9 @@ if HAS_GLUON:
         for u in gl.static_range(1, 8):
             if base.eighths_hit(used, u):
                 _ws_block(descs[base._EIGHTHS_BOX[u - 1]], descs[base._EIGHTHS_BOX2[u - 1]],
-                          w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty, s_words, pairs_ptr,
+                          w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr,
                           out_ptr, num_pairs, row0, row1, row_lo, block, num_steps, stride_om,
-                          rw_ptr, limit, S, SW, BM, BM >> base._EIGHTHS_BOX[u - 1],
+                          rw_ptr, limit, S, BM, BM >> base._EIGHTHS_BOX[u - 1],
                           base._EIGHTHS_BN2[u - 1] * (BM // 8), ONE_MUL, PG, REP, NW,
                           PRODUCER_WARPS, PRODUCER_REGS, GATED)
 
@@ -278,8 +234,7 @@ if HAS_GLUON:
     def _w4a16_prefill_ws_kernel(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w3_desc, s_ptr,
                                  s3_ptr, pairs_ptr, block_expert_ptr, out_ptr, rw_ptr, limit,
                                  num_pairs, O, K, stride_se, stride_sn4, stride_om,
-                                 S: gl.constexpr, SW: gl.constexpr, BM: gl.constexpr,
-                                 ONE_MUL: gl.constexpr,
+                                 S: gl.constexpr, BM: gl.constexpr, ONE_MUL: gl.constexpr,
                                  PARTS: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                                  GATED: gl.constexpr, num_warps: gl.constexpr,
@@ -310,53 +265,43 @@ if HAS_GLUON:
                 row1 = tile_row0(expert * O + tile * BO + _TILE, num_steps, _TILE)  # BO 256
                 s_words = base.scale_words(s_ptr, expert, tile, stride_se, stride_sn4, BO, PG)
                 lo = tile * BO
-            gl.static_assert(SW >= S, "the weight ring at least as deep as the token ring")
-            w_s = gl.allocate_shared_memory(gl.uint8, [SW, BO, 64], w_desc.layout)
+            w_s = gl.allocate_shared_memory(gl.uint8, [S, BO, 64], w_desc.layout)
             xa_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
             xb_s = gl.allocate_shared_memory(gl.bfloat16, [S, BM, 64], x_desc.layout)
-            full = gl.allocate_shared_memory(gl.int64, [SW, 1], mbarrier.MBarrierLayout())
-            empty = gl.allocate_shared_memory(gl.int64, [SW, 1], mbarrier.MBarrierLayout())
-            for b in gl.static_range(SW):
+            full = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+            empty = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
+            for b in gl.static_range(S):
                 mbarrier.init(full.index(b), count=1)
                 mbarrier.init(empty.index(b), count=1)
-            if SW > S:  # the token stages' own barriers (SW == S: one ring, ``full``)
-                full_x = gl.allocate_shared_memory(gl.int64, [S, 1], mbarrier.MBarrierLayout())
-                for b in gl.static_range(S):
-                    mbarrier.init(full_x.index(b), count=1)
-            else:
-                full_x = full
             used = base.parts_used(pairs_ptr, block, num_pairs, BM, PARTS)
             if PARTS == 8:
                 _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w3_desc, w_s, xa_s, xb_s,
-                            full, full_x, empty, s_words, pairs_ptr, out_ptr, num_pairs, row0,
-                            row1, lo, block, num_steps, stride_om, rw_ptr, limit, used, S, SW, BM,
-                            ONE_MUL, PG, REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
+                            full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo,
+                            block, num_steps, stride_om, rw_ptr, limit, used, S, BM, ONE_MUL, PG,
+                            REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             elif PARTS == 4 and used == 1:
-                _ws_block(xq_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty,
+                _ws_block(xq_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
-                          num_steps, stride_om, rw_ptr, limit, S, SW, BM, BM // 4, 0, ONE_MUL, PG,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM // 4, 0, ONE_MUL, PG,
                           REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             elif PARTS >= 2 and used * (4 // PARTS) == 2:
-                _ws_block(xh_desc, xh_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty,
+                _ws_block(xh_desc, xh_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
-                          num_steps, stride_om, rw_ptr, limit, S, SW, BM, BM // 2, 0, ONE_MUL, PG,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM // 2, 0, ONE_MUL, PG,
                           REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
-                _ws_block(xh_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty,
+                _ws_block(xh_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
-                          num_steps, stride_om, rw_ptr, limit, S, SW, BM, BM // 2, BM // 4, ONE_MUL,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM // 2, BM // 4, ONE_MUL,
                           PG, REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
             else:
-                _ws_block(x_desc, x_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, full_x, empty,
+                _ws_block(x_desc, x_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
-                          num_steps, stride_om, rw_ptr, limit, S, SW, BM, BM, 0, ONE_MUL, PG, REP,
+                          num_steps, stride_om, rw_ptr, limit, S, BM, BM, 0, ONE_MUL, PG, REP,
                           num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
-            for b in gl.static_range(SW):
+            for b in gl.static_range(S):
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
-            if SW > S:
-                for b in gl.static_range(S):
-                    mbarrier.invalidate(full_x.index(b))
             if GATED:  # h from the consumer's g | u tile, once for every part fill
                 if EPILOGUE != 2:  # 2: a probe without it (moe_swiglu_epilogue.MODE)
                     cta_barrier()
@@ -378,14 +323,13 @@ def w4a16_prefill_ws_gemm(tokens: torch.Tensor, w: torch.Tensor, s: torch.Tensor
                           sorted_pairs: torch.Tensor, block_expert: torch.Tensor, num_pairs: int,
                           out: torch.Tensor, block_m: int, one_mul: bool = False,
                           warpgroups: int = 1, parts: int | None = None, rep: int = 2,
-                          stages: int | None = None, maxnreg: int | None = None,
-                          weight_stages: int | None = None) -> torch.Tensor:
+                          stages: int | None = None,
+                          maxnreg: int | None = None) -> torch.Tensor:
     """``moe_gluon_w4a16_prefill.w4a16_prefill_gemm``'s contract and bits on the producer-warp
     kernel (``stages``: the ring's depth, default ``STAGES`` read at the call; ``maxnreg``: the
-    launch's register cap per thread, None: ``launch_regs``; ``weight_stages``: the weight
-    ring's depth, default ``WEIGHT_STAGES``; at most ``stages``: one ring)."""
+    launch's register cap per thread, None: ``launch_regs``)."""
     _launch(tokens, (w, s), None, sorted_pairs, block_expert, num_pairs, out, block_m, one_mul,
-            warpgroups, parts, rep, (stages, weight_stages), maxnreg)
+            warpgroups, parts, rep, stages, maxnreg)
     return out
 
 
@@ -394,34 +338,30 @@ def w4a16_gated_ws_gemm(tokens: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor
                         block_expert: torch.Tensor, num_pairs: int, route_w: torch.Tensor,
                         limit: float, out: torch.Tensor, block_m: int, one_mul: bool = False,
                         parts: int | None = None, stages: int | None = None,
-                        maxnreg: int | None = None,
-                        weight_stages: int | None = None) -> torch.Tensor:
+                        maxnreg: int | None = None) -> torch.Tensor:
     """The gated GEMM with the SwiGLU as its epilogue (``GATED``): one program multiplies the
     gate (w1, s1) and up (w3, s3) projections of 64 intermediate features for its block's
     tokens and writes h's Q8_32 values, as ``moe_swiglu.swiglu_fake_q8_slots(g, u, route_w,
     limit, bf16, sorted_pairs, num_pairs)`` does from the two GEMMs' outputs, bit for bit:
     out (slots, I) bf16, slot i's row in the A-operand order of the down GEMM (padding slots
     unwritten). route_w: (num_pairs,) fp32, the pairs' routing weights. One warpgroup of two
-    A fragments (REP 2: gate and up). ``stages`` / ``weight_stages`` / ``maxnreg`` as
-    ``w4a16_prefill_ws_gemm``."""
+    A fragments (REP 2: gate and up)."""
     assert w1.shape == w3.shape and s1.shape == s3.shape and s1.stride() == s3.stride()
     assert out.shape == (tokens.shape[0], w1.shape[1]) and out.dtype == torch.bfloat16
     rw = route_w.reshape(-1).to(torch.float32).contiguous()
     assert rw.numel() == num_pairs, (rw.numel(), num_pairs)
     _launch(tokens, (w1, s1), (w3, s3, rw, float(limit)), sorted_pairs, block_expert,
-            num_pairs, out, block_m, one_mul, 1, parts, 2, (stages, weight_stages), maxnreg)
+            num_pairs, out, block_m, one_mul, 1, parts, 2, stages, maxnreg)
     return out
 
 
 def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, block_m, one_mul,
             warpgroups, parts, rep, stages, maxnreg):
     """One launch of ``_w4a16_prefill_ws_kernel`` over w_s = (w, s); ``gated`` (w3, s3, route
-    weights, limit) or None; stages: (token ring, weight ring) depths, None the defaults. A
-    program's output features: its rows, GATED half of them (of each projection)."""
+    weights, limit) or None. A program's output features: its rows, GATED half of them (of
+    each projection)."""
     assert HAS_GLUON, "w4a16_prefill_ws_gemm needs triton's Gluon"
     w, s = w_s
-    depth = STAGES if stages[0] is None else stages[0]
-    w_depth = max(depth, WEIGHT_STAGES if stages[1] is None else stages[1])
     _, out_features, half = w.shape
     k = half * 2
     rows = base.ROWS * warpgroups * rep
@@ -446,7 +386,7 @@ def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, bloc
         base.token_descriptor(tokens, base.eighth_rows(block_m)),
         w_desc, w3_desc, s, s3, sorted_pairs, block_expert, out, rw, limit, num_pairs,
         out_features, k, s.stride(0), s.stride(1) // 4, out.stride(0),
-        S=depth, SW=w_depth, BM=block_m, ONE_MUL=one_mul, PARTS=parts,
+        S=STAGES if stages is None else stages, BM=block_m, ONE_MUL=one_mul, PARTS=parts,
         PG=base.group_layout(warpgroups, rep), REP=rep, PRODUCER_WARPS=PRODUCER_WARPS,
         PRODUCER_REGS=PRODUCER_REGS, GATED=gated is not None, num_warps=4 * warpgroups,
         maxnreg=maxnreg or launch_regs(warpgroups),
@@ -459,18 +399,15 @@ def aot_cases() -> list[dict[str, Any]]:
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
     two warpgroups of REP 2 (256 rows: two weight boxes a step); the eighths (PARTS 8) on the
     4K steps' shape; the gated GEMM with its SwiGLU epilogue (GATED) at BM 128 and 64, and
-    with the eighths; both of the 4K shapes with a weight ring of 6 stages ahead of the tokens'
-    2 (``sw6``)."""
+    with the eighths."""
     cases = []
-    for bm, stages, wg, rep, parts, gated, sw in (
-            (128, 2, 1, 2, 4, False, 2), (64, 3, 1, 2, 4, False, 3), (128, 2, 2, 1, 4, False, 2),
-            (128, 3, 2, 2, 4, False, 3), (128, 2, 1, 2, 8, False, 2), (128, 2, 1, 2, 4, True, 2),
-            (64, 3, 1, 2, 4, True, 3), (128, 2, 1, 2, 8, True, 2), (128, 2, 1, 2, 8, False, 6),
-            (128, 2, 1, 2, 8, True, 6)):
+    for bm, stages, wg, rep, parts, gated in (
+            (128, 2, 1, 2, 4, False), (64, 3, 1, 2, 4, False), (128, 2, 2, 1, 4, False),
+            (128, 3, 2, 2, 4, False), (128, 2, 1, 2, 8, False), (128, 2, 1, 2, 4, True),
+            (64, 3, 1, 2, 4, True), (128, 2, 1, 2, 8, True)):
         box = 64 if gated else min(64 * wg * rep, 128)
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else "")
-                            + (f"_sw{sw}" if sw > stages else ""),
+                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -484,8 +421,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                     "num_pairs": "i32", "O": "i32", "K": "i32",
                                     "stride_se": "i32", "stride_sn4": "i32",
                                     "stride_om": "i32"},
-                      "constexprs": {"S": stages, "SW": sw, "BM": bm, "ONE_MUL": True,
-                                     "PARTS": parts,
+                      "constexprs": {"S": stages, "BM": bm, "ONE_MUL": True, "PARTS": parts,
                                      "PG": {"call": "group_layout", "args": [wg, rep]},
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "GATED": gated,

@@ -261,9 +261,7 @@ def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
     """Parts 8 (a block at N = its used eighths of BM 128: 16, 32, 32 + 16, 64, 64 + 16, 64 +
     32 or all, ``part_tiles``; session 34) on both kernels against parts 4 on the base kernel,
     routing whose last blocks take every eighth fill: bit-identical outputs, every pair's row
-    written (a token only reaches its own accumulator column), and the reference's values; the
-    producer-warp kernel also with its weights in a ring of their own, 4 and 6 stages ahead of
-    the tokens' 2 (``weight_stages``: the same bits)."""
+    written (a token only reaches its own accumulator column), and the reference's values."""
     from deepinfer.kernels.triton import moe_gluon
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
@@ -274,34 +272,14 @@ def test_w4a16_prefill_eighths_give_the_quarters_bits(gated, warpgroups, rep):
                                  warpgroups=warpgroups, parts=4, rep=rep)
     base = pf.w4a16_prefill_gemm(*args, torch.full_like(c["out"], float("nan")), 128,
                                  one_mul=True, warpgroups=warpgroups, parts=8, rep=rep)
-    got = [ws.w4a16_prefill_ws_gemm(*args, torch.full_like(c["out"], float("nan")), 128, True,
-                                    warpgroups, 8, rep, 2, weight_stages=sw) for sw in (0, 4, 6)]
-    for out in (base, *got):
+    got = ws.w4a16_prefill_ws_gemm(*args, torch.full_like(c["out"], float("nan")), 128, True,
+                                   warpgroups, 8, rep)
+    for out in (base, got):
         assert not out.isnan().any()  # every pair's row written
         assert torch.equal(out, want), (out - want).abs().max()
     ref = moe_gluon.reference_grouped(c["xv"], c["packed"], c["scale"], c["ids"], c["div"])
     _row(f"w4a16 prefill eighths {'gated' if gated else 'down'} wg{warpgroups} rep{rep}",
          f"{c['num_pairs'] // TOPK}x{c['xv'].shape[1]}", _rel(base, ref), 1e-5)
-
-
-@pytest.mark.parametrize("gated", [True, False])
-@pytest.mark.parametrize("stages,weight_stages", [(3, 4), (2, 6), (2, 2)])
-def test_w4a16_prefill_ws2_gives_the_ws_kernels_bits(gated, stages, weight_stages):
-    """Two consumer warpgroups on one token ring (``moe_gluon_w4a16_prefill_ws2``: 256 weight
-    rows a program, each warpgroup its own weight ring and pace) against the producer-warp
-    kernel at parts 8, routing whose last blocks take every eighth fill: bit-identical
-    outputs, every pair's row written, at token / weight rings 3 / 4, 2 / 6 and 2 / 2."""
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws2 as ws2
-
-    c = _w4a16_prefill_case(gated, 128, 119, eighths=True)
-    args = (c["gathered"], c["weights"], c["scale"], c["pairs"], c["blocks"], c["num_pairs"])
-    want = ws.w4a16_prefill_ws_gemm(*args, torch.full_like(c["out"], float("nan")), 128, True,
-                                    1, 8, 2)
-    got = ws2.w4a16_prefill_ws2_gemm(*args, torch.full_like(c["out"], float("nan")), 128, True,
-                                     stages, weight_stages)
-    assert not want.isnan().any() and not got.isnan().any()  # every pair's row written
-    assert torch.equal(got, want), (got - want).abs().max()
 
 
 @pytest.mark.parametrize("block_m,eighths,parts", [(128, True, 8), (128, False, 4),
@@ -311,18 +289,15 @@ def test_w4a16_gated_swiglu_epilogue_matches_two_gemms(block_m, eighths, parts):
     of 64 features in one program) against the two producer-warp GEMMs and
     ``swiglu_fake_q8_slots``: bit for bit on every slot, padding slots untouched, at every
     part fill (eighths from BM 128, or the quarters), the clamps at the limit exercised (the
-    epilogue in its octet layout, ``moe_swiglu_epilogue``), also with the weights in a ring of
-    6 stages ahead of the tokens' 2 (``weight_stages``)."""
+    epilogue in its octet layout, ``moe_swiglu_epilogue``)."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
     from deepinfer.kernels.triton import moe_swiglu
 
     c, w3, s3, rw, gemm, sentinel, want = _gated_swiglu_case(block_m, eighths, parts)
     num_pairs, pairs, blocks = c["num_pairs"], c["pairs"], c["blocks"]
-    for sw in (0, 6):
-        got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs,
-                                     blocks, num_pairs, rw, 10.0, sentinel.clone(), block_m, True,
-                                     parts, weight_stages=sw)
-        assert torch.equal(got, want), (sw, (got.float() - want.float()).abs().max())
+    got = ws.w4a16_gated_ws_gemm(c["gathered"], c["weights"], c["scale"], w3, s3, pairs, blocks,
+                                 num_pairs, rw, 10.0, sentinel.clone(), block_m, True, parts)
+    assert torch.equal(got, want), (got.float() - want.float()).abs().max()
     g, u = gemm(c["weights"], c["scale"]), gemm(w3, s3)
     apart = _ms(lambda: (gemm(c["weights"], c["scale"]), gemm(w3, s3),
                          moe_swiglu.swiglu_fake_q8_slots(g, u, rw, 10.0, torch.bfloat16, pairs,
@@ -375,28 +350,6 @@ def test_w4a16_prefill_pipeline_fused_swiglu_same_bits(monkeypatch):
     with nan_poisoned_allocations():
         fused = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0)
     assert torch.equal(fused, apart), (fused.float() - apart.float()).abs().max()
-
-
-def test_w4a16_prefill_pipeline_down_two_consumers_same_bits(monkeypatch):
-    """The pipeline's down GEMM on two consumer warpgroups sharing a token ring
-    (``DOWN_TWO_CONSUMERS``; one warpgroup of two fragments, BM 128, eighths) gives the
-    producer-warp kernel's output bit for bit."""
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill as pf
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws2 as ws2
-
-    tokens, ids, route_w, x, plain, kernel = _prefill_pipeline_case()
-    monkeypatch.setattr(pf, "PARTS", 8)
-    monkeypatch.setattr(pf, "DOWN_TWO_CONSUMERS", False)
-    one = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, block_m=128, rep=2)
-    monkeypatch.setattr(pf, "DOWN_TWO_CONSUMERS", True)
-    calls = []
-    gemm2 = ws2.w4a16_prefill_ws2_gemm
-    monkeypatch.setattr(ws2, "w4a16_prefill_ws2_gemm",
-                        lambda *a, **k: calls.append(1) or gemm2(*a, **k))
-    with nan_poisoned_allocations():
-        two = pf.run_experts_w4a16_prefill(x, ids, route_w, *kernel, 10.0, block_m=128, rep=2)
-    assert calls == [1]  # the down GEMM took the two-consumer kernel
-    assert torch.equal(two, one), (two.float() - one.float()).abs().max()
 
 
 def test_w4a16_prefill_pipeline_matches_run_experts():

@@ -161,12 +161,11 @@ def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     fragments: 256 rows from two weight boxes a step), and the one shuffle the
     warp-specialized dispatch makes (the warp index), none in the data path — but the GATED
     epilogue's group maxima (a group on four lanes: two shuffles a group; none in the K
-    loop). A weight ring of its own (6 stages ahead of the tokens' 2) keeps two programs per
-    SM in shared memory (≤ 113 KB each)."""
+    loop)."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
     cases = ws.aot_cases()
-    assert len(cases) == 10 and sum(c["constexprs"]["GATED"] for c in cases) == 4
+    assert len(cases) == 8 and sum(c["constexprs"]["GATED"] for c in cases) == 3
     results = sm90_compile(cases)
     for case in cases:
         r = results[case["id"]]
@@ -178,31 +177,9 @@ def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
         assert r["wgmma_count"] == case["constexprs"]["REP"] * per_rep, \
             (case["id"], r["wgmma_count"])
         wg = case["num_warps"] // 4
-        if case["constexprs"]["SW"] > case["constexprs"]["S"]:
-            assert r["shared"] <= 113 * 1024, (case["id"], r["shared"])
         if r["regs"] is not None:  # cuobjdump present
             assert r["regs"] <= ws.launch_regs(wg), (case["id"], r["regs"])
     assert ws.launch_regs(1) == 128 and ws.launch_regs(2) == 168
-
-
-@pytest.mark.skipif(not pf.HAS_GLUON, reason="needs triton's Gluon")
-def test_w4a16_prefill_ws2_compiles_for_sm90(sm90_compile):
-    """sm_90 compile gate of the two-consumer kernel (``moe_gluon_w4a16_prefill_ws2``): each
-    consumer partition the producer-warp kernel's wgmmas at the eighths (2 x 80 x REP 2), no
-    spills under the launch cap (one program of 384 threads per SM), its rings in shared
-    memory (token ring 3 x 32 KB + two weight rings of 4 x 8 KB at the default)."""
-    from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws2 as ws2
-
-    cases = ws2.aot_cases()
-    assert len(cases) == 2
-    results = sm90_compile(cases)
-    for case in cases:
-        r = results[case["id"]]
-        assert r["wgmma_count"] == 2 * 2 * 80, (case["id"], r["wgmma_count"])
-        assert r["shared"] <= 227 * 1024, (case["id"], r["shared"])
-        if r["regs"] is not None:  # cuobjdump present
-            assert r["regs"] <= ws2.LAUNCH_REGS, (case["id"], r["regs"])
-    assert ws2.LAUNCH_REGS * 384 <= 65536
 
 
 def test_program_shape_by_pairs_per_expert(monkeypatch):
