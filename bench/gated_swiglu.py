@@ -10,7 +10,10 @@ them. Rows, median µs a call (CUDA events, 10 back-to-back calls): the two prod
 engine's path: ``moe_swiglu_epilogue`` in its octet layout) at each ``--chunks`` value (tokens
 an epilogue pass holds, ``moe_swiglu_epilogue.TOKEN_CHUNK``), compared bit for bit with
 apart's, and the fused launch without its epilogue (``MODE`` 2: the K loop's own cost).
-GPU only (Gluon has no interpreter path).
+``--probe-no-decode``: every launch without its weights' integer decode (the words scaled as
+they are: wrong values; the bit comparisons then read "—"): what the decode costs the fused
+kernel (session 45's round 223 found the single GEMMs as fast without it). GPU only (Gluon
+has no interpreter path).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ def main() -> int:
     ap.add_argument("--chunks", default="32",
                     help="comma-separated tokens per epilogue pass (moe_swiglu_epilogue."
                          "TOKEN_CHUNK: 32, 64 or 128)")
+    ap.add_argument("--probe-no-decode", action="store_true",
+                    help="a timing probe: the kernels without their integer decode (wrong "
+                         "values)")
     args = ap.parse_args()
     if args.tokens < 1 or args.experts < 1:
         ap.error(f"--tokens and --experts: expected >= 1, got {args.tokens} and {args.experts}")
@@ -50,6 +56,10 @@ def main() -> int:
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
     from deepinfer.kernels.triton import moe_swiglu_epilogue as epilogue
 
+    if args.probe_no_decode:  # before any compile (moe_gluon_w4a16_prefill._NO_DECODE)
+        from triton.experimental.gluon import language as gl
+        pf._NO_DECODE = gl.constexpr(True)
+        print("PROBE: the kernels without their integer decode (wrong values)")
     torch.manual_seed(0)
     n, e = args.tokens, args.experts
     x = (torch.randn(n, D, device="cuda") * 0.5).to(torch.bfloat16)
@@ -105,7 +115,7 @@ def main() -> int:
             epilogue.MODE, epilogue.TOKEN_CHUNK = mode, chunk
             got.zero_()
             fused(got)
-            same = "—" if mode == 2 else str(torch.equal(got, want))
+            same = "—" if mode == 2 or args.probe_no_decode else str(torch.equal(got, want))
             ok = ok and same != "False"
             us = median_ms(lambda: fused(got), calls=10) * 1e3
             print(f"| {name} | {us:.1f} | {same} |", flush=True)
