@@ -24,22 +24,21 @@ from typing import Any
 
 import torch
 
-try:
-    from triton.experimental import gluon
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
-        warpgroup_mma,
-        warpgroup_mma_wait,
-    )
-    HAS_GLUON = True
-except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on the install
-    HAS_GLUON = False
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 ROWS = 64  # an A fragment's rows (wgmma M)
 TILE_ROWS = 128  # the token tile's rows in shared memory (BN + BN2 <= 128)
 
 if HAS_GLUON:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        warpgroup_mma,
+    )
+
+    from deepinfer.kernels.triton.moe_gluon_w4a16_prefill import _wait  # the kernel's wait
+
     _ROWS = gl.constexpr(ROWS)
     _TILE_ROWS = gl.constexpr(TILE_ROWS)
 
@@ -58,15 +57,6 @@ if HAS_GLUON:
             if REP == 2:
                 acc2 = warpgroup_mma(a1, x_g.slice(BN, BN2, dim=0).permute((1, 0)), acc2,
                                      is_async=True)
-        return acc, acc2
-
-    @gluon.jit
-    def _wait(acc, acc2, BN2: gl.constexpr):
-        if BN2 > 0:
-            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-            acc2 = acc
         return acc, acc2
 
     @gluon.jit
