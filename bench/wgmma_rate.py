@@ -5,11 +5,14 @@ a wait) could reach with nothing else in the loop — no decode, no TMA, no mbar
     python bench/wgmma_rate.py [--ns 16 32 48 64 80 96 128] [--steps 640] [--per-sm 1 2 3]
 
 Each program is one warpgroup (4 warps) holding REP A fragments [64, 32] bf16 in registers
-(loaded, so ptxas cannot rebuild them) and a token tile [BN + BN2, 64] bf16 in shared memory
+(stacked on M, loaded so ptxas cannot rebuild them; issued and waited by the kernel's own
+``_mma_group`` / ``_wait``) and a token tile [BN + BN2, 64] bf16 in shared memory
 (written once); per K step it issues 4 groups of REP wgmmas (acc += A @ tile[:, 32 g % 64 ..]ᵀ,
 K 32 each: two HGMMA k16) and waits after each group (``wait`` "group", the kernel's
 pattern) or once per step ("step"); BN2 > 0 adds the eighths' second accumulator (the same A
-against BN2 more tokens). One wave of ``--per-sm`` programs an SM (the expert GEMM runs two).
+against BN2 more tokens). ``--per-sm`` programs an SM are launched (the expert GEMM runs two;
+no register cap: REP 2 at N 128 holds a 128-register accumulator, as the kernel's consumer
+under its setmaxnreg of 216, so more than two may not fit at once).
 Prints TFLOP/s and the share of the bf16 ceiling measured in the same run (torch.matmul
 8192³) per (tokens, REP, wait, programs an SM): the tensor pace the expert GEMM's eighths can
 reach at 4K tokens (~64 pairs an expert: N 16..128). GPU only (Gluon); the sm_90 compile
@@ -32,37 +35,20 @@ TILE_ROWS = 128  # the token tile's rows in shared memory (BN + BN2 <= 128)
 if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.language.nvidia.hopper import (
-        fence_async_shared,
-        warpgroup_mma,
-    )
+    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 
-    from deepinfer.kernels.triton.moe_gluon_w4a16_prefill import _wait  # the kernel's wait
+    # the kernel's own group issue and wait
+    from deepinfer.kernels.triton.moe_gluon_w4a16_prefill import _mma_group, _wait
 
     _ROWS = gl.constexpr(ROWS)
     _TILE_ROWS = gl.constexpr(TILE_ROWS)
 
     @gluon.jit
-    def _group(a0, a1, x_s, acc, acc2, C0: gl.constexpr, BN: gl.constexpr, BN2: gl.constexpr,
-               REP: gl.constexpr):
-        """One 32-K group: every fragment against the tile's columns [C0, C0 + 32)."""
-        x_g = x_s.slice(C0, 32, dim=1)
-        acc = warpgroup_mma(a0, x_g.slice(0, BN, dim=0).permute((1, 0)), acc, is_async=True)
-        if REP == 2:
-            acc = warpgroup_mma(a1, x_g.slice(0, BN, dim=0).permute((1, 0)), acc,
-                                is_async=True)
-        if BN2 > 0:
-            acc2 = warpgroup_mma(a0, x_g.slice(BN, BN2, dim=0).permute((1, 0)), acc2,
-                                 is_async=True)
-            if REP == 2:
-                acc2 = warpgroup_mma(a1, x_g.slice(BN, BN2, dim=0).permute((1, 0)), acc2,
-                                     is_async=True)
-        return acc, acc2
-
-    @gluon.jit
     def _wgmma_rate_kernel(a_ptr, out_ptr, steps, BN: gl.constexpr, BN2: gl.constexpr,
                            REP: gl.constexpr, WAIT_GROUP: gl.constexpr):
-        # one warpgroup: acc [64, BN] (+ acc2 [64, BN2]) += A [64, 32] @ tile[:, 32 g]ᵀ
+        # one warpgroup: acc [64 REP, BN] (+ acc2 [64 REP, BN2]) += A [64 REP, 32] @
+        # tile[:, 32 g]ᵀ, the REP fragments stacked on M as the kernel's
+        BO: gl.constexpr = _ROWS * REP
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BN, 16])
         LA: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
@@ -73,23 +59,21 @@ if HAS_GLUON:
         x_s = gl.allocate_shared_memory(gl.bfloat16, [_TILE_ROWS, 64], TILE)
         x_s.store(gl.full([_TILE_ROWS, 64], 0.5, gl.bfloat16, FILL))
         fence_async_shared()
-        # the fragments loaded (a_ptr: [2, 64, 32] bf16), not constants: ptxas would rebuild
+        # the fragments loaded (a_ptr: [128, 32] bf16), not constants: ptxas would rebuild
         # constant operands in the same registers before each wgmma and wait for the last
-        r = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, LA))
+        r = gl.arange(0, BO, layout=gl.SliceLayout(1, LA))
         c = gl.arange(0, 32, layout=gl.SliceLayout(0, LA))
-        offs = r[:, None] * 32 + c[None, :]
-        a0 = gl.load(a_ptr + offs)
-        a1 = gl.load(a_ptr + _ROWS * 32 + offs)
-        acc = gl.zeros([_ROWS, BN], gl.float32, MMA)
+        a = gl.load(a_ptr + r[:, None] * 32 + c[None, :])
+        acc = gl.zeros([BO, BN], gl.float32, MMA)
         acc2 = acc
         if BN2 > 0:
             MMA2: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                             warps_per_cta=[4, 1],
                                                             instr_shape=[16, BN2, 16])
-            acc2 = gl.zeros([_ROWS, BN2], gl.float32, MMA2)
+            acc2 = gl.zeros([BO, BN2], gl.float32, MMA2)
         for _ in range(steps):
             for g in gl.static_range(4):
-                acc, acc2 = _group(a0, a1, x_s, acc, acc2, (g % 2) * 32, BN, BN2, REP)
+                acc, acc2 = _mma_group(a, x_s, acc, acc2, 0, BN, BN2, (g % 2) * 32)
                 if WAIT_GROUP:
                     acc, acc2 = _wait(acc, acc2, BN2)
             if not WAIT_GROUP:
@@ -108,10 +92,10 @@ def flops(programs: int, steps: int, bn: int, bn2: int, rep: int) -> int:
 
 def launch(a: torch.Tensor, out: torch.Tensor, steps: int, bn: int, bn2: int, rep: int,
            wait_group: bool):
-    """One launch over ``out.numel()`` programs (one wave: the block scheduler spreads them
-    over the SMs); a: the A fragments [2, 64, 32] bf16."""
+    """One launch over ``out.numel()`` programs (the block scheduler spreads them over the
+    SMs); a: the A fragments [128, 32] bf16 (the first 64 REP rows used)."""
     _wgmma_rate_kernel[(out.numel(),)](a, out, steps, BN=bn, BN2=bn2, REP=rep,
-                                       WAIT_GROUP=wait_group, num_warps=4, maxnreg=128)
+                                       WAIT_GROUP=wait_group, num_warps=4)
 
 
 def aot_cases() -> list[dict[str, Any]]:
@@ -124,7 +108,7 @@ def aot_cases() -> list[dict[str, Any]]:
                       "signature": {"a_ptr": "*bf16", "out_ptr": "*fp32", "steps": "i32"},
                       "constexprs": {"BN": bn, "BN2": bn2, "REP": rep,
                                      "WAIT_GROUP": wait_group},
-                      "num_warps": 4, "num_stages": 1, "no_spill": True, "maxnreg": 128,
+                      "num_warps": 4, "num_stages": 1, "no_spill": True,
                       "expect_wgmma": True})
     return cases
 
@@ -136,7 +120,7 @@ def main() -> int:
                          "32, as the eighths split them)")
     ap.add_argument("--steps", type=int, default=640, help="K steps of 128 per program")
     ap.add_argument("--per-sm", type=int, nargs="+", default=[2, 1, 3],
-                    help="programs an SM (one wave)")
+                    help="programs launched per SM")
     args = ap.parse_args()
     split = {16: (16, 0), 32: (32, 0), 48: (32, 16), 64: (64, 0), 80: (64, 16), 96: (64, 32),
              112: (64, 48), 128: (128, 0)}
@@ -152,7 +136,7 @@ def main() -> int:
     rl = roofline()
     bf16 = rl.measure_ceilings()["bf16_flops_per_s"]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    a = (torch.rand(2, ROWS, 32, device="cuda") - 0.5).to(torch.bfloat16)
+    a = (torch.rand(2 * ROWS, 32, device="cuda") - 0.5).to(torch.bfloat16)
     print(f"{torch.cuda.get_device_name()}: bf16 ceiling {bf16 / 1e12:.0f} TFLOP/s; {sms} SMs, "
           f"{args.steps} steps a program")
     print("| tokens (BN + BN2) | REP | wait | programs an SM | ms | TFLOP/s | of bf16 |")

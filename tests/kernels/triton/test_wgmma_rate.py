@@ -1,6 +1,5 @@
 """The sm_90 compile gate of bench/wgmma_rate.py's probe kernel (the register-A wgmma's pace
-by N): the expert GEMM's per-group wgmma count, no spills under 128 registers, and its FLOP
-count."""
+by N): the expert GEMM's per-group wgmma count, no spills, and its FLOP count."""
 
 from __future__ import annotations
 
@@ -24,8 +23,6 @@ def test_wgmma_rate_compiles_for_sm90(sm90_compile):
         k = case["constexprs"]
         per_step = 4 * k["REP"] * (2 if k["BN2"] else 1) * 2  # groups x fragments x acc x k16
         assert results[case["id"]]["wgmma_count"] == per_step, (case["id"], results[case["id"]])
-        regs = results[case["id"]]["regs"]
-        assert regs is None or regs <= 128, (case["id"], regs)
 
 
 def test_flops_count_the_fragments_tokens_and_groups():
