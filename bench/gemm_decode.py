@@ -21,7 +21,12 @@ share one TMA-fed token tile of BT, ``first``: a step's wgmmas issued before its
 ``wide_config``'s launch, or this; ``gl:wN``:
 ``wide_config``'s launch with split-K for N waves at every row count, the rule before
 batch-invariant prefill), or
-``glf`` / ``gl0`` (``wide_config``'s launch with ``MMA_FIRST`` on / off). The 16-byte-store
+``glf`` / ``gl0`` (``wide_config``'s launch with ``MMA_FIRST`` on / off),
+``dq[:BMxBNxBK:stages:warps]`` (the weight dequantized to bf16 once, outside the timing —
+the same values —, then ``linear``'s bf16-weight path: ``_linear_kernel``'s ``tl.dot`` with
+both operands in shared memory, on ``linear_config``'s tiles or these) or ``cublas``
+(torch.matmul on that bf16 weight: a reference of what a shared-memory-operand bf16 GEMM
+reaches at the shape, never an engine path). The 16-byte-store
 variant ``glv``, the persistent ``glp`` / ``glps`` and two A fragments per warpgroup
 (``:rREP``) were removed in sessions 35 / 36 (no gain, rounds 172 / 174 / 177; their code is at
 59cb884 / bf68298), the warp-specialized ``glws:BT:BK:STAGES:wN`` (``linear_wide_ws``) in
@@ -56,9 +61,14 @@ DEFAULT_VARIANTS = ("default,bf16,64x64x128:6:4:0,64x32x128:6:4:0,64x128x128:4:4
 
 def parse_variant(text: str) -> dict | str:
     """``BMxBNxBK:stages:warps:split`` -> gemm_q8 config (+ "split"), or the name itself."""
-    if text in ("default", "bf16", "wm", "gl"):
+    if text in ("default", "bf16", "wm", "gl", "dq", "cublas"):
         return text
     try:
+        if text.startswith("dq:"):  # the dequantized bf16 weight on BMxBNxBK:stages:warps
+            _, tile, stages, warps = text.split(":")
+            bm, bn, bk = (int(v) for v in tile.split("x"))
+            return dict(dq=True, config=dict(BM=bm, BN=bn, BK=bk, GROUP_M=8,
+                                             num_warps=int(warps), num_stages=int(stages)))
         if text in ("glf", "gl0"):  # wide_config's launch, MMA_FIRST on / off
             return dict(gl=True, MMA_FIRST=text == "glf")
         if text.startswith("gl:w") and text.count(":") == 1:  # wide_config, split by waves
@@ -96,7 +106,7 @@ def parse_variant(text: str) -> dict | str:
                  "(split an int or wN), 'default', 'bf16[:wN]', "
                  "'bf16:BMxBNxBK:stages:warps:wN', "
                  "'gl[:WG:BT[:BK]:STAGES:wN[:first]]', 'gl:wN', "
-                 "'glf', 'gl0' or "
+                 "'glf', 'gl0', 'dq[:BMxBNxBK:stages:warps]', 'cublas' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
@@ -108,6 +118,15 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
 
     m, k = x.shape
     n = w.codes.shape[0]
+    if variant in ("dq", "cublas") or isinstance(variant, dict) and variant.get("dq"):
+        xr = quant_act.fake_quant_fp8_block32(x)
+        wdq = w.dequantize()  # (n, k) bf16, the same values
+        if variant == "cublas":
+            return lambda: torch.matmul(xr, wdq.t())
+        if variant == "dq":
+            return lambda: linear.linear(xr, wdq)
+        return lambda: linear._launch(xr[:, None, :], wdq, n,
+                                      config=variant["config"]).view(m, n)
     if variant == "gl" or isinstance(variant, dict) and variant.get("gl"):
         from deepinfer.kernels.triton import linear_wide
 
