@@ -24,11 +24,12 @@ batch-invariant prefill), or
 ``glf`` / ``gl0`` (``wide_config``'s launch with ``MMA_FIRST`` on / off),
 ``dq[:BMxBNxBK:stages:warps]`` (the weight dequantized to bf16 once, outside the timing —
 the same values —, then ``linear``'s bf16-weight path: ``_linear_kernel``'s ``tl.dot`` with
-both operands in shared memory, on ``linear_config``'s tiles or these) or ``cublas``
+both operands in shared memory, on ``linear_config``'s tiles or these) ``cublas``
 (torch.matmul on that bf16 weight: a reference of what a shared-memory-operand bf16 GEMM
-reaches at the shape, never an engine path). The 16-byte-store
-variant ``glv``, the persistent ``glp`` / ``glps`` and two A fragments per warpgroup
-(``:rREP``) were removed in sessions 35 / 36 (no gain, rounds 172 / 174 / 177; their code is at
+reaches at the shape, never an engine path) or ``ss[:BMxBNxBK:STAGES]`` (``linear_ss`` on that
+bf16 weight: both operands in shared memory, a producer warp; ``CONFIG``'s tile or this).
+The 16-byte-store variant ``glv``, the persistent ``glp`` / ``glps`` and two A fragments per
+warpgroup (``:rREP``) were removed in sessions 35 / 36 (no gain, rounds 172 / 174 / 177; their code is at
 59cb884 / bf68298), the warp-specialized ``glws:BT:BK:STAGES:wN`` (``linear_wide_ws``) in
 session 42 (slower at 64-256 rows, round 69a, and at 4,096, round 177; code at ad9ad7b).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
@@ -61,9 +62,13 @@ DEFAULT_VARIANTS = ("default,bf16,64x64x128:6:4:0,64x32x128:6:4:0,64x128x128:4:4
 
 def parse_variant(text: str) -> dict | str:
     """``BMxBNxBK:stages:warps:split`` -> gemm_q8 config (+ "split"), or the name itself."""
-    if text in ("default", "bf16", "wm", "gl", "dq", "cublas"):
+    if text in ("default", "bf16", "wm", "gl", "dq", "cublas", "ss"):
         return text
     try:
+        if text.startswith("ss:"):  # linear_ss on BMxBNxBK:STAGES
+            _, tile, stages = text.split(":")
+            bm, bn, bk = (int(v) for v in tile.split("x"))
+            return dict(ss=True, config=dict(BM=bm, BN=bn, BK=bk, STAGES=int(stages)))
         if text.startswith("dq:"):  # the dequantized bf16 weight on BMxBNxBK:stages:warps
             _, tile, stages, warps = text.split(":")
             bm, bn, bk = (int(v) for v in tile.split("x"))
@@ -106,7 +111,7 @@ def parse_variant(text: str) -> dict | str:
                  "(split an int or wN), 'default', 'bf16[:wN]', "
                  "'bf16:BMxBNxBK:stages:warps:wN', "
                  "'gl[:WG:BT[:BK]:STAGES:wN[:first]]', 'gl:wN', "
-                 "'glf', 'gl0', 'dq[:BMxBNxBK:stages:warps]', 'cublas' or "
+                 "'glf', 'gl0', 'dq[:BMxBNxBK:stages:warps]', 'cublas', 'ss[:BMxBNxBK:STAGES]' or "
                  "'wm[:BOxBK[xBT]:stages:warps:wN]'")
 
 
@@ -118,9 +123,17 @@ def make_call(variant: dict | str, x: torch.Tensor, w):
 
     m, k = x.shape
     n = w.codes.shape[0]
-    if variant in ("dq", "cublas") or isinstance(variant, dict) and variant.get("dq"):
+    if variant in ("dq", "cublas", "ss") or isinstance(variant, dict) and (
+            variant.get("dq") or variant.get("ss")):
         xr = quant_act.fake_quant_fp8_block32(x)
         wdq = w.dequantize()  # (n, k) bf16, the same values
+        if variant == "ss" or isinstance(variant, dict) and variant.get("ss"):
+            from deepinfer.kernels.triton import linear_ss
+
+            cfg = None if variant == "ss" else variant["config"]
+            if not linear_ss.accepts(xr[:, None, :], wdq, n, cfg):
+                cfg = {**(cfg or {}), "BN": 128}  # O not whole 256-row tiles
+            return lambda: linear_ss.linear_ss(xr[:, None, :], wdq, n, cfg).view(m, n)
         if variant == "cublas":
             return lambda: torch.matmul(xr, wdq.t())
         if variant == "dq":

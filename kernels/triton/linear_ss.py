@@ -1,0 +1,204 @@
+"""bf16 projections with both wgmma operands in shared memory (Gluon, SM90 only): the prefill
+path of an FP8 block weight whose bf16 twin is resident (``Fp8BlockWeight.bf16``, the values
+``dequantize`` gives: e4m3 x 2^k is exact in bf16).
+
+    out[t, g, o] = sum_k x[t, g, k] * w[g * O + o, k]
+
+Why: ``linear_wide`` decodes the FP8 weight in registers (the wgmma A operand) and runs at
+~0.7 of the bf16 matmul rate at 4,096 rows; torch.matmul on the dequantized weight reaches 0.90
+on the same shapes with the same bits (H100 round 227, ``bench/gemm_decode.py`` ``cublas``:
+sequential K sums either way). With the weight already bf16 nothing is left for the
+warpgroups to do but issue wgmmas:
+
+  * a producer warp (``gl.warp_specialize``) fills a STAGES-deep ring, each stage the token
+    tile [BM, BK] and the weight tile [BN, BK] (bf16, 128-byte swizzle), one "full" barrier
+    per stage; it refills a stage once its "empty" barrier says the wgmmas reading it are done;
+  * the consumer warpgroups (BM / 64 of them, tokens on the wgmma M side, the weight tile
+    shared as the B operand, N = BN) issue one m64 nBN k64 wgmma a step and keep one step in
+    flight (``warpgroup_mma_wait(1)``): step i - 1's stage is freed once step i is issued;
+  * the fp32 accumulator goes to the output as bf16 (masked rows), one program per output
+    tile, the token tiles fastest (a weight tile's second read hits L2).
+
+K is summed in order, 16 at a time, into one fp32 accumulator — as ``linear_wide`` does — so
+the outputs are bit-identical to it (tests/gpu/test_linear_ss_gpu.py). No split-K: the path is
+for prefill row counts (``linear.SS_MIN_ROWS``).
+
+Shapes: x (M, G, K) bf16, K % BK == 0 (BK 64, or 32); w (G * O, K) bf16, O % BN == 0; out (M,
+G, O) bf16. Reference: ``linear.linear`` on the FP8 weight (the same values).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from deepinfer.kernels.triton.launch_math import cdiv
+
+try:  # Gluon ships with triton >= 3.5
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    HAS_GLUON = True
+except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on the install
+    HAS_GLUON = False
+
+PRODUCER_WARPS = 1  # the TMA partition (Triton pads it to a warpgroup: three warps wait)
+PRODUCER_REGS = 40  # its registers per thread (setmaxnreg)
+REGISTER_FILE = 65536  # 32-bit registers per SM
+
+if HAS_GLUON:
+    _PRODUCER_WARPS = gl.constexpr(PRODUCER_WARPS)
+    _PRODUCER_REGS = gl.constexpr(PRODUCER_REGS)
+
+    @gluon.jit
+    def _producer(x_desc, w_desc, x_s, w_s, full, empty, tok0, x_col0, row0, num_steps,
+                  STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                  BK: gl.constexpr):
+        """Step i's token and weight tiles into stage i % STAGES once the consumers freed it
+        (its (i // STAGES)-th use; the first STAGES uses wait for nothing)."""
+        for i in range(num_steps):
+            st = i % STAGES
+            mbarrier.wait(empty.index(st), ((i // STAGES) & 1) ^ 1, pred=i >= STAGES)
+            bar = full.index(st)
+            mbarrier.expect(bar, (BM + BN) * BK * 2)
+            tma.async_copy_global_to_shared(x_desc, [tok0, x_col0 + i * BK], bar,
+                                            x_s.index(st))
+            tma.async_copy_global_to_shared(w_desc, [row0, i * BK], bar, w_s.index(st))
+
+    @gluon.jit
+    def _consumer(x_s, w_s, full, empty, out_ptr, num_rows, tok0, out_col0, num_steps,
+                  stride_om, STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                  num_warps: gl.constexpr):
+        """acc [BM, BN] += x tile @ w tileᵀ over the K steps, one wgmma in flight; then the
+        bf16 output rows tok0 .. (those below num_rows), columns out_col0 .. + BN."""
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
+                                                       warps_per_cta=[num_warps, 1],
+                                                       instr_shape=[16, BN, 16])
+        acc = gl.zeros([BM, BN], gl.float32, MMA)
+        for i in range(num_steps):
+            st = i % STAGES
+            mbarrier.wait(full.index(st), (i // STAGES) & 1)
+            acc = warpgroup_mma(x_s.index(st), w_s.index(st).permute((1, 0)), acc,
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            # step i - 1's wgmma is done: its stage is free (the arrive follows a partition
+            # barrier: every warp got here)
+            if i > 0:
+                mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        rows = tok0 + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
+        cols = out_col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
+        offs = rows.to(gl.int64)[:, None] * stride_om + cols[None, :]
+        gl.store(out_ptr + offs, acc.to(gl.bfloat16),
+                 mask=(rows < num_rows)[:, None] & (cols >= 0)[None, :])
+
+    @gluon.jit
+    def _linear_ss_kernel(x_desc, w_desc, out_ptr, num_rows, O, K, stride_om, stride_og,
+                          T_TILES: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
+                          BN: gl.constexpr, BK: gl.constexpr, num_warps: gl.constexpr):
+        # program (tile, group): token tile tile % T_TILES (fastest), output tile
+        # tile // T_TILES of group program_id(1)
+        tile = gl.program_id(0)
+        group = gl.program_id(1)
+        tok0 = (tile % T_TILES) * BM
+        n0 = (tile // T_TILES) * BN
+        num_steps = K // BK
+        x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], x_desc.layout)
+        w_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], w_desc.layout)
+        full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for b in gl.static_range(STAGES):
+            mbarrier.init(full.index(b), count=1)
+            mbarrier.init(empty.index(b), count=1)
+        gl.warp_specialize([
+            (_consumer, (x_s, w_s, full, empty, out_ptr + group.to(gl.int64) * stride_og,
+                         num_rows, tok0, n0, num_steps, stride_om, STAGES, BM, BN,
+                         num_warps)),
+            (_producer, (x_desc, w_desc, x_s, w_s, full, empty, tok0, group * K,
+                         group * O + n0, num_steps, STAGES, BM, BN, BK)),
+        ], [_PRODUCER_WARPS], [_PRODUCER_REGS])
+        for b in gl.static_range(STAGES):
+            mbarrier.invalidate(full.index(b))
+            mbarrier.invalidate(empty.index(b))
+
+    @functools.cache
+    def tile_layout(block_k: int):
+        """Both rings' shared layout: [rows, BK] bf16, 2 BK-byte swizzle (BK 32 or 64)."""
+        return gl.NVMMASharedLayout(swizzle_byte_width=2 * block_k, element_bitwidth=16,
+                                    rank=2)
+
+
+# BM (tokens a program: 64 per consumer warpgroup), BN (weight rows), BK, STAGES
+CONFIG = dict(BM=128, BN=256, BK=64, STAGES=4)
+
+
+def launch_regs(warpgroups: int) -> int:
+    """The launch's register cap per thread: one program per SM, its consumer warpgroups and
+    the producer's (padded) warpgroup; setmaxnreg then gives the producer ``PRODUCER_REGS``
+    and the consumers the rest."""
+    return REGISTER_FILE // (128 * (warpgroups + 1)) // 8 * 8
+
+
+def accepts(x3: torch.Tensor, w: torch.Tensor, out_features: int,
+            config: dict | None = None) -> bool:
+    """bf16 x (M, G, K), M >= 1, against a bf16 weight (G * O, K) row-major, K a multiple of
+    BK and O of BN."""
+    cfg = {**CONFIG, **(config or {})}
+    num_rows, groups, num_k = x3.shape
+    return (HAS_GLUON and num_rows > 0 and num_k > 0 and num_k % cfg["BK"] == 0
+            and x3.dtype == torch.bfloat16 and w.dtype == torch.bfloat16 and w.dim() == 2
+            and w.shape == (groups * out_features, num_k) and w.stride(1) == 1
+            and out_features % cfg["BN"] == 0)
+
+
+def linear_ss(x3: torch.Tensor, w: torch.Tensor, out_features: int,
+              config: dict | None = None) -> torch.Tensor:
+    """bf16 x3 (M, G, K) x bf16 weight (G * out_features, K) -> (M, G, out_features) bf16.
+    ``config`` replaces ``CONFIG``'s entries (bench/gemm_decode.py)."""
+    assert HAS_GLUON, "linear_ss needs triton's Gluon (triton >= 3.5)"
+    cfg = {**CONFIG, **(config or {})}
+    assert accepts(x3, w, out_features, cfg), \
+        (f"linear_ss: x {tuple(x3.shape)} {x3.dtype}, w {tuple(w.shape)} {w.dtype}, "
+         f"O {out_features}, {cfg} not accepted")
+    bm, bn, bk = cfg["BM"], cfg["BN"], cfg["BK"]
+    num_rows, groups, num_k = x3.shape
+    out = torch.empty((num_rows, groups, out_features), dtype=torch.bfloat16, device=x3.device)
+    x2 = x3.contiguous().view(num_rows, groups * num_k)
+    x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bm, bk], tile_layout(bk))
+    w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk], tile_layout(bk))
+    t_tiles = cdiv(num_rows, bm)
+    warpgroups = bm // 64
+    _linear_ss_kernel[(t_tiles * (out_features // bn), groups)](
+        x_desc, w_desc, out, num_rows, out_features, num_k, out.stride(0), out.stride(1),
+        T_TILES=t_tiles, STAGES=cfg["STAGES"], BM=bm, BN=bn, BK=bk, num_warps=4 * warpgroups,
+        maxnreg=launch_regs(warpgroups))
+    return out
+
+
+def aot_cases() -> list[dict[str, Any]]:
+    """SM90 compile-gate cases (tests/kernels/triton/test_linear_ss.py): the default tile (two
+    consumer warpgroups, N 256, 4 stages), N 128 and one warpgroup; wgmma, no spills."""
+    cases = []
+    for bm, bn, bk, stages in ((128, 256, 64, 4), (128, 128, 64, 4), (64, 256, 64, 4),
+                               (128, 256, 32, 6)):
+        wg = bm // 64
+        cases.append({
+            "id": f"linear_ss_bm{bm}_bn{bn}_bk{bk}_s{stages}",
+            "gluon": True, "module": __name__, "kernel": "_linear_ss_kernel",
+            "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bm}x{bk}",
+                          "w_desc": f"tma:bf16:{2 * bk}:{bn}x{bk}",
+                          "out_ptr": "*bf16", "num_rows": "i32", "O": "i32", "K": "i32",
+                          "stride_om": "i32", "stride_og": "i32"},
+            "constexprs": {"T_TILES": 32, "STAGES": stages, "BM": bm, "BN": bn, "BK": bk,
+                           "num_warps": 4 * wg},
+            "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
+            "maxnreg": launch_regs(wg), "divisible": ["O", "K"]})
+    return cases

@@ -1,0 +1,43 @@
+"""The shared-memory-operand bf16 projection (kernels/triton/linear_ss.py) on CPU: its SM90
+compile (Gluon has no interpreter; tests/gpu/test_linear_ss_gpu.py runs it against
+``linear_wide`` and the reference) and what it accepts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deepinfer.kernels.triton import linear_ss
+
+pytestmark = pytest.mark.skipif(not linear_ss.HAS_GLUON, reason="triton without Gluon")
+
+
+def test_sm90_compile(sm90_compile):
+    """Every tile compiles for sm_90 within shared memory and without spills; a K step is
+    BK / 16 wgmmas (k16 each) of the consumer warpgroups."""
+    cases = linear_ss.aot_cases()
+    results = sm90_compile(cases)
+    for case in cases:
+        res = results[case["id"]]
+        assert res["wgmma_count"] == case["constexprs"]["BK"] // 16, (case["id"], res)
+
+
+def test_accepts():
+    x = torch.zeros(200, 1, 128, dtype=torch.bfloat16)
+    w = torch.zeros(512, 128, dtype=torch.bfloat16)
+    assert linear_ss.accepts(x, w, 512)
+    assert not linear_ss.accepts(x, w, 512, {"BK": 96})  # K not whole steps
+    assert linear_ss.accepts(x, w[:256], 256)
+    assert not linear_ss.accepts(x, w[:384], 384)  # O not whole 256-row tiles
+    assert linear_ss.accepts(x, w[:384], 384, {"BN": 128})
+    assert not linear_ss.accepts(x.float(), w, 512)  # bf16 x only
+    assert not linear_ss.accepts(x, w.float(), 512)  # bf16 weight only
+    assert not linear_ss.accepts(x[:0], w, 512)
+    assert not linear_ss.accepts(torch.zeros(8, 2, 128, dtype=torch.bfloat16), w, 512)
+    assert linear_ss.accepts(torch.zeros(8, 2, 128, dtype=torch.bfloat16), w, 256)  # grouped
+    assert not linear_ss.accepts(x, torch.zeros(128, 512, dtype=torch.bfloat16).t(), 512)  # K-major
+
+
+def test_launch_regs_fit_one_program_per_sm():
+    for wg in (1, 2):
+        assert linear_ss.launch_regs(wg) * 128 * (wg + 1) <= linear_ss.REGISTER_FILE
