@@ -29,9 +29,10 @@ both operands in shared memory, on ``linear_config``'s tiles or these) ``cublas`
 reaches at the shape, never an engine path) or ``ss[:BMxBNxBK:STAGES]`` (``linear_ss`` on that
 bf16 weight: both operands in shared memory, a producer warp; ``CONFIG``'s tile or this).
 The 16-byte-store variant ``glv``, the persistent ``glp`` / ``glps`` and two A fragments per
-warpgroup (``:rREP``) were removed in sessions 35 / 36 (no gain, rounds 172 / 174 / 177; their code is at
-59cb884 / bf68298), the warp-specialized ``glws:BT:BK:STAGES:wN`` (``linear_wide_ws``) in
-session 42 (slower at 64-256 rows, round 69a, and at 4,096, round 177; code at ad9ad7b).
+warpgroup (``:rREP``) were removed in sessions 35 / 36 (no gain, rounds 172 / 174 / 177;
+their code is at 59cb884 / bf68298), the warp-specialized ``glws:BT:BK:STAGES:wN``
+(``linear_wide_ws``) in session 42 (slower at 64-256 rows, round 69a, and at 4,096, round
+177; code at ad9ad7b).
 Prints µs per call, GB/s, η = roofline / time (roofline: the larger of weight bytes / HBM copy
 rate and FLOPs / the bf16 matmul rate, both measured in the same run: at 256 rows the FLOPs
 bound), and the relative difference to the default's output (same products, fp32 sums in
