@@ -16,8 +16,10 @@ warpgroups to do but issue wgmmas:
   * the consumer warpgroups (BM / 64 of them, tokens on the wgmma M side, the weight tile
     shared as the B operand, N = BN) issue one m64 nBN k64 wgmma a step and keep one step in
     flight (``warpgroup_mma_wait(1)``): step i - 1's stage is freed once step i is issued;
-  * the fp32 accumulator goes to the output as bf16 (masked rows), one program per output
-    tile, the token tiles fastest (a weight tile's second read hits L2).
+  * persistent: one program per SM runs tiles p, p + 132, .. (token tiles fastest: a weight
+    tile's second read hits L2), the producer running ahead into the next tile's K steps while
+    the consumers store the last one's fp32 accumulator as bf16 (masked rows); N 128 tiles
+    where 256 would leave SMs idle (``ss_config``).
 
 K is summed in order, 16 at a time, into one fp32 accumulator — as ``linear_wide`` does — so
 the outputs are bit-identical to it (tests/gpu/test_linear_ss_gpu.py). No split-K: the path is
@@ -53,64 +55,84 @@ except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on th
 PRODUCER_WARPS = 1  # the TMA partition (Triton pads it to a warpgroup: three warps wait)
 PRODUCER_REGS = 40  # its registers per thread (setmaxnreg)
 REGISTER_FILE = 65536  # 32-bit registers per SM
+NUM_SMS = 132  # persistent programs (H100 / H200 SXM)
 
 if HAS_GLUON:
     _PRODUCER_WARPS = gl.constexpr(PRODUCER_WARPS)
     _PRODUCER_REGS = gl.constexpr(PRODUCER_REGS)
 
     @gluon.jit
-    def _producer(x_desc, w_desc, x_s, w_s, full, empty, tok0, x_col0, row0, num_steps,
-                  STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                  BK: gl.constexpr):
-        """Step i's token and weight tiles into stage i % STAGES once the consumers freed it
-        (its (i // STAGES)-th use; the first STAGES uses wait for nothing)."""
-        for i in range(num_steps):
-            st = i % STAGES
-            mbarrier.wait(empty.index(st), ((i // STAGES) & 1) ^ 1, pred=i >= STAGES)
-            bar = full.index(st)
-            mbarrier.expect(bar, (BM + BN) * BK * 2)
-            tma.async_copy_global_to_shared(x_desc, [tok0, x_col0 + i * BK], bar,
-                                            x_s.index(st))
-            tma.async_copy_global_to_shared(w_desc, [row0, i * BK], bar, w_s.index(st))
+    def _tile_origin(tile, T_TILES: gl.constexpr, N_TILES, BM: gl.constexpr, BN: gl.constexpr):
+        """Tile ``tile`` of the launch -> (group, first token row, first output column): token
+        tiles fastest, then the group's output tiles, then the groups."""
+        group = tile // (T_TILES * N_TILES)
+        rest = tile % (T_TILES * N_TILES)
+        return group, (rest % T_TILES) * BM, (rest // T_TILES) * BN
 
     @gluon.jit
-    def _consumer(x_s, w_s, full, empty, out_ptr, num_rows, tok0, out_col0, num_steps,
-                  stride_om, STAGES: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                  num_warps: gl.constexpr):
-        """acc [BM, BN] += x tile @ w tileᵀ over the K steps, one wgmma in flight; then the
-        bf16 output rows tok0 .. (those below num_rows), columns out_col0 .. + BN."""
+    def _producer(x_desc, w_desc, x_s, w_s, full, empty, num_tiles, N_TILES, O, K,
+                  T_TILES: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
+                  BN: gl.constexpr, BK: gl.constexpr):
+        """The program's tiles' K steps in order (step g of the program into stage g % STAGES
+        once the consumers freed it: its (g // STAGES)-th use; the first STAGES wait for
+        nothing), running ahead across tile boundaries."""
+        num_steps = K // BK
+        g = 0
+        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            group, tok0, n0 = _tile_origin(tile, T_TILES, N_TILES, BM, BN)
+            for i in range(num_steps):
+                st = g % STAGES
+                mbarrier.wait(empty.index(st), ((g // STAGES) & 1) ^ 1, pred=g >= STAGES)
+                bar = full.index(st)
+                mbarrier.expect(bar, (BM + BN) * BK * 2)
+                tma.async_copy_global_to_shared(x_desc, [tok0, group * K + i * BK], bar,
+                                                x_s.index(st))
+                tma.async_copy_global_to_shared(w_desc, [group * O + n0, i * BK], bar,
+                                                w_s.index(st))
+                g += 1
+
+    @gluon.jit
+    def _consumer(x_s, w_s, full, empty, out_ptr, num_rows, num_tiles, N_TILES, K, stride_om,
+                  stride_og, T_TILES: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
+                  BN: gl.constexpr, BK: gl.constexpr, num_warps: gl.constexpr):
+        """Per tile: acc [BM, BN] = x tile @ w tileᵀ over the K steps, one wgmma in flight
+        (a step's stage is freed once the next step is issued; the tile's last once it is
+        waited); then its bf16 output rows (those below num_rows)."""
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0],
                                                        warps_per_cta=[num_warps, 1],
                                                        instr_shape=[16, BN, 16])
-        acc = gl.zeros([BM, BN], gl.float32, MMA)
-        for i in range(num_steps):
-            st = i % STAGES
-            mbarrier.wait(full.index(st), (i // STAGES) & 1)
-            acc = warpgroup_mma(x_s.index(st), w_s.index(st).permute((1, 0)), acc,
-                                is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            # step i - 1's wgmma is done: its stage is free (the arrive follows a partition
-            # barrier: every warp got here)
-            if i > 0:
-                mbarrier.arrive(empty.index((i - 1) % STAGES), count=1)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        rows = tok0 + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
-        cols = out_col0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
-        offs = rows.to(gl.int64)[:, None] * stride_om + cols[None, :]
-        gl.store(out_ptr + offs, acc.to(gl.bfloat16),
-                 mask=(rows < num_rows)[:, None] & (cols >= 0)[None, :])
+        num_steps = K // BK
+        g = 0
+        for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+            group, tok0, n0 = _tile_origin(tile, T_TILES, N_TILES, BM, BN)
+            acc = gl.zeros([BM, BN], gl.float32, MMA)
+            for i in range(num_steps):
+                st = g % STAGES
+                mbarrier.wait(full.index(st), (g // STAGES) & 1)
+                acc = warpgroup_mma(x_s.index(st), w_s.index(st).permute((1, 0)), acc,
+                                    is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+                # step g - 1's wgmma is done: its stage is free (the arrive follows a
+                # partition barrier: every warp got here)
+                if i > 0:
+                    mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)
+                g += 1
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+            mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)
+            rows = tok0 + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
+            cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
+            offs = (group.to(gl.int64) * stride_og + rows.to(gl.int64)[:, None] * stride_om
+                    + cols[None, :])
+            gl.store(out_ptr + offs, acc.to(gl.bfloat16),
+                     mask=(rows < num_rows)[:, None] & (cols >= 0)[None, :])
 
     @gluon.jit
     def _linear_ss_kernel(x_desc, w_desc, out_ptr, num_rows, O, K, stride_om, stride_og,
-                          T_TILES: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                          BN: gl.constexpr, BK: gl.constexpr, num_warps: gl.constexpr):
-        # program (tile, group): token tile tile % T_TILES (fastest), output tile
-        # tile // T_TILES of group program_id(1)
-        tile = gl.program_id(0)
-        group = gl.program_id(1)
-        tok0 = (tile % T_TILES) * BM
-        n0 = (tile // T_TILES) * BN
-        num_steps = K // BK
+                          num_tiles, T_TILES: gl.constexpr, STAGES: gl.constexpr,
+                          BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                          num_warps: gl.constexpr):
+        # persistent: program p runs tiles p, p + P, .. (P programs; ``_tile_origin``)
+        n_tiles = O // BN
         x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], x_desc.layout)
         w_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK], w_desc.layout)
         full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -119,11 +141,10 @@ if HAS_GLUON:
             mbarrier.init(full.index(b), count=1)
             mbarrier.init(empty.index(b), count=1)
         gl.warp_specialize([
-            (_consumer, (x_s, w_s, full, empty, out_ptr + group.to(gl.int64) * stride_og,
-                         num_rows, tok0, n0, num_steps, stride_om, STAGES, BM, BN,
-                         num_warps)),
-            (_producer, (x_desc, w_desc, x_s, w_s, full, empty, tok0, group * K,
-                         group * O + n0, num_steps, STAGES, BM, BN, BK)),
+            (_consumer, (x_s, w_s, full, empty, out_ptr, num_rows, num_tiles, n_tiles, K,
+                         stride_om, stride_og, T_TILES, STAGES, BM, BN, BK, num_warps)),
+            (_producer, (x_desc, w_desc, x_s, w_s, full, empty, num_tiles, n_tiles, O, K,
+                         T_TILES, STAGES, BM, BN, BK)),
         ], [_PRODUCER_WARPS], [_PRODUCER_REGS])
         for b in gl.static_range(STAGES):
             mbarrier.invalidate(full.index(b))
@@ -136,8 +157,17 @@ if HAS_GLUON:
                                     rank=2)
 
 
-# BM (tokens a program: 64 per consumer warpgroup), BN (weight rows), BK, STAGES
+# BM (tokens a tile: 64 per consumer warpgroup), BN (weight rows), BK, STAGES
 CONFIG = dict(BM=128, BN=256, BK=64, STAGES=4)
+
+
+def ss_config(num_rows: int, out_features: int, groups: int = 1) -> dict:
+    """``CONFIG``, or N 128 tiles where 256 would leave SMs without a tile (wkv: 512 outputs)
+    or O is not whole 256-row tiles."""
+    tiles = cdiv(num_rows, CONFIG["BM"]) * (out_features // CONFIG["BN"]) * groups
+    if out_features % CONFIG["BN"] or tiles < NUM_SMS:
+        return {**CONFIG, "BN": 128}
+    return dict(CONFIG)
 
 
 def launch_regs(warpgroups: int) -> int:
@@ -150,9 +180,9 @@ def launch_regs(warpgroups: int) -> int:
 def accepts(x3: torch.Tensor, w: torch.Tensor, out_features: int,
             config: dict | None = None) -> bool:
     """bf16 x (M, G, K), M >= 1, against a bf16 weight (G * O, K) row-major, K a multiple of
-    BK and O of BN."""
-    cfg = {**CONFIG, **(config or {})}
+    BK and O of BN (``ss_config``'s, or ``config``'s)."""
     num_rows, groups, num_k = x3.shape
+    cfg = {**ss_config(num_rows, out_features, groups), **(config or {})}
     return (HAS_GLUON and num_rows > 0 and num_k > 0 and num_k % cfg["BK"] == 0
             and x3.dtype == torch.bfloat16 and w.dtype == torch.bfloat16 and w.dim() == 2
             and w.shape == (groups * out_features, num_k) and w.stride(1) == 1
@@ -162,9 +192,9 @@ def accepts(x3: torch.Tensor, w: torch.Tensor, out_features: int,
 def linear_ss(x3: torch.Tensor, w: torch.Tensor, out_features: int,
               config: dict | None = None) -> torch.Tensor:
     """bf16 x3 (M, G, K) x bf16 weight (G * out_features, K) -> (M, G, out_features) bf16.
-    ``config`` replaces ``CONFIG``'s entries (bench/gemm_decode.py)."""
+    ``config`` replaces ``ss_config``'s entries (bench/gemm_decode.py)."""
     assert HAS_GLUON, "linear_ss needs triton's Gluon (triton >= 3.5)"
-    cfg = {**CONFIG, **(config or {})}
+    cfg = {**ss_config(x3.shape[0], out_features, x3.shape[1]), **(config or {})}
     assert accepts(x3, w, out_features, cfg), \
         (f"linear_ss: x {tuple(x3.shape)} {x3.dtype}, w {tuple(w.shape)} {w.dtype}, "
          f"O {out_features}, {cfg} not accepted")
@@ -176,10 +206,11 @@ def linear_ss(x3: torch.Tensor, w: torch.Tensor, out_features: int,
     w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk], tile_layout(bk))
     t_tiles = cdiv(num_rows, bm)
     warpgroups = bm // 64
-    _linear_ss_kernel[(t_tiles * (out_features // bn), groups)](
+    num_tiles = t_tiles * (out_features // bn) * groups
+    _linear_ss_kernel[(min(num_tiles, NUM_SMS), )](
         x_desc, w_desc, out, num_rows, out_features, num_k, out.stride(0), out.stride(1),
-        T_TILES=t_tiles, STAGES=cfg["STAGES"], BM=bm, BN=bn, BK=bk, num_warps=4 * warpgroups,
-        maxnreg=launch_regs(warpgroups))
+        num_tiles, T_TILES=t_tiles, STAGES=cfg["STAGES"], BM=bm, BN=bn, BK=bk,
+        num_warps=4 * warpgroups, maxnreg=launch_regs(warpgroups))
     return out
 
 
@@ -196,7 +227,7 @@ def aot_cases() -> list[dict[str, Any]]:
             "signature": {"x_desc": f"tma:bf16:{2 * bk}:{bm}x{bk}",
                           "w_desc": f"tma:bf16:{2 * bk}:{bn}x{bk}",
                           "out_ptr": "*bf16", "num_rows": "i32", "O": "i32", "K": "i32",
-                          "stride_om": "i32", "stride_og": "i32"},
+                          "stride_om": "i32", "stride_og": "i32", "num_tiles": "i32"},
             "constexprs": {"T_TILES": 32, "STAGES": stages, "BM": bm, "BN": bn, "BK": bk,
                            "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,

@@ -28,8 +28,8 @@ def test_accepts():
     assert linear_ss.accepts(x, w, 512)
     assert not linear_ss.accepts(x, w, 512, {"BK": 96})  # K not whole steps
     assert linear_ss.accepts(x, w[:256], 256)
-    assert not linear_ss.accepts(x, w[:384], 384)  # O not whole 256-row tiles
-    assert linear_ss.accepts(x, w[:384], 384, {"BN": 128})
+    assert linear_ss.accepts(x, w[:384], 384)  # ss_config: N 128 tiles
+    assert not linear_ss.accepts(x, w[:384], 384, {"BN": 256})  # O not whole 256-row tiles
     assert not linear_ss.accepts(x.float(), w, 512)  # bf16 x only
     assert not linear_ss.accepts(x, w.float(), 512)  # bf16 weight only
     assert not linear_ss.accepts(x[:0], w, 512)
@@ -41,3 +41,13 @@ def test_accepts():
 def test_launch_regs_fit_one_program_per_sm():
     for wg in (1, 2):
         assert linear_ss.launch_regs(wg) * 128 * (wg + 1) <= linear_ss.REGISTER_FILE
+
+
+def test_ss_config_keeps_every_sm_busy():
+    """N 256 tiles where they give every SM one, else N 128 (wkv's 512 outputs at 4K rows: 64
+    tiles of 256); O not whole 256-row tiles: 128."""
+    assert linear_ss.ss_config(4096, 32768)["BN"] == 256
+    assert linear_ss.ss_config(4096, 5120)["BN"] == 256  # 32 x 20 tiles
+    assert linear_ss.ss_config(4096, 512)["BN"] == 128
+    assert linear_ss.ss_config(4096, 1024, groups=8)["BN"] == 256
+    assert linear_ss.ss_config(8192, 384)["BN"] == 128
