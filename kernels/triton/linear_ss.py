@@ -94,7 +94,8 @@ if HAS_GLUON:
     @gluon.jit
     def _consumer(x_s, w_s, full, empty, out_ptr, num_rows, num_tiles, N_TILES, K, stride_om,
                   stride_og, T_TILES: gl.constexpr, STAGES: gl.constexpr, BM: gl.constexpr,
-                  BN: gl.constexpr, BK: gl.constexpr, num_warps: gl.constexpr):
+                  BN: gl.constexpr, BK: gl.constexpr, OUT: gl.constexpr,
+                  num_warps: gl.constexpr):
         """Per tile: acc [BM, BN] = x tile @ w tileᵀ over the K steps, one wgmma in flight
         (a step's stage is freed once the next step is issued; the tile's last once it is
         waited); then its bf16 output rows (those below num_rows)."""
@@ -119,18 +120,20 @@ if HAS_GLUON:
                 g += 1
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
             mbarrier.arrive(empty.index((g - 1) % STAGES), count=1)
-            rows = tok0 + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
-            cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
+            # each thread's 8 consecutive columns (``store_layout``: a permutation inside each
+            # quad of lanes, warp shuffles) -> 16-byte stores
+            v = gl.convert_layout(acc.to(gl.bfloat16), OUT)
+            rows = tok0 + gl.arange(0, BM, layout=gl.SliceLayout(1, OUT))
+            cols = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, OUT))
             offs = (group.to(gl.int64) * stride_og + rows.to(gl.int64)[:, None] * stride_om
                     + cols[None, :])
-            gl.store(out_ptr + offs, acc.to(gl.bfloat16),
-                     mask=(rows < num_rows)[:, None] & (cols >= 0)[None, :])
+            gl.store(out_ptr + offs, v, mask=(rows < num_rows)[:, None] & (cols >= 0)[None, :])
 
     @gluon.jit
     def _linear_ss_kernel(x_desc, w_desc, out_ptr, num_rows, O, K, stride_om, stride_og,
                           num_tiles, T_TILES: gl.constexpr, STAGES: gl.constexpr,
                           BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
-                          num_warps: gl.constexpr):
+                          OUT: gl.constexpr, num_warps: gl.constexpr):
         # persistent: program p runs tiles p, p + P, .. (P programs; ``_tile_origin``)
         n_tiles = O // BN
         x_s = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BM, BK], x_desc.layout)
@@ -142,7 +145,7 @@ if HAS_GLUON:
             mbarrier.init(empty.index(b), count=1)
         gl.warp_specialize([
             (_consumer, (x_s, w_s, full, empty, out_ptr, num_rows, num_tiles, n_tiles, K,
-                         stride_om, stride_og, T_TILES, STAGES, BM, BN, BK, num_warps)),
+                         stride_om, stride_og, T_TILES, STAGES, BM, BN, BK, OUT, num_warps)),
             (_producer, (x_desc, w_desc, x_s, w_s, full, empty, num_tiles, n_tiles, O, K,
                          T_TILES, STAGES, BM, BN, BK)),
         ], [_PRODUCER_WARPS], [_PRODUCER_REGS])
@@ -155,6 +158,19 @@ if HAS_GLUON:
         """Both rings' shared layout: [rows, BK] bf16, 2 BK-byte swizzle (BK 32 or 64)."""
         return gl.NVMMASharedLayout(swizzle_byte_width=2 * block_k, element_bitwidth=16,
                                     rank=2)
+
+
+@functools.cache
+def store_layout(bm: int, bn: int):
+    """The output tile's register layout for the stores [BM, BN] bf16: the accumulator's rows
+    (lanes 4 g + q: rows g, + 8; warps: 16-row slices) with each thread's 8 columns consecutive
+    (16 bytes: registers hold column bits 0-2 and 5.., the quad lane q bits 3-4) — the wgmma
+    layout's columns permuted inside each quad, which a convert does with warp shuffles."""
+    cols = [[0, 1 << b] for b in range(3)] + [[0, 1 << b] for b in range(5, bn.bit_length() - 1)]
+    return gl.DistributedLinearLayout(
+        reg_bases=cols + [[8, 0]], lane_bases=[[0, 8], [0, 16], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16 << b, 0] for b in range((bm // 16).bit_length() - 1)], block_bases=[],
+        shape=[bm, bn])
 
 
 # BM (tokens a tile: 64 per consumer warpgroup), BN (weight rows), BK, STAGES
@@ -210,7 +226,7 @@ def linear_ss(x3: torch.Tensor, w: torch.Tensor, out_features: int,
     _linear_ss_kernel[(min(num_tiles, NUM_SMS), )](
         x_desc, w_desc, out, num_rows, out_features, num_k, out.stride(0), out.stride(1),
         num_tiles, T_TILES=t_tiles, STAGES=cfg["STAGES"], BM=bm, BN=bn, BK=bk,
-        num_warps=4 * warpgroups, maxnreg=launch_regs(warpgroups))
+        OUT=store_layout(bm, bn), num_warps=4 * warpgroups, maxnreg=launch_regs(warpgroups))
     return out
 
 
@@ -229,6 +245,7 @@ def aot_cases() -> list[dict[str, Any]]:
                           "out_ptr": "*bf16", "num_rows": "i32", "O": "i32", "K": "i32",
                           "stride_om": "i32", "stride_og": "i32", "num_tiles": "i32"},
             "constexprs": {"T_TILES": 32, "STAGES": stages, "BM": bm, "BN": bn, "BK": bk,
+                           "OUT": {"call": "store_layout", "args": [bm, bn]},
                            "num_warps": 4 * wg},
             "num_warps": 4 * wg, "num_stages": 1, "expect_wgmma": True, "no_spill": True,
             "maxnreg": launch_regs(wg), "divisible": ["O", "K"]})
