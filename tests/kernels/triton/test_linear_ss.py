@@ -44,10 +44,11 @@ def test_launch_regs_fit_one_program_per_sm():
 
 
 def test_ss_config_keeps_every_sm_busy():
-    """N 256 tiles where they give every SM one, else N 128 (wkv's 512 outputs at 4K rows: 64
-    tiles of 256); O not whole 256-row tiles: 128."""
+    """N 256 tiles unless half the SMs would get none (wkv's 512 outputs at 4K rows: 64 tiles
+    of 256; wq_a's 1,024: 128 keep 256); O not whole 256-row tiles: 128."""
     assert linear_ss.ss_config(4096, 32768)["BN"] == 256
     assert linear_ss.ss_config(4096, 5120)["BN"] == 256  # 32 x 20 tiles
     assert linear_ss.ss_config(4096, 512)["BN"] == 128
+    assert linear_ss.ss_config(4096, 1024)["BN"] == 256
     assert linear_ss.ss_config(4096, 1024, groups=8)["BN"] == 256
     assert linear_ss.ss_config(8192, 384)["BN"] == 128
