@@ -75,7 +75,21 @@ class Fp8BlockWeight(_Fp8CodesAndScales):
 
     codes: float8_e4m3fn [O, I]; scale: float8_e8m0fnu / uint8 (ue8m0 bytes) or float32 (powers
     of two) [ceil(O/32), ceil(I/32)]; tile (i, j) covers rows 32i.. and columns 32j.. .
+    bf16: None, or the weight's bf16 twin [O, I] — ``dequantize()``'s values, held resident
+    where the plan has room for it (``cache.prefill_bf16_weights``): prefill-sized GEMMs read
+    it with both operands in shared memory (``kernels/triton/linear_ss.py``), the same bits.
     """
+
+    bf16: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> Fp8BlockWeight:
+        return Fp8BlockWeight(self.codes.to(device), self.scale.to(device),
+                              None if self.bf16 is None else self.bf16.to(device))
+
+    @property
+    def nbytes(self) -> int:
+        """Resident bytes: codes + scales (+ the bf16 twin)."""
+        return super().nbytes + (0 if self.bf16 is None else self.bf16.nbytes)
 
     def __post_init__(self) -> None:
         what = "Fp8BlockWeight"
@@ -89,6 +103,10 @@ class Fp8BlockWeight(_Fp8CodesAndScales):
                  f"{(rows, cols)}")
         _require(self.scale.dtype in (*_UE8M0_DTYPES, torch.float32), what,
                  f"scale must be float8_e8m0fnu, uint8 or float32, got {self.scale.dtype}")
+        _require(self.bf16 is None or (self.bf16.dtype == torch.bfloat16
+                                       and self.bf16.shape == self.codes.shape), what,
+                 f"bf16 twin must be bfloat16 {tuple(self.codes.shape)}, got "
+                 f"{None if self.bf16 is None else (self.bf16.dtype, tuple(self.bf16.shape))}")
 
     def scale_f32(self) -> torch.Tensor:
         """float32 [ceil(O/32), ceil(I/32)] tile scales."""
@@ -198,19 +216,24 @@ class Mxfp4ExpertWeights:
 def stacked_rows(top: Fp8BlockWeight, bottom: Fp8BlockWeight) -> Fp8BlockWeight | None:
     """``top`` and ``bottom`` (O, I) as one (2 O, I) weight (top's rows, then bottom's) without
     a copy, when bottom's codes and scales directly follow top's in one storage (each
-    contiguous; O a multiple of the 32-row scale tile); else None."""
+    contiguous; O a multiple of the 32-row scale tile); else None. Their bf16 twins likewise
+    (``Expert.pack_gate_up``), else the stacked weight has none."""
     def follows(a: torch.Tensor, b: torch.Tensor) -> bool:
         return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
                 and a.is_contiguous() and b.is_contiguous()
                 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
                 and b.storage_offset() == a.storage_offset() + a.numel())
 
-    codes, scale = top.codes, top.scale
+    def stack(a: torch.Tensor) -> torch.Tensor:
+        return a.as_strided((2 * a.shape[0], a.shape[1]), a.stride())
+
+    codes, scale, twin = top.codes, top.scale, top.bf16
     if codes.shape[0] % FP8_TILE or not (follows(codes, bottom.codes)
                                           and follows(scale, bottom.scale)):
         return None
-    return Fp8BlockWeight(codes.as_strided((2 * codes.shape[0], codes.shape[1]), codes.stride()),
-                          scale.as_strided((2 * scale.shape[0], scale.shape[1]), scale.stride()))
+    # the bf16 twins stack the same way, or the stacked weight has none
+    twins = twin is not None and bottom.bf16 is not None and follows(twin, bottom.bf16)
+    return Fp8BlockWeight(stack(codes), stack(scale), stack(twin) if twins else None)
 
 
 @dataclass(frozen=True)

@@ -177,16 +177,21 @@ def _memory(plan: dict) -> str:
         w = shards.get(b.get("rank"), {})
         row = (_bytes(b.get("usable_bytes")), _bytes(b.get("weight_bytes")),
                _bytes(w.get("expert_bytes")), _bytes(w.get("engram_bytes")),
+               _bytes(b.get("prefill_bf16_weight_bytes")),
                _bytes(b.get("activation_workspace_bytes")), _bytes(b.get("graph_pool_bytes")),
                _bytes(b.get("runtime_reserve_bytes")), _bytes(b.get("cache_bytes")))
         rows.setdefault(row, []).append(b.get("rank"))
     table = _table(["ranks", "usable", "weights", "(routed experts)", "(engram rows)",
-                    "workspace", "graph pool", "reserve", "cache"],
+                    "prefill bf16 twins", "workspace", "graph pool", "reserve", "cache"],
                    [[_ranges(ranks), *row] for row, ranks in rows.items()])
+    twins = plan.get("cache", {}).get("prefill_bf16_weights") or {}
     return ("## Memory budget per rank\n\n"
             "usable = device memory x cache.memory_fraction; cache = usable - weights - "
-            "activation workspace - CUDA-graph pool - runtime reserve. Every rank gets the "
-            "smallest cache, so DP ranks share admission limits.\n\n" + table)
+            "prefill bf16 twins - activation workspace - CUDA-graph pool - runtime reserve. "
+            "Every rank gets the smallest cache, so DP ranks share admission limits.\n\n"
+            f"Prefill bf16 twins of the FP8 projections (cache.prefill_bf16_weights "
+            f"{twins.get('setting', '?')}): {'held' if twins.get('enabled') else 'not held'} — "
+            f"{twins.get('reason', 'not planned')}.\n\n" + table)
 
 
 def _cache(plan: dict) -> str:

@@ -64,11 +64,14 @@ class ParallelSection:
 @dataclass(frozen=True)
 class CacheSection:
     """``block_size_tokens`` tokens per paged block; ``memory_fraction`` of device memory the
-    engine may use; ``max_model_len_tokens`` the longest prompt + output (0 = the model's max)."""
+    engine may use; ``max_model_len_tokens`` the longest prompt + output (0 = the model's max);
+    ``prefill_bf16_weights``: ``auto``, ``on`` or ``off`` — bf16 twins of the FP8 projections
+    for the prefill GEMMs, out of the cache's memory (``passes/cache_layout.py``)."""
 
     block_size_tokens: int = 64
     memory_fraction: float = 0.90
     max_model_len_tokens: int = 0
+    prefill_bf16_weights: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,8 @@ SECTIONS: dict[str, tuple[type, tuple[Key, ...]]] = {
         _int("block_size", "block_size_tokens"),
         _fraction("memory_fraction"),
         _int("max_model_len", "max_model_len_tokens", minimum=0),
+        Key("prefill_bf16_weights", "prefill_bf16_weights", "enum",
+            choices=("auto", "on", "off")),
     )),
     "scheduler": (SchedulerSection, (
         _int("max_num_seqs"),
@@ -270,6 +272,8 @@ def _read_section(raw: dict, name: str, source: str) -> dict[str, Any]:
 def _check_value(key: Key, value: Any, source: str, where: str) -> Any:
     """Type, range and enum check of one value; returns it converted to the field's unit."""
     if key.kind == "enum":
+        if isinstance(value, bool) and {"on", "off"} <= set(key.choices):
+            value = "on" if value else "off"  # YAML 1.1 reads a bare on / off as a boolean
         if not isinstance(value, str) or value not in key.choices:
             raise TopologyError(source, where, f"expected one of {', '.join(key.choices)}; got "
                                 f"{_describe(value)}")

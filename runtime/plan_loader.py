@@ -64,6 +64,12 @@ class RuntimePlan:
     def prefill_token_buckets(self) -> list[int]:
         return list(self.plan["graph_buckets"]["prefill_tokens"])
 
+    @property
+    def prefill_bf16_weights(self) -> bool:
+        """Whether the plan made room for the FP8 projections' bf16 twins (the prefill GEMMs'
+        ``linear_ss``; ``cache.prefill_bf16_weights``)."""
+        return bool(self.plan["cache"].get("prefill_bf16_weights", {}).get("enabled", False))
+
 
 def load_runtime_plan(plan_dir: str | Path) -> RuntimePlan:
     """Verify ``plan_dir`` for this process (see the module docstring) and return it."""
@@ -122,8 +128,11 @@ def _check_hardware(plan: dict[str, Any], source: str) -> str:
     cache = plan["cache"]
     needed = cache["num_blocks"] * cache["block_bytes"] + \
         cache["num_state_slots"] * cache["state_slot_bytes"]
-    if free_bytes < needed:
+    twins = cache.get("prefill_bf16_weights", {}).get("bytes_per_rank", 0)
+    if free_bytes < needed + twins:
         raise PlanError(source, "cache.num_blocks",
-                        f"the planned cache needs {needed / 2**30:.2f} GiB but the GPU has "
-                        f"{free_bytes / 2**30:.2f} GiB free")
+                        f"the planned cache needs {needed / 2**30:.2f} GiB"
+                        + (f" and the prefill bf16 weights {twins / 2**30:.2f} GiB" if twins
+                           else "")
+                        + f" but the GPU has {free_bytes / 2**30:.2f} GiB free")
     return "cuda"

@@ -238,6 +238,8 @@ def load_rank_model(plan: RuntimePlan, rank: int, kernels: KernelSet | None = No
     scales.flush()
     placer.finish()
     net.to_device(device)  # the non-persistent buffers and hash constants; weights are there
+    if plan.prefill_bf16_weights and device.type == "cuda":  # the plan made room for them
+        net.add_prefill_bf16_weights()
     return LoadedModel(spec, tok, net)
 
 

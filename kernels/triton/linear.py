@@ -40,7 +40,7 @@ import triton
 import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights, dense
-from deepinfer.kernels.triton import gemm_fp8, linear_decode, linear_wide, quant_act
+from deepinfer.kernels.triton import gemm_fp8, linear_decode, linear_ss, linear_wide, quant_act
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 FP8_TILE = 32
@@ -240,6 +240,23 @@ def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
             and linear_wide.accepts(x3, weight, out_features, cfg["WG"]))
 
 
+# bf16 x against an FP8 block weight with a resident bf16 twin (``Fp8BlockWeight.bf16``, where
+# the plan has room: ``cache.prefill_bf16_weights``) from this many rows runs ``linear_ss``
+# (both wgmma operands in shared memory) on the twin instead of ``linear_wide``: the same bits
+# (neither splits K from ``gemm_fp8.INVARIANT_MIN_ROWS`` rows), 1,647 -> 1,328 µs for the seven
+# slice projections at 4,096 rows (H100 round 230, bench/gemm_decode.py; torch.matmul on the
+# twins 1,338). 0 turns it off (bench/kernel_overrides.py --launch-constant).
+SS_MIN_ROWS = gemm_fp8.INVARIANT_MIN_ROWS
+
+
+def _ss_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
+    """Whether ``linear_ss`` takes this call: a twin, ``SS_MIN_ROWS`` rows, an SM90 GPU, its
+    shapes."""
+    return (isinstance(weight, Fp8BlockWeight) and weight.bf16 is not None
+            and bool(SS_MIN_ROWS) and x3.shape[0] >= SS_MIN_ROWS and x3.is_cuda
+            and _sm_major(x3.device) == 9 and linear_ss.accepts(x3, weight.bf16, out_features))
+
+
 @functools.cache
 def _sm_major(device: torch.device) -> int:
     """The compute capability's major version of a CUDA device (asked once per device: the
@@ -263,6 +280,8 @@ def _launch(x3: torch.Tensor, weight: torch.Tensor | Fp8BlockWeight, out_feature
     out_dtype = out_dtype or x3.dtype
     if (split_k is None and config is None and out_dtype == x3.dtype and not promoted
             and not gemm_fp8.is_interpreting()):
+        if _ss_applies(x3, weight, out_features):
+            return linear_ss.linear_ss(x3, weight.bf16, out_features)
         if _wide_applies(x3, weight, out_features):
             return linear_wide.linear_wide(x3, weight, out_features)
         if num_rows <= DECODE_KERNEL_MAX_ROWS and linear_decode.supports(x3, weight):

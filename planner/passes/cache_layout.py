@@ -45,12 +45,23 @@ slot (windows and partial groups are small, and each CP rank attends its own win
 
 On ``memory_bytes == 0`` (CPU without a size) blocks are sized for ``max_num_seqs`` sequences of
 ``max_model_len`` tokens (capped at 1 Mi blocks) and ``memory_bound`` is False.
+
+Prefill bf16 weights (``prefill_bf16_weights``): on an SM90 GPU every rank may also hold a
+bf16 twin of each FP8 backbone projection (2 bytes per element: 13.7 GB for the released
+model's 40 layers), which the prefill GEMMs read with both operands in shared memory
+(``kernels/triton/linear_ss.py``: the same bits, ~19 % faster at 4K rows on an H100). The
+twins come out of the cache budget. ``cache.prefill_bf16_weights``: ``auto`` holds them when
+the cache left still admits the workload — ``min(max_num_seqs, ceil(num_requests / dp))``
+sequences of ``prompt_len + output_len`` tokens (``workload``) on every rank — and they take at
+most ``TWIN_MAX_CACHE_SHARE`` of what the cache would get without them; ``on`` always (the
+cache must still fit one sequence), ``off`` never; never off SM90.
 """
 
 from __future__ import annotations
 
 from deepinfer.artifacts.model_spec import ModelSpec
 from deepinfer.planner.errors import TopologyError
+from deepinfer.planner.passes.shard_map import weight_summary
 from deepinfer.planner.passes.validate import resolved_max_model_len
 from deepinfer.planner.topology import Topology
 
@@ -64,6 +75,8 @@ MAX_BLOCKS_UNBOUNDED = 2**20
 STATE_BUDGET_SHARE = 0.5
 INDEX_ROW_BYTES_PER_KEY = 16  # fp32 score + bool candidate mask + top-k temporaries, rounded up
 CONTEXT_PROBES_TOKENS = (8192, 65536)
+TWIN_MAX_CACHE_SHARE = 0.25  # ``auto``: the bf16 twins may take this much of the cache's room
+TWIN_SM_ARCH = 90  # linear_ss is an SM90 (Hopper) kernel
 
 
 def activation_bytes_per_token(spec: ModelSpec) -> int:
@@ -144,11 +157,26 @@ def plan_cache_layout(spec: ModelSpec, topo: Topology, weight_bytes_per_rank: li
     desired_slots = sched.max_num_seqs + 1
     budget = []
     memory_bound = hw.memory_bytes > 0
+    twin_bytes = 2 * weight_summary(spec).dense_fp8_params
+    usable = room = 0
     if memory_bound:
         usable = int(hw.memory_bytes * cache.memory_fraction)
+        room = min(usable - weights - workspace - graph_pool - reserve
+                   for weights in weight_bytes_per_rank)
+    wl = topo.workload
+    workload_seqs = min(sched.max_num_seqs, _ceil_div(wl.num_requests, topo.parallel.dp))
+    workload_bytes = (workload_seqs * blocks_per_sequence(
+        min(wl.prompt_len_tokens + wl.output_len_tokens, max_len), block, cp) * block_bytes
+        + (workload_seqs + 1) * state_slot_bytes
+        + (NUM_SENTINEL_BLOCKS + NUM_RESERVE_BLOCKS) * block_bytes)
+    twins = _prefill_bf16_weights(topo, twin_bytes, room if memory_bound else None,
+                                  workload_bytes)
+    if memory_bound:
+        held = twins["bytes_per_rank"]
         for rank, weights in enumerate(weight_bytes_per_rank):
-            left = usable - weights - workspace - graph_pool - reserve
+            left = usable - weights - held - workspace - graph_pool - reserve
             budget.append({"rank": rank, "usable_bytes": usable, "weight_bytes": weights,
+                           "prefill_bf16_weight_bytes": held,
                            "activation_workspace_bytes": workspace, "graph_pool_bytes": graph_pool,
                            "runtime_reserve_bytes": reserve, "cache_bytes": left})
         cache_bytes = min(b["cache_bytes"] for b in budget)
@@ -158,9 +186,10 @@ def plan_cache_layout(spec: ModelSpec, topo: Topology, weight_bytes_per_rank: li
         if cache_bytes < minimum:
             raise TopologyError(topo.source, "cache.memory_fraction", (
                 f"rank {worst} has {cache_bytes} B ({cache_bytes / GIB:.2f} GiB) left for the "
-                f"cache after weights, workspace and graph pool, less than the {minimum} B one "
-                "sequence needs; raise memory_fraction, lower max_num_batched_tokens or shard "
-                "the weights further"))
+                f"cache after weights{held and ', their prefill bf16 twins' or ''}, workspace "
+                f"and graph pool, less than the {minimum} B one sequence needs; raise "
+                "memory_fraction, lower max_num_batched_tokens, shard the weights further"
+                + (" or set cache.prefill_bf16_weights: off" if held else "")))
         state_cap = int(cache_bytes * STATE_BUDGET_SHARE) // state_slot_bytes
         num_state_slots = max(2, min(desired_slots, state_cap))
         num_blocks = (cache_bytes - num_state_slots * state_slot_bytes) // block_bytes
@@ -207,4 +236,44 @@ def plan_cache_layout(spec: ModelSpec, topo: Topology, weight_bytes_per_rank: li
         "activation_bytes_per_token": act_per_token,
         "memory_budget_per_rank": budget,
         "max_seqs_at_context": probes,
+        "prefill_bf16_weights": twins,
     }
+
+
+def _prefill_bf16_weights(topo: Topology, twin_bytes: int, room: int | None,
+                          workload_bytes: int) -> dict:
+    """``{"setting", "enabled", "bytes_per_rank", "reason"}``: whether every rank holds the bf16
+    twins of its FP8 projections (module docstring); ``room``: the smallest rank's cache budget
+    without them (None: not memory-bound); ``workload_bytes``: the cache the workload's
+    sequences need on a rank. Raises ``TopologyError`` for ``on`` off SM90."""
+    setting = topo.cache.prefill_bf16_weights
+    hw = topo.hardware
+    sm90 = hw.device not in ("cpu", "") and hw.sm_arch == TWIN_SM_ARCH
+    if setting == "on" and not sm90:
+        raise TopologyError(topo.source, "cache.prefill_bf16_weights", (
+            f"on needs an SM90 GPU plan (hardware.sm_arch {TWIN_SM_ARCH}); this plan is for "
+            f"{hw.device or 'an unnamed device'} sm_arch {hw.sm_arch}: use auto or off"))
+    if twin_bytes == 0:
+        enabled, reason = False, "the model has no FP8 projections"
+    elif setting == "off":
+        enabled, reason = False, "off in the topology"
+    elif not sm90:
+        enabled, reason = False, f"the linear_ss kernel needs sm_arch {TWIN_SM_ARCH}"
+    elif setting == "on":
+        enabled, reason = True, "on in the topology"
+    elif room is None:
+        enabled, reason = False, "auto without hardware.memory_gib to budget against"
+    elif twin_bytes > TWIN_MAX_CACHE_SHARE * room:
+        enabled, reason = False, (f"auto: {twin_bytes / GIB:.2f} GiB would take more than "
+                                  f"{TWIN_MAX_CACHE_SHARE:.0%} of the cache's "
+                                  f"{max(room, 0) / GIB:.2f} GiB")
+    elif room - twin_bytes < workload_bytes:
+        enabled, reason = False, (f"auto: the cache left after {twin_bytes / GIB:.2f} GiB "
+                                  f"would not hold the workload's sequences "
+                                  f"({workload_bytes / GIB:.2f} GiB)")
+    else:
+        enabled, reason = True, (f"auto: {twin_bytes / GIB:.2f} GiB of the cache's "
+                                 f"{room / GIB:.2f} GiB, which still holds the workload's "
+                                 f"sequences ({workload_bytes / GIB:.2f} GiB)")
+    return {"setting": setting, "enabled": enabled,
+            "bytes_per_rank": twin_bytes if enabled else 0, "reason": reason}

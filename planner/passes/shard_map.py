@@ -96,6 +96,8 @@ class WeightSummary:
     dense_matmul_params: int  # logical elements of the backbone's replicated 2-D weights except
     # the embedding (a gather): what a token multiplies through outside the routed experts
     embed_bytes: int  # embed.weight (read by row, not whole)
+    dense_fp8_params: int = 0  # logical elements of the backbone's FP8 2-D weights (the
+    # projections whose bf16 twins the prefill may hold: ``cache.prefill_bf16_weights``)
 
 
 @lru_cache(maxsize=8)
@@ -103,7 +105,7 @@ def weight_summary(spec: ModelSpec) -> WeightSummary:
     """Group the table's bytes by class (cached: the released table has 95,819 names)."""
     rules = shard_rules(dspark_enabled=True)
     matchers = _compiled(tuple(tuple(r) for r in rules))
-    dense = dspark_dense = skipped = dense_params = 0
+    dense = dspark_dense = skipped = dense_params = dense_fp8 = 0
     per_expert: dict[tuple[str, int, int], int] = {}
     engram_bytes: dict[int, int] = {}
     table = expected_tensors(spec)
@@ -128,6 +130,8 @@ def weight_summary(spec: ModelSpec) -> WeightSummary:
             if (name != "embed.weight" and t.kind in (KIND_FP8, KIND_BF16, KIND_F32)
                     and len(t.shape) == 2):
                 dense_params += math.prod(t.logical_shape)
+                if t.kind == KIND_FP8:
+                    dense_fp8 += math.prod(t.logical_shape)
     expert = _one_size_per_layer(per_expert, "layers", spec.num_hidden_layers)
     dspark_expert = _one_size_per_layer(per_expert, "mtp", spec.num_nextn_predict_layers)
     rows = spec.engram_num_embeddings
@@ -137,7 +141,7 @@ def weight_summary(spec: ModelSpec) -> WeightSummary:
         row_bytes.append(engram_bytes[layer] // rows[i])
     return WeightSummary(dense, dspark_dense, expert, dspark_expert, tuple(spec.engram_layer_ids),
                          tuple(rows), tuple(row_bytes), skipped, dense_params,
-                         table["embed.weight"].num_bytes)
+                         table["embed.weight"].num_bytes, dense_fp8)
 
 
 def _one_size_per_layer(per_expert: dict[tuple[str, int, int], int], prefix: str,

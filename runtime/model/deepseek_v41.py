@@ -25,7 +25,7 @@ from deepinfer.runtime.model.engram_hash import (
     BLOCKED,
     make_engram_hash_constants,
 )
-from deepinfer.runtime.model.params import Norm
+from deepinfer.runtime.model.params import Linear, Norm
 
 
 class DeepseekV41(nn.Module):
@@ -97,6 +97,16 @@ class DeepseekV41(nn.Module):
                 h, primes=h.primes.to(device), offsets=h.offsets.to(device),
                 multipliers=h.multipliers.to(device))
         return self
+
+    def add_prefill_bf16_weights(self) -> int:
+        """Give every FP8 block projection its bf16 twin (``Linear.add_bf16_twin``; each shared
+        expert's gate and up twins packed as their codes are) for the prefill GEMMs
+        (``kernels/triton/linear_ss.py``); the plan decides (``cache.prefill_bf16_weights``).
+        Returns the bytes added. Call after ``to_device``."""
+        added = sum(m.add_bf16_twin() for m in self.modules() if isinstance(m, Linear))
+        for block in self.layers:
+            block.ffn.shared_experts.pack_gate_up()
+        return added
 
     # ---- multi-rank (expert parallelism, model/moe.py) ----------------------------------------
     @property

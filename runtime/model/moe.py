@@ -79,7 +79,8 @@ class Expert(nn.Module):
         """Put w1's and w3's codes in one tensor and their scales in another (w1's rows, then
         w3's), each holder keeping a view of its half: the same values, and the kernels can run
         both projections as one GEMM (``quantized.stacked_rows``). Only quantized weights
-        on one device with whole 32-row scale tiles; a no-op when already packed."""
+        on one device with whole 32-row scale tiles; their bf16 twins likewise when both have
+        one (``Linear.add_bf16_twin``); a no-op for what is already packed."""
         w1, w3 = self.w1, self.w3
         if not (w1.is_quantized and w3.is_quantized):
             return
@@ -88,14 +89,20 @@ class Expert(nn.Module):
         if (c1.is_meta or c1.shape != c3.shape or c1.shape[0] % FP8_TILE or c1.dtype != c3.dtype
                 or s1.dtype != s3.dtype or len({t.device for t in (c1, c3, s1, s3)}) != 1):
             return
-        if stacked_rows(w1.weight, w3.weight) is not None:
-            return
-        codes, scales = torch.cat([c1, c3]), torch.cat([s1, s3])
-        rows, tiles = c1.shape[0], s1.shape[0]
-        w1._parameters["weight"], w3._parameters["weight"] = (frozen(codes[:rows]),
-                                                              frozen(codes[rows:]))
-        w1._parameters["scale"], w3._parameters["scale"] = (frozen(scales[:tiles]),
-                                                            frozen(scales[tiles:]))
+        rows = c1.shape[0]
+        pair = stacked_rows(w1.weight, w3.weight)
+        if pair is None:
+            codes, scales = torch.cat([c1, c3]), torch.cat([s1, s3])
+            tiles = s1.shape[0]
+            w1._parameters["weight"], w3._parameters["weight"] = (frozen(codes[:rows]),
+                                                                  frozen(codes[rows:]))
+            w1._parameters["scale"], w3._parameters["scale"] = (frozen(scales[:tiles]),
+                                                                frozen(scales[tiles:]))
+            pair = stacked_rows(w1.weight, w3.weight)
+        t1, t3 = w1._buffers.get("bf16_twin"), w3._buffers.get("bf16_twin")
+        if t1 is not None and t3 is not None and pair is not None and pair.bf16 is None:
+            twins = torch.cat([t1, t3])
+            w1._buffers["bf16_twin"], w3._buffers["bf16_twin"] = twins[:rows], twins[rows:]
 
 
 class Gate(nn.Module):

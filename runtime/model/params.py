@@ -59,7 +59,23 @@ class StoredWeight(nn.Module):
         if "weight" not in params:
             raise AttributeError("weight")  # not registered yet (register_parameter asks)
         scale = params.get("scale")
-        return params["weight"] if scale is None else self.container(params["weight"], scale)
+        if scale is None:
+            return params["weight"]
+        twin = self.__dict__.get("_buffers", {}).get("bf16_twin")
+        if twin is not None:
+            return self.container(params["weight"], scale, twin)
+        return self.container(params["weight"], scale)
+
+    def add_bf16_twin(self) -> int:
+        """Hold the FP8 block weight's bf16 twin (``Fp8BlockWeight.bf16``: its dequantized
+        values, a non-persistent buffer — the state dict keeps the checkpoint's tensors); the
+        bytes added (0: not an FP8 block weight, or it has one)."""
+        if (self.container is not Fp8BlockWeight or not self.is_quantized
+                or self._buffers.get("bf16_twin") is not None):
+            return 0
+        twin = self.weight.dequantize()
+        self.register_buffer("bf16_twin", twin, persistent=False)
+        return twin.nbytes
 
     @property
     def is_quantized(self) -> bool:

@@ -72,3 +72,32 @@ def test_linear_ss_every_compile_tile():
         with nan_poisoned_allocations():
             got = linear_ss.linear_ss(x, wb, 5120, cfg)
         assert torch.equal(got, want), case["id"]
+
+
+def test_linear_takes_the_twin_from_ss_min_rows(monkeypatch):
+    """``linear.linear`` / ``grouped_linear`` on an FP8 weight with a bf16 twin run
+    ``linear_ss`` from ``SS_MIN_ROWS`` rows (not below, not without a twin, not with the switch
+    at 0) and give the twinless call's bits."""
+    from deepinfer.kernels.quantized import Fp8BlockWeight
+    from deepinfer.kernels.triton import linear, linear_ss
+
+    calls = []
+    real = linear_ss.linear_ss
+    monkeypatch.setattr(linear_ss, "linear_ss", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for name, groups, out_features, in_features in SLICE_PROJECTIONS:
+        w = _random_fp8_weight(groups * out_features, in_features)
+        twin = Fp8BlockWeight(w.codes, w.scale, w.dequantize())
+        for rows in (linear.SS_MIN_ROWS - 1, linear.SS_MIN_ROWS, 4096):
+            x = torch.randn(rows, groups, in_features, device="cuda", dtype=torch.bfloat16)
+            call = ((lambda w, x=x: linear.linear(x[:, 0], w)) if groups == 1
+                    else (lambda w, x=x: linear.grouped_linear(x, w)))
+            calls.clear()
+            want, got = call(w), call(twin)
+            assert calls == ([1] if rows >= linear.SS_MIN_ROWS else []), (name, rows)
+            assert torch.equal(got, want), (name, rows)
+    monkeypatch.setattr(linear, "SS_MIN_ROWS", 0)
+    calls.clear()
+    x = torch.randn(4096, 1, 8192, device="cuda", dtype=torch.bfloat16)
+    w = _random_fp8_weight(5120, 8192)
+    linear.linear(x[:, 0], Fp8BlockWeight(w.codes, w.scale, w.dequantize()))
+    assert calls == []

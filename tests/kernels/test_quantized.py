@@ -171,3 +171,34 @@ def test_stacked_rows_only_for_adjacent_weights():
     odd_scale = torch.cat([a.scale.view(torch.uint8)[:2]] * 2).view(torch.float8_e8m0fnu)
     assert stacked_rows(Fp8BlockWeight(odd[:48], odd_scale[:2]),
                         Fp8BlockWeight(odd[48:], odd_scale[2:])) is None  # 48 rows: 1.5 tiles
+
+
+def test_fp8_block_weight_bf16_twin():
+    """The optional bf16 twin: checked against the codes' shape and dtype, counted in
+    ``nbytes``, moved by ``to``; ``stacked_rows`` stacks the twins only where they lie like the
+    codes (else the stacked weight has none)."""
+    from deepinfer.kernels.quantized import stacked_rows
+
+    a, b = random_fp8_weight(64, 96, 1, (100, 140)), random_fp8_weight(64, 96, 2, (100, 140))
+    da, db = a.dequantize(), b.dequantize()
+    with pytest.raises(ValueError, match="bf16 twin"):
+        Fp8BlockWeight(a.codes, a.scale, da.float())
+    with pytest.raises(ValueError, match="bf16 twin"):
+        Fp8BlockWeight(a.codes, a.scale, da[:32])
+    twin = Fp8BlockWeight(a.codes, a.scale, da)
+    assert twin.nbytes == a.nbytes + 64 * 96 * 2
+    moved = twin.to("cpu")
+    assert moved.bf16 is not None and torch.equal(moved.bf16, da)
+    codes = torch.cat([a.codes.view(torch.uint8), b.codes.view(torch.uint8)]).view(
+        torch.float8_e4m3fn)
+    scale = torch.cat([a.scale.view(torch.uint8), b.scale.view(torch.uint8)]).view(
+        torch.float8_e8m0fnu)
+    twins = torch.cat([da, db])
+    top, bottom = (Fp8BlockWeight(codes[:64], scale[:2], twins[:64]),
+                   Fp8BlockWeight(codes[64:], scale[2:], twins[64:]))
+    both = stacked_rows(top, bottom)
+    assert both is not None and both.bf16 is not None
+    assert torch.equal(both.bf16, both.dequantize())
+    assert both.bf16.data_ptr() == twins.data_ptr()  # a view
+    apart = stacked_rows(top, Fp8BlockWeight(codes[64:], scale[2:], db.clone()))
+    assert apart is not None and apart.bf16 is None

@@ -133,3 +133,67 @@ def test_json_clean_and_deterministic(released, released_layout):
     assert json.loads(json.dumps(released_layout)) == released_layout
     again = plan_cache_layout(released, RELEASED_8, weight_bytes_per_rank(released, RELEASED_8))
     assert again == released_layout
+
+
+def _twins_topology(tiny_memory_bytes: int, setting: str = "auto", sm_arch: int = 90,
+                    **workload) -> Topology:
+    from deepinfer.planner.topology import WorkloadSection
+
+    hw = HardwareSection(device="h200" if sm_arch else "cpu", memory_bytes=tiny_memory_bytes,
+                         sm_arch=sm_arch)
+    return Topology(model=ModelSection("builtin:tiny"), hardware=hw,
+                    cache=CacheSection(memory_fraction=1.0, prefill_bf16_weights=setting),
+                    workload=WorkloadSection(**workload))
+
+
+def test_prefill_bf16_twins_come_out_of_the_cache(tiny):
+    """``auto`` on an SM90 GPU with room: every FP8 backbone projection's bf16 twin (2 bytes an
+    element) is held and the cache budget shrinks by exactly those bytes; ``off`` holds none."""
+    from deepinfer.planner.passes.shard_map import weight_summary
+
+    twin = 2 * weight_summary(tiny).dense_fp8_params
+    assert twin > 0
+    topo = _twins_topology(64 * GIB)
+    weights = weight_bytes_per_rank(tiny, topo)
+    on = plan_cache_layout(tiny, topo, weights)
+    off = plan_cache_layout(tiny, replace(topo, cache=replace(topo.cache,
+                                                              prefill_bf16_weights="off")), weights)
+    assert on["prefill_bf16_weights"]["enabled"] and on["prefill_bf16_weights"]["bytes_per_rank"] \
+        == twin
+    assert not off["prefill_bf16_weights"]["enabled"]
+    assert off["prefill_bf16_weights"]["bytes_per_rank"] == 0
+    assert off["prefill_bf16_weights"]["reason"] == "off in the topology"
+    b_on, b_off = on["memory_budget_per_rank"][0], off["memory_budget_per_rank"][0]
+    assert b_on["prefill_bf16_weight_bytes"] == twin and b_off["prefill_bf16_weight_bytes"] == 0
+    assert b_off["cache_bytes"] - b_on["cache_bytes"] == twin
+
+
+def test_prefill_bf16_twins_auto_declines(tiny):
+    """``auto`` holds no twins where they would take over a quarter of the cache's room, where
+    the cache left would not hold the workload's sequences, off SM90, or without a memory
+    size; ``on`` off SM90 is an error naming the field."""
+    from deepinfer.planner.passes.shard_map import weight_summary
+
+    twin = 2 * weight_summary(tiny).dense_fp8_params
+    probe = _twins_topology(64 * GIB, "off")
+    weights = weight_bytes_per_rank(tiny, probe)
+    fixed = 64 * GIB - plan_cache_layout(tiny, probe, weights)["memory_budget_per_rank"][0][
+        "cache_bytes"]  # what the budget takes before the cache
+    tight = plan_cache_layout(tiny, _twins_topology(fixed + 3 * twin), weights)
+    assert not tight["prefill_bf16_weights"]["enabled"]
+    assert "more than 25%" in tight["prefill_bf16_weights"]["reason"]
+    busy = plan_cache_layout(tiny, _twins_topology(fixed + 8 * twin, num_requests=10**6,
+                                                   prompt_len_tokens=4096), weights)
+    assert not busy["prefill_bf16_weights"]["enabled"]
+    assert "workload" in busy["prefill_bf16_weights"]["reason"]
+    roomy = plan_cache_layout(tiny, _twins_topology(fixed + 8 * twin), weights)
+    assert roomy["prefill_bf16_weights"]["enabled"]
+    blackwell = plan_cache_layout(tiny, _twins_topology(64 * GIB, sm_arch=100), weights)
+    assert not blackwell["prefill_bf16_weights"]["enabled"]
+    assert "sm_arch 90" in blackwell["prefill_bf16_weights"]["reason"]
+    no_size = plan_cache_layout(tiny, _twins_topology(0), weights)
+    assert not no_size["prefill_bf16_weights"]["enabled"]
+    with pytest.raises(TopologyError) as info:
+        plan_cache_layout(tiny, _twins_topology(0, "on", sm_arch=0), weights)
+    assert info.value.field == "cache.prefill_bf16_weights"
+    assert "SM90" in info.value.message

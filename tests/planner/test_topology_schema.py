@@ -168,6 +168,9 @@ def test_slice_config_covers_every_layer_kind():
      "method 'none'"),
     ({**TINY, "eplb": {"load_stats": "missing.json"}}, "eplb.load_stats", "file not found"),
     ({**TINY, "cache": {"max_model_len": 100}}, "workload.prompt_len", "max_model_len = 100"),
+    ({**TINY, "cache": {"prefill_bf16_weights": "yes"}}, "cache.prefill_bf16_weights",
+     "auto, on, off"),
+    ({**TINY, "cache": {"prefill_bf16_weights": 1}}, "cache.prefill_bf16_weights", "(int)"),
 ])
 def test_field_errors(tmp_path, doc, field, expect):
     err = error_of(doc, tmp_path)
@@ -217,3 +220,14 @@ def test_topology_round_trips_through_the_plan_record(name):
 
     topo = load_topology(f"builtin:{name}")
     assert Topology.from_dict(dataclasses.asdict(topo)) == topo
+
+
+def test_on_and_off_read_as_yaml_booleans():
+    """A bare ``on`` / ``off`` in YAML 1.1 is a boolean: the on / off switches take it as
+    written."""
+    import yaml
+
+    for text, want in (("on", "on"), ("off", "off"), ("auto", "auto"), ("'on'", "on")):
+        raw = yaml.safe_load(f"model: {{path: 'builtin:tiny'}}\ncache:\n  prefill_bf16_weights: "
+                             f"{text}\n")
+        assert parse_topology(raw).cache.prefill_bf16_weights == want

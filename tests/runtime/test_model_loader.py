@@ -52,3 +52,31 @@ def test_to_device_packs_each_shared_experts_gate_and_up_weights():
         ptr = e.w1.weight.codes.data_ptr()
         e.pack_gate_up()
         assert e.w1.weight.codes.data_ptr() == ptr
+
+
+def test_prefill_bf16_weights_twin_every_fp8_projection():
+    """``add_prefill_bf16_weights``: every FP8 block projection holds its dequantized values as
+    a bf16 twin (not in the state dict), the shared experts' gate and up twins packed like their
+    codes; the bytes added are the planner's (``2 * dense_fp8_params``), and a second call adds
+    nothing."""
+    from deepinfer.kernels.quantized import Fp8BlockWeight, stacked_rows
+    from deepinfer.planner.passes.shard_map import weight_summary
+    from deepinfer.runtime.model.params import Linear
+
+    lm = load_model("builtin:tiny", "synthetic", seed=0)
+    net = lm.model.to_device("cpu")
+    keys = set(net.state_dict())
+    added = net.add_prefill_bf16_weights()
+    assert added == 2 * weight_summary(lm.spec).dense_fp8_params > 0
+    fp8 = [m for m in net.modules() if isinstance(m, Linear) and m.is_quantized]
+    assert fp8 and all(isinstance(m.weight, Fp8BlockWeight) for m in fp8)
+    for m in fp8:
+        w = m.weight
+        assert w.bf16 is not None and torch.equal(w.bf16, w.dequantize())
+    for block in net.layers:
+        e = block.ffn.shared_experts
+        both = stacked_rows(e.w1.weight, e.w3.weight)
+        assert both is not None and both.bf16 is not None
+        assert torch.equal(both.bf16, both.dequantize())
+    assert set(net.state_dict()) == keys
+    assert net.add_prefill_bf16_weights() == 0
