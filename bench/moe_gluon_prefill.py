@@ -80,8 +80,10 @@ def main() -> None:
     parser.add_argument("--w4a16-rep", type=int, nargs="+", default=[1],
                         help="A fragments per warpgroup and group (64 rep weight rows each)")
     parser.add_argument("--w4a16-kernel", nargs="+", default=["base"],
-                        help="base or ws (the TMA issue on a producer warp), each with an "
-                             "optional launch register cap per thread (base:168, ws:128)")
+                        help="base or ws (the TMA issue on a producer warp) or wsr (ws with "
+                             "moe_gluon_w4a16_prefill_ws.ROW_STORES: 16-byte output stores), "
+                             "each with an optional launch register cap per thread (base:168, "
+                             "ws:128)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
                         help="a block's N in parts of BM: 1, 2 (halves), 4 (quarters) or 8 "
                              "(eighths, from BM 128)")
@@ -102,8 +104,9 @@ def main() -> None:
     args = parser.parse_args()
     for kern in args.w4a16_kernel:
         name, _, cap = kern.partition(":")
-        if name not in ("base", "ws") or (cap and not cap.isdigit()):
-            parser.error(f"--w4a16-kernel {kern}: expected base or ws, optionally :REGISTERS")
+        if name not in ("base", "ws", "wsr") or (cap and not cap.isdigit()):
+            parser.error(f"--w4a16-kernel {kern}: expected base, ws or wsr, optionally "
+                         ":REGISTERS")
     from bench_common import roofline
 
     from deepinfer.kernels.reference.quant import dequant_fp8_ue8m0
@@ -153,13 +156,14 @@ def main() -> None:
         ref_whole = moe_experts.run_experts(x, ids, route_w, *words, 10.0, mma="bf16")
         outs = {}  # each pipeline's output, for the bit comparison with the decode pipeline
         firsts = {}  # (GEMM, BM) -> the first config's output, to compare the others' bits with
-        default_kernel = pf16.KERNEL, pf16.MAXNREG  # restored after the rows
+        default_kernel = pf16.KERNEL, pf16.MAXNREG, pf16_ws.ROW_STORES  # restored after
         for bm, stages, wg, parts, rep, kern in [
                 (bm, st, wg, pt, rp, kn) for bm in args.w4a16_bm for st in args.w4a16_stages
                 for wg in args.w4a16_wg for pt in args.w4a16_parts for rp in args.w4a16_rep
                 for kn in args.w4a16_kernel if wg * rp <= (4 if kn.startswith("ws") else 2)]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
-            pf16.KERNEL, _, cap = kern.partition(":")  # the pipeline's, too
+            name, _, cap = kern.partition(":")  # the pipeline's, too
+            pf16.KERNEL, pf16_ws.ROW_STORES = ("ws", True) if name == "wsr" else (name, False)
             pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128
@@ -198,7 +202,7 @@ def main() -> None:
                                f"{num_tokens} | w4a16 run_experts_w4a16_prefill"
                                f" parts{parts} rep{rep} {kern} (all launches) | {bm} | "
                                f"{stages} | {wg}"), flush=True)
-        pf16.KERNEL, pf16.MAXNREG = default_kernel
+        pf16.KERNEL, pf16.MAXNREG, pf16_ws.ROW_STORES = default_kernel
         if args.graphs:
             dec_fn = functools.partial(moe_gluon_w4a8.run_experts_w4a8, x, ids, route_w, *kw,
                                        10.0)

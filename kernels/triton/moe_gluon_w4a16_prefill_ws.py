@@ -60,6 +60,11 @@ PRODUCER_REGS = 40  # registers per thread of the producer warp (setmaxnreg)
 # a program's warps: the consumer warpgroups and the producer's warpgroup (Triton pads a worker
 # partition to whole warpgroups: one warp works, three wait at 24 registers)
 REGISTER_FILE = 65536  # 32-bit registers per SM (H200)
+# the down GEMM's (and any ungated launch's) output stores, read at the call: True converts the
+# accumulator so each thread writes 8 consecutive features of one token (16-byte stores,
+# ``_store_rows``); False stores from the wgmma layout (2-byte values, 4 tokens' 16-byte runs a
+# warp instruction). The same bits either way.
+ROW_STORES = False
 group_layout = base.group_layout  # the consumer's weight words in registers (compile gate)
 
 if HAS_GLUON:
@@ -112,7 +117,8 @@ if HAS_GLUON:
     def _consumer(w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row_lo,
                   block, num_steps, stride_om, rw_ptr, limit, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
-                  REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr):
+                  REP: gl.constexpr, NW: gl.constexpr, GATED: gl.constexpr,
+                  ROW_STORES: gl.constexpr):
         """``moe_gluon_w4a16_prefill._run_block``'s loop and store on a filled ring: step i's
         stage is freed after its last group's wait (step i + 1's words are loaded by then).
         GATED: the accumulators go to ``gated_tile`` (the ring's token buffer: every load
@@ -169,11 +175,33 @@ if HAS_GLUON:
             h_s.slice(0, BN, dim=1).store(acc.to(gl.bfloat16))
             if BN2 > 0:
                 h_s.slice(BN, BN2, dim=1).store(acc2.to(gl.bfloat16))
+        elif ROW_STORES:
+            _store_rows(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, NW)
+            if BN2 > 0:
+                _store_rows(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
+                            stride_om, NW)
         else:
             base._store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM, stride_om, MMA)
             if BN2 > 0:
                 base._store(acc2, pairs_ptr, out_ptr, num_pairs, row_lo, block * BM + BN,
                             stride_om, MMA2)
+
+    @gluon.jit
+    def _store_rows(acc, pairs_ptr, out_ptr, num_pairs, row_lo, slot0, stride_om,
+                    NW: gl.constexpr):
+        """``base._store`` with each thread's 8 consecutive output features of one token: the
+        accumulator [BO features, BN tokens] converted (through shared memory) so that a
+        warp writes 16 tokens' 16-byte runs instead of 2-byte values from the wgmma layout
+        (the pattern that cost ``linear_ss`` ~4 µs a tile)."""
+        BO: gl.constexpr = acc.shape[0]
+        BN: gl.constexpr = acc.shape[1]
+        ROWS: gl.constexpr = gl.BlockedLayout([8, 1], [16, 2], [1, NW], [0, 1])
+        v = gl.convert_layout(acc.to(out_ptr.dtype.element_ty), ROWS)
+        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, ROWS))
+        pairs_o = gl.load(pairs_ptr + slot0 + gl.arange(0, BN, layout=gl.SliceLayout(0, ROWS)))
+        valid = pairs_o < num_pairs
+        offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
+        gl.store(out_ptr + offs, v, mask=valid[None, :] & (rows_o[:, None] >= 0))
 
     @gluon.jit
     def gated_tile(xa_s, BO: gl.constexpr, BM: gl.constexpr):
@@ -189,13 +217,13 @@ if HAS_GLUON:
                   stride_om, rw_ptr, limit, S: gl.constexpr, BM: gl.constexpr,
                   BN: gl.constexpr, BN2: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
                   REP: gl.constexpr, NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                  PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr):
+                  PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr, ROW_STORES: gl.constexpr):
         """One block's program at N = BN (+ BN2): consumer warpgroups and a producer warp."""
         BO: gl.constexpr = 16 * NW * REP
         gl.warp_specialize([
             (_consumer, (w_s, xa_s, xb_s, full, empty, s_words, pairs_ptr, out_ptr, num_pairs,
                          row_lo, block, num_steps, stride_om, rw_ptr, limit, S, BM, BN, BN2,
-                         ONE_MUL, PG, REP, NW, GATED)),
+                         ONE_MUL, PG, REP, NW, GATED, ROW_STORES)),
             (_producer, (x_desc, x2_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty, row0,
                          row1, block * BM, num_steps, S, BO, BN, BN2, GATED)),
         ], [PRODUCER_WARPS], [PRODUCER_REGS])
@@ -206,7 +234,8 @@ if HAS_GLUON:
                     num_steps, stride_om, rw_ptr, limit, used, S: gl.constexpr,
                     BM: gl.constexpr, ONE_MUL: gl.constexpr, PG: gl.constexpr,
                     REP: gl.constexpr, NW: gl.constexpr, PRODUCER_WARPS: gl.constexpr,
-                    PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr):
+                    PRODUCER_REGS: gl.constexpr, GATED: gl.constexpr,
+                    ROW_STORES: gl.constexpr):
         """``_ws_block`` at the N of ``used`` eighths of BM (``base.part_tiles``)."""
         descs = (x_desc, xh_desc, xq_desc, xe_desc)  # token boxes of BM >> i rows
         for u in gl.static_range(1, 8):
@@ -216,7 +245,7 @@ if HAS_GLUON:
                           out_ptr, num_pairs, row0, row1, row_lo, block, num_steps, stride_om,
                           rw_ptr, limit, S, BM, BM >> base._EIGHTHS_BOX[u - 1],
                           base._EIGHTHS_BN2[u - 1] * (BM // 8), ONE_MUL, PG, REP, NW,
-                          PRODUCER_WARPS, PRODUCER_REGS, GATED)
+                          PRODUCER_WARPS, PRODUCER_REGS, GATED, ROW_STORES)
 
     @gluon.jit
     def _gated_scale_words(s_ptr, s3_ptr, expert, tile, stride_se, stride_sn4, BO: gl.constexpr,
@@ -238,7 +267,8 @@ if HAS_GLUON:
                                  PARTS: gl.constexpr, PG: gl.constexpr, REP: gl.constexpr,
                                  PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                                  GATED: gl.constexpr, num_warps: gl.constexpr,
-                                 EPILOGUE: gl.constexpr = 4, EPI_CHUNK: gl.constexpr = 32):
+                                 EPILOGUE: gl.constexpr = 4, EPI_CHUNK: gl.constexpr = 32,
+                                 ROW_STORES: gl.constexpr = False):
         # ``moe_gluon_w4a16_prefill._w4a16_prefill_kernel``'s arguments and PARTS; num_warps:
         # the consumer warpgroups' warps (the producer warp comes on top). GATED: program
         # ``tile`` multiplies the gate (w_desc, s_ptr) and up (w3_desc, s3_ptr) projections'
@@ -278,27 +308,28 @@ if HAS_GLUON:
                 _ws_eighths(x_desc, xh_desc, xq_desc, xe_desc, w_desc, w3_desc, w_s, xa_s, xb_s,
                             full, empty, s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo,
                             block, num_steps, stride_om, rw_ptr, limit, used, S, BM, ONE_MUL, PG,
-                            REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
+                            REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED, ROW_STORES)
             elif PARTS == 4 and used == 1:
                 _ws_block(xq_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
                           num_steps, stride_om, rw_ptr, limit, S, BM, BM // 4, 0, ONE_MUL, PG,
-                          REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
+                          REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED, ROW_STORES)
             elif PARTS >= 2 and used * (4 // PARTS) == 2:
                 _ws_block(xh_desc, xh_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
                           num_steps, stride_om, rw_ptr, limit, S, BM, BM // 2, 0, ONE_MUL, PG,
-                          REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
+                          REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED, ROW_STORES)
             elif PARTS == 4 and used == 3:  # BM / 2 + BM / 4 (two accumulators)
                 _ws_block(xh_desc, xq_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
                           num_steps, stride_om, rw_ptr, limit, S, BM, BM // 2, BM // 4, ONE_MUL,
-                          PG, REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
+                          PG, REP, num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED,
+                          ROW_STORES)
             else:
                 _ws_block(x_desc, x_desc, w_desc, w3_desc, w_s, xa_s, xb_s, full, empty,
                           s_words, pairs_ptr, out_ptr, num_pairs, row0, row1, lo, block,
                           num_steps, stride_om, rw_ptr, limit, S, BM, BM, 0, ONE_MUL, PG, REP,
-                          num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED)
+                          num_warps, PRODUCER_WARPS, PRODUCER_REGS, GATED, ROW_STORES)
             for b in gl.static_range(S):
                 mbarrier.invalidate(full.index(b))
                 mbarrier.invalidate(empty.index(b))
@@ -391,23 +422,26 @@ def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, bloc
         PRODUCER_REGS=PRODUCER_REGS, GATED=gated is not None, num_warps=4 * warpgroups,
         maxnreg=maxnreg or launch_regs(warpgroups),
         **({"EPILOGUE": epilogue.MODE, "EPI_CHUNK": epilogue.TOKEN_CHUNK}
-           if gated is not None else {}))
+           if gated is not None else {"ROW_STORES": ROW_STORES}))
 
 
 def aot_cases() -> list[dict[str, Any]]:
     """SM90 compile-gate cases (tests/kernels/triton/test_moe_w4a16_prefill.py): REP 2 on one
     warpgroup at BM 64 and 128, REP 1 on two warpgroups at BM 128 (the 8K steps' shape), and
     two warpgroups of REP 2 (256 rows: two weight boxes a step); the eighths (PARTS 8) on the
-    4K steps' shape; the gated GEMM with its SwiGLU epilogue (GATED) at BM 128 and 64, and
-    with the eighths."""
+    4K steps' shape, and with ``ROW_STORES``; the gated GEMM with its SwiGLU epilogue (GATED) at
+    BM 128 and 64, and with the eighths."""
     cases = []
-    for bm, stages, wg, rep, parts, gated in (
-            (128, 2, 1, 2, 4, False), (64, 3, 1, 2, 4, False), (128, 2, 2, 1, 4, False),
-            (128, 3, 2, 2, 4, False), (128, 2, 1, 2, 8, False), (128, 2, 1, 2, 4, True),
-            (64, 3, 1, 2, 4, True), (128, 2, 1, 2, 8, True)):
+    for bm, stages, wg, rep, parts, gated, rows in (
+            (128, 2, 1, 2, 4, False, False), (64, 3, 1, 2, 4, False, False),
+            (128, 2, 2, 1, 4, False, False), (128, 3, 2, 2, 4, False, False),
+            (128, 2, 1, 2, 8, False, False), (128, 2, 1, 2, 8, False, True),
+            (128, 2, 1, 2, 4, True, False), (64, 3, 1, 2, 4, True, False),
+            (128, 2, 1, 2, 8, True, False)):
         box = 64 if gated else min(64 * wg * rep, 128)
         cases.append({"id": f"w4a16_prefill_ws_bm{bm}_s{stages}_wg{wg}_rep{rep}"
-                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else ""),
+                            + ("_parts8" if parts == 8 else "") + ("_gated" if gated else "")
+                            + ("_rowstores" if rows else ""),
                       "gluon": True, "module": __name__, "kernel": "_w4a16_prefill_ws_kernel",
                       "signature": {"x_desc": f"tma:bf16:128:{bm}x64",
                                     "xh_desc": f"tma:bf16:128:{bm // 2}x64",
@@ -426,7 +460,7 @@ def aot_cases() -> list[dict[str, Any]]:
                                      "REP": rep, "PRODUCER_WARPS": PRODUCER_WARPS,
                                      "PRODUCER_REGS": PRODUCER_REGS, "GATED": gated,
                                      "num_warps": 4 * wg, "EPILOGUE": 4,
-                                     "EPI_CHUNK": epilogue.TOKEN_CHUNK},
+                                     "EPI_CHUNK": epilogue.TOKEN_CHUNK, "ROW_STORES": rows},
                       "num_warps": 4 * wg, "num_stages": 1, "no_spill": True,
                       "maxnreg": launch_regs(wg), "expect_wgmma": True,
                       "divisible": ["K", "O"]})
