@@ -80,8 +80,8 @@ def main() -> None:
     parser.add_argument("--w4a16-rep", type=int, nargs="+", default=[1],
                         help="A fragments per warpgroup and group (64 rep weight rows each)")
     parser.add_argument("--w4a16-kernel", nargs="+", default=["base"],
-                        help="base or ws (the TMA issue on a producer warp) or wsr (ws with "
-                             "moe_gluon_w4a16_prefill_ws.ROW_STORES: 16-byte output stores), "
+                        help="base or ws (the TMA issue on a producer warp; ROW_STORES 0) or "
+                             "wsr (ws with ROW_STORES 1: 16-byte output stores), "
                              "each with an optional launch register cap per thread (base:168, "
                              "ws:128)")
     parser.add_argument("--w4a16-parts", type=int, nargs="+", default=[2],
@@ -163,7 +163,7 @@ def main() -> None:
                 for kn in args.w4a16_kernel if wg * rp <= (4 if kn.startswith("ws") else 2)]:
             pairs, blocks = moe_align.align_pairs(ids, e, bm)
             name, _, cap = kern.partition(":")  # the pipeline's, too
-            pf16.KERNEL, pf16_ws.ROW_STORES = ("ws", True) if name == "wsr" else (name, False)
+            pf16.KERNEL, pf16_ws.ROW_STORES = ("ws", 1) if name == "wsr" else (name, 0)
             pf16.MAXNREG = int(cap) if cap else None  # ws: None is launch_regs(wg)
             for (name, _, _, div, w, f, v), ref in zip(cases, refs, strict=True):
                 one_mul = f.scale_max is not None and f.scale_max <= 128

@@ -60,11 +60,15 @@ PRODUCER_REGS = 40  # registers per thread of the producer warp (setmaxnreg)
 # a program's warps: the consumer warpgroups and the producer's warpgroup (Triton pads a worker
 # partition to whole warpgroups: one warp works, three wait at 24 registers)
 REGISTER_FILE = 65536  # 32-bit registers per SM (H200)
-# the down GEMM's (and any ungated launch's) output stores, read at the call: True converts the
+# the down GEMM's (and any ungated launch's) output stores, read at the call: 1 converts the
 # accumulator so each thread writes 8 consecutive features of one token (16-byte stores,
-# ``_store_rows``); False stores from the wgmma layout (2-byte values, 4 tokens' 16-byte runs a
-# warp instruction). The same bits either way.
-ROW_STORES = False
+# ``_store_rows``; Triton converts through 2 KB of shared memory); 0 stores from the wgmma
+# layout (2-byte values, 4 tokens' 16-byte runs a warp instruction). The same bits either way.
+# H100 round 232 (bench/moe_gluon_prefill.py, 4K tokens, ws against wsr twice in alternation):
+# the 4K pipeline 5.144 / 5.186 -> 5.071 / 5.134 ms (-1.2 %), the down GEMM 1.807 / 1.775 ->
+# 1.686 / 1.773 ms — within the run's noise (the unchanged gated GEMM moved 3 %), never slower.
+# At BM 128 only: the GPU bit checks ran there (round 232); BM 64 compiles, not yet GPU-checked
+ROW_STORES = 1
 group_layout = base.group_layout  # the consumer's weight words in registers (compile gate)
 
 if HAS_GLUON:
@@ -422,7 +426,7 @@ def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, bloc
         PRODUCER_REGS=PRODUCER_REGS, GATED=gated is not None, num_warps=4 * warpgroups,
         maxnreg=maxnreg or launch_regs(warpgroups),
         **({"EPILOGUE": epilogue.MODE, "EPI_CHUNK": epilogue.TOKEN_CHUNK}
-           if gated is not None else {"ROW_STORES": ROW_STORES}))
+           if gated is not None else {"ROW_STORES": bool(ROW_STORES) and block_m == 128}))
 
 
 def aot_cases() -> list[dict[str, Any]]:

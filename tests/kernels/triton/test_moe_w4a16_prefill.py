@@ -161,11 +161,12 @@ def test_w4a16_prefill_ws_compiles_for_sm90(sm90_compile):
     fragments: 256 rows from two weight boxes a step), and the one shuffle the
     warp-specialized dispatch makes (the warp index), none in the data path — but the GATED
     epilogue's group maxima (a group on four lanes: two shuffles a group; none in the K
-    loop)."""
+    loop); ``ROW_STORES``' 16-byte stores take no shuffle either."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
     cases = ws.aot_cases()
-    assert len(cases) == 8 and sum(c["constexprs"]["GATED"] for c in cases) == 3
+    assert len(cases) == 9 and sum(c["constexprs"]["GATED"] for c in cases) == 3
+    assert sum(c["constexprs"]["ROW_STORES"] for c in cases) == 1  # the 4K down GEMM's
     results = sm90_compile(cases)
     for case in cases:
         r = results[case["id"]]
