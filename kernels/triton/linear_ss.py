@@ -42,8 +42,9 @@ from typing import Any
 import torch
 
 from deepinfer.kernels.triton.launch_math import cdiv
+from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
-try:  # Gluon ships with triton >= 3.5
+if HAS_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -53,9 +54,6 @@ try:  # Gluon ships with triton >= 3.5
         warpgroup_mma_wait,
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    HAS_GLUON = True
-except (ImportError, OSError, RuntimeError):  # pragma: no cover - depends on the install
-    HAS_GLUON = False
 
 PRODUCER_WARPS = 1  # the TMA partition (Triton pads it to a warpgroup: three warps wait)
 PRODUCER_REGS = 40  # its registers per thread (setmaxnreg)

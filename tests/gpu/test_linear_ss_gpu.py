@@ -22,13 +22,9 @@ from tests.gpu.test_gemm_side_gpu import (
     nan_poisoned_allocations,
 )
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def _gpu_only():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs an SM90 GPU")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9,
+    reason="needs an SM90 GPU")]
 
 
 @pytest.mark.parametrize("num_tokens", [1, 200, 1024, 4096])

@@ -197,3 +197,21 @@ def test_prefill_bf16_twins_auto_declines(tiny):
         plan_cache_layout(tiny, _twins_topology(0, "on", sm_arch=0), weights)
     assert info.value.field == "cache.prefill_bf16_weights"
     assert "SM90" in info.value.message
+
+
+def test_prefill_bf16_twins_on_without_room_names_the_switch(tiny):
+    """``on`` where the twins leave no room for one sequence: the memory error says the twins
+    took it and names the switch that gives it back."""
+    from deepinfer.planner.passes.shard_map import weight_summary
+
+    twin = 2 * weight_summary(tiny).dense_fp8_params
+    probe = _twins_topology(64 * GIB, "off")
+    weights = weight_bytes_per_rank(tiny, probe)
+    fixed = 64 * GIB - plan_cache_layout(tiny, probe, weights)["memory_budget_per_rank"][0][
+        "cache_bytes"]
+    with pytest.raises(TopologyError) as info:
+        plan_cache_layout(tiny, _twins_topology(fixed + twin // 2, "on"), weights)
+    assert info.value.field == "cache.memory_fraction"
+    assert "prefill bf16 twins" in info.value.message
+    assert "cache.prefill_bf16_weights: off" in info.value.message
+    plan_cache_layout(tiny, _twins_topology(fixed + twin // 2, "off"), weights)  # fits without
