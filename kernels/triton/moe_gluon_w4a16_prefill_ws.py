@@ -67,8 +67,10 @@ REGISTER_FILE = 65536  # 32-bit registers per SM (H200)
 # H100 round 232 (bench/moe_gluon_prefill.py, 4K tokens, ws against wsr twice in alternation):
 # the 4K pipeline 5.144 / 5.186 -> 5.071 / 5.134 ms (-1.2 %), the down GEMM 1.807 / 1.775 ->
 # 1.686 / 1.773 ms — within the run's noise (the unchanged gated GEMM moved 3 %), never slower.
-# At BM 128 only: the GPU bit checks ran there (round 232); BM 64 compiles, not yet GPU-checked
 ROW_STORES = 1
+# ... at these BM only: the GPU bit checks ran at 128 (round 232); 64 compiles, its check is
+# tests/gpu/test_moe_gluon_gpu.py -k row_stores (round 233, prepared)
+ROW_STORES_BLOCK_M = (128, )
 group_layout = base.group_layout  # the consumer's weight words in registers (compile gate)
 
 if HAS_GLUON:
@@ -199,7 +201,8 @@ if HAS_GLUON:
         (the pattern that cost ``linear_ss`` ~4 µs a tile)."""
         BO: gl.constexpr = acc.shape[0]
         BN: gl.constexpr = acc.shape[1]
-        ROWS: gl.constexpr = gl.BlockedLayout([8, 1], [16, 2], [1, NW], [0, 1])
+        LANES: gl.constexpr = 16 if BO >= 128 else BO // 8  # lanes along the features
+        ROWS: gl.constexpr = gl.BlockedLayout([8, 1], [LANES, 32 // LANES], [1, NW], [0, 1])
         v = gl.convert_layout(acc.to(out_ptr.dtype.element_ty), ROWS)
         rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, ROWS))
         pairs_o = gl.load(pairs_ptr + slot0 + gl.arange(0, BN, layout=gl.SliceLayout(0, ROWS)))
@@ -426,7 +429,8 @@ def _launch(tokens, w_s, gated, sorted_pairs, block_expert, num_pairs, out, bloc
         PRODUCER_REGS=PRODUCER_REGS, GATED=gated is not None, num_warps=4 * warpgroups,
         maxnreg=maxnreg or launch_regs(warpgroups),
         **({"EPILOGUE": epilogue.MODE, "EPI_CHUNK": epilogue.TOKEN_CHUNK}
-           if gated is not None else {"ROW_STORES": bool(ROW_STORES) and block_m == 128}))
+           if gated is not None
+           else {"ROW_STORES": bool(ROW_STORES) and block_m in ROW_STORES_BLOCK_M}))
 
 
 def aot_cases() -> list[dict[str, Any]]:

@@ -422,20 +422,27 @@ def test_swiglu_slots_equal_swiglu_then_gather_gpu(tokens, block_m):
 
 
 
-@pytest.mark.parametrize("warpgroups,rep,parts", [(1, 2, 8), (1, 2, 4), (2, 1, 4), (2, 2, 4)])
-def test_w4a16_prefill_ws_row_stores_give_the_same_bits(monkeypatch, warpgroups, rep, parts):
+@pytest.mark.parametrize("block_m,warpgroups,rep,parts", [
+    (128, 1, 2, 8), (128, 1, 2, 4), (128, 2, 1, 4), (128, 2, 2, 4), (64, 1, 2, 4),
+    (64, 1, 1, 2)])
+def test_w4a16_prefill_ws_row_stores_give_the_same_bits(monkeypatch, block_m, warpgroups, rep,
+                                                         parts):
     """``ROW_STORES`` (the down GEMM's output converted to 16-byte stores) on the producer-warp
     kernel: every pair's row written and the wgmma-layout stores' bits, at each part fill
-    (bf16 and fp32 outputs), BM 128 (where the launch applies it)."""
+    (bf16 and fp32 outputs), at BM 128 (where the launch applies it) and 64 (the check that
+    would let it)."""
     from deepinfer.kernels.triton import moe_gluon_w4a16_prefill_ws as ws
 
-    c = _w4a16_prefill_case(False, 128, 119, eighths=parts == 8)
+    c = _w4a16_prefill_case(False, block_m, 119, eighths=parts == 8)
     args = (c["gathered"], c["weights"], c["scale"], c["pairs"], c["blocks"], c["num_pairs"])
+    monkeypatch.setattr(ws, "ROW_STORES_BLOCK_M", (64, 128))
     for dtype in (torch.float32, torch.bfloat16):
         nan = torch.full(c["out"].shape, float("nan"), dtype=dtype, device="cuda")
         monkeypatch.setattr(ws, "ROW_STORES", 0)
-        want = ws.w4a16_prefill_ws_gemm(*args, nan.clone(), 128, True, warpgroups, parts, rep)
+        want = ws.w4a16_prefill_ws_gemm(*args, nan.clone(), block_m, True, warpgroups, parts,
+                                        rep)
         monkeypatch.setattr(ws, "ROW_STORES", 1)
-        got = ws.w4a16_prefill_ws_gemm(*args, nan.clone(), 128, True, warpgroups, parts, rep)
+        got = ws.w4a16_prefill_ws_gemm(*args, nan.clone(), block_m, True, warpgroups, parts,
+                                       rep)
         assert not got.isnan().any()
         assert torch.equal(got, want), (dtype, (got.float() - want.float()).abs().max())
