@@ -80,6 +80,11 @@ class LLM:
         t1 = time.perf_counter()
         if log is not None:
             log(f"plan verified and weights in place on {device} in {t1 - t0:.1f} s")
+            twins = sum(b.nbytes for name, b in self.loaded.model.named_buffers()
+                        if name.endswith("bf16_twin"))
+            if twins:
+                log(f"bf16 twins of the FP8 projections for the prefill GEMMs: "
+                    f"{twins / 2**30:.2f} GiB (plan cache.prefill_bf16_weights)")
         self.engine = Engine(self.plan, self.loaded, pipeline=pipeline, seed=seed,
                              cuda_graphs=cuda_graphs, log=log,
                              allreduce_max=None if self.dist is None else self.dist.allreduce_max)
