@@ -291,7 +291,8 @@ if HAS_GLUON:
     @gluon.jit
     def _store(acc, pairs_ptr, out_ptr, num_pairs, row_lo, slot0, stride_om,
                MMA: gl.constexpr):
-        """acc [BO, BN] (layout MMA) -> out rows pairs[slot0 + j] (the valid ones)."""
+        """acc [BO, BN] (layout MMA: the wgmma's, or the producer-warp kernel's row stores')
+        -> out rows pairs[slot0 + j] (the valid ones)."""
         BO: gl.constexpr = acc.shape[0]
         BN: gl.constexpr = acc.shape[1]
         v = acc.to(out_ptr.dtype.element_ty)

@@ -200,15 +200,10 @@ if HAS_GLUON:
         warp writes 16 tokens' 16-byte runs instead of 2-byte values from the wgmma layout
         (the pattern that cost ``linear_ss`` ~4 µs a tile)."""
         BO: gl.constexpr = acc.shape[0]
-        BN: gl.constexpr = acc.shape[1]
         LANES: gl.constexpr = 16 if BO >= 128 else BO // 8  # lanes along the features
         ROWS: gl.constexpr = gl.BlockedLayout([8, 1], [LANES, 32 // LANES], [1, NW], [0, 1])
         v = gl.convert_layout(acc.to(out_ptr.dtype.element_ty), ROWS)
-        rows_o = row_lo + gl.arange(0, BO, layout=gl.SliceLayout(1, ROWS))
-        pairs_o = gl.load(pairs_ptr + slot0 + gl.arange(0, BN, layout=gl.SliceLayout(0, ROWS)))
-        valid = pairs_o < num_pairs
-        offs = (gl.where(valid, pairs_o, 0).to(gl.int64) * stride_om)[None, :] + rows_o[:, None]
-        gl.store(out_ptr + offs, v, mask=valid[None, :] & (rows_o[:, None] >= 0))
+        base._store(v, pairs_ptr, out_ptr, num_pairs, row_lo, slot0, stride_om, ROWS)
 
     @gluon.jit
     def gated_tile(xa_s, BO: gl.constexpr, BM: gl.constexpr):
