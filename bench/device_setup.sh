@@ -165,14 +165,17 @@ prefill_4k() {
 }
 # A lone 4K prompt's kernel-override variants in one process (bench/prefill_ab.py: one load,
 # the variants interleaved, 3 prefills each per round, the fixed prompt's bits compared):
-# prefill_ab_4k ROUNDS "NAME=FLAGS" "NAME=FLAGS" ... (rounds 177-179), logged to
+# prefill_ab_4k ROUNDS "NAME=FLAGS" "NAME=FLAGS" ... (rounds 177-179; PREFILL_AB_TOPOLOGY: a
+# topology other than the slice's), logged to
 # $OUT/prefill_ab.log; prints each round's rows and the medians.
 prefill_ab_4k() {
   local rounds=$1; shift
   local variants=()
   for v in "$@"; do variants+=(--variant "$v"); done
+  local topo=()
+  [ -n "${PREFILL_AB_TOPOLOGY:-}" ] && topo=(--topology "$PREFILL_AB_TOPOLOGY")
   timeout 200 python3 bench/prefill_ab.py --prompt-len 4096 --rounds "$rounds" --repeats 3 \
-    "${variants[@]}" --out "$OUT" >"$OUT/prefill_ab.log" 2>&1
+    "${topo[@]}" "${variants[@]}" --out "$OUT" >"$OUT/prefill_ab.log" 2>&1
   echo "prefill_ab rc=$?"; grep -E "^\| [a-z0-9]+ \| [0-9]|median|same|differ|tokens" \
     "$OUT/prefill_ab.log" | cut -c1-160 | tail -24
 }
