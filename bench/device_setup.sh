@@ -163,6 +163,25 @@ prefill_4k() {
   grep -E "^prefill 4096|GPU busy|^\| 4096|^\| (routed|dense|attention|indexer|rest)${1:+|$1}" \
     "$OUT/prefill_4k.log" | cut -c1-150 | head -20
 }
+# The slice topology holding the prefill bf16 twins on this card: on an H100 its `auto` leaves
+# them out (too little room), so a copy sets `prefill_bf16_weights: on` and memory_fraction 0.97
+# (rounds 231, 233); prints the topology's path.
+twins_topology() {
+  python3 - <<'PY'
+import sys, torch
+sys.path.insert(0, "bench")
+import bench_common as bc
+src = bc.slice_topology(torch.cuda.get_device_name())
+if "H100" in torch.cuda.get_device_name():
+    text = open(src).read()
+    assert text.count("  memory_fraction: 0.9\n") == 1, src
+    text = text.replace("  memory_fraction: 0.9\n",
+                        "  memory_fraction: 0.97\n  prefill_bf16_weights: on\n")
+    src = "/tmp/slice-twins.yaml"
+    open(src, "w").write(text)
+print(src)
+PY
+}
 # A lone 4K prompt's kernel-override variants in one process (bench/prefill_ab.py: one load,
 # the variants interleaved, 3 prefills each per round, the fixed prompt's bits compared):
 # prefill_ab_4k ROUNDS "NAME=FLAGS" "NAME=FLAGS" ... (rounds 177-179; PREFILL_AB_TOPOLOGY: a

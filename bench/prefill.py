@@ -38,6 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402
 import host_syncs  # noqa: E402
+import host_timeline  # noqa: E402
 import kernel_overrides  # noqa: E402
 import prefill_families  # noqa: E402
 
@@ -312,6 +313,31 @@ def host_phases(llm, length: int, vocab: int, hold_ms: float = 0.0
     return [(name, round((t - t0) * 1e3, 3)) for name, t in marks]
 
 
+def host_timeline_held(llm, length: int, vocab: int, hold_ms: float) -> dict:
+    """One prefill behind a GPU spin of ``hold_ms`` under ``host_timeline``: every call of the
+    package (and each Triton launch and torch op it makes) with its own start and time, the
+    GPU never waited for. Returns the text of the spans up to layer 2's start (the lone
+    prompt's host-paced first layers) and the self-time tables of layer 0 (with the inputs
+    before it) and of layer 1."""
+    import deepinfer.runtime
+
+    root = Path(deepinfer.runtime.__file__).parent.parent  # runtime/, kernels/, … beside it
+    prompt = make_prompt(length, vocab, 45)
+    bc.sync()
+    gpu_hold(hold_ms)
+    _, spans = host_timeline.record(lambda: generate_first(llm, prompt), root)
+    bc.sync()
+    layer = "model/block.py:Block.forward"
+    l1, l2 = (host_timeline.first_start(spans, layer, n) for n in (2, 3))
+    end = spans[-1].start_ms + spans[-1].duration_ms if spans else 0.0
+    l1, l2 = l1 or end, l2 or end
+    first = host_timeline.format_self_time(spans, l1)
+    second = host_timeline.format_self_time([s for s in spans if s.start_ms >= l1], l2)
+    return {"hold_ms": hold_ms, "layer1_ms": l1, "layer2_ms": l2, "end_ms": end,
+            "spans": host_timeline.format_spans(spans, l2, min_us=40.0),
+            "self_before_layer1": first, "self_layer1": second}
+
+
 def host_profile(llm, length: int, vocab: int, top: int = 60) -> dict:
     """cProfile of one prefill's host work: ``generate`` on the calling thread and the
     worker's ``_enqueue`` (the forward's launches, on the worker's thread for an eager step);
@@ -425,6 +451,14 @@ def run(args, root: Path, progress) -> dict:
               "ms after generate began):", flush=True)
         for name, ms in sorted(res["host_phases_held"]["phases"], key=lambda m: m[1]):
             print(f"  {ms:9.3f}  {name}", flush=True)
+    if args.host_timeline_held and res["prefill"]:
+        t = res["host_timeline_held"] = host_timeline_held(
+            llm, res["prefill"][0]["prompt_len"], vocab, args.host_timeline_held)
+        print(f"host timeline, the GPU held {t['hold_ms']:g} ms first (layer 1 enqueued from "
+              f"{t['layer1_ms']:.2f} ms, layer 2 from {t['layer2_ms']:.2f}, generate done "
+              f"{t['end_ms']:.2f}; the profile hook inflates every span):\n{t['spans']}\n"
+              f"self time before layer 1:\n{t['self_before_layer1']}\n"
+              f"self time of layer 1:\n{t['self_layer1']}", flush=True)
     if args.host_profile and res["prefill"]:
         res["host_profile"] = host_profile(llm, res["prefill"][0]["prompt_len"], vocab)
         for name, text in res["host_profile"].items():
@@ -543,6 +577,10 @@ def main() -> int:
     ap.add_argument("--host-phases-held", type=float, default=0.0, metavar="MS",
                     help="one more prefill with host phase timestamps behind a GPU spin of MS "
                          "ms (the host's enqueue pace with nothing to wait for); 0: off")
+    ap.add_argument("--host-timeline-held", type=float, default=0.0, metavar="MS",
+                    help="one more prefill behind a GPU spin of MS ms under a profile hook: "
+                         "the host's calls, launches and torch ops with their times up to "
+                         "layer 2 (host_timeline.py); 0: off")
     ap.add_argument("--op-stacks", action="store_true",
                     help="one more prefill profiled with shapes and stacks: torch ops by device "
                          "time and the code that issued them")
@@ -554,9 +592,10 @@ def main() -> int:
                     help="only print the table of a (partial) results JSON")
     kernel_overrides.add_arguments(ap)
     args = ap.parse_args()
-    if args.host_phases_held < 0:
-        ap.error(f"--host-phases-held: expected a spin in ms >= 0 (0: off), got "
-                 f"{args.host_phases_held:g}")
+    for flag in ("host_phases_held", "host_timeline_held"):
+        if getattr(args, flag) < 0:
+            ap.error(f"--{flag.replace('_', '-')}: expected a spin in ms >= 0 (0: off), got "
+                     f"{getattr(args, flag):g}")
     if args.batch_prompts == 1 or args.batch_prompts < 0:
         ap.error(f"--batch-prompts: expected 0 (off) or at least 2, got {args.batch_prompts}")
     kernel_overrides.apply_args(args)

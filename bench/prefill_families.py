@@ -27,8 +27,8 @@ FAMILIES = (
     ("routed experts", "expert_flops", "fp8", "expert_bytes",
      ("_w4a16_prefill", "_w4a8_prefill", "_moe_gemm")),
     ("dense GEMMs", "dense_flops", "fp8", "dense_weight_bytes",
-     ("_linear_wide", "_linear_kernel", "_linear_decode", "_hc_coeffs", "_route_scores",
-      "_gemm_head")),
+     ("_linear_wide", "_linear_ss", "_linear_kernel", "_linear_decode", "_hc_coeffs",
+      "_route_scores", "_gemm_head")),
     ("attention", "attention_flops", "bf16", "kv_bytes", ("_attn_prefill", "_sparse_attn")),
     ("indexer scores", "indexer_flops", "bf16", None, ("_index_scores", "_scores_keys_m")),
 )

@@ -35,6 +35,7 @@ def test_family_of_names_each_kernel_class():
     assert pf.family_of("_w4a16_prefill_kernel") == "routed experts"
     assert pf.family_of("_w4a16_prefill_ws_kernel") == "routed experts"
     assert pf.family_of("_linear_wide_kernel") == "dense GEMMs"
+    assert pf.family_of("_linear_ss_kernel") == "dense GEMMs"
     assert pf.family_of("_hc_coeffs_kernel") == "dense GEMMs"
     assert pf.family_of("_attn_prefill_ws_kernel") == "attention"
     assert pf.family_of("_index_scores_kernel") == "indexer scores"
