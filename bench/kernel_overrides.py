@@ -154,7 +154,8 @@ def apply_args(args: argparse.Namespace) -> None:
 
 
 def set_launch_constant(text: str) -> None:
-    """``MODULE.NAME=INT``: deepinfer.kernels.triton.MODULE.NAME = INT; exits naming the flag
+    """``MODULE.NAME=INT``: deepinfer.kernels.triton.MODULE.NAME = INT (MODULE may also be a
+    full ``deepinfer.…`` module path: a runtime switch); exits naming the flag
     for an unknown module or constant, or a constant that is not an integer."""
     _set_module_constant("--launch-constant", text, int, "INT",
                          lambda v: v.lstrip("-").isdigit())
@@ -173,11 +174,13 @@ def _set_module_constant(flag: str, text: str, kind: type, shape: str, valid) ->
     module, dot, name = target.rpartition(".")
     if not sep or not dot or not valid(value):
         raise SystemExit(f"{flag} {text!r}: expected MODULE.NAME={shape}")
+    # a bare name is a kernel module's; a dotted deepinfer path any module's (a host-side
+    # switch of the runtime, e.g. deepinfer.runtime.model.batch.NAME)
+    full = module if module.startswith("deepinfer.") else f"deepinfer.kernels.triton.{module}"
     try:
-        mod = importlib.import_module(f"deepinfer.kernels.triton.{module}")
+        mod = importlib.import_module(full)
     except ImportError:
-        raise SystemExit(f"{flag} {text!r}: no module deepinfer.kernels.triton.{module}") \
-            from None
+        raise SystemExit(f"{flag} {text!r}: no module {full}") from None
     old = getattr(mod, name, None)
     if type(old) is not kind:
         noun = "an integer" if kind is int else "a string"
