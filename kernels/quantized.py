@@ -13,7 +13,7 @@ powers of two); layouts are those of ``formats.quantize_fp8_weight`` / ``quantiz
 tensor per expert). ``dequantize()`` is exact and gives the bits ``runtime/weights/dequant.py``
 gives (fp32 products of a code and a power of two, cast to bf16). It checks shapes only: a NaN
 scale byte (255) is the loader's to reject, so no call here synchronizes with the device.
-Containers are frozen and cheap to build (``Linear.weight`` builds one per access).
+Containers are frozen and cheap to build (``StoredWeight.weight`` builds one per held tensors).
 """
 
 from __future__ import annotations

@@ -61,6 +61,7 @@ from typing import Any
 
 import torch
 
+from deepinfer.kernels.triton.host_cache import sm_major
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
 HEADS = 64  # heads per item: the wgmma M side
@@ -484,7 +485,7 @@ def accepts(q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor) -> bool:
             and q.stride(-1) == 1 and kv.stride(-1) == 1 and kv.stride(0) % 8 == 0
             and q.stride(1) % 8 == 0 and q.stride(0) % 8 == 0
             and indices.dtype in (torch.int32, torch.int64)
-            and torch.cuda.get_device_capability(q.device)[0] == 9)
+            and sm_major(q.device) == 9)
 
 
 def aot_cases() -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from deepinfer.kernels.triton.host_cache import sm_major
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
@@ -248,7 +249,7 @@ def programs_per_row(n: int, width: int) -> int:
 def accepts(q: torch.Tensor) -> bool:
     """bf16 q with 128 channels and at most 64 heads, on an SM90 GPU with Gluon."""
     return (HAS_GLUON and q.is_cuda and q.dtype == torch.bfloat16 and q.shape[-1] == D
-            and q.shape[1] <= 64 and torch.cuda.get_device_capability(q.device)[0] == 9)
+            and q.shape[1] <= 64 and sm_major(q.device) == 9)
 
 
 def index_scores_paged_gl(q: torch.Tensor, head_weights: torch.Tensor, key_pool: torch.Tensor,

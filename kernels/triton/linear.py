@@ -32,7 +32,6 @@ compressor) and what those decline.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
@@ -41,6 +40,7 @@ import triton.language as tl
 
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights, dense
 from deepinfer.kernels.triton import gemm_fp8, linear_decode, linear_ss, linear_wide, quant_act
+from deepinfer.kernels.triton.host_cache import sm_major
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 FP8_TILE = 32
@@ -236,7 +236,7 @@ def _wide_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
             and (WIDE_MAX_ROWS is None or rows <= WIDE_MAX_ROWS)):
         return False
     cfg = linear_wide.wide_config(rows, out_features, x3.shape[1])
-    return (_sm_major(x3.device) == 9
+    return (sm_major(x3.device) == 9
             and linear_wide.accepts(x3, weight, out_features, cfg["WG"]))
 
 
@@ -254,14 +254,9 @@ def _ss_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
     shapes."""
     return (isinstance(weight, Fp8BlockWeight) and weight.bf16 is not None
             and bool(SS_MIN_ROWS) and x3.shape[0] >= SS_MIN_ROWS and x3.is_cuda
-            and _sm_major(x3.device) == 9 and linear_ss.accepts(x3, weight.bf16, out_features))
+            and sm_major(x3.device) == 9 and linear_ss.accepts(x3, weight.bf16, out_features))
 
 
-@functools.cache
-def _sm_major(device: torch.device) -> int:
-    """The compute capability's major version of a CUDA device (asked once per device: the
-    prefill dispatches ~70 projections per forward)."""
-    return torch.cuda.get_device_capability(device)[0]
 
 
 def _bf16_exact(x: torch.Tensor) -> torch.Tensor:

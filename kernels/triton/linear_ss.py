@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from deepinfer.kernels.triton.host_cache import weight_descriptor
 from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
@@ -201,8 +202,13 @@ def accepts(x3: torch.Tensor, w: torch.Tensor, out_features: int,
             config: dict | None = None) -> bool:
     """bf16 x (M, G, K), M >= 1, against a bf16 weight (G * O, K) row-major, K a multiple of
     BK and O of BN (``ss_config``'s, or ``config``'s)."""
+    cfg = {**ss_config(x3.shape[0], out_features, x3.shape[1]), **(config or {})}
+    return _accepts_config(x3, w, out_features, cfg)
+
+
+def _accepts_config(x3: torch.Tensor, w: torch.Tensor, out_features: int, cfg: dict) -> bool:
+    """``accepts`` under a whole config."""
     num_rows, groups, num_k = x3.shape
-    cfg = {**ss_config(num_rows, out_features, groups), **(config or {})}
     return (HAS_GLUON and num_rows > 0 and num_k > 0 and num_k % cfg["BK"] == 0
             and x3.dtype == torch.bfloat16 and w.dtype == torch.bfloat16 and w.dim() == 2
             and w.shape == (groups * out_features, num_k) and w.stride(1) == 1
@@ -215,7 +221,7 @@ def linear_ss(x3: torch.Tensor, w: torch.Tensor, out_features: int,
     ``config`` replaces ``ss_config``'s entries (bench/gemm_decode.py)."""
     assert HAS_GLUON, "linear_ss needs triton's Gluon (triton >= 3.5)"
     cfg = {**ss_config(x3.shape[0], out_features, x3.shape[1]), **(config or {})}
-    assert accepts(x3, w, out_features, cfg), \
+    assert _accepts_config(x3, w, out_features, cfg), \
         (f"linear_ss: x {tuple(x3.shape)} {x3.dtype}, w {tuple(w.shape)} {w.dtype}, "
          f"O {out_features}, {cfg} not accepted")
     bm, bn, bk = cfg["BM"], cfg["BN"], cfg["BK"]
@@ -223,7 +229,7 @@ def linear_ss(x3: torch.Tensor, w: torch.Tensor, out_features: int,
     out = torch.empty((num_rows, groups, out_features), dtype=torch.bfloat16, device=x3.device)
     x2 = x3.contiguous().view(num_rows, groups * num_k)
     x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bm, bk], tile_layout(bk))
-    w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk], tile_layout(bk))
+    w_desc = weight_descriptor(w, w, [bn, bk], tile_layout(bk), TensorDescriptor)
     t_tiles = cdiv(num_rows, bm)
     warpgroups = bm // 64
     num_tiles = t_tiles * (out_features // bn) * groups

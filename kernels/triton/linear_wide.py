@@ -49,6 +49,7 @@ import torch
 
 from deepinfer.kernels.quantized import Fp8BlockWeight
 from deepinfer.kernels.triton import gemm_fp8, linear_decode
+from deepinfer.kernels.triton.host_cache import weight_descriptor
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 
 try:  # Gluon ships with triton >= 3.5; the layouts below need the NVIDIA Hopper module
@@ -359,7 +360,7 @@ def linear_wide(x3: torch.Tensor, weight: Fp8BlockWeight, out_features: int,
     out = torch.empty((num_rows, groups, out_features), dtype=torch.bfloat16, device=x3.device)
     x2 = x3.contiguous().view(num_rows, groups * num_k)
     x_desc = TensorDescriptor(x2, list(x2.shape), list(x2.stride()), [bt, bk], token_layout(bk))
-    w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bo, bk], weight_layout(bk))
+    w_desc = weight_descriptor(weight.codes, w, [bo, bk], weight_layout(bk), TensorDescriptor)
     t_tiles = cdiv(num_rows, bt)
     o_tiles = out_features // bo
     if split_k is None:

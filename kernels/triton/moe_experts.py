@@ -48,6 +48,7 @@ from deepinfer.kernels.mxfp4_w4a8_order import TILE_ROWS
 from deepinfer.kernels.quantized import Fp8BlockWeight, Mxfp4ExpertWeights
 from deepinfer.kernels.triton import moe_align, mxfp4_unpack, quant_act, shared_expert
 from deepinfer.kernels.triton.gemm_fp8 import is_interpreting
+from deepinfer.kernels.triton.host_cache import sm_major
 from deepinfer.kernels.triton.launch_math import cdiv, next_power_of_2
 from deepinfer.kernels.triton.moe_swiglu import ACT_CODES as _ACT_CODES
 from deepinfer.kernels.triton.moe_swiglu import swiglu_h
@@ -529,7 +530,7 @@ def _w4a8_gluon(x: torch.Tensor, interpret: bool, skip_foreign_ids: bool,
     from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
     return (HAS_GLUON and not interpret and x.is_cuda and not skip_foreign_ids
-            and config is None and torch.cuda.get_device_capability(x.device)[0] == 9)
+            and config is None and sm_major(x.device) == 9)
 
 
 def _word_order(w) -> bool:

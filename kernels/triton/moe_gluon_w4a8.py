@@ -41,6 +41,8 @@ block_expert (num_blocks,) int32 (-1 idle); out (num_pairs, O) fp32. Reference:
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -55,6 +57,7 @@ from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
 from deepinfer.kernels.mxfp4_w4a8_order import (  # noqa: F401  (re-exported)
     to_w4a8_order as to_kernel_order,
 )
+from deepinfer.kernels.triton.host_cache import weight_descriptor
 from deepinfer.kernels.triton.launch_math import cdiv
 from deepinfer.kernels.triton.moe_gluon import HAS_GLUON
 
@@ -293,9 +296,14 @@ def tiled_descriptor(packed: torch.Tensor, rows: int):
     assert TILE_ROWS % rows == 0, (rows, TILE_ROWS)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     flat = packed.reshape(-1, BLOCK_K // 2)
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, BLOCK_K // 2],
-                            layout)
+    return weight_descriptor(packed, flat, [rows, BLOCK_K // 2], _weight_layout(),
+                             TensorDescriptor)
+
+
+@functools.cache
+def _weight_layout():
+    """The weight boxes' shared layout: bytes, unswizzled."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=2)
 
 
 @triton.jit

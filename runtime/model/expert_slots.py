@@ -143,8 +143,17 @@ class ExpertSlots(nn.Module):
         weight, scale = self._parameters[f"{w}_weight"], self._parameters[f"{w}_scale"]
         if scale is None:
             return weight
-        return Mxfp4ExpertWeights(weight, scale, self._scale_max[w], self._order == "words",
+        # built once per held tensors, scale bound and order (a forward asks 3 a layer)
+        key = (id(weight), weight.data_ptr(), weight.shape, id(scale), scale.data_ptr(),
+               self._scale_max[w], self._order)
+        cache = self.__dict__.setdefault("_stack_cache", {})
+        hit = cache.get(w)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        made = Mxfp4ExpertWeights(weight, scale, self._scale_max[w], self._order == "words",
                                   self._order == "w4a8")
+        cache[w] = (key, made)
+        return made
 
     def _raise_scale_max(self, w: str, scale_max: int | None) -> None:
         held = self._scale_max[w]
@@ -189,6 +198,7 @@ class ExpertSlots(nn.Module):
         """Empty stacks on ``device`` for :meth:`load_slot`: MXFP4 (uint8 packed + ue8m0 scale)
         when ``quantized``, else bf16 [E, O, I] without scales. The byte order stays the
         module's (``word_order``)."""
+        self.__dict__.pop("_stack_cache", None)  # not to hold the replaced tensors
         for w, (rows, cols) in self.shapes.items():
             if quantized:
                 weight = torch.empty(self.num_slots, rows, cols // 2, dtype=torch.uint8,
@@ -260,6 +270,7 @@ class ExpertSlots(nn.Module):
         if missing or problems:
             return
         held = self._parameters["w1_weight"]
+        self.__dict__.pop("_stack_cache", None)  # not to hold the replaced tensors
         to_held = not local_metadata.get("assign_to_params_buffers", False) and not held.is_meta
         for w in PROJECTIONS:
             for part in ("weight", "scale"):

@@ -61,10 +61,21 @@ class StoredWeight(nn.Module):
         scale = params.get("scale")
         if scale is None:
             return params["weight"]
+        weight = params["weight"]
         twin = self.__dict__.get("_buffers", {}).get("bf16_twin")
-        if twin is not None:
-            return self.container(params["weight"], scale, twin)
-        return self.container(params["weight"], scale)
+        # the container built once per held tensors (the prefill asks ~10 a layer, each build
+        # validates shapes: ~5 µs of host time): rebuilt when a load, a move or a twin changes
+        # any of them (the same objects may hold new storage after ``module.to``)
+        # (ids are safe keys: the cached container holds those objects alive)
+        key = (id(weight), weight.data_ptr(), weight.shape, id(scale), scale.data_ptr(),
+               id(twin), None if twin is None else twin.data_ptr())
+        cached = self.__dict__.get("_container_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        made = (self.container(weight, scale) if twin is None
+                else self.container(weight, scale, twin))
+        self.__dict__["_container_cache"] = (key, made)
+        return made
 
     def add_bf16_twin(self) -> int:
         """Hold the FP8 block weight's bf16 twin (``Fp8BlockWeight.bf16``: its dequantized
@@ -100,6 +111,7 @@ class StoredWeight(nn.Module):
                 error_msgs.append(f"{prefix}weight/scale: {exc}")
                 return
         held = self._parameters["weight"]
+        self.__dict__.pop("_container_cache", None)  # not to hold the replaced tensors
         if not local_metadata.get("assign_to_params_buffers", False) and not held.is_meta:
             weight = weight.to(held.device)
             scale = None if scale is None else scale.to(held.device)

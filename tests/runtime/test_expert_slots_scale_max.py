@@ -83,3 +83,21 @@ def test_one_mul_mode_needs_word_readable_scales_for_the_check():
                            torch.zeros(2, 4, 1, dtype=torch.uint8))  # K/32 = 1: not word-wise
     assert moe_experts._one_mul_mode(True, w) == 0
     assert moe_experts._one_mul_mode(True, dataclasses.replace(w, scale_max=5)) == 2
+
+
+def test_a_stack_is_built_once_until_its_bound_or_tensors_change():
+    """``stack(w)`` hands the same container while nothing changes (a forward asks three a
+    layer); a raised bound, another byte order or a new load gives a new one."""
+    slots = ExpertSlots(SLOTS, DIM, INTER)
+    slots.load_state_dict(_state_dict({"w1": 127, "w2": 128, "w3": 120}))
+    first = slots.stack("w2")
+    assert slots.stack("w2") is first and slots.stack("w1") is not first
+    weight, scale = _expert(140, DIM, INTER)
+    slots.load_slot(0, "w2", weight, scale)
+    raised = slots.stack("w2")
+    assert raised is not first and raised.scale_max == 140
+    slots.set_byte_order("words")
+    assert slots.stack("w2") is not raised and slots.stack("w2").word_order
+    slots.load_state_dict(_state_dict({"w1": 127, "w2": 100, "w3": 120}))
+    reloaded = slots.stack("w2")
+    assert reloaded.packed is slots._parameters["w2_weight"] and reloaded.scale_max == 120

@@ -80,3 +80,28 @@ def test_prefill_bf16_weights_twin_every_fp8_projection():
         assert torch.equal(both.bf16, both.dequantize())
     assert set(net.state_dict()) == keys
     assert net.add_prefill_bf16_weights() == 0
+
+
+def test_quantized_weight_container_is_built_once_per_held_tensors():
+    """``StoredWeight.weight``: the same container while the held tensors stay (the prefill
+    asks ~10 a layer), a new one over the new tensors after a load, a twin or a packing."""
+    from deepinfer.kernels.quantized import stacked_rows
+
+    net = load_model("builtin:tiny", "synthetic", seed=0).model
+    lin = net.layers[0].attn.wq_a
+    first = lin.weight
+    assert lin.weight is first and first.bf16 is None
+    codes = first.codes.clone()
+    lin.load_state_dict({"weight": codes, "scale": first.scale.clone()})
+    reloaded = lin.weight
+    assert reloaded is not first and reloaded.codes.data_ptr() == codes.data_ptr()
+    assert torch.equal(reloaded.dequantize(), first.dequantize())
+    assert lin.add_bf16_twin() > 0
+    twinned = lin.weight
+    assert twinned is not reloaded and torch.equal(twinned.bf16, reloaded.dequantize())
+    assert lin.weight is twinned
+    e = net.layers[0].ffn.shared_experts
+    w1 = e.w1.weight
+    e.pack_gate_up()  # w1's codes become a view of the packed pair: a new container
+    assert e.w1.weight is not w1 and stacked_rows(e.w1.weight, e.w3.weight) is not None
+    assert torch.equal(e.w1.weight.dequantize(), w1.dequantize())
