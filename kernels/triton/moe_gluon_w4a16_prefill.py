@@ -602,13 +602,15 @@ def warp_rows(warpgroups: int) -> tuple[tuple[int, int], ...]:
     return tuple((16 << b, 0) for b in range(2 + (warpgroups - 1).bit_length()))
 
 
+@functools.cache
 def group_layout(warpgroups: int, rep: int = 1):
     """The weight tile's int32 words [64 WG rep, 16] (word 4 q + G of a row: quad lane q,
     group G) in registers: a thread's 4 words of rows r and r + 8 (one 16-byte shared load per
     row; rep 2: and of rows r + 64 WG, r + 64 WG + 8), lanes q and g, warps 16 rows each (the
     wgmma A layout of 4 WG warps along M, repeated). Built here as lists of lists (inside a
     jit function a literal's inner lists become tuples, and layouts derived from it stop
-    comparing equal: linear_wide's ``operand_layout``)."""
+    comparing equal: linear_wide's ``operand_layout``); once per shape (a build validates the
+    layout: ~0.1 ms of host time per launch, two launches a prefill layer — round 234)."""
     assert rep in (1, 2), rep
     return gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [8, 0]] + ([[64 * warpgroups, 0]] if rep == 2 else []),

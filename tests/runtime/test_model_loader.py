@@ -102,6 +102,12 @@ def test_quantized_weight_container_is_built_once_per_held_tensors():
     assert lin.weight is twinned
     e = net.layers[0].ffn.shared_experts
     w1 = e.w1.weight
+    assert stacked_rows(w1, e.w3.weight) is None  # apart: asked again, the same answer
+    assert stacked_rows(w1, e.w3.weight) is None
     e.pack_gate_up()  # w1's codes become a view of the packed pair: a new container
-    assert e.w1.weight is not w1 and stacked_rows(e.w1.weight, e.w3.weight) is not None
+    pair = stacked_rows(e.w1.weight, e.w3.weight)
+    assert e.w1.weight is not w1 and pair is not None
+    assert stacked_rows(e.w1.weight, e.w3.weight) is pair  # kept on w1's container
     assert torch.equal(e.w1.weight.dequantize(), w1.dequantize())
+    assert torch.equal(pair.dequantize(), torch.cat([w1.dequantize(),
+                                                     e.w3.weight.dequantize()]))
