@@ -182,6 +182,18 @@ if "H100" in torch.cuda.get_device_name():
 print(src)
 PY
 }
+# prefill_tree TREE LOG ARGS...: bench/prefill.py ARGS in this tree (TREE new) or in the one
+# ab_base_tree unpacked (TREE base), logged to $OUT/LOG (rounds 235-236).
+prefill_tree() {
+  local tree=$1 log=$2; shift 2
+  if [ "$tree" = base ]; then
+    (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH timeout 150 python3 bench/prefill.py "$@" \
+      --out /tmp/j >"$OUT/$log" 2>&1)
+  else
+    timeout 150 python3 bench/prefill.py "$@" --out /tmp/j >"$OUT/$log" 2>&1
+  fi
+  echo "$tree rc=$?"
+}
 # A lone 4K prompt's kernel-override variants in one process (bench/prefill_ab.py: one load,
 # the variants interleaved, 3 prefills each per round, the fixed prompt's bits compared):
 # prefill_ab_4k ROUNDS "NAME=FLAGS" "NAME=FLAGS" ... (rounds 177-179; PREFILL_AB_TOPOLOGY: a

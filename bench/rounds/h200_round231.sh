@@ -9,20 +9,7 @@ source "$(dirname "$0")/../device_setup.sh"
 timeout 150 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/gpu/test_linear_ss_gpu.py \
   >"$OUT/gpu_linear_ss.log" 2>&1
 echo "gpu tests rc=$?"; tail -3 "$OUT/gpu_linear_ss.log" | cut -c1-200
-TOPO=$(python3 - <<'PY'
-import sys, torch
-sys.path.insert(0, "bench")
-import bench_common as bc
-src = bc.slice_topology(torch.cuda.get_device_name())
-text = open(src).read()
-assert text.count("  memory_fraction: 0.9\n") == 1, src
-text = text.replace("  memory_fraction: 0.9\n",
-                    "  memory_fraction: 0.97\n  prefill_bf16_weights: on\n")
-out = "/tmp/slice-twins.yaml"
-open(out, "w").write(text)
-print(out)
-PY
-)
+TOPO=$(twins_topology)  # (inline when it ran: on + 0.97 on any card)
 echo "topology $TOPO"
 timeout 400 python3 bench/prefill_ab.py --topology "$TOPO" --prompt-len 4096 --rounds 2 \
   --repeats 3 --variant "ss=--launch-constant linear.SS_MIN_ROWS=1024" \

@@ -10,31 +10,24 @@ source "$(dirname "$0")/../device_setup.sh"
 ab_base_tree ab-base.tar || exit 1
 TOPO=$(twins_topology)
 echo "topology $TOPO"
-timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/gpu/test_linear_ss_gpu.py \
-  tests/gpu/test_moe_gluon_gpu.py -k "linear_ss or row_stores" >"$OUT/gpu.log" 2>&1
+# round 236 runs this script with more GPU tests, one lone pair and 7 repeats
+GPU_TESTS=(${GPU_TESTS:-tests/gpu/test_linear_ss_gpu.py tests/gpu/test_moe_gluon_gpu.py})
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider "${GPU_TESTS[@]}" \
+  -k "${GPU_K:-linear_ss or row_stores}" >"$OUT/gpu.log" 2>&1
 echo "gpu tests rc=$?"; tail -2 "$OUT/gpu.log" | cut -c1-200
-LONE=(--topology "$TOPO" --prompt-lens 4096 --repeats 5 --no-eager --no-profile --host-phases)
+LONE=(--topology "$TOPO" --prompt-lens 4096 --repeats "${LONE_REPEATS:-5}" --no-eager --no-profile
+      --host-phases)
 SHORT=(--topology "$TOPO" --prompt-lens 128 --batch-prompts 64 --repeats 3 --no-eager
        --no-profile)
-run_tree() {  # run_tree TREE LOG ARGS...
-  local tree=$1 log=$2; shift 2
-  if [ "$tree" = base ]; then
-    (cd "$AB_SRC" && PYTHONPATH=$AB_PYTHONPATH timeout 150 python3 bench/prefill.py "$@" \
-      --out /tmp/j >"$OUT/$log" 2>&1)
-  else
-    timeout 150 python3 bench/prefill.py "$@" --out /tmp/j >"$OUT/$log" 2>&1
-  fi
-  echo "$tree rc=$?"
-}
-for i in 1 2; do
+for i in $(seq "${LONE_PAIRS:-2}"); do
   for tree in base new; do
-    run_tree $tree "lone_${tree}_$i.log" "${LONE[@]}"
+    prefill_tree $tree "lone_${tree}_$i.log" "${LONE[@]}"
     grep -E "^prefill 4096|inputs built|layer [12] enqueue|backbone enqueued|result collected" \
       "$OUT/lone_${tree}_$i.log" | tr -s ' ' | paste -sd' ' | cut -c1-220
   done
 done
 for tree in base new; do
-  run_tree $tree "short_${tree}.log" "${SHORT[@]}"
+  prefill_tree $tree "short_${tree}.log" "${SHORT[@]}"
   grep -E "^prefill 64 x" "$OUT/short_${tree}.log"
 done
 rm -f "$OUT/install.log"
