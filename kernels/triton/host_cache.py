@@ -6,10 +6,11 @@ Why: a lone 4K prompt's first layer is enqueued while the GPU waits (the host-pa
 costs a driver query per call, and a Gluon ``TensorDescriptor`` a dataclass build with its
 checks (~10 µs each) — a layer built ~25 of them, ~half over weights that never change.
 
-``weight_descriptor(owner, view, block_shape, layout)`` keeps the descriptor of ``view`` (a
+``weight_descriptor(owner, view, block_shape, layout, make)`` keeps the descriptor of ``view`` (a
 tensor over ``owner``'s storage, e.g. ``owner.reshape(...)``) on ``owner`` itself (a Python
-attribute: it lives and dies with the weight), one per (view shape, strides, block, layout);
-built anew — replacing the old one — when ``owner``'s storage moved (``param.data = ...``).
+attribute: it lives and dies with the weight), one per (view dtype, shape, strides, block,
+layout); built anew — replacing the old one — when ``owner``'s storage moved (``param.data =
+...``).
 Only for tensors whose storage outlives the launch: a descriptor holds its base's address.
 """
 
@@ -33,7 +34,8 @@ def sm_major(device: torch.device) -> int:
 def weight_descriptor(owner: torch.Tensor, view: torch.Tensor, block_shape: list[int],
                       layout: Any, make: Callable[..., Any]) -> Any:
     """``make(view, shape, strides, block_shape, layout)`` (a TensorDescriptor class), built
-    once per (view's shape and strides, block, layout) while ``owner`` keeps its storage."""
+    once per (view's dtype, shape and strides, block, layout) while ``owner`` keeps its
+    storage."""
     key = (view.dtype, tuple(view.shape), tuple(view.stride()), tuple(block_shape), layout)
     cache = owner.__dict__.get(_ATTR)
     if cache is None:

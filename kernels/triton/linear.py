@@ -257,8 +257,6 @@ def _ss_applies(x3: torch.Tensor, weight: Any, out_features: int) -> bool:
             and sm_major(x3.device) == 9 and linear_ss.accepts(x3, weight.bf16, out_features))
 
 
-
-
 def _bf16_exact(x: torch.Tensor) -> torch.Tensor:
     """A device flag bool (1,): whether every x holds a bf16 value — torch ops, no host sync."""
     return (x == x.to(torch.bfloat16).to(x.dtype)).all().reshape(1)
