@@ -227,6 +227,12 @@ def test_launch_constant_sets_an_integer_constant_and_refuses_the_rest(monkeypat
             kernel_overrides.set_launch_constant(bad)
         assert words in str(info.value) and repr(bad) in str(info.value), (bad, info.value)
     assert mhc_norm.BLOCK_D == 1024  # a refused text changes nothing
+    # a full deepinfer module path reaches any module's constant (a runtime switch)
+    kernel_overrides.set_launch_constant("deepinfer.kernels.triton.mhc_norm.BLOCK_D=512")
+    assert mhc_norm.BLOCK_D == 512
+    with pytest.raises(SystemExit) as info:
+        kernel_overrides.set_launch_constant("deepinfer.runtime.nomodule.X=1")
+    assert "no module deepinfer.runtime.nomodule" in str(info.value)
 
 
 def test_launch_choice_sets_a_string_constant_and_refuses_the_rest(monkeypatch):
